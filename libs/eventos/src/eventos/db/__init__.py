@@ -1,0 +1,70 @@
+"""The database layer: pools, named queries, migrations. Driver errors are translated here."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from eventos.db.sql import Queries, load_queries
+from eventos.errors import DatabaseUnavailable
+from eventos.settings import DatabaseSettings
+
+__all__ = ["Queries", "connect", "connection_options", "load_queries", "open_pool", "translate"]
+
+Conn = psycopg.AsyncConnection[dict[str, object]]
+
+
+def connection_options(settings: DatabaseSettings) -> str:
+    """Server options set on every connection (SPEC §5: both timeouts always on)."""
+    return (
+        f"-c statement_timeout={settings.statement_timeout_ms} "
+        f"-c idle_in_transaction_session_timeout={settings.idle_in_transaction_timeout_ms}"
+    )
+
+
+async def connect(settings: DatabaseSettings, *, autocommit: bool = False) -> Conn:
+    """One connection with the instance's timeouts and dict rows."""
+    try:
+        return await psycopg.AsyncConnection.connect(
+            settings.url,
+            options=connection_options(settings),
+            autocommit=autocommit,
+            row_factory=dict_row,
+            connect_timeout=5,
+        )
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(str(exc).strip()) from exc
+
+
+async def open_pool(settings: DatabaseSettings, *, wait: bool = True) -> AsyncConnectionPool[Conn]:
+    """An open pool whose connections carry the instance's timeouts."""
+    pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+        settings.url,
+        min_size=settings.pool_min,
+        max_size=settings.pool_max,
+        kwargs={
+            "options": connection_options(settings),
+            "row_factory": dict_row,
+            "connect_timeout": 5,
+        },
+        open=False,
+        timeout=5.0,
+        reconnect_timeout=0,
+    )
+    await pool.open(wait=wait, timeout=10.0)
+    return pool
+
+
+@asynccontextmanager
+async def translate() -> AsyncIterator[None]:
+    """Translate driver connection errors into DatabaseUnavailable."""
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.errors.AdminShutdown) as exc:
+        raise DatabaseUnavailable(str(exc).strip() or "database unavailable") from exc
+    except psycopg.errors.QueryCanceled as exc:
+        raise DatabaseUnavailable("statement timeout") from exc

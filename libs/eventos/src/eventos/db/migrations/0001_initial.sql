@@ -1,0 +1,181 @@
+-- Employees, generations, subscriptions, the bus (SPEC §3, §5) and owner chat.
+
+CREATE TABLE employees (
+    name              text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9-]{0,39}$'),
+    spec              jsonb NOT NULL,
+    spec_sha256       text NOT NULL,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    updated_at        timestamptz NOT NULL DEFAULT now()
+);
+
+-- Webhook paths are unique per instance across every applied spec.
+CREATE TABLE employee_webhook_paths (
+    path        text PRIMARY KEY,
+    employee    text NOT NULL REFERENCES employees (name) ON DELETE CASCADE
+);
+
+CREATE TABLE generations (
+    employee      text NOT NULL REFERENCES employees (name),
+    generation    integer NOT NULL CHECK (generation > 0),
+    state         text NOT NULL CHECK (state IN ('starting', 'running', 'paused', 'retired')),
+    pause_reason  text,
+    spec          jsonb NOT NULL,
+    spec_sha256   text NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    running_at    timestamptz,
+    retired_at    timestamptz,
+    PRIMARY KEY (employee, generation)
+);
+-- At most one live generation per employee.
+CREATE UNIQUE INDEX generations_live ON generations (employee) WHERE state <> 'retired';
+
+CREATE TABLE bus_subscriptions (
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    employee       text NOT NULL,
+    generation     integer NOT NULL,
+    trigger_name   text NOT NULL,
+    trigger_kind   text NOT NULL,
+    event_types    text[] NOT NULL,
+    source_key     text NOT NULL,
+    filter         jsonb NOT NULL DEFAULT '{}',
+    params         jsonb NOT NULL DEFAULT '{}',
+    class          smallint NOT NULL CHECK (class BETWEEN 1 AND 5),
+    thread_by      text,
+    lane           text NOT NULL CHECK (lane IN ('talk', 'customer', 'worker')),
+    agent          text NOT NULL,
+    debounce       jsonb,
+    on_busy        text NOT NULL DEFAULT 'skip',
+    reply_capable  boolean NOT NULL,
+    FOREIGN KEY (employee, generation) REFERENCES generations (employee, generation),
+    UNIQUE (employee, generation, trigger_name)
+);
+CREATE INDEX bus_subscriptions_source ON bus_subscriptions (source_key);
+
+CREATE TABLE event_blobs (
+    id            text PRIMARY KEY,
+    sha256        text NOT NULL,
+    storage_path  text NOT NULL,
+    size          bigint NOT NULL,
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE bus_ingress (
+    id            bigserial,
+    source_key    text NOT NULL,
+    dedupe_key    text NOT NULL,
+    type          text NOT NULL,
+    class         smallint,
+    received_at   timestamptz NOT NULL DEFAULT now(),
+    envelope      jsonb,
+    body_ref      text,
+    size          integer NOT NULL,
+    chain_id      text NOT NULL,
+    hop           integer NOT NULL DEFAULT 0,
+    causation_id  text,
+    path          text,
+    status        text NOT NULL DEFAULT 'accepted'
+                  CHECK (status IN ('accepted', 'routed', 'no_consumer', 'dead', 'expired')),
+    dup_count     integer NOT NULL DEFAULT 0,
+    error         text,
+    routed_at     timestamptz,
+    PRIMARY KEY (id, received_at),
+    CHECK (envelope IS NOT NULL OR body_ref IS NOT NULL)
+) PARTITION BY RANGE (received_at);
+-- The router's work list: accepted rows per source, in id order.
+CREATE INDEX bus_ingress_accepted ON bus_ingress (source_key, id) WHERE status = 'accepted';
+
+-- Kept apart from the partitioned table so the check spans days (SPEC §5).
+CREATE TABLE bus_dedupe (
+    source_key    text NOT NULL,
+    dedupe_key    text NOT NULL,
+    ingress_id    bigint NOT NULL,
+    received_at   timestamptz NOT NULL,
+    expires_at    timestamptz NOT NULL,
+    PRIMARY KEY (source_key, dedupe_key)
+);
+CREATE INDEX bus_dedupe_expires ON bus_dedupe (expires_at);
+
+CREATE TABLE bus_streams (
+    stream_key         text PRIMARY KEY,
+    employee           text NOT NULL,
+    generation         integer NOT NULL,
+    lane               text NOT NULL,
+    thread             text NOT NULL,
+    next_seq           bigint NOT NULL DEFAULT 1,
+    delivered_seq      bigint NOT NULL DEFAULT 0,
+    consumed_seq       bigint NOT NULL DEFAULT 0,
+    top_pending_class  smallint,
+    oldest_pending_at  timestamptz,
+    hold_reason        text,
+    entity_id          text NOT NULL,
+    state              text NOT NULL DEFAULT 'active',
+    updated_at         timestamptz NOT NULL DEFAULT now(),
+    FOREIGN KEY (employee, generation) REFERENCES generations (employee, generation)
+);
+CREATE INDEX bus_streams_generation ON bus_streams (employee, generation);
+-- The relay's work list: streams with pending input, by class then age.
+CREATE INDEX bus_streams_pending ON bus_streams (top_pending_class, oldest_pending_at)
+    WHERE top_pending_class IS NOT NULL;
+
+CREATE TABLE bus_deliveries (
+    id                   bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    stream_key           text NOT NULL REFERENCES bus_streams (stream_key),
+    seq                  bigint NOT NULL,
+    ingress_id           bigint NOT NULL,
+    ingress_received_at  timestamptz NOT NULL,
+    subscription_id      bigint NOT NULL REFERENCES bus_subscriptions (id),
+    route                jsonb NOT NULL,
+    class                smallint NOT NULL,
+    thread               text NOT NULL,
+    type                 text NOT NULL,
+    payload              jsonb,
+    body_ref             text,
+    size                 integer NOT NULL,
+    chain_id             text NOT NULL,
+    hop                  integer NOT NULL,
+    causation_id         text,
+    status               text NOT NULL DEFAULT 'pending'
+                         CHECK (status IN ('pending', 'held', 'delivered', 'done', 'failed', 'dead')),
+    reason               text,
+    attempts             integer NOT NULL DEFAULT 0,
+    created_at           timestamptz NOT NULL DEFAULT now(),
+    updated_at           timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (stream_key, seq),
+    -- Routing is exactly once: one delivery per (ingress row, subscription).
+    UNIQUE (ingress_id, subscription_id)
+);
+CREATE INDEX bus_deliveries_open ON bus_deliveries (stream_key, seq)
+    WHERE status IN ('pending', 'held');
+
+CREATE TABLE bus_leases (
+    name           text PRIMARY KEY,
+    owner          text NOT NULL,
+    until          timestamptz NOT NULL,
+    fencing_token  bigint NOT NULL DEFAULT 1
+);
+
+CREATE TABLE channel_accounts (
+    id              text PRIMARY KEY,
+    driver          text NOT NULL,
+    external_id     text NOT NULL,
+    credential_ref  text NOT NULL,
+    status          text NOT NULL DEFAULT 'idle',
+    cursor          jsonb NOT NULL DEFAULT '{}',
+    lease_owner     text,
+    lease_until     timestamptz,
+    last_seen_at    timestamptz
+);
+
+CREATE TABLE chat_messages (
+    id                 bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    employee           text NOT NULL REFERENCES employees (name),
+    session            text NOT NULL,
+    client_message_id  text NOT NULL,
+    text               text NOT NULL,
+    status             text NOT NULL DEFAULT 'queued'
+                       CHECK (status IN ('queued', 'delivered', 'answered', 'dead')),
+    ingress_id         bigint NOT NULL,
+    created_at         timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (employee, session, client_message_id)
+);
+CREATE INDEX chat_messages_pending ON chat_messages (employee, session) WHERE status = 'queued';

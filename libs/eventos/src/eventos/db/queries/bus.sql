@@ -1,0 +1,126 @@
+-- name: ingress_append
+-- Append one event unless its (source, dedupe key) was seen within the dedupe window.
+-- An expired dedupe row is taken over. Returns the new id, or the earlier id for a duplicate.
+WITH fresh AS (
+    INSERT INTO bus_dedupe (source_key, dedupe_key, ingress_id, received_at, expires_at)
+    VALUES (%(source_key)s, %(dedupe_key)s, nextval('bus_ingress_id_seq'), %(received_at)s,
+            %(expires_at)s)
+    ON CONFLICT (source_key, dedupe_key) DO UPDATE
+        SET ingress_id = EXCLUDED.ingress_id, received_at = EXCLUDED.received_at,
+            expires_at = EXCLUDED.expires_at
+        WHERE bus_dedupe.expires_at <= EXCLUDED.received_at
+    RETURNING ingress_id, received_at
+), inserted AS (
+    INSERT INTO bus_ingress (id, source_key, dedupe_key, type, class, received_at, envelope,
+        body_ref, size, chain_id, hop, causation_id, path, status, error)
+    SELECT f.ingress_id, %(source_key)s, %(dedupe_key)s, %(type)s, %(class)s, f.received_at,
+        %(envelope)s, %(body_ref)s, %(size)s, %(chain_id)s, %(hop)s, %(causation_id)s, %(path)s,
+        %(status)s, %(error)s
+    FROM fresh
+    RETURNING id, received_at
+)
+SELECT true AS accepted, id, received_at FROM inserted
+UNION ALL
+SELECT false, d.ingress_id, d.received_at FROM bus_dedupe d
+WHERE d.source_key = %(source_key)s AND d.dedupe_key = %(dedupe_key)s
+  AND NOT EXISTS (SELECT 1 FROM fresh);
+
+-- name: ingress_count_duplicate
+-- Count a duplicate on the row it duplicates.
+UPDATE bus_ingress SET dup_count = dup_count + 1 WHERE id = %(id)s AND received_at = %(received_at)s;
+
+-- name: ingress_get
+-- One ingress row.
+SELECT * FROM bus_ingress WHERE id = %(id)s;
+
+-- name: ingress_unrouted_count
+-- Accepted, not yet routed rows of one source (for the backlog high water).
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM bus_ingress WHERE status = 'accepted' AND source_key = %(source_key)s
+    LIMIT %(cap)s
+) t;
+
+-- name: ingress_sources_pending
+-- Sources with accepted rows, oldest first.
+SELECT source_key FROM bus_ingress WHERE status = 'accepted'
+GROUP BY source_key ORDER BY min(id) LIMIT %(limit)s;
+
+-- name: ingress_source_lock
+-- One router per source at a time, for the rest of this transaction.
+SELECT pg_try_advisory_xact_lock(hashtextextended('eventos.route:' || %(source_key)s, 0)) AS locked;
+
+-- name: ingress_next_for_source
+-- The next accepted rows of one source, in acceptance order.
+SELECT id, source_key, dedupe_key, type, class, received_at, envelope, body_ref, size,
+       chain_id, hop, causation_id, path
+FROM bus_ingress WHERE status = 'accepted' AND source_key = %(source_key)s
+ORDER BY id LIMIT %(limit)s;
+
+-- name: ingress_mark
+-- Settle one ingress row after routing.
+UPDATE bus_ingress SET status = %(status)s, error = %(error)s, routed_at = now()
+WHERE id = %(id)s AND received_at = %(received_at)s;
+
+-- name: subscriptions_for_source
+-- Subscriptions of routable generations listening to a source, with the generation locked
+-- (shared) so a concurrent activate/stop sees our streams.
+SELECT s.id, s.employee, s.generation, s.trigger_name, s.trigger_kind, s.event_types, s.filter,
+       s.class, s.thread_by, s.lane, s.agent, s.reply_capable, g.state AS generation_state
+FROM bus_subscriptions s
+JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
+WHERE s.source_key = %(source_key)s AND g.state IN ('starting', 'running', 'paused')
+ORDER BY s.id
+FOR SHARE OF g;
+
+-- name: stream_allocate_seq
+-- Create or lock the stream row and take its next seq.
+INSERT INTO bus_streams (stream_key, employee, generation, lane, thread, next_seq, hold_reason,
+    entity_id, top_pending_class, oldest_pending_at)
+VALUES (%(stream_key)s, %(employee)s, %(generation)s, %(lane)s, %(thread)s, 2, %(hold_reason)s,
+    %(entity_id)s, %(class)s, now())
+ON CONFLICT (stream_key) DO UPDATE
+    SET next_seq = bus_streams.next_seq + 1,
+        top_pending_class = least(bus_streams.top_pending_class, EXCLUDED.top_pending_class),
+        oldest_pending_at = coalesce(bus_streams.oldest_pending_at, EXCLUDED.oldest_pending_at),
+        updated_at = now()
+RETURNING next_seq - 1 AS seq;
+
+-- name: delivery_insert
+-- One delivery of an ingress row to a stream.
+INSERT INTO bus_deliveries (stream_key, seq, ingress_id, ingress_received_at, subscription_id,
+    route, class, thread, type, payload, body_ref, size, chain_id, hop, causation_id)
+VALUES (%(stream_key)s, %(seq)s, %(ingress_id)s, %(ingress_received_at)s, %(subscription_id)s,
+    %(route)s, %(class)s, %(thread)s, %(type)s, %(payload)s, %(body_ref)s, %(size)s, %(chain_id)s,
+    %(hop)s, %(causation_id)s);
+
+-- name: stream_get
+-- One stream.
+SELECT * FROM bus_streams WHERE stream_key = %(stream_key)s;
+
+-- name: deliveries_for_stream
+-- The deliveries of one stream in seq order.
+SELECT * FROM bus_deliveries WHERE stream_key = %(stream_key)s ORDER BY seq;
+
+-- name: dedupe_expire
+-- Forget dedupe keys past their window.
+DELETE FROM bus_dedupe WHERE expires_at < now();
+
+-- name: blob_insert
+-- Record a body stored by reference.
+INSERT INTO event_blobs (id, sha256, storage_path, size) VALUES (%(id)s, %(sha256)s, %(path)s, %(size)s);
+
+-- name: blob_exists
+-- Whether a body reference exists.
+SELECT 1 AS found FROM event_blobs WHERE id = %(id)s;
+
+-- name: known_source
+-- Whether a routable generation listens to a source.
+SELECT 1 AS found FROM bus_subscriptions s
+JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
+WHERE s.source_key = %(source_key)s AND g.state IN ('starting', 'running', 'paused')
+LIMIT 1;
+
+-- name: dedupe_get
+-- The ingress row a (source, dedupe key) points to.
+SELECT ingress_id, received_at FROM bus_dedupe
+WHERE source_key = %(source_key)s AND dedupe_key = %(dedupe_key)s;

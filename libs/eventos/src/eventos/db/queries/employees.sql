@@ -1,0 +1,94 @@
+-- name: employee_upsert
+-- Store an applied spec; returns whether it was new.
+INSERT INTO employees (name, spec, spec_sha256)
+VALUES (%(name)s, %(spec)s, %(sha)s)
+ON CONFLICT (name) DO UPDATE
+    SET spec = EXCLUDED.spec, spec_sha256 = EXCLUDED.spec_sha256, updated_at = now()
+RETURNING (xmax = 0) AS created;
+
+-- name: employee_get
+-- One employee with its live generation, if any.
+SELECT e.name, e.spec, e.spec_sha256, e.created_at, e.updated_at,
+       g.generation, g.state, g.pause_reason
+FROM employees e
+LEFT JOIN generations g ON g.employee = e.name AND g.state <> 'retired'
+WHERE e.name = %(name)s;
+
+-- name: employee_list
+-- Every employee with its live generation, if any.
+SELECT e.name, e.spec_sha256, e.updated_at, g.generation, g.state, g.pause_reason
+FROM employees e
+LEFT JOIN generations g ON g.employee = e.name AND g.state <> 'retired'
+ORDER BY e.name;
+
+-- name: employee_lock
+-- Serialize lifecycle changes of one employee.
+SELECT name, spec, spec_sha256 FROM employees WHERE name = %(name)s FOR UPDATE;
+
+-- name: webhook_path_owners
+-- Which employees hold these paths.
+SELECT path, employee FROM employee_webhook_paths WHERE path = ANY(%(paths)s);
+
+-- name: webhook_paths_clear
+-- Forget the paths an employee no longer declares.
+DELETE FROM employee_webhook_paths WHERE employee = %(employee)s AND NOT (path = ANY(%(paths)s));
+
+-- name: webhook_path_claim
+-- Claim one path for an employee.
+INSERT INTO employee_webhook_paths (path, employee) VALUES (%(path)s, %(employee)s)
+ON CONFLICT (path) DO NOTHING;
+
+-- name: generation_live
+-- The live (not retired) generation of an employee, locked.
+SELECT employee, generation, state, pause_reason
+FROM generations WHERE employee = %(employee)s AND state <> 'retired'
+FOR UPDATE;
+
+-- name: generation_next_number
+-- The number the next generation takes.
+SELECT coalesce(max(generation), 0) + 1 AS generation FROM generations WHERE employee = %(employee)s;
+
+-- name: generation_create
+-- A new generation with its frozen snapshot.
+INSERT INTO generations (employee, generation, state, spec, spec_sha256)
+VALUES (%(employee)s, %(generation)s, 'starting', %(spec)s, %(sha)s);
+
+-- name: generation_set_state
+-- Move a generation to another state.
+UPDATE generations
+SET state = %(state)s,
+    pause_reason = %(pause_reason)s,
+    running_at = CASE WHEN %(state)s = 'running' THEN coalesce(running_at, now()) ELSE running_at END,
+    retired_at = CASE WHEN %(state)s = 'retired' THEN now() ELSE retired_at END
+WHERE employee = %(employee)s AND generation = %(generation)s;
+
+-- name: subscription_insert
+-- One compiled subscription of a generation.
+INSERT INTO bus_subscriptions (employee, generation, trigger_name, trigger_kind, event_types,
+    source_key, filter, params, class, thread_by, lane, agent, debounce, on_busy, reply_capable)
+VALUES (%(employee)s, %(generation)s, %(trigger_name)s, %(trigger_kind)s, %(event_types)s,
+    %(source_key)s, %(filter)s, %(params)s, %(class)s, %(thread_by)s, %(lane)s, %(agent)s,
+    %(debounce)s, %(on_busy)s, %(reply_capable)s);
+
+-- name: streams_hold
+-- Hold every stream of a generation with a reason (unless held for another reason).
+UPDATE bus_streams SET hold_reason = %(reason)s, updated_at = now()
+WHERE employee = %(employee)s AND generation = %(generation)s AND hold_reason IS NULL;
+
+-- name: streams_release
+-- Release the streams of a generation held for one reason.
+UPDATE bus_streams SET hold_reason = NULL, updated_at = now()
+WHERE employee = %(employee)s AND generation = %(generation)s AND hold_reason = %(reason)s;
+
+-- name: deliveries_kill_generation
+-- A retired generation's open deliveries become dead(reset).
+UPDATE bus_deliveries d SET status = 'dead', reason = 'reset', updated_at = now()
+FROM bus_streams s
+WHERE d.stream_key = s.stream_key AND s.employee = %(employee)s AND s.generation = %(generation)s
+  AND d.status IN ('pending', 'held');
+
+-- name: streams_clear_pending
+-- A retired generation's streams have nothing pending.
+UPDATE bus_streams SET top_pending_class = NULL, oldest_pending_at = NULL, state = 'retired',
+    updated_at = now()
+WHERE employee = %(employee)s AND generation = %(generation)s;

@@ -1,0 +1,211 @@
+"""An embedded PostgreSQL 16 server from the pip-installed `pgserver` binaries.
+
+Used by `make run` and the tests when EVENTOS_DATABASE_URL is not set. It listens on
+127.0.0.1 only (no Unix socket), runs as an unprivileged user when started as root
+(PostgreSQL refuses root), and stops a server left over by a crashed run of the same
+data directory before it starts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import pwd
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+SERVICE_USER = "eventos-pg"
+SUPERUSER = "postgres"
+
+
+def bin_dir() -> Path:
+    """The folder holding initdb and postgres."""
+    # Located without importing pgserver, whose import has side effects we do not want.
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the pgserver package (embedded PostgreSQL binaries) is not installed")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free right now on `host`."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _service_user() -> pwd.struct_passwd | None:
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(SERVICE_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER],
+            check=True,
+            capture_output=True,
+        )
+        return pwd.getpwnam(SERVICE_USER)
+
+
+def _open_path_to(path: Path) -> None:
+    """Let the unprivileged server user traverse every parent of `path`."""
+    for parent in [path, *path.parents]:
+        mode = parent.stat().st_mode
+        if mode & 0o011 != 0o011:
+            parent.chmod(mode | 0o011)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class EmbeddedPostgres:
+    """One PostgreSQL cluster in `data_dir`, started as a child process."""
+
+    data_dir: Path
+    port: int = 0
+    durable: bool = True
+    host: str = "127.0.0.1"
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def pgdata(self) -> Path:
+        return self.data_dir / "pgdata"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "postgres.log"
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://{SUPERUSER}@{self.host}:{self.port}/{database}"
+
+    def _preexec(self) -> object:
+        user = _service_user()
+        if user is None:
+            return None
+
+        def drop() -> None:
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+
+        return drop
+
+    def init(self) -> None:
+        """initdb the cluster when it does not exist yet."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        user = _service_user()
+        if user is not None:
+            _open_path_to(bin_dir())
+            _open_path_to(self.data_dir)
+            os.chown(self.data_dir, user.pw_uid, user.pw_gid)
+        if (self.pgdata / "PG_VERSION").exists():
+            return
+        args = [str(bin_dir() / "initdb"), "-D", str(self.pgdata), "-U", SUPERUSER]
+        args += ["--auth=trust", "--encoding=UTF8", "--locale=C"]
+        if not self.durable:
+            args.append("--no-sync")
+        subprocess.run(args, check=True, capture_output=True, preexec_fn=self._preexec())  # type: ignore[arg-type]
+
+    def stop_leftover(self) -> None:
+        """Stop a server a crashed run left on this data directory."""
+        pidfile = self.pgdata / "postmaster.pid"
+        if not pidfile.exists():
+            return
+        try:
+            pid = int(pidfile.read_text().splitlines()[0])
+        except (ValueError, IndexError):
+            return
+        if not _pid_alive(pid):
+            return
+        log.warning("stopping a leftover PostgreSQL (pid %d) on %s", pid, self.pgdata)
+        os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + 30
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+    def start(self, *, timeout: float = 60.0) -> None:
+        """Start the server and wait until it accepts connections."""
+        self.init()
+        self.stop_leftover()
+        if not self.port:
+            self.port = free_port(self.host)
+        settings = {
+            "listen_addresses": self.host,
+            "port": str(self.port),
+            "unix_socket_directories": "",
+            "max_connections": "300",
+            "shared_buffers": "128MB",
+            "fsync": "on" if self.durable else "off",
+            "full_page_writes": "on" if self.durable else "off",
+            "log_min_messages": "warning",
+        }
+        args = [str(bin_dir() / "postgres"), "-D", str(self.pgdata)]
+        for key, value in settings.items():
+            args += ["-c", f"{key}={value}"]
+        logfile = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            args,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            preexec_fn=self._preexec(),  # type: ignore[arg-type]
+            start_new_session=True,
+        )
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"PostgreSQL exited; see {self.log_path}")
+            try:
+                with psycopg.connect(self.url(), connect_timeout=2):
+                    return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"PostgreSQL not ready after {timeout}s") from None
+                time.sleep(0.1)
+
+    def create_database(self, name: str, *, template: str | None = None) -> str:
+        """Create database `name` (optionally cloned from `template`); returns its URL."""
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            stmt = psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(name))
+            if template:
+                stmt += psycopg.sql.SQL(" TEMPLATE {}").format(psycopg.sql.Identifier(template))
+            conn.execute(stmt)
+        return self.url(name)
+
+    def ensure_database(self, name: str) -> str:
+        """Create database `name` unless it exists; returns its URL."""
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        return self.url(name) if found else self.create_database(name)
+
+    def stop(self, *, timeout: float = 30.0) -> None:
+        """Fast shutdown: roll back open transactions, checkpoint, exit."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -1,0 +1,50 @@
+"""One root error type; each subclass's docstring is its default message."""
+
+from __future__ import annotations
+
+
+class EventOSError(Exception):
+    """Event OS error."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigError(EventOSError):
+    """The configuration is invalid."""
+
+
+class DatabaseUnavailable(EventOSError):
+    """The database is unavailable."""
+
+
+class SecretUnavailable(EventOSError):
+    """A referenced secret cannot be resolved."""
+
+
+class SpecInvalid(EventOSError):
+    """The employee spec is invalid."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{path}: {msg}" for path, msg in errors))
+
+
+class NotFound(EventOSError):
+    """Not found."""
+
+
+class Conflict(EventOSError):
+    """The request conflicts with the current state."""
+
+
+class QueueFull(EventOSError):
+    """The queue is full."""
+
+
+class SignatureInvalid(EventOSError):
+    """The request signature is invalid."""
+
+
+class EventRejected(EventOSError):
+    """The event is invalid."""

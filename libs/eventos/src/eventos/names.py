@@ -1,0 +1,81 @@
+"""Names shared across services: queues, classes, lanes, statuses, service names.
+
+Services use these by name and never import each other's code.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SERVICES: Final = ("ingress", "router", "relay", "workers-workflow", "workers-llm", "egress")
+
+# Scheduling classes (SPEC §9); the value is also the Temporal priority key.
+C1_OWNER: Final = 1
+C2_CUSTOMER: Final = 2
+C3_INTERNAL: Final = 3
+C4_BACKGROUND: Final = 4
+C5_UPKEEP: Final = 5
+CLASSES: Final = (C1_OWNER, C2_CUSTOMER, C3_INTERNAL, C4_BACKGROUND)
+
+# Temporal task queues.
+WORKFLOW_QUEUE: Final = "workflows"
+EGRESS_QUEUE: Final = "egress"
+LLM_QUEUES: Final = {c: f"llm-c{c}" for c in CLASSES}
+
+# Lanes and threads (SPEC §3).
+LANE_TALK: Final = "talk"
+LANE_CUSTOMER: Final = "customer"
+LANE_WORKER: Final = "worker"
+THREAD_MAIN: Final = "main"
+
+# Generation states.
+GEN_STARTING: Final = "starting"
+GEN_RUNNING: Final = "running"
+GEN_PAUSED: Final = "paused"
+GEN_RETIRED: Final = "retired"
+ROUTABLE_GENERATION_STATES: Final = (GEN_STARTING, GEN_RUNNING, GEN_PAUSED)
+
+# Stream hold reasons.
+HOLD_STARTING: Final = "starting"
+HOLD_PAUSED: Final = "paused"
+
+# Ingress row statuses (SPEC §5).
+INGRESS_ACCEPTED: Final = "accepted"
+INGRESS_ROUTED: Final = "routed"
+INGRESS_NO_CONSUMER: Final = "no_consumer"
+INGRESS_DEAD: Final = "dead"
+
+# Delivery statuses.
+DELIVERY_PENDING: Final = "pending"
+DELIVERY_DEAD: Final = "dead"
+
+# Event types produced by ingress.
+TYPE_CHAT_MESSAGE: Final = "eventos.chat.message"
+TYPE_WEBHOOK: Final = "eventos.webhook.received"
+
+# Bounds (SPEC §6, §7, §15).
+ENVELOPE_MAX_BYTES: Final = 64 * 1024
+PREVIEW_BYTES: Final = 4 * 1024
+DEFAULT_MAX_BODY: Final = 256 * 1024
+MAX_BODY_LIMIT: Final = 10 * 1024 * 1024
+FANOUT_MAX: Final = 50
+OWNER_CHAT_PENDING_MAX: Final = 100
+PUBLISH_IN_FLIGHT_MAX: Final = 1000
+DEDUPE_TTL_DAYS: Final = 7
+BODY_HASH_DEDUPE_SECONDS: Final = 600
+INGRESS_RETENTION_DAYS: Final = 7
+
+# Source keys: "<kind>:<scope>" (SPEC §5 source_key).
+SOURCE_WEBHOOK: Final = "webhook"
+SOURCE_CHAT: Final = "chat"
+SOURCE_GRPC: Final = "grpc"
+
+
+def source_key(kind: str, scope: str) -> str:
+    """The source key of a trigger kind and its scope (path, employee, driver id)."""
+    return f"{kind}:{scope}"
+
+
+def stream_key(employee: str, generation: int, lane: str, thread: str) -> str:
+    """The key of the stream `(employee, generation, lane, thread)`."""
+    return f"{employee}/g{generation}/{lane}/{thread}"

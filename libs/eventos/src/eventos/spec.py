@@ -1,0 +1,280 @@
+"""The `kind: Employee` spec (SPEC §3): parse, validate, name errors by field path.
+
+Secrets appear only as references (a name resolved by the SecretStore), never as values.
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from eventos import names
+from eventos.errors import SpecInvalid
+
+NAME_RE = r"^[a-z][a-z0-9-]{0,39}$"
+REF_RE = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+PATH_RE = r"^[a-z0-9][a-z0-9._/-]{0,127}$"
+# Prefixes of well-known secret values: a spec carrying one has pasted a secret, not a reference.
+SECRET_VALUE_PREFIXES = ("sk-", "sk_", "whsec_", "ghp_", "github_pat_", "xox", "rk_live_", "eyj")
+
+PROVIDER_SCHEMES = ("stripe", "github", "standard-webhooks", "whatsapp-business")
+GENERIC_SCHEMES = ("header", "hmac-sha256", "none")
+CHANNEL_KINDS = ("telegram", "whatsapp_business", "discord", "email")
+
+DEFAULT_CLASS = {
+    "chat": names.C1_OWNER,
+    "telegram": names.C2_CUSTOMER,
+    "whatsapp_business": names.C2_CUSTOMER,
+    "discord": names.C2_CUSTOMER,
+    "email": names.C2_CUSTOMER,
+    "grpc": names.C3_INTERNAL,
+    "cron": names.C4_BACKGROUND,
+    "poll": names.C4_BACKGROUND,
+    "start": names.C4_BACKGROUND,
+    "watch": names.C4_BACKGROUND,
+}
+
+
+def _check_ref(value: str) -> str:
+    if value.lower().startswith(SECRET_VALUE_PREFIXES):
+        raise ValueError("must be a secret reference (a name), not a secret value")
+    if not re.match(REF_RE, value):
+        raise ValueError(f"must be a secret reference matching {REF_RE}")
+    return value
+
+
+SecretRef = Annotated[str, Field(min_length=1)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Model(_Strict):
+    provider: Literal["openai", "local"]
+    name: str = Field(min_length=1)
+    credential: SecretRef | None = None
+    base_url: str | None = None
+
+    _ref = field_validator("credential")(lambda cls, v: v if v is None else _check_ref(v))
+
+    @model_validator(mode="after")
+    def _credential_for_openai(self) -> Model:
+        if self.provider == "openai" and self.credential is None and self.base_url is None:
+            raise ValueError("provider openai needs a credential reference or a base_url")
+        return self
+
+
+class Agent(_Strict):
+    name: str = Field(pattern=NAME_RE)
+    model: Model
+    system: str = ""
+    tools: list[str] = Field(default_factory=list)
+
+
+class Verify(_Strict):
+    scheme: Literal["header", "hmac-sha256", "stripe", "github", "standard-webhooks",
+                    "whatsapp-business", "none"]  # fmt: skip
+    secret: SecretRef | None = None
+    header: str | None = None
+    tolerance_s: int = Field(default=300, ge=1, le=3600)
+
+    _ref = field_validator("secret")(lambda cls, v: v if v is None else _check_ref(v))
+
+    @model_validator(mode="after")
+    def _fields_per_scheme(self) -> Verify:
+        if self.scheme != "none" and self.secret is None:
+            raise ValueError(f"scheme {self.scheme} needs a secret reference")
+        if self.scheme in ("header", "hmac-sha256") and not self.header:
+            raise ValueError(f"scheme {self.scheme} needs the header that carries it")
+        return self
+
+
+class Debounce(_Strict):
+    window_s: float = Field(ge=0, le=600)
+    cap_s: float = Field(ge=0, le=3600)
+
+
+class Trigger(_Strict):
+    kind: Literal["chat", "webhook", "telegram", "whatsapp_business", "discord", "email", "grpc",
+                  "cron", "poll", "start", "watch"]  # fmt: skip
+    name: str | None = Field(default=None, pattern=NAME_RE)
+    agent: str | None = None
+    class_: int | None = Field(default=None, alias="class", ge=1, le=4)
+    thread_by: str | None = None
+    debounce: Debounce | None = None
+    on_busy: Literal["skip", "queue", "merge"] = "skip"
+    filter: dict[str, Any] = Field(default_factory=dict)
+    # webhook
+    path: str | None = Field(default=None, pattern=PATH_RE)
+    verify: Verify | None = None
+    max_body: int | None = Field(default=None, ge=1, le=names.MAX_BODY_LIMIT)
+    dedupe_header: str | None = None
+    # channels
+    account: str | None = None
+    # grpc
+    driver: str | None = Field(default=None, pattern=REF_RE)
+    types: list[str] = Field(default_factory=list)
+    # cron, poll, start
+    schedule: str | None = None
+    interval_s: int | None = Field(default=None, ge=10)
+    text: str | None = None
+    # watch
+    store: str | None = None
+
+    @field_validator("class_", mode="before")
+    @classmethod
+    def _class_name(cls, v: object) -> object:
+        if isinstance(v, str) and re.fullmatch(r"C[1-4]", v):
+            return int(v[1])
+        if isinstance(v, str):
+            raise ValueError("class must be one of C1, C2, C3, C4")
+        return v
+
+    @model_validator(mode="after")
+    def _fields_per_kind(self) -> Trigger:
+        required = {"webhook": ("path", "verify"), "grpc": ("driver",), "cron": ("schedule",),
+                    "poll": ("interval_s",), "watch": ("store",)}  # fmt: skip
+        for kind in CHANNEL_KINDS:
+            required[kind] = ("account",)
+        for name in required.get(self.kind, ()):
+            if getattr(self, name) is None:
+                raise ValueError(f"a {self.kind} trigger needs {name!r}")
+        if self.kind == "webhook":
+            assert self.verify is not None
+            if self.verify.scheme == "none" and not self.dedupe_header:
+                raise ValueError("verify scheme none is only allowed with a dedupe_header")
+        if self.schedule is not None and len(self.schedule.split()) != 5:
+            raise ValueError("schedule must be a 5-field cron expression")
+        return self
+
+    @property
+    def klass(self) -> int:
+        """The scheduling class: explicit, else the default of the kind (SPEC §9)."""
+        if self.class_ is not None:
+            return self.class_
+        if self.kind == "webhook":
+            assert self.verify is not None
+            provider = self.verify.scheme in PROVIDER_SCHEMES
+            return names.C3_INTERNAL if provider else names.C4_BACKGROUND
+        return DEFAULT_CLASS[self.kind]
+
+    @property
+    def lane(self) -> str:
+        if self.kind == "chat":
+            return names.LANE_TALK
+        return names.LANE_CUSTOMER if self.kind in CHANNEL_KINDS else names.LANE_WORKER
+
+
+class Budget(_Strict):
+    daily_usd: float = Field(gt=0, le=100_000)
+
+
+class EmployeeBody(_Strict):
+    timezone: str = "UTC"
+    budget: Budget | None = None
+    agents: list[Agent] = Field(min_length=1, max_length=16)
+    triggers: list[Trigger] = Field(default_factory=list, max_length=64)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, v: str) -> str:
+        try:
+            zoneinfo.ZoneInfo(v)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {v!r}") from None
+        return v
+
+
+class Metadata(_Strict):
+    name: str = Field(pattern=NAME_RE)
+
+
+class EmployeeSpec(_Strict):
+    apiVersion: Literal["eventos/v1"]  # noqa: N815 - the YAML field name is normative
+    kind: Literal["Employee"]
+    metadata: Metadata
+    spec: EmployeeBody
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def trigger_names(self) -> list[str]:
+        """Each trigger's name: explicit, else derived from its kind and position."""
+        out: list[str] = []
+        for i, t in enumerate(self.spec.triggers):
+            if t.name:
+                out.append(t.name)
+            elif t.kind in ("chat", "start"):
+                out.append(t.kind)
+            elif t.kind == "webhook" and t.path:
+                out.append("webhook-" + re.sub(r"[^a-z0-9-]", "-", t.path))
+            else:
+                out.append(f"{t.kind.replace('_', '-')}-{i}")
+        return out
+
+    def webhook_paths(self) -> list[str]:
+        return [t.path for t in self.spec.triggers if t.kind == "webhook" and t.path]
+
+
+def _check_cross_fields(spec: EmployeeSpec) -> list[tuple[str, str]]:
+    errors: list[tuple[str, str]] = []
+    agents = {a.name for a in spec.spec.agents}
+    if len(agents) != len(spec.spec.agents):
+        errors.append(("spec.agents", "agent names must be unique"))
+    seen: set[str] = set()
+    paths: set[str] = set()
+    for i, (t, name) in enumerate(zip(spec.spec.triggers, spec.trigger_names(), strict=True)):
+        if name in seen:
+            errors.append((f"spec.triggers[{i}].name", f"duplicate trigger name {name!r}"))
+        seen.add(name)
+        if t.agent is not None and t.agent not in agents:
+            errors.append((f"spec.triggers[{i}].agent", f"no agent named {t.agent!r}"))
+        if t.path is not None:
+            if t.path in paths:
+                errors.append((f"spec.triggers[{i}].path", f"path {t.path!r} is declared twice"))
+            paths.add(t.path)
+    return errors
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.startswith("function-") or part in ("function-after", "function-plain"):
+            continue
+        else:
+            out += ("." if out else "") + part
+    return out or "(root)"
+
+
+def parse_spec(data: object) -> EmployeeSpec:
+    """Validate a decoded spec; SpecInvalid lists every error with its field path."""
+    if not isinstance(data, dict):
+        raise SpecInvalid([("(root)", "an Employee spec must be a mapping")])
+    try:
+        spec = EmployeeSpec.model_validate(data)
+    except ValidationError as exc:
+        errors = [(_loc(tuple(e["loc"])), e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
+        raise SpecInvalid(errors) from None
+    cross = _check_cross_fields(spec)
+    if cross:
+        raise SpecInvalid(cross)
+    return spec
+
+
+def load_specs(text: str) -> list[EmployeeSpec]:
+    """Every Employee document in a YAML text (several may be separated by `---`)."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise SpecInvalid([("(yaml)", str(exc))]) from None
+    if not docs:
+        raise SpecInvalid([("(root)", "no document found")])
+    return [parse_spec(d) for d in docs]

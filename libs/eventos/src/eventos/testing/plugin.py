@@ -1,0 +1,140 @@
+"""pytest plugin: real PostgreSQL and a real Temporal dev server for the whole session.
+
+PostgreSQL: EVENTOS_DATABASE_URL if set, else testcontainers where a Docker engine answers,
+else the embedded server. Each test gets a fresh database cloned from a migrated template.
+Temporal: TEMPORAL_ADDRESS if set, else the pinned dev server binary (started on first use).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from eventos.db import Conn, connect, open_pool
+from eventos.db.migrate import migrate
+from eventos.settings import DatabaseSettings, TemporalSettings
+
+TEMPLATE = "eventos_template"
+_counter = itertools.count(1)
+
+
+@dataclass
+class PostgresForTests:
+    """A server the tests may create databases on."""
+
+    admin_url: str
+
+    def url(self, database: str) -> str:
+        info = psycopg.conninfo.conninfo_to_dict(self.admin_url)
+        info["dbname"] = database
+        return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in info.items() if v is not None})
+
+    def execute(self, stmt: sql.Composable) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(stmt)
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env(timeout=2).ping()
+    except Exception:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresForTests]:
+    """The session's PostgreSQL server."""
+    url = os.environ.get("EVENTOS_DATABASE_URL")
+    if url:
+        yield PostgresForTests(url)
+        return
+    if _docker_answers():
+        from testcontainers.postgres import PostgresContainer  # type: ignore[import-untyped]
+
+        with PostgresContainer("postgres:16", driver=None) as pg:
+            yield PostgresForTests(pg.get_connection_url())
+        return
+    from eventos.embedded_pg import EmbeddedPostgres
+
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg"), durable=False)
+    server.start()
+    try:
+        yield PostgresForTests(server.url())
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def template_database(postgres_server: PostgresForTests) -> str:
+    """A migrated database every test database is cloned from."""
+    name = f"{TEMPLATE}_{os.getpid()}"
+    postgres_server.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+    postgres_server.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+    async def _migrate() -> None:
+        conn = await connect(DatabaseSettings(url=postgres_server.url(name)))
+        async with conn:
+            await migrate(conn)
+
+    asyncio.run(_migrate())
+    return name
+
+
+@pytest.fixture
+def db_settings(
+    postgres_server: PostgresForTests, template_database: str
+) -> Iterator[DatabaseSettings]:
+    """Settings for a fresh database cloned from the migrated template."""
+    name = f"t_{os.getpid()}_{next(_counter)}"
+    ident = sql.Identifier(name)
+    template = sql.Identifier(template_database)
+    postgres_server.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(ident, template))
+    yield DatabaseSettings(url=postgres_server.url(name), pool_max=20)
+    postgres_server.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+
+
+@pytest.fixture
+async def pool(db_settings: DatabaseSettings) -> AsyncIterator[AsyncConnectionPool[Conn]]:
+    """An open pool on the test's database."""
+    p = await open_pool(db_settings)
+    try:
+        yield p
+    finally:
+        await p.close()
+
+
+@pytest.fixture
+async def conn(db_settings: DatabaseSettings) -> AsyncIterator[Conn]:
+    """One connection on the test's database."""
+    c = await connect(db_settings)
+    async with c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def temporal_settings() -> Iterator[TemporalSettings]:
+    """A real Temporal frontend: TEMPORAL_ADDRESS, else the pinned dev server."""
+    if os.environ.get("TEMPORAL_ADDRESS"):
+        yield TemporalSettings.from_env()
+        return
+    from eventos.temporal_dev import TemporalDevServer
+
+    server = TemporalDevServer(Path(tempfile.mkdtemp(prefix="eventos-temporal-")))
+    server.start()
+    try:
+        yield TemporalSettings(address=server.address, namespace=server.namespace)
+    finally:
+        server.stop()

@@ -1,0 +1,303 @@
+"""Webhook signature verification and provider dedupe keys (SPEC §3, §6.1), as pure functions.
+
+Every comparison of a secret or signature is constant-time. Reasons in `SignatureInvalid` never
+contain the secret or the signature that was sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from standardwebhooks import Webhook
+
+from eventos.errors import ConfigError, SecretUnavailable, SignatureInvalid
+
+_WHSEC_PREFIX = b"whsec_"
+# int() refuses very long digit strings with ValueError; 12 digits reach the year 33658.
+_MAX_TIMESTAMP_DIGITS = 12
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """How one webhook endpoint proves its requests are authentic."""
+
+    scheme: str
+    secret: bytes | None
+    header: str | None = None
+    tolerance_s: int = 300
+
+
+def verify(cfg: VerifyConfig, headers: Mapping[str, str], body: bytes, now: float) -> None:
+    """Raise SignatureInvalid(reason) unless the request is authentic."""
+    check = _VERIFIERS.get(cfg.scheme)
+    if check is None:
+        raise ValueError(f"unknown verification scheme {cfg.scheme!r}")
+    check(cfg, headers, body, now)
+
+
+def provider_dedupe_key(scheme: str, headers: Mapping[str, str], body: bytes) -> str | None:
+    """The provider's own event id used as dedupe key, or None when the provider gives none."""
+    if scheme not in _VERIFIERS:
+        raise ValueError(f"unknown verification scheme {scheme!r}")
+    if scheme == "stripe":
+        return _stripe_event_id(body)
+    if scheme == "github":
+        return headers.get("x-github-delivery") or None
+    if scheme == "standard-webhooks":
+        return headers.get("webhook-id") or None
+    if scheme == "whatsapp-business":
+        return _whatsapp_key(body)
+    return None
+
+
+def secret_headers(cfg: VerifyConfig) -> frozenset[str]:
+    """Lower-cased names of headers that carry the secret or signature (never stored)."""
+    if cfg.scheme in ("header", "hmac-sha256"):
+        return frozenset({_header_name(cfg)})
+    names = _SECRET_HEADERS.get(cfg.scheme)
+    if names is None:
+        raise ValueError(f"unknown verification scheme {cfg.scheme!r}")
+    return names
+
+
+# --- schemes ---------------------------------------------------------------------------------
+
+
+def _verify_none(cfg: VerifyConfig, headers: Mapping[str, str], body: bytes, now: float) -> None:
+    """Trusted internal callers; the spec only allows this together with a dedupe header."""
+
+
+def _verify_header(cfg: VerifyConfig, headers: Mapping[str, str], body: bytes, now: float) -> None:
+    name = _header_name(cfg)
+    given = _required(headers, name)
+    # Header values arrive as str; compare their UTF-8 bytes with the secret bytes.
+    if not hmac.compare_digest(given.encode("utf-8", "replace"), _secret(cfg)):
+        raise SignatureInvalid(f"header {name} does not match the secret")
+
+
+def _verify_hmac_sha256(
+    cfg: VerifyConfig, headers: Mapping[str, str], body: bytes, now: float
+) -> None:
+    given = _required(headers, _header_name(cfg)).strip().lower().removeprefix("sha256=")
+    if not _same(given, _hex_hmac(_secret(cfg), body)):
+        raise SignatureInvalid("signature does not match")
+
+
+def _verify_hub_signature(
+    cfg: VerifyConfig, headers: Mapping[str, str], body: bytes, now: float
+) -> None:
+    """GitHub and Meta (WhatsApp Business) both send `X-Hub-Signature-256: sha256=<hex>`."""
+    algorithm, sep, digest = _required(headers, "x-hub-signature-256").strip().partition("=")
+    if not sep or algorithm.lower() != "sha256":
+        raise SignatureInvalid("malformed header x-hub-signature-256")
+    if not _same(digest.lower(), _hex_hmac(_secret(cfg), body)):
+        raise SignatureInvalid("signature does not match")
+
+
+def _verify_stripe(cfg: VerifyConfig, headers: Mapping[str, str], body: bytes, now: float) -> None:
+    timestamp, candidates = _stripe_signature(_required(headers, "stripe-signature"))
+    _check_fresh(int(timestamp), now, cfg.tolerance_s)
+    # Signed with the timestamp text exactly as sent, not a re-rendered number.
+    expected = _hex_hmac(_secret(cfg), f"{timestamp}.".encode() + body)
+    if not _any_same(candidates, expected):
+        raise SignatureInvalid("no v1 signature matches")
+
+
+def _verify_standard_webhooks(
+    cfg: VerifyConfig, headers: Mapping[str, str], body: bytes, now: float
+) -> None:
+    """Signature by the standardwebhooks library; the timestamp checked here against `now`.
+
+    `Webhook.verify` reads the wall clock with a fixed 5-minute tolerance, so it would ignore both
+    the injected `now` and `cfg.tolerance_s`; we use the library's `sign` for the signed content
+    and compare every `v1` signature ourselves.
+    """
+    msg_id = _required(headers, "webhook-id")
+    timestamp = _unix_seconds(_required(headers, "webhook-timestamp"))
+    signatures = _required(headers, "webhook-signature")
+    if timestamp is None:
+        raise SignatureInvalid("malformed header webhook-timestamp")
+    _check_fresh(timestamp, now, cfg.tolerance_s)
+    try:
+        text = body.decode("utf-8")  # the library signs str; utf-8 round-trips these bytes
+    except UnicodeDecodeError:
+        raise SignatureInvalid("body is not UTF-8") from None
+    webhook = Webhook(_standard_webhooks_key(_secret(cfg)))
+    signed = webhook.sign(msg_id, datetime.fromtimestamp(timestamp, tz=UTC), text)
+    expected = base64.b64decode(signed.partition(",")[2])
+    matched = False
+    for item in signatures.split():
+        version, _, encoded = item.partition(",")
+        given = _b64decode(encoded) if version == "v1" else None
+        matched |= given is not None and hmac.compare_digest(given, expected)
+    if not matched:
+        raise SignatureInvalid("no v1 signature matches")
+
+
+_Verifier = Callable[[VerifyConfig, Mapping[str, str], bytes, float], None]
+
+_VERIFIERS: dict[str, _Verifier] = {
+    "header": _verify_header,
+    "hmac-sha256": _verify_hmac_sha256,
+    "stripe": _verify_stripe,
+    "github": _verify_hub_signature,
+    "standard-webhooks": _verify_standard_webhooks,
+    "whatsapp-business": _verify_hub_signature,
+    "none": _verify_none,
+}
+
+_SECRET_HEADERS: dict[str, frozenset[str]] = {
+    "stripe": frozenset({"stripe-signature"}),
+    "github": frozenset({"x-hub-signature-256", "x-hub-signature"}),
+    "standard-webhooks": frozenset({"webhook-signature"}),
+    "whatsapp-business": frozenset({"x-hub-signature-256"}),
+    "none": frozenset(),
+}
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _secret(cfg: VerifyConfig) -> bytes:
+    # An empty secret would let an empty header pass; answer 503 (the provider retries) not 401.
+    if not cfg.secret:
+        raise SecretUnavailable(f"the secret for scheme {cfg.scheme} is empty")
+    return cfg.secret
+
+
+def _header_name(cfg: VerifyConfig) -> str:
+    if not cfg.header:
+        raise ConfigError(f"scheme {cfg.scheme} needs the header that carries it")
+    return cfg.header.lower()
+
+
+def _required(headers: Mapping[str, str], name: str) -> str:
+    value = headers.get(name)
+    if not value:
+        raise SignatureInvalid(f"missing header {name}")
+    return value
+
+
+def _hex_hmac(secret: bytes, message: bytes) -> str:
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def _same(given: str, expected: str) -> bool:
+    # compare_digest refuses non-ASCII str, and a header may hold anything.
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
+
+
+def _any_same(candidates: list[str], expected: str) -> bool:
+    matched = False
+    for candidate in candidates:
+        matched |= _same(candidate.lower(), expected)
+    return matched
+
+
+def _unix_seconds(text: str) -> int | None:
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > _MAX_TIMESTAMP_DIGITS:
+        return None
+    return int(text)
+
+
+def _check_fresh(timestamp: int, now: float, tolerance_s: int) -> None:
+    if abs(now - timestamp) > tolerance_s:
+        raise SignatureInvalid("timestamp outside tolerance")
+
+
+def _stripe_signature(value: str) -> tuple[str, list[str]]:
+    """Parse `t=<ts>,v1=<hex>[,v1=…][,v0=…]` into the timestamp text and the v1 signatures."""
+    timestamp: str | None = None
+    candidates: list[str] = []
+    for item in value.split(","):
+        key, sep, text = item.strip().partition("=")
+        if not sep or (key == "t" and timestamp is not None):
+            raise SignatureInvalid("malformed header stripe-signature")
+        if key == "t":
+            timestamp = text
+        elif key == "v1":
+            candidates.append(text)
+    if timestamp is None or _unix_seconds(timestamp) is None or not candidates:
+        raise SignatureInvalid("malformed header stripe-signature")
+    return timestamp, candidates
+
+
+def _standard_webhooks_key(secret: bytes) -> bytes:
+    """`whsec_<base64>` is decoded strictly; any other secret is used as the raw key bytes.
+
+    The library's own decoding drops characters outside the base64 alphabet, which would turn a
+    mistyped secret into a different key and every request into a silent 401.
+    """
+    if not secret.startswith(_WHSEC_PREFIX):
+        return secret
+    key = _b64decode(secret.removeprefix(_WHSEC_PREFIX).decode("ascii", "replace"))
+    if not key:
+        raise SecretUnavailable("the standard-webhooks secret is not base64 after whsec_")
+    return key
+
+
+def _b64decode(text: str) -> bytes | None:
+    padded = text + "=" * (-len(text) % 4)  # senders may drop the padding
+    try:
+        return base64.b64decode(padded, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+
+
+def _stripe_event_id(body: bytes) -> str | None:
+    payload = _json(body)
+    event_id = payload.get("id") if isinstance(payload, dict) else None
+    return event_id if isinstance(event_id, str) and event_id else None
+
+
+def _whatsapp_key(body: bytes) -> str | None:
+    """Sorted, comma-joined ids of the messages and statuses in a Meta webhook.
+
+    Meta sends `sent`, `delivered` and `read` for one message as separate webhooks that carry the
+    same wamid, so a status id is suffixed with its status; otherwise `read` would be dropped as a
+    duplicate of `delivered`.
+    """
+    ids: set[str] = set()
+    for value in _whatsapp_values(_json(body)):
+        for message in _dicts(value.get("messages")):
+            if _nonempty_str(message.get("id")):
+                ids.add(message["id"])
+        for status in _dicts(value.get("statuses")):
+            if _nonempty_str(status.get("id")):
+                state = status.get("status")
+                ids.add(f"{status['id']}:{state}" if _nonempty_str(state) else status["id"])
+    return ",".join(sorted(ids)) or None
+
+
+def _whatsapp_values(payload: Any) -> Iterator[dict[str, Any]]:
+    if not isinstance(payload, dict):
+        return
+    for entry in _dicts(payload.get("entry")):
+        for change in _dicts(entry.get("changes")):
+            value = change.get("value")
+            if isinstance(value, dict):
+                yield value
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _nonempty_str(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)

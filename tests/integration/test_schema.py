@@ -1,0 +1,74 @@
+"""The migrated schema equals the declared one; migrations are idempotent and locked."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from datetime import UTC, date, datetime
+
+from psycopg import sql
+
+from eventos.db import Conn, connect
+from eventos.db.migrate import drop_expired_partitions, ensure_partitions, migrate, partition_name
+from eventos.embedded_pg import bin_dir
+from eventos.settings import DatabaseSettings
+from eventos.testing.plugin import PostgresForTests
+
+
+def _dump(url: str) -> str:
+    out = subprocess.run(
+        [str(bin_dir() / "pg_dump"), "--schema-only", "--no-owner", "--exclude-table=schema_migrations", url],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return "\n".join(ln for ln in out.splitlines() if not ln.startswith("--") and ln.strip())
+
+
+async def test_migrated_schema_equals_declared(postgres_server: PostgresForTests, db_settings: DatabaseSettings) -> None:
+    declared = "declared_schema_check"
+    ident = sql.Identifier(declared)
+    postgres_server.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(ident))
+    postgres_server.execute(sql.SQL("CREATE DATABASE {}").format(ident))
+    from importlib import resources
+
+    text = (resources.files("eventos.db") / "schema.sql").read_text()
+    url = postgres_server.url(declared)
+    conn = await connect(DatabaseSettings(url=url), autocommit=True)
+    async with conn:
+        await conn.execute(text.encode())
+        await ensure_partitions(conn, datetime.now(UTC).date())
+    try:
+        assert _dump(db_settings.url) == _dump(url)
+    finally:
+        postgres_server.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(ident))
+
+
+async def test_migrate_twice_applies_nothing_and_runs_under_one_lock(db_settings: DatabaseSettings) -> None:
+    conns = [await connect(db_settings) for _ in range(3)]
+    try:
+        results = await asyncio.gather(*(migrate(c) for c in conns))
+    finally:
+        for c in conns:
+            await c.close()
+    assert [len(r) for r in results] == [0, 0, 0]
+
+
+async def test_every_connection_carries_both_timeouts(conn: Conn) -> None:
+    cur = await conn.execute("SHOW statement_timeout")
+    assert (await cur.fetchone() or {})["statement_timeout"] == "5s"
+    cur = await conn.execute("SHOW idle_in_transaction_session_timeout")
+    assert (await cur.fetchone() or {})["idle_in_transaction_session_timeout"] == "10s"
+
+
+async def test_partitions_are_created_ahead_and_dropped_after_retention(conn: Conn) -> None:
+    await conn.set_autocommit(True)
+    today = date(2031, 5, 10)
+    created = await ensure_partitions(conn, today, days_ahead=2)
+    assert created == [partition_name(date(2031, 5, d)) for d in (9, 10, 11, 12)]
+    assert await ensure_partitions(conn, today, days_ahead=2) == []
+    dropped = await drop_expired_partitions(conn, date(2031, 5, 17), retention_days=7)
+    assert partition_name(date(2031, 5, 9)) in dropped
+    assert all(name < partition_name(date(2031, 5, 10)) for name in dropped)
+    cur = await conn.execute("SELECT count(*) AS n FROM pg_class WHERE relname = ANY(%s)", (dropped,))
+    assert (await cur.fetchone() or {})["n"] == 0
