@@ -28,7 +28,7 @@ lock: $(UV) ## re-resolve uv.lock after a dependency change
 	$(UV) lock
 
 proto: install ## regenerate the gRPC/protobuf code from proto/eventos/v1
-	$(PY) -m eventos.protogen
+	$(PY) scripts/protogen.py
 
 migrate: install ## apply the database migrations (EVENTOS_DATABASE_URL or the local instance)
 	$(VENV)/bin/eventosctl migrate

@@ -17,7 +17,13 @@ from eventos.testing.plugin import PostgresForTests
 
 def _dump(url: str) -> str:
     out = subprocess.run(
-        [str(bin_dir() / "pg_dump"), "--schema-only", "--no-owner", "--exclude-table=schema_migrations", url],
+        [
+            str(bin_dir() / "pg_dump"),
+            "--schema-only",
+            "--no-owner",
+            "--exclude-table=schema_migrations",
+            url,
+        ],
         check=True,
         capture_output=True,
         text=True,
@@ -25,7 +31,9 @@ def _dump(url: str) -> str:
     return "\n".join(ln for ln in out.splitlines() if not ln.startswith("--") and ln.strip())
 
 
-async def test_migrated_schema_equals_declared(postgres_server: PostgresForTests, db_settings: DatabaseSettings) -> None:
+async def test_migrated_schema_equals_declared(
+    postgres_server: PostgresForTests, db_settings: DatabaseSettings
+) -> None:
     declared = "declared_schema_check"
     ident = sql.Identifier(declared)
     postgres_server.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(ident))
@@ -44,7 +52,9 @@ async def test_migrated_schema_equals_declared(postgres_server: PostgresForTests
         postgres_server.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(ident))
 
 
-async def test_migrate_twice_applies_nothing_and_runs_under_one_lock(db_settings: DatabaseSettings) -> None:
+async def test_migrate_twice_applies_nothing_and_runs_under_one_lock(
+    db_settings: DatabaseSettings,
+) -> None:
     conns = [await connect(db_settings) for _ in range(3)]
     try:
         results = await asyncio.gather(*(migrate(c) for c in conns))
@@ -70,5 +80,7 @@ async def test_partitions_are_created_ahead_and_dropped_after_retention(conn: Co
     dropped = await drop_expired_partitions(conn, date(2031, 5, 17), retention_days=7)
     assert partition_name(date(2031, 5, 9)) in dropped
     assert all(name < partition_name(date(2031, 5, 10)) for name in dropped)
-    cur = await conn.execute("SELECT count(*) AS n FROM pg_class WHERE relname = ANY(%s)", (dropped,))
+    cur = await conn.execute(
+        "SELECT count(*) AS n FROM pg_class WHERE relname = ANY(%s)", (dropped,)
+    )
     assert (await cur.fetchone() or {})["n"] == 0

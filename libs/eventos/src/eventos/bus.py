@@ -41,6 +41,7 @@ class IngressRecord:
     path: str | None = None
     status: str = names.INGRESS_ACCEPTED
     error: str | None = None
+    dedupe_ttl_s: int = names.DEDUPE_TTL_DAYS * 86400
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def _params(rec: IngressRecord, now: datetime) -> dict[str, object]:
         "type": rec.type,
         "class": rec.klass,
         "received_at": now,
-        "expires_at": now + timedelta(days=names.DEDUPE_TTL_DAYS),
+        "expires_at": now + timedelta(seconds=rec.dedupe_ttl_s),
         "envelope": Jsonb(rec.envelope) if rec.envelope is not None else None,
         "body_ref": rec.body_ref,
         "size": rec.size,

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,7 +51,14 @@ def _service_user() -> pwd.struct_passwd | None:
         return pwd.getpwnam(SERVICE_USER)
     except KeyError:
         subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER],
+            [
+                "useradd",
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                SERVICE_USER,
+            ],
             check=True,
             capture_output=True,
         )
@@ -96,7 +104,7 @@ class EmbeddedPostgres:
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{SUPERUSER}@{self.host}:{self.port}/{database}"
 
-    def _preexec(self) -> object:
+    def _preexec(self) -> Callable[[], None] | None:
         user = _service_user()
         if user is None:
             return None
@@ -121,7 +129,7 @@ class EmbeddedPostgres:
         args += ["--auth=trust", "--encoding=UTF8", "--locale=C"]
         if not self.durable:
             args.append("--no-sync")
-        subprocess.run(args, check=True, capture_output=True, preexec_fn=self._preexec())  # type: ignore[arg-type]
+        subprocess.run(args, check=True, capture_output=True, preexec_fn=self._preexec())
 
     def stop_leftover(self) -> None:
         """Stop a server a crashed run left on this data directory."""
@@ -166,7 +174,7 @@ class EmbeddedPostgres:
             args,
             stdout=logfile,
             stderr=subprocess.STDOUT,
-            preexec_fn=self._preexec(),  # type: ignore[arg-type]
+            preexec_fn=self._preexec(),
             start_new_session=True,
         )
         self._wait_ready(timeout)

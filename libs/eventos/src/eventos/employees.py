@@ -65,9 +65,7 @@ def trigger_source_key(employee: str, name: str, t: Trigger) -> str:
     return names.source_key(t.kind, f"{employee}/{name}")
 
 
-def compile_subscriptions(
-    spec: EmployeeSpec, generation: int
-) -> list[dict[str, object]]:
+def compile_subscriptions(spec: EmployeeSpec, generation: int) -> list[dict[str, object]]:
     """One subscription row per trigger of a generation's snapshot."""
     front = spec.spec.agents[0].name
     rows: list[dict[str, object]] = []
@@ -109,8 +107,12 @@ async def apply(conn: Conn, spec: EmployeeSpec) -> Applied:
         cur = await conn.execute(Q["webhook_path_owners"], {"paths": paths})
         for row in await cur.fetchall():
             if row["employee"] != spec.name:
-                raise Conflict(f"webhook path {row['path']!r} is already used by {row['employee']!r}")
-        cur = await conn.execute(Q["employee_upsert"], {"name": spec.name, "spec": Jsonb(doc), "sha": sha})
+                raise Conflict(
+                    f"webhook path {row['path']!r} is already used by {row['employee']!r}"
+                )
+        cur = await conn.execute(
+            Q["employee_upsert"], {"name": spec.name, "spec": Jsonb(doc), "sha": sha}
+        )
         created = bool((await cur.fetchone() or {}).get("created"))
         await conn.execute(Q["webhook_paths_clear"], {"employee": spec.name, "paths": paths})
         for path in paths:
@@ -136,7 +138,7 @@ async def _live(conn: Conn, name: str) -> GenerationRef | None:
 
 
 async def start(conn: Conn, name: str) -> GenerationRef:
-    """Create generation g+1 (`starting`) with its snapshot and subscriptions, in one transaction."""
+    """Create generation g+1 (`starting`), its snapshot and subscriptions in one transaction."""
     async with conn.transaction():
         emp = await _lock_employee(conn, name)
         live = await _live(conn, name)
@@ -165,7 +167,12 @@ async def _transition(
         raise Conflict(f"{name!r} generation {live.generation} is {live.state}, not {allowed}")
     await conn.execute(
         Q["generation_set_state"],
-        {"employee": name, "generation": live.generation, "state": to, "pause_reason": pause_reason},
+        {
+            "employee": name,
+            "generation": live.generation,
+            "state": to,
+            "pause_reason": pause_reason,
+        },
     )
     return GenerationRef(name, live.generation, to)
 
@@ -182,7 +189,9 @@ async def stop(conn: Conn, name: str) -> GenerationRef:
     """Pause the live generation: its streams are held `paused`."""
     async with conn.transaction():
         allowed = (names.GEN_STARTING, names.GEN_RUNNING)
-        ref = await _transition(conn, name, allowed=allowed, to=names.GEN_PAUSED, pause_reason="owner")
+        ref = await _transition(
+            conn, name, allowed=allowed, to=names.GEN_PAUSED, pause_reason="owner"
+        )
         await _set_holds(conn, ref, hold=names.HOLD_PAUSED)
     return ref
 

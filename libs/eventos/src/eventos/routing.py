@@ -74,7 +74,7 @@ def type_matches(types: list[str], event_type: str) -> bool:
 
 
 def thread_for(thread_by: str | None, envelope: object, ingress_id: int) -> str:
-    """`main`, `e_<event>` (ephemeral) or `t_<hash>` of the counterpart (no personal data in ids)."""
+    """`main`, `e_<event>` (ephemeral) or `t_<hash>` of the counterpart (no personal data)."""
     if not thread_by:
         return names.THREAD_MAIN
     if thread_by == "event":
@@ -182,7 +182,9 @@ async def route_source(conn: Conn, source: str, stats: RouteStats, limit: int = 
         cur = await conn.execute(Q["ingress_source_lock"], {"source_key": source})
         if not (await cur.fetchone() or {}).get("locked"):
             return 0
-        cur = await conn.execute(Q["ingress_next_for_source"], {"source_key": source, "limit": limit})
+        cur = await conn.execute(
+            Q["ingress_next_for_source"], {"source_key": source, "limit": limit}
+        )
         rows = await cur.fetchall()
         if not rows:
             return 0

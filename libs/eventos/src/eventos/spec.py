@@ -195,7 +195,7 @@ class Metadata(_Strict):
 
 
 class EmployeeSpec(_Strict):
-    apiVersion: Literal["eventos/v1"]  # noqa: N815 - the YAML field name is normative
+    apiVersion: Literal["eventos/v1"]
     kind: Literal["Employee"]
     metadata: Metadata
     spec: EmployeeBody
@@ -261,7 +261,9 @@ def parse_spec(data: object) -> EmployeeSpec:
     try:
         spec = EmployeeSpec.model_validate(data)
     except ValidationError as exc:
-        errors = [(_loc(tuple(e["loc"])), e["msg"].removeprefix("Value error, ")) for e in exc.errors()]
+        errors = [
+            (_loc(tuple(e["loc"])), e["msg"].removeprefix("Value error, ")) for e in exc.errors()
+        ]
         raise SpecInvalid(errors) from None
     cross = _check_cross_fields(spec)
     if cross:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -15,7 +16,7 @@ from eventos.settings import DatabaseSettings
 
 __all__ = ["Queries", "connect", "connection_options", "load_queries", "open_pool", "translate"]
 
-Conn = psycopg.AsyncConnection[dict[str, object]]
+Conn = psycopg.AsyncConnection[dict[str, Any]]
 
 
 def connection_options(settings: DatabaseSettings) -> str:

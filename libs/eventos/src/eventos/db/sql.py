@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from importlib import resources
-from typing import LiteralString, cast
+from typing import LiteralString
 
 _HEADER = re.compile(r"^-- name: ([a-z0-9_]+)\s*$", re.MULTILINE)
 
@@ -19,7 +19,7 @@ def parse_queries(text: str) -> Queries:
         lines = [ln for ln in body.strip().splitlines() if not ln.startswith("--")]
         if name in queries:
             raise ValueError(f"query {name!r} is defined twice")
-        queries[name] = cast(LiteralString, "\n".join(lines).strip())
+        queries[name] = "\n".join(lines).strip()
     return queries
 
 

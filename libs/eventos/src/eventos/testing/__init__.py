@@ -34,7 +34,11 @@ async def wait_for(
 
 
 def wait_for_sync(
-    condition: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"
+    condition: Callable[[], T],
+    *,
+    timeout: float = 10.0,
+    interval: float = 0.05,
+    what: str = "condition",
 ) -> T:
     """Blocking twin of wait_for, for tests that drive processes."""
     deadline = time.monotonic() + timeout

@@ -37,9 +37,11 @@ class PostgresForTests:
     def url(self, database: str) -> str:
         info = psycopg.conninfo.conninfo_to_dict(self.admin_url)
         info["dbname"] = database
-        return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in info.items() if v is not None})
+        return psycopg.conninfo.make_conninfo(
+            **{k: str(v) for k, v in info.items() if v is not None}
+        )
 
-    def execute(self, stmt: sql.Composable) -> None:
+    def execute(self, stmt: sql.Composed) -> None:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(stmt)
 
@@ -62,7 +64,7 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
         yield PostgresForTests(url)
         return
     if _docker_answers():
-        from testcontainers.postgres import PostgresContainer  # type: ignore[import-untyped]
+        from testcontainers.postgres import PostgresContainer
 
         with PostgresContainer("postgres:16", driver=None) as pg:
             yield PostgresForTests(pg.get_connection_url())

@@ -1,0 +1,88 @@
+"""Owner chat (SPEC §6.2): the message and its ingress row in one transaction."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from eventos import names
+from eventos.bus import Accepted, IngressRecord, append
+from eventos.db import Conn
+from eventos.db.sql import Q
+from eventos.employees import get as get_employee
+from eventos.envelope import encoded_size
+from eventos.errors import Conflict, EventRejected, QueueFull
+
+MAX_TEXT_BYTES = 32 * 1024
+DEFAULT_SESSION = "owner"
+
+
+@dataclass(frozen=True)
+class Queued:
+    """An owner message waiting for its turn."""
+
+    message_id: int
+    status: str
+    duplicate: bool
+
+
+def chat_envelope(
+    employee: str, session: str, client_message_id: str, text: str, event_id: str
+) -> dict[str, object]:
+    return {
+        "specversion": "1.0",
+        "id": event_id,
+        "source": f"/v1/employees/{employee}/chat",
+        "type": names.TYPE_CHAT_MESSAGE,
+        "subject": session,
+        "datacontenttype": "application/json",
+        "data": {"session": session, "client_message_id": client_message_id, "text": text},
+    }
+
+
+async def send(
+    conn: Conn, employee: str, client_message_id: str, text: str, session: str = DEFAULT_SESSION
+) -> Queued:
+    """Queue one owner message; QueueFull (nothing saved) past 100 pending in the session."""
+    if not client_message_id or len(client_message_id) > 128:
+        raise EventRejected("client_message_id must be 1 to 128 characters")
+    if not text.strip():
+        raise EventRejected("text must not be empty")
+    if len(text.encode()) > MAX_TEXT_BYTES:
+        raise EventRejected(f"text is over {MAX_TEXT_BYTES} bytes")
+    row = await get_employee(conn, employee)
+    if row["state"] not in names.ROUTABLE_GENERATION_STATES:
+        raise Conflict(f"{employee!r} is not started")
+    params = {"employee": employee, "session": session, "client_message_id": client_message_id}
+    async with conn.transaction():
+        await conn.execute(Q["chat_session_lock"], params)
+        cur = await conn.execute(Q["chat_existing"], params)
+        existing = await cur.fetchone()
+        if existing is not None:
+            return Queued(int(existing["id"]), str(existing["status"]), duplicate=True)
+        cur = await conn.execute(
+            Q["chat_pending_count"], {**params, "cap": names.OWNER_CHAT_PENDING_MAX}
+        )
+        if int((await cur.fetchone() or {})["n"]) >= names.OWNER_CHAT_PENDING_MAX:
+            raise QueueFull(
+                f"queue_full: {names.OWNER_CHAT_PENDING_MAX} messages are already pending"
+            )
+        event_id = uuid.uuid4().hex
+        envelope = chat_envelope(employee, session, client_message_id, text, event_id)
+        record = IngressRecord(
+            source_key=names.source_key(names.SOURCE_CHAT, employee),
+            dedupe_key=f"{session}:{client_message_id}",
+            type=names.TYPE_CHAT_MESSAGE,
+            chain_id=event_id,
+            envelope=envelope,
+            size=encoded_size(envelope),
+            klass=names.C1_OWNER,
+        )
+        (outcome,) = await append(conn, [record])
+        if not isinstance(outcome, Accepted):
+            raise Conflict("the message's ingress key was already used")
+        cur = await conn.execute(
+            Q["chat_insert"], {**params, "text": text, "ingress_id": outcome.id}
+        )
+        inserted = await cur.fetchone() or {}
+    return Queued(int(inserted["id"]), str(inserted["status"]), duplicate=False)

@@ -1,0 +1,145 @@
+"""What every service shares: /livez, /readyz and /metrics over HTTP, an optional gRPC
+server with standard health, background loops, and a clean stop on SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import uvicorn
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from eventos.metrics import watch_event_loop_lag
+
+log = logging.getLogger(__name__)
+
+ReadinessCheck = Callable[[], Awaitable[None]]
+GrpcRegistrar = Callable[[grpc.aio.Server], None]
+READINESS_TIMEOUT_S = 2.0
+
+
+def health_routes(name: str, checks: dict[str, ReadinessCheck]) -> list[BaseRoute]:
+    """The three routes every service serves."""
+
+    async def livez(request: Request) -> Response:
+        return JSONResponse({"service": name, "status": "alive"})
+
+    async def readyz(request: Request) -> Response:
+        failed: dict[str, str] = {}
+        for check_name, check in checks.items():
+            try:
+                await asyncio.wait_for(check(), READINESS_TIMEOUT_S)
+            except Exception as exc:
+                failed[check_name] = f"{type(exc).__name__}: {exc}"[:200]
+        status = 503 if failed else 200
+        body = {"service": name, "ready": not failed, "failed": failed}
+        return JSONResponse(body, status_code=status)
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    return [Route("/livez", livez), Route("/readyz", readyz), Route("/metrics", metrics)]
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (port 0 picks a free one)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+@dataclass
+class Service:
+    """One running service: its HTTP app, gRPC server and background loops."""
+
+    name: str
+    host: str = "127.0.0.1"
+    http_port: int = 0
+    grpc_port: int | None = None
+    routes: list[BaseRoute] = field(default_factory=list)
+    checks: dict[str, ReadinessCheck] = field(default_factory=dict)
+    grpc_registrars: list[GrpcRegistrar] = field(default_factory=list)
+    loops: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
+    on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    bound_http_port: int = 0
+    bound_grpc_port: int = 0
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _started: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[*health_routes(self.name, self.checks), *self.routes])
+
+    def stop(self) -> None:
+        """Ask the service to stop (what SIGTERM does)."""
+        self._stop.set()
+
+    async def started(self) -> None:
+        """Wait until the service listens."""
+        await self._started.wait()
+
+    async def run(self, *, install_signals: bool = True) -> None:
+        """Serve until stop() or a signal; then stop loops, servers and resources in order."""
+        loop = asyncio.get_running_loop()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        grpc_server = await self._start_grpc()
+        sock = bind(self.host, self.http_port)
+        self.bound_http_port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app(), log_level="warning", lifespan="off", access_log=False)
+        http = uvicorn.Server(config)
+        http_task = asyncio.create_task(http.serve(sockets=[sock]))
+        tasks = [asyncio.create_task(fn()) for fn in [watch_event_loop_lag, *self.loops]]
+        self._started.set()
+        log.info("%s ready: http=%s grpc=%s", self.name, self.bound_http_port, self.bound_grpc_port)
+        stop_wait = asyncio.create_task(self._stop.wait())
+        done, _ = await asyncio.wait([stop_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            if t is not stop_wait and t.exception() is not None:
+                log.error("%s: a loop failed", self.name, exc_info=t.exception())
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        stop_wait.cancel()
+        http.should_exit = True
+        if grpc_server is not None:
+            await grpc_server.stop(grace=2.0)
+        with contextlib.suppress(asyncio.CancelledError):
+            await http_task
+        for fn in self.on_stop:
+            await fn()
+        log.info("%s stopped", self.name)
+
+    async def _start_grpc(self) -> grpc.aio.Server | None:
+        if self.grpc_port is None:
+            return None
+        server = grpc.aio.server()
+        servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+        for register in self.grpc_registrars:
+            register(server)
+        self.bound_grpc_port = server.add_insecure_port(f"{self.host}:{self.grpc_port}")
+        await server.start()
+        await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        return server
+
+
+def configure_logging(level: str = "INFO") -> None:
+    """Plain one-line logs to stderr."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,18 @@
+"""`python -m eventos_ingress`: read settings, wire, serve until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+
+from eventos.service import configure_logging
+from eventos_ingress.app import IngressConfig, build
+
+
+async def main() -> None:
+    service = await build(IngressConfig.from_env())
+    await service.run()
+
+
+if __name__ == "__main__":
+    configure_logging()
+    asyncio.run(main())

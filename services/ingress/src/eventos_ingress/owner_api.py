@@ -1,0 +1,214 @@
+"""The owner API under `/v1/` (SPEC §6.2, §17), behind the instance's bearer token."""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from psycopg_pool import AsyncConnectionPool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.schemas import SchemaGenerator
+
+from eventos import chat, employees
+from eventos.db import Conn
+from eventos.errors import (
+    Conflict,
+    DatabaseUnavailable,
+    EventOSError,
+    EventRejected,
+    NotFound,
+    QueueFull,
+    SpecInvalid,
+)
+from eventos.spec import load_specs
+from eventos.wake import Kicker
+
+Handler = Callable[[Request], Awaitable[Response]]
+MAX_SPEC_BYTES = 1024 * 1024
+LIFECYCLE = {"start", "stop", "resume", "reset"}
+
+SCHEMAS = SchemaGenerator(
+    {"openapi": "3.0.3", "info": {"title": "Event OS owner API", "version": "1"}}
+)
+
+
+def error_response(exc: Exception) -> Response:
+    """Domain error → HTTP answer (translated once, here)."""
+    if isinstance(exc, SpecInvalid):
+        errors = [{"path": p, "message": m} for p, m in exc.errors]
+        return JSONResponse({"error": "invalid spec", "errors": errors}, status_code=400)
+    table: list[tuple[type[EventOSError], int]] = [
+        (EventRejected, 400), (NotFound, 404), (Conflict, 409), (QueueFull, 429),
+        (DatabaseUnavailable, 503),
+    ]  # fmt: skip
+    for kind, code in table:
+        if isinstance(exc, kind):
+            headers = {"Retry-After": "5"} if code == 503 else None
+            return JSONResponse({"error": str(exc)}, status_code=code, headers=headers)
+    raise exc
+
+
+def _row(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": row["name"],
+        "spec_sha256": row["spec_sha256"],
+        "generation": row["generation"],
+        "state": row["state"] or "stopped",
+        "pause_reason": row["pause_reason"],
+    }
+
+
+@dataclass
+class OwnerApi:
+    """Handlers of the owner API."""
+
+    pool: AsyncConnectionPool[Conn]
+    token: str
+    kicker: Kicker | None = None
+
+    def guarded(self, handler: Handler) -> Handler:
+        async def run(request: Request) -> Response:
+            auth = request.headers.get("authorization", "")
+            given = auth.removeprefix("Bearer ").encode()
+            if not auth.startswith("Bearer ") or not hmac.compare_digest(
+                given, self.token.encode()
+            ):
+                return JSONResponse({"error": "a valid bearer token is required"}, status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+            try:
+                return await handler(request)
+            except EventOSError as exc:
+                return error_response(exc)
+
+        run.__doc__ = handler.__doc__
+        return run
+
+    def routes(self) -> list[BaseRoute]:
+        g = self.guarded
+        return [
+            Route("/v1/employees", g(self.apply), methods=["POST"]),
+            Route("/v1/employees", g(self.list), methods=["GET"]),
+            Route("/v1/employees/{name}", g(self.get), methods=["GET"]),
+            Route("/v1/employees/{name}/chat", g(self.chat), methods=["POST"]),
+            Route("/v1/employees/{action_path:path}", g(self.lifecycle), methods=["POST"]),
+            Route("/openapi.json", self.openapi, methods=["GET"], include_in_schema=False),
+        ]
+
+    async def openapi(self, request: Request) -> Response:
+        schema = SCHEMAS.get_schema(self.routes())
+        schema["components"] = {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}
+        schema["security"] = [{"bearer": []}]
+        return JSONResponse(schema)
+
+    async def apply(self, request: Request) -> Response:
+        """
+        summary: Apply employee specs (YAML or JSON; several YAML documents allowed)
+        responses:
+          200: {description: applied}
+          400: {description: invalid spec; each error names its field path}
+          409: {description: a webhook path is already used by another employee}
+        """
+        body = await request.body()
+        if len(body) > MAX_SPEC_BYTES:
+            raise EventRejected("spec over 1 MiB")
+        try:
+            text = body.decode()
+        except UnicodeDecodeError:
+            raise EventRejected("spec must be UTF-8") from None
+        if "json" in request.headers.get("content-type", ""):
+            try:
+                text = yaml.safe_dump(json.loads(text))
+            except json.JSONDecodeError as exc:
+                raise SpecInvalid([("(json)", str(exc))]) from None
+        specs = load_specs(text)
+        applied = []
+        async with self.pool.connection() as conn:
+            for spec in specs:
+                a = await employees.apply(conn, spec)
+                applied.append({"name": a.name, "created": a.created, "changed": a.changed})
+        return JSONResponse({"applied": applied})
+
+    async def list(self, request: Request) -> Response:
+        """
+        summary: List employees with their live generation
+        responses:
+          200: {description: the employees}
+        """
+        async with self.pool.connection() as conn:
+            rows = await employees.list_all(conn)
+        return JSONResponse({"employees": [_row(r) for r in rows]})
+
+    async def get(self, request: Request) -> Response:
+        """
+        summary: One employee with its live generation
+        responses:
+          200: {description: the employee}
+          404: {description: no such employee}
+        """
+        async with self.pool.connection() as conn:
+            row = await employees.get(conn, request.path_params["name"])
+        return JSONResponse({**_row(row), "spec": row["spec"]})
+
+    async def lifecycle(self, request: Request) -> Response:
+        """
+        summary: "POST /v1/employees/{name}:start|:stop|:resume|:reset"
+        responses:
+          200: {description: the generation's new state}
+          404: {description: no such employee}
+          409: {description: the employee's state does not allow it}
+        """
+        name, _, action = str(request.path_params["action_path"]).partition(":")
+        if action not in LIFECYCLE or "/" in name:
+            raise NotFound(f"no action {action!r}; use :start, :stop, :resume or :reset")
+        async with self.pool.connection() as conn:
+            if action == "start":
+                # Until the supervisor exists, the generation runs as soon as it is created.
+                await employees.start(conn, name)
+                ref = await employees.activate(conn, name)
+            else:
+                ref = await getattr(employees, action)(conn, name)
+        if self.kicker is not None:
+            self.kicker.kick()
+        return JSONResponse(
+            {"name": ref.employee, "generation": ref.generation, "state": ref.state}
+        )
+
+    async def chat(self, request: Request) -> Response:
+        """
+        summary: Send the owner's message (202, queued)
+        requestBody:
+          content:
+            application/json:
+              schema:
+                type: object
+                required: [client_message_id, text]
+                properties:
+                  client_message_id: {type: string}
+                  text: {type: string}
+                  session: {type: string}
+        responses:
+          202: {description: queued; the body has message_id and status}
+          429: {description: queue_full, nothing saved}
+        """
+        try:
+            doc = json.loads(await request.body())
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise EventRejected("body must be JSON") from None
+        if not isinstance(doc, dict):
+            raise EventRejected("body must be a JSON object")
+        client_id, text = doc.get("client_message_id"), doc.get("text")
+        session = doc.get("session", chat.DEFAULT_SESSION)
+        if not (isinstance(client_id, str) and isinstance(text, str) and isinstance(session, str)):
+            raise EventRejected("client_message_id, text and session must be strings")
+        async with self.pool.connection() as conn:
+            q = await chat.send(conn, request.path_params["name"], client_id, text, session)
+        if self.kicker is not None and not q.duplicate:
+            self.kicker.kick()
+        body = {"message_id": q.message_id, "status": q.status, "duplicate": q.duplicate}
+        return JSONResponse(body, status_code=202)

@@ -1,0 +1,18 @@
+"""`python -m eventos_router`: read settings, wire, serve until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+
+from eventos.service import configure_logging
+from eventos_router.app import RouterConfig, build
+
+
+async def main() -> None:
+    service = await build(RouterConfig.from_env())
+    await service.run()
+
+
+if __name__ == "__main__":
+    configure_logging()
+    asyncio.run(main())

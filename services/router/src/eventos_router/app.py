@@ -1,0 +1,112 @@
+"""Wiring of the router: route on a kick or every second; upkeep of partitions and dedupe."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from psycopg_pool import AsyncConnectionPool
+
+from eventos import names
+from eventos.db import Conn, open_pool
+from eventos.db.migrate import drop_expired_partitions, ensure_partitions
+from eventos.db.sql import Q
+from eventos.metrics import ROUTER_DELIVERIES, ROUTER_ROWS
+from eventos.routing import RouteStats, route_pass
+from eventos.service import Service
+from eventos.settings import DatabaseSettings, ServiceSettings
+from eventos.v1 import wake_pb2_grpc
+from eventos.wake import Kicker, WakeServicer, WakeSignal
+
+log = logging.getLogger(__name__)
+NAME = "router"
+UPKEEP_INTERVAL_S = 3600.0
+
+
+@dataclass
+class RouterConfig:
+    """Everything the router needs, passed in."""
+
+    database: DatabaseSettings
+    service: ServiceSettings
+
+    @classmethod
+    def from_env(cls) -> RouterConfig:
+        return cls(DatabaseSettings.from_env(), ServiceSettings.from_env(NAME))
+
+
+def count(stats: RouteStats) -> None:
+    ROUTER_ROWS.labels(names.INGRESS_ROUTED).inc(stats.routed)
+    ROUTER_ROWS.labels(names.INGRESS_NO_CONSUMER).inc(stats.no_consumer)
+    ROUTER_ROWS.labels(names.INGRESS_DEAD).inc(stats.dead)
+    ROUTER_DELIVERIES.inc(stats.deliveries)
+
+
+async def route_loop(
+    pool: AsyncConnectionPool[Conn], signal: WakeSignal, kicker: Kicker | None, poll_s: float
+) -> None:
+    """Route until nothing is accepted, then wait for a kick or the poll interval."""
+    while True:
+        try:
+            async with pool.connection() as conn:
+                stats = await route_pass(conn)
+            count(stats)
+            if stats.deliveries and kicker is not None:
+                kicker.kick()
+            if stats.rows:
+                continue
+        except Exception:
+            log.exception("routing pass failed; retrying after the poll interval")
+        await signal.wait(poll_s)
+
+
+async def upkeep_loop(pool: AsyncConnectionPool[Conn]) -> None:
+    """Partitions ahead, expired partitions and dedupe keys gone (SPEC §5, §15)."""
+    while True:
+        try:
+            async with pool.connection() as conn:
+                await conn.set_autocommit(True)
+                today = datetime.now(UTC).date()
+                await ensure_partitions(conn, today)
+                await drop_expired_partitions(
+                    conn, today, retention_days=names.INGRESS_RETENTION_DAYS
+                )
+                await conn.execute(Q["dedupe_expire"])
+        except Exception:
+            log.exception("upkeep failed; next try in an hour")
+        await asyncio.sleep(UPKEEP_INTERVAL_S)
+
+
+async def build(cfg: RouterConfig) -> Service:
+    """The router service, ready to run."""
+    pool: AsyncConnectionPool[Conn] = await open_pool(cfg.database, wait=False)
+    signal = WakeSignal()
+    kicker = Kicker(cfg.service.kick_targets, reason="route") if cfg.service.kick_targets else None
+
+    async def database_ready() -> None:
+        async with pool.connection(timeout=1.5) as conn:
+            await conn.execute("SELECT 1")
+
+    async def stop() -> None:
+        if kicker is not None:
+            await kicker.stop()
+        await pool.close()
+
+    if kicker is not None:
+        kicker.start()
+    servicer = WakeServicer(signal)
+    return Service(
+        name=NAME,
+        host=cfg.service.host,
+        http_port=cfg.service.http_port,
+        grpc_port=cfg.service.grpc_port,
+        checks={"database": database_ready},
+        grpc_registrars=[lambda s: wake_pb2_grpc.add_WakeServicer_to_server(servicer, s)],
+        loops=[
+            lambda: route_loop(pool, signal, kicker, cfg.service.poll_interval_s),
+            lambda: upkeep_loop(pool),
+        ],
+        on_stop=[stop],
+    )
