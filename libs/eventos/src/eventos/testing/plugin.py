@@ -12,6 +12,7 @@ import itertools
 import os
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,20 @@ class PostgresForTests:
     def execute(self, stmt: sql.Composed) -> None:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(stmt)
+
+    @contextmanager
+    def unavailable(self, database: str) -> Iterator[None]:
+        """The database refuses connections and loses its sessions, until the block ends."""
+        ident = sql.Identifier(database)
+        self.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(ident))
+        self.execute(
+            sql.SQL("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = {}")
+            .format(sql.Literal(database))
+        )
+        try:
+            yield
+        finally:
+            self.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true").format(ident))
 
 
 def _docker_answers() -> bool:
@@ -96,16 +111,20 @@ def template_database(postgres_server: PostgresForTests) -> str:
 
 
 @pytest.fixture
-def db_settings(
-    postgres_server: PostgresForTests, template_database: str
-) -> Iterator[DatabaseSettings]:
-    """Settings for a fresh database cloned from the migrated template."""
+def db_name(postgres_server: PostgresForTests, template_database: str) -> Iterator[str]:
+    """A fresh database cloned from the migrated template; dropped after the test."""
     name = f"t_{os.getpid()}_{next(_counter)}"
     ident = sql.Identifier(name)
     template = sql.Identifier(template_database)
     postgres_server.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(ident, template))
-    yield DatabaseSettings(url=postgres_server.url(name), pool_max=20)
+    yield name
     postgres_server.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+
+
+@pytest.fixture
+def db_settings(postgres_server: PostgresForTests, db_name: str) -> DatabaseSettings:
+    """Settings for the test's fresh database."""
+    return DatabaseSettings(url=postgres_server.url(db_name), pool_max=20)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ WITH fresh AS (
     SELECT f.ingress_id, %(source_key)s, %(dedupe_key)s, %(type)s, %(class)s, f.received_at,
         %(envelope)s, %(body_ref)s, %(size)s, %(chain_id)s, %(hop)s, %(causation_id)s, %(path)s,
         %(status)s, %(error)s
-    FROM fresh
+    FROM fresh f
     RETURNING id, received_at
 )
 SELECT true AS accepted, id, received_at FROM inserted

@@ -1,0 +1,111 @@
+"""Fixtures shared by the tests: in-process services on real PostgreSQL, specs, signed requests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from eventos_ingress.app import IngressConfig, build
+from psycopg_pool import AsyncConnectionPool
+
+from eventos import employees
+from eventos.db import Conn
+from eventos.service import Service
+from eventos.settings import AdminSettings, DatabaseSettings, SecretStore, ServiceSettings
+from eventos.spec import load_specs
+
+ADMIN_TOKEN = "test-admin-token-0123456789"
+SECRETS = {
+    "EVENTOS_SECRET_STRIPE_WHSEC": "whsec_test_stripe",
+    "EVENTOS_SECRET_GITHUB_HOOK": "github-secret",
+    "EVENTOS_SECRET_STD_HOOK": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    "EVENTOS_SECRET_META_APP": "meta-app-secret",
+    "EVENTOS_SECRET_DEPLOY_HOOK": "deploy-secret",
+    "EVENTOS_SECRET_PLAIN_TOKEN": "plain-token-value",
+}
+
+SPEC = """
+apiVersion: eventos/v1
+kind: Employee
+metadata: {name: support}
+spec:
+  timezone: Europe/Berlin
+  budget: {daily_usd: 20}
+  agents:
+    - name: front
+      model: {provider: local, name: scripted}
+      system: You answer customers of ACME.
+  triggers:
+    - {kind: chat}
+    - {kind: webhook, path: stripe, verify: {scheme: stripe, secret: stripe-whsec}, class: C3}
+    - {kind: webhook, path: github, verify: {scheme: github, secret: github-hook}}
+    - {kind: webhook, path: std, verify: {scheme: standard-webhooks, secret: std-hook}}
+    - {kind: webhook, path: meta, verify: {scheme: whatsapp-business, secret: meta-app}}
+    - {kind: webhook, path: deploys, verify: {scheme: hmac-sha256, secret: deploy-hook, header: X-Signature}}
+    - {kind: webhook, path: plain, verify: {scheme: header, secret: plain-token, header: X-Token},
+       dedupe_header: X-Request-Id}
+    - {kind: webhook, path: internal, verify: {scheme: none}, dedupe_header: X-Event-Id}
+    - {kind: webhook, path: small, verify: {scheme: none}, dedupe_header: X-Event-Id, max_body: 1000}
+    - {kind: webhook, path: big, verify: {scheme: none}, dedupe_header: X-Event-Id, max_body: 1048576}
+    - {kind: webhook, path: missing-secret, verify: {scheme: header, secret: not-configured, header: X-T}}
+    - {kind: grpc, driver: drv-1, thread_by: subject}
+"""
+
+
+@pytest.fixture
+def spec_text() -> str:
+    return SPEC
+
+
+async def apply_and_start(
+    pool: AsyncConnectionPool[Conn], text: str, *, activate: bool = True
+) -> None:
+    """Apply every spec in `text` and start each (running unless activate=False)."""
+    async with pool.connection() as conn:
+        for spec in load_specs(text):
+            await employees.apply(conn, spec)
+            await employees.start(conn, spec.name)
+            if activate:
+                await employees.activate(conn, spec.name)
+
+
+@pytest.fixture
+async def started(pool: AsyncConnectionPool[Conn]) -> str:
+    """The test employee `support`, applied and running."""
+    await apply_and_start(pool, SPEC)
+    return "support"
+
+
+async def run_service(service: Service) -> asyncio.Task[None]:
+    task = asyncio.create_task(service.run(install_signals=False))
+    await asyncio.wait_for(service.started(), 10)
+    return task
+
+
+@pytest.fixture
+async def ingress(db_settings: DatabaseSettings, tmp_path: Path) -> AsyncIterator[Service]:
+    """The ingress service in this process, on free ports, against the test database."""
+    cfg = IngressConfig(
+        database=db_settings,
+        service=ServiceSettings("ingress", http_port=0, grpc_port=0),
+        admin=AdminSettings(ADMIN_TOKEN),
+        secrets=SecretStore(env=SECRETS),
+        blob_dir=tmp_path / "blobs",
+    )
+    service = await build(cfg)
+    task = await run_service(service)
+    yield service
+    service.stop()
+    await asyncio.wait_for(task, 15)
+
+
+@pytest.fixture
+def ingress_url(ingress: Service) -> str:
+    return f"http://127.0.0.1:{ingress.bound_http_port}"
+
+
+@pytest.fixture
+def ingress_grpc(ingress: Service) -> str:
+    return f"127.0.0.1:{ingress.bound_grpc_port}"
