@@ -36,6 +36,7 @@ class RouteStats:
     no_consumer: int = 0
     dead: int = 0
     deliveries: int = 0
+    busy_sources: int = 0
     streams: set[str] = field(default_factory=set)
 
     @property
@@ -181,6 +182,7 @@ async def route_source(conn: Conn, source: str, stats: RouteStats, limit: int = 
     async with conn.transaction():
         cur = await conn.execute(Q["ingress_source_lock"], {"source_key": source})
         if not (await cur.fetchone() or {}).get("locked"):
+            stats.busy_sources += 1  # another router holds this source right now
             return 0
         cur = await conn.execute(
             Q["ingress_next_for_source"], {"source_key": source, "limit": limit}

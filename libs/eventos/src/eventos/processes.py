@@ -1,0 +1,110 @@
+"""Child processes of the local instance: liveness, identity, and stopping whole process groups.
+
+Each child runs in its own session, so its pid is also its process-group id and a signal to
+the group reaches anything it spawned. A recorded pid is only ever signalled while its command
+line (and, where /proc exists, its working directory) still match what was recorded: after a
+crash the pid may belong to someone else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+POLL_INTERVAL_S = 0.05
+
+
+def pid_alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie of ours (those are reaped here)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cmdline(pid: int) -> str:
+    """The command line of `pid` joined by spaces, or "" when it is gone."""
+    if Path("/proc/self").exists():
+        try:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            return ""
+    # macOS has no /proc.
+    found = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True)
+    return found.stdout.strip()
+
+
+def cwd(pid: int) -> Path | None:
+    """The working directory of `pid` where /proc tells it, else None."""
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return None
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """Wait until every pid is gone; returns those still alive at the deadline."""
+    deadline = time.monotonic() + timeout
+    alive = [p for p in pids if pid_alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(POLL_INTERVAL_S)
+        alive = [p for p in alive if pid_alive(p)]
+    return alive
+
+
+def signal_group(pid: int, sig: signal.Signals) -> None:
+    """Signal the process group led by `pid` (the pid alone if it leads none)."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        return
+    except PermissionError:
+        os.kill(pid, sig)
+
+
+def stop_groups(pids: list[int], timeout: float) -> list[int]:
+    """SIGTERM every group at once, SIGKILL what is left after `timeout`; returns the killed."""
+    for pid in pids:
+        signal_group(pid, signal.SIGTERM)
+    stubborn = wait_gone(pids, timeout)
+    for pid in stubborn:
+        signal_group(pid, signal.SIGKILL)
+    wait_gone(stubborn, timeout)
+    return stubborn
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A child as recorded at spawn time, so a later run can recognise it."""
+
+    pid: int
+    cmdline: str
+    cwd: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "cmdline": self.cmdline, "cwd": self.cwd}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Recorded:
+        return cls(int(doc["pid"]), str(doc["cmdline"]), str(doc.get("cwd", "")))
+
+    def still_ours(self) -> bool:
+        """Alive and still running what we started, where we started it."""
+        if not pid_alive(self.pid) or cmdline(self.pid) != self.cmdline:
+            return False
+        where = cwd(self.pid)
+        return where is None or not self.cwd or where == Path(self.cwd)
