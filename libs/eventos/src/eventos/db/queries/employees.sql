@@ -26,8 +26,14 @@ ORDER BY e.name;
 SELECT name, spec, spec_sha256 FROM employees WHERE name = %(name)s FOR UPDATE;
 
 -- name: webhook_path_owners
--- Which employees hold these paths.
-SELECT path, employee FROM employee_webhook_paths WHERE path = ANY(%(paths)s);
+-- Which employees hold these paths: in their applied spec or in a live generation.
+SELECT path, employee FROM employee_webhook_paths WHERE path = ANY(%(paths)s)
+UNION
+SELECT substr(s.source_key, 9) AS path, s.employee
+FROM bus_subscriptions s
+JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
+WHERE g.state <> 'retired' AND s.trigger_kind = 'webhook'
+  AND s.source_key = ANY(SELECT 'webhook:' || p FROM unnest(%(paths)s::text[]) p);
 
 -- name: webhook_paths_clear
 -- Forget the paths an employee no longer declares.

@@ -1,0 +1,100 @@
+"""A small synchronous client of the owner API (SPEC §17 HTTP), used by `eventosctl` and `make run`.
+
+Transport failures and refusals are translated once, here, into two errors the callers print.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from eventos.errors import EventOSError
+
+
+class InstanceUnreachable(EventOSError):
+    """No instance answers."""
+
+
+class OwnerApiError(EventOSError):
+    """The owner API refused the request."""
+
+    def __init__(self, status: int, message: str, errors: list[tuple[str, str]] | None = None):
+        self.status = status
+        self.errors = errors or []
+        super().__init__(message)
+
+
+def _refusal(response: httpx.Response) -> OwnerApiError:
+    try:
+        doc = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        doc = {}
+    if not isinstance(doc, dict):
+        doc = {}
+    message = str(doc.get("error") or response.reason_phrase or "request refused")
+    errors = [(str(e.get("path")), str(e.get("message"))) for e in doc.get("errors") or []]
+    return OwnerApiError(response.status_code, message, errors)
+
+
+@dataclass
+class OwnerClient:
+    """The owner API of one instance: its base URL and bearer token."""
+
+    url: str
+    token: str = field(repr=False)
+    timeout_s: float = 10.0
+
+    def _call(
+        self, method: str, path: str, *, content: bytes | None = None, content_type: str = ""
+    ) -> Any:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        try:
+            response = httpx.request(
+                method,
+                self.url.rstrip("/") + path,
+                content=content,
+                headers=headers,
+                timeout=self.timeout_s,
+            )
+        except httpx.ConnectError:
+            raise InstanceUnreachable(f"no instance answers at {self.url}") from None
+        except httpx.TimeoutException:
+            raise InstanceUnreachable(
+                f"the instance at {self.url} did not answer within {self.timeout_s:g}s"
+            ) from None
+        if response.status_code >= 400:
+            raise _refusal(response)
+        return response.json()
+
+    def apply(self, text: str, *, content_type: str = "application/yaml") -> list[dict[str, Any]]:
+        """Apply one or more specs; returns {name, created, changed} per employee."""
+        doc = self._call("POST", "/v1/employees", content=text.encode(), content_type=content_type)
+        return list(doc["applied"])
+
+    def list(self) -> list[dict[str, Any]]:
+        """Every employee with its live generation."""
+        return list(self._call("GET", "/v1/employees")["employees"])
+
+    def get(self, name: str) -> dict[str, Any]:
+        """One employee, its live generation and its stored spec."""
+        return dict(self._call("GET", f"/v1/employees/{name}"))
+
+    def lifecycle(self, name: str, action: str) -> dict[str, Any]:
+        """`start`, `stop`, `resume` or `reset`; returns {name, generation, state}."""
+        return dict(self._call("POST", f"/v1/employees/{name}:{action}"))
+
+    def chat(
+        self, name: str, text: str, client_message_id: str, session: str | None = None
+    ) -> dict[str, Any]:
+        """Queue the owner's message; returns {message_id, status, duplicate}."""
+        body: dict[str, str] = {"client_message_id": client_message_id, "text": text}
+        if session is not None:
+            body["session"] = session
+        payload = json.dumps(body).encode()
+        path = f"/v1/employees/{name}/chat"
+        return dict(self._call("POST", path, content=payload, content_type="application/json"))

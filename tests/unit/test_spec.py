@@ -1,0 +1,116 @@
+"""Employee spec parsing: the SPEC §3 example is valid; every error names its field path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eventos import names
+from eventos.employees import compile_subscriptions
+from eventos.errors import SpecInvalid
+from eventos.spec import load_specs
+
+SHARED_SPEC = Path(__file__).resolve().parents[3] / "shared" / "SPEC.md"
+EXAMPLE = """
+apiVersion: eventos/v1
+kind: Employee
+metadata: {name: support}
+spec:
+  timezone: Europe/Berlin
+  budget: {daily_usd: 20}
+  agents:
+    - name: front
+      model: {provider: openai, name: gpt-4.1-mini, credential: openai-main}
+      system: You answer customers of ACME.
+      tools: [set_alarm, send_to_employee, delegate_to_employee, http_request]
+  triggers:
+    - {kind: chat}
+    - {kind: webhook, path: stripe, verify: {scheme: stripe, secret: stripe-whsec}, class: C3}
+    - {kind: telegram, account: tg-main}
+    - {kind: cron, schedule: "0 8 * * *", on_busy: skip, text: Morning report}
+    - {kind: webhook, path: deploys, verify: {scheme: hmac-sha256, secret: deploy-hook, header: X-Signature}}
+"""
+
+
+def errors_of(text: str) -> dict[str, str]:
+    with pytest.raises(SpecInvalid) as info:
+        load_specs(text)
+    return dict(info.value.errors)
+
+
+def test_the_spec_example_parses_with_default_classes_and_lanes() -> None:
+    (spec,) = load_specs(EXAMPLE)
+    assert spec.name == "support"
+    assert spec.trigger_names() == ["chat", "webhook-stripe", "telegram-2", "cron-3", "webhook-deploys"]
+    assert [t.klass for t in spec.spec.triggers] == [1, 3, 2, 4, 4]
+    assert [t.lane for t in spec.spec.triggers] == ["talk", "worker", "customer", "worker", "worker"]
+    rows = compile_subscriptions(spec, 1)
+    assert [r["source_key"] for r in rows] == [
+        "chat:support", "webhook:stripe", "telegram:tg-main", "cron:support/cron-3", "webhook:deploys",
+    ]  # fmt: skip
+    assert rows[2]["thread_by"] == "subject"  # one conversation per customer
+    assert {r["agent"] for r in rows} == {"front"}
+
+
+@pytest.mark.skipif(not SHARED_SPEC.exists(), reason="shared/SPEC.md not beside the project")
+def test_the_example_in_shared_spec_still_parses() -> None:
+    text = SHARED_SPEC.read_text().split("```yaml", 1)[1].split("```", 1)[0]
+    assert load_specs(text)[0].name == "support"
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "fragment"),
+    [
+        (("name: support", "name: Support!"), "metadata.name", "pattern"),
+        (("Europe/Berlin", "Mars/Olympus"), "spec.timezone", "unknown time zone"),
+        (("daily_usd: 20", "daily_usd: -5"), "spec.budget.daily_usd", "greater than 0"),
+        (("secret: stripe-whsec", "secret: whsec_abcdef"), "spec.triggers[1].verify.secret", "not a secret value"),
+        (("credential: openai-main", "credential: sk-live-123"), "spec.agents[0].model.credential", "not a secret value"),
+        (("class: C3", "class: C9"), "spec.triggers[1].class", "C1, C2, C3, C4"),
+        (("account: tg-main", "acount: tg-main"), "spec.triggers[2].acount", "Extra inputs"),
+        (("{kind: telegram, account: tg-main}", "{kind: telegram}"), "spec.triggers[2]", "needs 'account'"),
+        (('"0 8 * * *"', '"every morning"'), "spec.triggers[3]", "5-field cron"),
+        ((", header: X-Signature", ""), "spec.triggers[4].verify", "needs the header"),
+        (("kind: chat}", "kind: pigeon}"), "spec.triggers[0].kind", "Input should be"),
+        (("path: stripe", "path: deploys"), "spec.triggers[4].path", "declared twice"),
+    ],
+)
+def test_errors_name_the_field_path(change: tuple[str, str], path: str, fragment: str) -> None:
+    errors = errors_of(EXAMPLE.replace(*change))
+    matching = {p: m for p, m in errors.items() if p.startswith(path)}
+    assert matching, errors
+    assert any(fragment in m for m in matching.values()), errors
+
+
+def test_none_scheme_needs_a_dedupe_header() -> None:
+    text = EXAMPLE.replace(
+        "{scheme: hmac-sha256, secret: deploy-hook, header: X-Signature}", "{scheme: none}"
+    )
+    assert any("dedupe_header" in m for m in errors_of(text).values())
+
+
+def test_unknown_fields_and_agents_are_refused() -> None:
+    assert "spec.agents[0].model.api_key" in errors_of(
+        EXAMPLE.replace("credential: openai-main", "credential: openai-main, api_key: x")
+    )
+    text = EXAMPLE.replace("{kind: chat}", "{kind: chat, agent: ghost}")
+    assert "no agent named 'ghost'" in errors_of(text)["spec.triggers[0].agent"]
+
+
+def test_not_a_mapping_and_broken_yaml() -> None:
+    assert "(root)" in errors_of("- just\n- a list\n")
+    assert "(yaml)" in errors_of("kind: [unclosed")
+    assert "(root)" in errors_of("")
+
+
+def test_several_documents() -> None:
+    two = EXAMPLE + "---\n" + EXAMPLE.replace("name: support", "name: sales")
+    assert [s.name for s in load_specs(two)] == ["support", "sales"]
+
+
+def test_default_classes_follow_the_scheduler_table() -> None:
+    (spec,) = load_specs(EXAMPLE.replace(", class: C3", ""))
+    webhook = spec.spec.triggers[1]
+    assert webhook.klass == names.C3_INTERNAL  # signed provider webhooks are internal work
+    assert spec.spec.triggers[4].klass == names.C4_BACKGROUND  # generic webhooks are background
