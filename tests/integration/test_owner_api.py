@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import ADMIN_TOKEN, SPEC
 from psycopg_pool import AsyncConnectionPool
 
-from conftest import ADMIN_TOKEN, SPEC
 from eventos.db import Conn
 
 HELLO = """
@@ -33,7 +33,9 @@ async def api(ingress_url: str) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def apply(api: httpx.AsyncClient, text: str) -> httpx.Response:
-    return await api.post("/v1/employees", content=text, headers={"content-type": "application/yaml"})
+    return await api.post(
+        "/v1/employees", content=text, headers={"content-type": "application/yaml"}
+    )
 
 
 async def test_apply_start_stop_resume_reset(api: httpx.AsyncClient) -> None:
@@ -93,8 +95,12 @@ async def test_webhook_paths_are_unique_per_instance(api: httpx.AsyncClient) -> 
     assert (await apply(api, clash)).status_code == 200
 
 
-async def chat(api: httpx.AsyncClient, cid: str, text: str = "hi", name: str = "support") -> httpx.Response:
-    return await api.post(f"/v1/employees/{name}/chat", json={"client_message_id": cid, "text": text})
+async def chat(
+    api: httpx.AsyncClient, cid: str, text: str = "hi", name: str = "support"
+) -> httpx.Response:
+    return await api.post(
+        f"/v1/employees/{name}/chat", json={"client_message_id": cid, "text": text}
+    )
 
 
 async def chat_rows(pool: AsyncConnectionPool[Conn]) -> list[dict[str, Any]]:
@@ -106,13 +112,19 @@ async def chat_rows(pool: AsyncConnectionPool[Conn]) -> list[dict[str, Any]]:
         return await cur.fetchall()
 
 
-async def test_chat_is_queued_with_its_ingress_row(started: str, api: httpx.AsyncClient, pool: AsyncConnectionPool[Conn]) -> None:
+async def test_chat_is_queued_with_its_ingress_row(
+    started: str, api: httpx.AsyncClient, pool: AsyncConnectionPool[Conn]
+) -> None:
     r = await chat(api, "m-1", "hello there")
     assert r.status_code == 202
     assert r.json()["status"] == "queued"
     dup = await chat(api, "m-1", "hello there")
     assert dup.status_code == 202
-    assert dup.json() == {"message_id": r.json()["message_id"], "status": "queued", "duplicate": True}
+    assert dup.json() == {
+        "message_id": r.json()["message_id"],
+        "status": "queued",
+        "duplicate": True,
+    }
     (row,) = await chat_rows(pool)
     assert (row["text"], row["source_key"], row["class"]) == ("hello there", "chat:support", 1)
 
@@ -137,7 +149,9 @@ async def test_chat_over_100_pending_is_queue_full_and_saves_nothing(
     rows = await chat_rows(pool)
     assert len(rows) == 100
     async with pool.connection() as conn:
-        cur = await conn.execute("SELECT count(*) AS n FROM bus_ingress WHERE source_key = 'chat:support'")
+        cur = await conn.execute(
+            "SELECT count(*) AS n FROM bus_ingress WHERE source_key = 'chat:support'"
+        )
         assert (await cur.fetchone() or {})["n"] == 100
 
 

@@ -7,9 +7,9 @@ import json
 import uuid
 from typing import Any
 
+from conftest import apply_and_start
 from psycopg_pool import AsyncConnectionPool
 
-from conftest import apply_and_start
 from eventos import employees, names
 from eventos.bus import Accepted, IngressRecord, append
 from eventos.db import Conn
@@ -84,7 +84,9 @@ async def test_two_routers_give_contiguous_seq_and_keep_per_source_order(
     counts = await asyncio.gather(*routers)
     assert len(ids) == 600
     assert sum(counts) <= 600
-    rows = await query(pool, "SELECT stream_key, seq, ingress_id FROM bus_deliveries ORDER BY stream_key, seq")
+    rows = await query(
+        pool, "SELECT stream_key, seq, ingress_id FROM bus_deliveries ORDER BY stream_key, seq"
+    )
     assert len(rows) == 600
     assert sorted(r["ingress_id"] for r in rows) == sorted(ids)  # each row routed exactly once
     by_stream: dict[str, list[dict[str, Any]]] = {}
@@ -117,12 +119,11 @@ async def test_rerun_is_a_no_op_and_a_router_dying_before_commit_leaves_no_trace
     started: str, pool: AsyncConnectionPool[Conn]
 ) -> None:
     await append_all(pool, [driver_event("a", n) for n in range(50)])
-    async with pool.connection() as conn:
-        # A router that dies before its commit: all its work is rolled back.
-        async with conn.transaction(force_rollback=True):
-            stats = RouteStats()
-            assert await route_source(conn, DRIVER_SOURCE, stats) == 50
-            assert stats.deliveries == 50
+    # A router that dies before its commit: all its work is rolled back.
+    async with pool.connection() as conn, conn.transaction(force_rollback=True):
+        stats = RouteStats()
+        assert await route_source(conn, DRIVER_SOURCE, stats) == 50
+        assert stats.deliveries == 50
     assert await query(pool, "SELECT * FROM bus_deliveries") == []
     first = await route_until_done(pool)
     second = await route_until_done(pool)
@@ -161,7 +162,9 @@ spec:
     assert rows[3]["error"].startswith("filter_error")
 
 
-async def test_fan_out_to_several_employees_is_capped_at_50(pool: AsyncConnectionPool[Conn]) -> None:
+async def test_fan_out_to_several_employees_is_capped_at_50(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
     template = """
 apiVersion: eventos/v1
 kind: Employee
@@ -198,7 +201,9 @@ async def test_event_accepted_right_after_start_is_delivered_once_the_generation
     assert stream["top_pending_class"] == names.C3_INTERNAL
 
 
-async def test_stop_holds_resume_releases_reset_kills(started: str, pool: AsyncConnectionPool[Conn]) -> None:
+async def test_stop_holds_resume_releases_reset_kills(
+    started: str, pool: AsyncConnectionPool[Conn]
+) -> None:
     await append_all(pool, [driver_event("x", 1)])
     await route_until_done(pool)
     async with pool.connection() as conn:

@@ -42,9 +42,21 @@ def errors_of(text: str) -> dict[str, str]:
 def test_the_spec_example_parses_with_default_classes_and_lanes() -> None:
     (spec,) = load_specs(EXAMPLE)
     assert spec.name == "support"
-    assert spec.trigger_names() == ["chat", "webhook-stripe", "telegram-2", "cron-3", "webhook-deploys"]
+    assert spec.trigger_names() == [
+        "chat",
+        "webhook-stripe",
+        "telegram-2",
+        "cron-3",
+        "webhook-deploys",
+    ]
     assert [t.klass for t in spec.spec.triggers] == [1, 3, 2, 4, 4]
-    assert [t.lane for t in spec.spec.triggers] == ["talk", "worker", "customer", "worker", "worker"]
+    assert [t.lane for t in spec.spec.triggers] == [
+        "talk",
+        "worker",
+        "customer",
+        "worker",
+        "worker",
+    ]
     rows = compile_subscriptions(spec, 1)
     assert [r["source_key"] for r in rows] == [
         "chat:support", "webhook:stripe", "telegram:tg-main", "cron:support/cron-3", "webhook:deploys",
@@ -65,11 +77,23 @@ def test_the_example_in_shared_spec_still_parses() -> None:
         (("name: support", "name: Support!"), "metadata.name", "pattern"),
         (("Europe/Berlin", "Mars/Olympus"), "spec.timezone", "unknown time zone"),
         (("daily_usd: 20", "daily_usd: -5"), "spec.budget.daily_usd", "greater than 0"),
-        (("secret: stripe-whsec", "secret: whsec_abcdef"), "spec.triggers[1].verify.secret", "not a secret value"),
-        (("credential: openai-main", "credential: sk-live-123"), "spec.agents[0].model.credential", "not a secret value"),
+        (
+            ("secret: stripe-whsec", "secret: whsec_abcdef"),
+            "spec.triggers[1].verify.secret",
+            "not a secret value",
+        ),
+        (
+            ("credential: openai-main", "credential: sk-live-123"),
+            "spec.agents[0].model.credential",
+            "not a secret value",
+        ),
         (("class: C3", "class: C9"), "spec.triggers[1].class", "C1, C2, C3, C4"),
         (("account: tg-main", "acount: tg-main"), "spec.triggers[2].acount", "Extra inputs"),
-        (("{kind: telegram, account: tg-main}", "{kind: telegram}"), "spec.triggers[2]", "needs 'account'"),
+        (
+            ("{kind: telegram, account: tg-main}", "{kind: telegram}"),
+            "spec.triggers[2]",
+            "needs 'account'",
+        ),
         (('"0 8 * * *"', '"every morning"'), "spec.triggers[3]", "5-field cron"),
         ((", header: X-Signature", ""), "spec.triggers[4].verify", "needs the header"),
         (("kind: chat}", "kind: pigeon}"), "spec.triggers[0].kind", "Input should be"),

@@ -109,6 +109,8 @@ async def append(conn: Conn, records: Sequence[IngressRecord]) -> list[Outcome]:
     """Append records in one transaction; durable when this returns."""
     now = datetime.now(UTC)
     async with translate(), conn.transaction():
+        for source in sorted({rec.source_key for rec in records}):  # sorted: no deadlocks
+            await conn.execute(Q["ingress_source_append_lock"], {"source_key": source})
         return [await _append_one(conn, rec, now) for rec in records]
 
 

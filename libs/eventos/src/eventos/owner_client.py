@@ -17,6 +17,14 @@ from eventos.errors import EventOSError
 class InstanceUnreachable(EventOSError):
     """No instance answers."""
 
+    def __init__(self, url: str, message: str | None = None):
+        self.url = url
+        super().__init__(message or f"no instance answers at {url}")
+
+
+class InstanceTimeout(InstanceUnreachable):
+    """The instance did not answer in time."""
+
 
 class OwnerApiError(EventOSError):
     """The owner API refused the request."""
@@ -62,11 +70,10 @@ class OwnerClient:
                 timeout=self.timeout_s,
             )
         except httpx.ConnectError:
-            raise InstanceUnreachable(f"no instance answers at {self.url}") from None
+            raise InstanceUnreachable(self.url) from None
         except httpx.TimeoutException:
-            raise InstanceUnreachable(
-                f"the instance at {self.url} did not answer within {self.timeout_s:g}s"
-            ) from None
+            message = f"the instance at {self.url} did not answer within {self.timeout_s:g}s"
+            raise InstanceTimeout(self.url, message) from None
         if response.status_code >= 400:
             raise _refusal(response)
         return response.json()

@@ -19,8 +19,17 @@ from typing import Any
 POLL_INTERVAL_S = 0.05
 
 
+def _zombie(pid: int) -> bool:
+    """An exited process nobody reaped yet (an init that does not reap leaves these)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
+
+
 def pid_alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie of ours (those are reaped here)."""
+    """True while `pid` runs: not gone, not a zombie (our own zombies are reaped here)."""
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
@@ -33,14 +42,20 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
 
 
 def cmdline(pid: int) -> str:
     """The command line of `pid` joined by spaces, or "" when it is gone."""
     if Path("/proc/self").exists():
         try:
-            return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            return (
+                Path(f"/proc/{pid}/cmdline")
+                .read_bytes()
+                .replace(b"\0", b" ")
+                .decode(errors="replace")
+                .strip()
+            )
         except OSError:
             return ""
     # macOS has no /proc.

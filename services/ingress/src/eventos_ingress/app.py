@@ -17,6 +17,7 @@ from eventos.settings import AdminSettings, DatabaseSettings, SecretStore, Servi
 from eventos.v1 import ingress_pb2_grpc
 from eventos.wake import Kicker
 from eventos_ingress.hooks import Hooks
+from eventos_ingress.limits import HookLimits
 from eventos_ingress.owner_api import OwnerApi
 from eventos_ingress.publish import EventIngressServicer
 
@@ -33,8 +34,8 @@ class IngressConfig:
     admin: AdminSettings
     secrets: SecretStore
     blob_dir: Path
+    hook_limits: HookLimits = field(default_factory=HookLimits)
     group_commit_workers: int = 4
-    extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls) -> IngressConfig:
@@ -44,6 +45,7 @@ class IngressConfig:
             admin=AdminSettings.from_env(),
             secrets=SecretStore.from_env(),
             blob_dir=Path(os.environ.get("EVENTOS_BLOB_DIR", ".eventos/blobs")),
+            hook_limits=HookLimits.from_env(),
         )
 
 
@@ -54,7 +56,7 @@ async def build(cfg: IngressConfig) -> Service:
     kicker = (
         Kicker(cfg.service.kick_targets, reason="ingress") if cfg.service.kick_targets else None
     )
-    hooks = Hooks(pool, committer, cfg.secrets, BlobStore(cfg.blob_dir), kicker)
+    hooks = Hooks(pool, committer, cfg.secrets, BlobStore(cfg.blob_dir), kicker, cfg.hook_limits)
     owner = OwnerApi(pool, cfg.admin.token, kicker)
     servicer = EventIngressServicer(pool, committer, kicker)
 

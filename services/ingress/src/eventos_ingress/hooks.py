@@ -25,7 +25,7 @@ from eventos.settings import SecretStore
 from eventos.spec import PROVIDER_SCHEMES
 from eventos.verify import VerifyConfig, provider_dedupe_key, secret_headers, verify
 from eventos.wake import Kicker
-from eventos_ingress.limits import GENERIC_LIMITS, SIGNED_LIMITS, SourceLimits
+from eventos_ingress.limits import HookLimits, SourceLimits
 
 log = logging.getLogger(__name__)
 ENDPOINT_CACHE_S = 1.0
@@ -118,6 +118,7 @@ class Hooks:
     secrets: SecretStore
     blobs: BlobStore
     kicker: Kicker | None = None
+    hook_limits: HookLimits = field(default_factory=HookLimits)
     limits: SourceLimits = field(default_factory=SourceLimits)
     _endpoints: dict[str, tuple[float, Endpoint]] = field(default_factory=dict)
 
@@ -178,13 +179,13 @@ class Hooks:
             return _unavailable("secret unavailable")
         except SignatureInvalid as exc:
             return _answer(401, {"error": str(exc)})
-        rate, burst, high_water = SIGNED_LIMITS if endpoint.signed else GENERIC_LIMITS
-        wait = self.limits.retry_after(endpoint.source_key, rate, burst)
+        limit = self.hook_limits.signed if endpoint.signed else self.hook_limits.generic
+        wait = self.limits.retry_after(endpoint.source_key, limit)
         if wait:
             return _answer(429, {"error": "rate limit"}, {"Retry-After": str(wait)})
         try:
             async with self.pool.connection() as conn:
-                if await self.limits.over_high_water(conn, endpoint.source_key, high_water):
+                if await self.limits.over_high_water(conn, endpoint.source_key, limit.high_water):
                     return _answer(429, {"error": "backlog over high water"}, {"Retry-After": "10"})
                 record = await self._record(conn, endpoint, cfg, headers, body)
             outcome = await self.committer.submit(record)

@@ -52,8 +52,9 @@ class PostgresForTests:
         ident = sql.Identifier(database)
         self.execute(sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(ident))
         self.execute(
-            sql.SQL("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = {}")
-            .format(sql.Literal(database))
+            sql.SQL(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = {}"
+            ).format(sql.Literal(database))
         )
         try:
             yield

@@ -124,3 +124,8 @@ LIMIT 1;
 -- The ingress row a (source, dedupe key) points to.
 SELECT ingress_id, received_at FROM bus_dedupe
 WHERE source_key = %(source_key)s AND dedupe_key = %(dedupe_key)s;
+
+-- name: ingress_source_append_lock
+-- Appends of one source commit one transaction at a time, so ids of a source are assigned
+-- in commit order and a router that sees id N has already seen every smaller id of it.
+SELECT pg_advisory_xact_lock(hashtextextended('eventos.append:' || %(source_key)s, 0));

@@ -1,0 +1,315 @@
+"""`eventosctl`: the owner's command line (SPEC §17 CLI).
+
+It finds the instance from, in order: `--url`/`--token`, `--stack FILE`,
+EVENTOS_URL/EVENTOS_ADMIN_TOKEN, then the `.eventos/stack.json` that `make run` writes (looked
+up from the working directory upwards). `migrate` needs the database instead: `--database-url`,
+EVENTOS_DATABASE_URL or the stack's database URL. Exit codes: 0 done, 1 refused or failed,
+2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+
+from eventos.db import connect
+from eventos.db.migrate import Migration, migrate
+from eventos.errors import DatabaseUnavailable, EventOSError
+from eventos.owner_client import InstanceTimeout, InstanceUnreachable, OwnerApiError, OwnerClient
+from eventos.settings import DatabaseSettings
+
+STACK_FILE = Path(".eventos") / "stack.json"
+START_HINT = "start one with `make run`"
+
+
+class CliError(EventOSError):
+    """The command failed."""
+
+
+def find_stack(start: Path) -> Path | None:
+    """The nearest `.eventos/stack.json` in `start` or one of its parents."""
+    for folder in [start, *start.parents]:
+        if (folder / STACK_FILE).is_file():
+            return folder / STACK_FILE
+    return None
+
+
+def load_stack(args: argparse.Namespace) -> dict[str, Any]:
+    """The stack file named by --stack, else the nearest one; {} when there is none."""
+    given: Path | None = getattr(args, "stack", None)
+    path = given if given is not None else find_stack(Path.cwd())
+    if path is None:
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CliError(f"no stack file at {path}; {START_HINT}") from None
+    except (OSError, ValueError) as exc:
+        raise CliError(f"cannot read {path}: {exc}") from None
+    return doc if isinstance(doc, dict) else {}
+
+
+def owner_client(args: argparse.Namespace) -> OwnerClient:
+    """The owner API client: flags, then --stack, then environment, then the nearest stack."""
+    url: str | None = getattr(args, "url", None)
+    token: str | None = getattr(args, "token", None)
+    sources: list[Callable[[], dict[str, Any]]] = []
+    if getattr(args, "stack", None) is not None:
+        sources.append(lambda: load_stack(args))
+    env = os.environ
+    sources.append(
+        lambda: {
+            "ingress_url": env.get("EVENTOS_URL"),
+            "admin_token": env.get("EVENTOS_ADMIN_TOKEN"),
+        }
+    )
+    sources.append(lambda: load_stack(args))
+    for source in sources:
+        if url and token:
+            break
+        found = source()
+        url = url or found.get("ingress_url")
+        token = token or found.get("admin_token")
+    if not url:
+        raise CliError(
+            f"no local instance found (no {STACK_FILE} here or above); {START_HINT}, "
+            "or point --url / EVENTOS_URL at a running instance"
+        )
+    if not token:
+        raise CliError("no admin token: pass --token or set EVENTOS_ADMIN_TOKEN")
+    return OwnerClient(str(url), str(token))
+
+
+def emit(args: argparse.Namespace, doc: object, text: str) -> None:
+    """Print `doc` as JSON with --json, else the human text."""
+    print(json.dumps(doc, indent=2) if getattr(args, "json", False) else text)
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    client = owner_client(args)
+    failed = 0
+    for name in args.files:
+        source = "stdin" if name == "-" else name
+        try:
+            text = sys.stdin.read() if name == "-" else Path(name).read_text()
+        except OSError as exc:
+            raise CliError(f"cannot read {source}: {exc.strerror or exc}") from None
+        kind = "application/json" if name.endswith(".json") else "application/yaml"
+        try:
+            applied = client.apply(text, content_type=kind)
+        except OwnerApiError as exc:
+            if exc.status == 401:
+                raise
+            print(f"error: {source}: {exc}", file=sys.stderr)
+            for path, message in exc.errors:
+                print(f"  {path}: {message}", file=sys.stderr)
+            failed += 1
+            continue
+        for item in applied:
+            emit(args, item, _applied_line(client, item))
+    return 1 if failed else 0
+
+
+def _applied_line(client: OwnerClient, item: dict[str, Any]) -> str:
+    verb = "created" if item["created"] else "configured" if item["changed"] else "unchanged"
+    line = f"employee/{item['name']} {verb}"
+    if item["changed"] and not item["created"]:
+        state = client.get(item["name"])["state"]
+        if state != "stopped":
+            line += f" (generation keeps its snapshot while {state}: reset, then start)"
+    return line
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = owner_client(args).list()
+    if getattr(args, "json", False):
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no employees; apply one with `eventosctl apply -f examples/hello.yaml`")
+        return 0
+    width = max(4, *(len(r["name"]) for r in rows)) + 2
+    print(f"{'NAME':<{width}}{'STATE':<10}GENERATION")
+    for r in rows:
+        print(f"{r['name']:<{width}}{r['state']:<10}{r['generation'] or '-'}")
+    return 0
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    if args.name is None:
+        return cmd_list(args)
+    row = owner_client(args).get(args.name)
+    text = [
+        f"name:        {row['name']}",
+        f"state:       {row['state']}"
+        + (f" ({row['pause_reason']})" if row["pause_reason"] else ""),
+        f"generation:  {row['generation'] or '-'}",
+        f"spec sha256: {row['spec_sha256']}",
+        "spec:",
+        yaml.safe_dump(row["spec"], sort_keys=False).rstrip().replace("\n", "\n  "),
+    ]
+    text[-1] = "  " + text[-1]
+    emit(args, row, "\n".join(text))
+    return 0
+
+
+def cmd_lifecycle(args: argparse.Namespace) -> int:
+    ref = owner_client(args).lifecycle(args.name, args.command)
+    emit(args, ref, f"{ref['name']}: generation {ref['generation']} {ref['state']}")
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    client_id = args.id or f"cli-{uuid.uuid4().hex}"
+    queued = owner_client(args).chat(args.name, args.text, client_id, args.session)
+    again = " (already sent with this id)" if queued.get("duplicate") else ""
+    emit(args, queued, f"message {queued['message_id']} {queued['status']}{again}")
+    if args.wait:
+        print(
+            "note: --wait: replies are not delivered to the CLI yet (the reply stream arrives "
+            "with the conversation workflow); the message is queued",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    url = args.database_url or os.environ.get("EVENTOS_DATABASE_URL")
+    if not url:
+        url = load_stack(args).get("database", {}).get("url")
+    if not url:
+        raise CliError(f"no database: set EVENTOS_DATABASE_URL, or {START_HINT}")
+
+    async def run() -> list[Migration]:
+        conn = await connect(DatabaseSettings(url=url))
+        async with conn:
+            return await migrate(conn)
+
+    try:
+        applied = asyncio.run(run())
+    except DatabaseUnavailable as exc:
+        raise CliError(f"cannot reach the database at {_where(url)}: {exc}") from None
+    for m in applied:
+        print(f"applied {m.version:04d}_{m.name}")
+    if not applied:
+        print(f"the database at {_where(url)} is up to date")
+    return 0
+
+
+def _where(url: str) -> str:
+    """host:port/dbname of a database URL, without credentials."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "(unparsable URL)"
+    return f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+
+
+# -- parser --------------------------------------------------------------------------------
+
+
+def _common() -> argparse.ArgumentParser:
+    # Defaults are suppressed so the options work before and after the command alike.
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("instance")
+    group.add_argument(
+        "--stack",
+        type=Path,
+        default=argparse.SUPPRESS,
+        metavar="FILE",
+        help="stack file of `make run` (default: the nearest .eventos/stack.json)",
+    )
+    group.add_argument("--url", default=argparse.SUPPRESS, help="ingress URL (or EVENTOS_URL)")
+    group.add_argument(
+        "--token", default=argparse.SUPPRESS, help="admin token (or EVENTOS_ADMIN_TOKEN)"
+    )
+    group.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON"
+    )
+    return common
+
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `eventosctl` parser: one subcommand per owner action."""
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="eventosctl", description="Drive an Event OS instance.", parents=[common]
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, func: Command, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
+        p.set_defaults(func=func)
+        return p
+
+    p = add("apply", cmd_apply, "apply employee specs (YAML or JSON)")
+    p.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="a spec file, '-' for stdin; repeatable",
+    )
+    add("get", cmd_get, "one employee (or all without NAME)").add_argument("name", nargs="?")
+    add("list", cmd_list, "every employee and its live generation")
+    for action, text in [
+        ("start", "start a new generation"),
+        ("stop", "pause the live generation"),
+        ("resume", "resume a paused generation"),
+        ("reset", "retire the live generation (start makes a new one)"),
+    ]:
+        add(action, cmd_lifecycle, text).add_argument("name")
+    p = add("chat", cmd_chat, "send the owner's message (queued; answers 'queued')")
+    p.add_argument("name")
+    p.add_argument("text")
+    p.add_argument("--wait", action="store_true", help="wait for the reply (not available yet)")
+    p.add_argument("--session", help="chat session (default: the owner's main session)")
+    p.add_argument("--id", help="client message id (default: a fresh one; resend to dedupe)")
+    p = add("migrate", cmd_migrate, "apply the database migrations")
+    p.add_argument("--database-url", help="(or EVENTOS_DATABASE_URL, else the stack's database)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    func: Command = args.func
+    try:
+        return func(args)
+    except InstanceTimeout as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    except InstanceUnreachable as exc:
+        print(f"error: no local instance answers at {exc.url}; {START_HINT}", file=sys.stderr)
+    except OwnerApiError as exc:
+        print(f"error: {_refusal(exc)}", file=sys.stderr)
+    except EventOSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    return 1
+
+
+def _refusal(exc: OwnerApiError) -> str:
+    if exc.status == 401:
+        return "the instance refused the admin token (401); check --token or EVENTOS_ADMIN_TOKEN"
+    return f"{exc} ({exc.status})"

@@ -1,0 +1,585 @@
+"""Driver-side client for `EventIngress.Publish` (SPEC §6.3).
+
+A driver enqueues each upstream event into a local durable outbox (SQLite, fsync on every
+commit) and advances its upstream cursor (provider ack, Telegram offset, IMAP UID) only up to
+`acked_through()`. The client streams unacknowledged events in seq order, keeps at most
+`max_in_flight` outstanding, and after any stream failure reconnects with capped exponential
+backoff and resends everything still unacknowledged, in order. A resend of an event whose
+append had committed comes back DUPLICATE (the bus dedupes on source and dedupe key), so
+nothing is lost and nothing is doubled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+import random
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from eventos import names
+from eventos.errors import EventOSError
+from eventos.v1 import ingress_pb2, ingress_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+OUTBOX_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    source_key   TEXT NOT NULL,
+    dedupe_key   TEXT NOT NULL,
+    type         TEXT NOT NULL,
+    envelope     BLOB NOT NULL,
+    body_ref     TEXT NOT NULL,
+    chain_id     TEXT NOT NULL,
+    hop          INTEGER NOT NULL,
+    causation_id TEXT NOT NULL,
+    enqueued_at  REAL NOT NULL,
+    rejected_at  REAL,
+    reason       TEXT
+);
+CREATE INDEX IF NOT EXISTS outbox_pending ON outbox (seq) WHERE rejected_at IS NULL;
+CREATE TABLE IF NOT EXISTS outbox_state (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+EVENT_COLUMNS = "seq, source_key, dedupe_key, type, envelope, body_ref, chain_id, hop, causation_id"
+OUTBOX_INSERT = """
+INSERT INTO outbox (source_key, dedupe_key, type, envelope, body_ref, chain_id, hop,
+                    causation_id, enqueued_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+OUTBOX_UNACKED = f"""
+SELECT {EVENT_COLUMNS} FROM outbox
+WHERE rejected_at IS NULL AND seq > ? ORDER BY seq LIMIT ?
+"""
+OUTBOX_REJECTED = f"""
+SELECT {EVENT_COLUMNS}, reason FROM outbox
+WHERE rejected_at IS NOT NULL AND seq > ? ORDER BY seq LIMIT ?
+"""
+OUTBOX_MARK_REJECTED = """
+UPDATE outbox SET rejected_at = ?, reason = ? WHERE seq = ? AND rejected_at IS NULL
+"""
+OUTBOX_DELETE_ACKED = "DELETE FROM outbox WHERE seq = ? AND rejected_at IS NULL"
+OUTBOX_PENDING_COUNT = "SELECT count(*) FROM outbox WHERE rejected_at IS NULL"
+# Settled = every seq up to here was answered: one below the oldest unanswered event, else the
+# highest seq ever assigned (AUTOINCREMENT never reuses a seq, even after deletes).
+OUTBOX_ACKED_THROUGH = """
+SELECT coalesce(
+    (SELECT min(seq) - 1 FROM outbox WHERE rejected_at IS NULL),
+    (SELECT seq FROM sqlite_sequence WHERE name = 'outbox'),
+    0)
+"""
+STATE_GET = "SELECT value FROM outbox_state WHERE key = ?"
+STATE_RAISE = """
+INSERT INTO outbox_state (key, value) VALUES (?, ?)
+ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)
+"""
+LAST_ACKED = "last_acked_seq"
+
+# Before the stream deadline the sender half-closes and lets in-flight acks drain.
+ROTATE_DRAIN_MAX_S = 30.0
+FLUSH_ON_STOP_S = 5.0
+
+
+class AckStatus(enum.StrEnum):
+    """The bus's answer to one event."""
+
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True)
+class OutboxEvent:
+    """One event waiting in the outbox, as it goes on the wire."""
+
+    seq: int
+    source_key: str
+    dedupe_key: str
+    type: str
+    envelope: bytes
+    body_ref: str = ""
+    chain_id: str = ""
+    hop: int = 0
+    causation_id: str = ""
+
+
+@dataclass(frozen=True)
+class AckResult:
+    """One Ack as the outbox records it."""
+
+    seq: int
+    status: AckStatus
+    reason: str = ""
+    ingress_id: int = 0
+
+
+@dataclass(frozen=True)
+class RejectedEvent:
+    """An event the bus refused, kept with the reason for the operator."""
+
+    event: OutboxEvent
+    reason: str
+
+
+class DriverStreamBroken(EventOSError):
+    """The Publish stream broke; the client reconnects and resends."""
+
+
+class DriverFailed(EventOSError):
+    """The driver client stopped on an error it cannot retry (its outbox failed)."""
+
+
+def encode_envelope(envelope: Mapping[str, Any] | bytes) -> bytes:
+    """The envelope's bytes on the wire: compact UTF-8 JSON for a mapping."""
+    if isinstance(envelope, bytes):
+        return envelope
+    return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class DriverOutbox:
+    """A local durable queue of events for the bus, in seq order (thread-safe)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        # FULL: a commit is fsynced, so an enqueued event survives a crash of the driver.
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self._db.executescript(OUTBOX_SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def enqueue(
+        self,
+        source_key: str,
+        dedupe_key: str,
+        type: str,
+        envelope: Mapping[str, Any] | bytes,
+        body_ref: str = "",
+        chain_id: str = "",
+        hop: int = 0,
+        causation_id: str = "",
+    ) -> int:
+        """Store one event durably; returns its seq (greater than every earlier one)."""
+        if not source_key or not dedupe_key or not type:
+            raise ValueError("source_key, dedupe_key and type are required")
+        row = (source_key, dedupe_key, type, encode_envelope(envelope), body_ref, chain_id, hop)
+        with self._lock:
+            cur = self._db.execute(OUTBOX_INSERT, (*row, causation_id, time.time()))
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def unacked(self, after_seq: int = 0, limit: int = 1000) -> list[OutboxEvent]:
+        """Events not yet answered by the bus with seq > after_seq, in seq order."""
+        with self._lock:
+            rows = self._db.execute(OUTBOX_UNACKED, (after_seq, limit)).fetchall()
+        return [OutboxEvent(*row) for row in rows]
+
+    def rejected(self, after_seq: int = 0, limit: int = 1000) -> list[RejectedEvent]:
+        """Events the bus rejected, with its reasons, in seq order."""
+        with self._lock:
+            rows = self._db.execute(OUTBOX_REJECTED, (after_seq, limit)).fetchall()
+        return [RejectedEvent(OutboxEvent(*row[:-1]), row[-1]) for row in rows]
+
+    def ack(self, seq: int, status: AckStatus, reason: str = "") -> bool:
+        """Record the bus's answer for one seq; False if it was not waiting for one."""
+        return self.ack_many([AckResult(seq, status, reason)]) > 0
+
+    def ack_many(self, results: Iterable[AckResult]) -> int:
+        """Record answers in one transaction; returns how many were waiting for one.
+
+        Accepted and duplicate events leave the outbox; rejected ones stay, with the reason.
+        """
+        recorded, highest, now = 0, 0, time.time()
+        with self._transaction() as db:
+            for r in results:
+                if r.status is AckStatus.REJECTED:
+                    cur = db.execute(OUTBOX_MARK_REJECTED, (now, r.reason, r.seq))
+                else:
+                    cur = db.execute(OUTBOX_DELETE_ACKED, (r.seq,))
+                if cur.rowcount:
+                    recorded += 1
+                    highest = max(highest, r.seq)
+            if highest:
+                db.execute(STATE_RAISE, (LAST_ACKED, highest))
+        return recorded
+
+    def last_acked_seq(self) -> int:
+        """The highest seq the bus has answered (0 if none)."""
+        with self._lock:
+            row = self._db.execute(STATE_GET, (LAST_ACKED,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def acked_through(self) -> int:
+        """The highest seq such that it and every earlier seq have been answered."""
+        with self._lock:
+            return int(self._db.execute(OUTBOX_ACKED_THROUGH).fetchone()[0])
+
+    def pending_count(self) -> int:
+        """How many events still wait for an answer."""
+        with self._lock:
+            return int(self._db.execute(OUTBOX_PENDING_COUNT).fetchone()[0])
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Capped exponential backoff with jitter between reconnects."""
+
+    initial_s: float = 0.1
+    max_s: float = 10.0
+    factor: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        ceiling = min(self.max_s, self.initial_s * self.factor ** min(attempt, 64))
+        return random.uniform(ceiling / 2, ceiling)
+
+
+def ack_result(ack: Any) -> AckResult:
+    """An Ack off the wire as the outbox records it."""
+    statuses = {
+        ingress_pb2.Ack.ACCEPTED: AckStatus.ACCEPTED,
+        ingress_pb2.Ack.DUPLICATE: AckStatus.DUPLICATE,
+        ingress_pb2.Ack.REJECTED: AckStatus.REJECTED,
+    }
+    status = statuses.get(ack.status)
+    if status is None:
+        raise DriverStreamBroken(f"ack for seq {ack.seq} has unknown status {ack.status}")
+    return AckResult(int(ack.seq), status, str(ack.reason), int(ack.ingress_id))
+
+
+@dataclass
+class _Stream:
+    """One Publish call and what is outstanding on it."""
+
+    call: Any = None
+    in_flight: deque[int] = field(default_factory=deque)
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+    last_progress: float = field(default_factory=time.monotonic)
+    acked: int = 0
+
+
+RECONNECTABLE = (grpc.aio.AioRpcError, asyncio.InvalidStateError, DriverStreamBroken)
+
+
+class DriverClient:
+    """Streams a DriverOutbox to the bus and records each Ack (SPEC §6.3)."""
+
+    def __init__(
+        self,
+        target: str,
+        driver_id: str,
+        outbox: DriverOutbox,
+        deadline_s: float = 600.0,
+        *,
+        max_in_flight: int = names.PUBLISH_IN_FLIGHT_MAX,
+        ack_timeout_s: float = 30.0,
+        backoff: Backoff | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        if not 1 <= max_in_flight <= names.PUBLISH_IN_FLIGHT_MAX:
+            raise ValueError(f"max_in_flight must be in 1..{names.PUBLISH_IN_FLIGHT_MAX}")
+        if deadline_s <= 0 or ack_timeout_s <= 0:
+            raise ValueError("deadline_s and ack_timeout_s must be positive")
+        self.target = target
+        self.driver_id = driver_id
+        self.outbox = outbox
+        self.deadline_s = deadline_s
+        self.max_in_flight = max_in_flight
+        self.ack_timeout_s = ack_timeout_s
+        self.backoff = backoff or Backoff()
+        self.credentials = credentials
+        self.metadata = tuple(metadata)
+        # Test hooks and health: tests wait on these instead of sleeping.
+        self.streams_opened = 0
+        self.acks_received = 0
+        self.last_error = ""
+        self._wake = asyncio.Event()
+        self._acked = asyncio.Condition()
+        self._acked_through = 0
+        self._received: asyncio.Queue[AckResult] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._current: _Stream | None = None
+        self._failure: BaseException | None = None
+
+    async def start(self) -> None:
+        """Start streaming in the background."""
+        if self._task is not None:
+            raise RuntimeError("the driver client is already running")
+        self._acked_through = await asyncio.to_thread(self.outbox.acked_through)
+        self._failure = None
+        self._task = asyncio.create_task(self._run(), name=f"driver-client-{self.driver_id}")
+
+    async def stop(self) -> None:
+        """Stop streaming; unacknowledged events stay in the outbox for the next start."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def __aenter__(self) -> DriverClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def enqueue(
+        self,
+        source_key: str,
+        dedupe_key: str,
+        type: str,
+        envelope: Mapping[str, Any] | bytes,
+        body_ref: str = "",
+        chain_id: str = "",
+        hop: int = 0,
+        causation_id: str = "",
+    ) -> int:
+        """Store an event durably in the outbox and wake the sender; returns its seq."""
+        seq = await asyncio.to_thread(
+            self.outbox.enqueue,
+            source_key,
+            dedupe_key,
+            type,
+            envelope,
+            body_ref,
+            chain_id,
+            hop,
+            causation_id,
+        )
+        self.notify()
+        return seq
+
+    def notify(self) -> None:
+        """Wake the sender (after enqueueing on the outbox directly)."""
+        self._wake.set()
+
+    def acked_through(self) -> int:
+        """The driver may advance its upstream cursor past every event up to this seq."""
+        return self._acked_through
+
+    @property
+    def in_flight(self) -> int:
+        """Events sent on the current stream and not yet acknowledged."""
+        return len(self._current.in_flight) if self._current is not None else 0
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped the client, if one did."""
+        return self._failure
+
+    async def wait_acked(self, seq: int, timeout: float) -> None:
+        """Wait until every event up to `seq` is answered; TimeoutError after `timeout`."""
+        async with asyncio.timeout(timeout), self._acked:
+            await self._acked.wait_for(
+                lambda: self._acked_through >= seq or self._failure is not None
+            )
+        if self._acked_through < seq:
+            raise DriverFailed(f"driver client failed: {self._failure}")
+
+    async def _run(self) -> None:
+        recorder = asyncio.create_task(self._record_acks())
+        connector = asyncio.create_task(self._connect_loop())
+        try:
+            done, _ = await asyncio.wait({recorder, connector}, return_when=asyncio.FIRST_COMPLETED)
+            # Both loop forever: reaching here means one failed.
+            failure = next(t.exception() for t in done)
+            log.error("driver %s: client stopped", self.driver_id, exc_info=failure)
+            async with self._acked:
+                self._failure = failure
+                self._acked.notify_all()
+        finally:
+            connector.cancel()
+            await asyncio.gather(connector, return_exceptions=True)
+            if not recorder.done():
+                # Record the acks already received, so the next start resends less.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._received.join(), FLUSH_ON_STOP_S)
+            recorder.cancel()
+            await asyncio.gather(recorder, return_exceptions=True)
+
+    async def _record_acks(self) -> None:
+        while True:
+            batch = [await self._received.get()]
+            while not self._received.empty():
+                batch.append(self._received.get_nowait())
+            try:
+                through = await asyncio.to_thread(self._record, batch)
+            finally:
+                for _ in batch:
+                    self._received.task_done()
+            for r in batch:
+                if r.status is AckStatus.REJECTED:
+                    log.warning("driver %s: seq %d rejected: %s", self.driver_id, r.seq, r.reason)
+            async with self._acked:
+                self._acked_through = through
+                self._acked.notify_all()
+
+    def _record(self, batch: list[AckResult]) -> int:
+        self.outbox.ack_many(batch)
+        return self.outbox.acked_through()
+
+    async def _connect_loop(self) -> None:
+        attempt = 0
+        while True:
+            # Every ack of the last stream is recorded first, so no answered event is resent.
+            await self._received.join()
+            stream = self._current = _Stream()
+            self.streams_opened += 1
+            try:
+                await self._stream(stream)
+                attempt = 0  # a clean end: the sender rotated before the deadline
+            except RECONNECTABLE as exc:
+                attempt = 0 if stream.acked else attempt + 1
+                self._broken(exc)
+            finally:
+                self._current = None
+            # Even after a clean end, so a misbehaving server never causes a tight loop.
+            await asyncio.sleep(self.backoff.delay(attempt))
+
+    def _broken(self, exc: BaseException) -> None:
+        self.last_error = _describe(exc)
+        log.warning(
+            "driver %s: stream to %s broke (%s); resending from seq %d",
+            self.driver_id,
+            self.target,
+            self.last_error,
+            self._acked_through + 1,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _channel(self) -> AsyncIterator[Any]:
+        if self.credentials is None:
+            channel = grpc.aio.insecure_channel(self.target)
+        else:
+            channel = grpc.aio.secure_channel(self.target, self.credentials)
+        async with channel:
+            yield channel
+
+    async def _stream(self, s: _Stream) -> None:
+        async with self._channel() as channel:
+            stub = ingress_pb2_grpc.EventIngressStub(channel)
+            s.call = stub.Publish(timeout=self.deadline_s, metadata=self.metadata or None)
+            receiver = asyncio.create_task(self._receive(s))
+            tasks = {
+                receiver,
+                asyncio.create_task(self._send(s)),
+                asyncio.create_task(self._watch(s)),
+            }
+            pending = set(tasks)
+            try:
+                while receiver in pending:
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for t in done:
+                        t.result()
+            except asyncio.InvalidStateError:
+                # A write after the call ended: the call's own status says why it ended.
+                if not s.call.done():
+                    raise
+                code, details = await s.call.code(), await s.call.details()
+                raise DriverStreamBroken(f"{code.name}: {details}") from None
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                s.call.cancel()
+
+    async def _send(self, s: _Stream) -> None:
+        cursor = 0
+        drain = min(ROTATE_DRAIN_MAX_S, self.ack_timeout_s, self.deadline_s / 2)
+        rotate_at = time.monotonic() + self.deadline_s - drain
+        while True:
+            while len(s.in_flight) >= self.max_in_flight:
+                s.room.clear()
+                await s.room.wait()
+            remaining = rotate_at - time.monotonic()
+            if remaining <= 0:
+                await s.call.done_writing()
+                return
+            self._wake.clear()
+            room = self.max_in_flight - len(s.in_flight)
+            batch = await asyncio.to_thread(self.outbox.unacked, cursor, room)
+            if not batch:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), remaining)
+                continue
+            for ev in batch:
+                if not s.in_flight:
+                    s.last_progress = time.monotonic()
+                s.in_flight.append(ev.seq)
+                await s.call.write(self._wire(ev))
+                cursor = ev.seq
+
+    async def _receive(self, s: _Stream) -> None:
+        while True:
+            ack = await s.call.read()
+            if ack is grpc.aio.EOF:
+                if s.in_flight:
+                    raise DriverStreamBroken(f"stream ended with {len(s.in_flight)} unacked")
+                return
+            result = ack_result(ack)
+            if not s.in_flight or s.in_flight[0] != result.seq:
+                expected = s.in_flight[0] if s.in_flight else None
+                raise DriverStreamBroken(f"ack for seq {result.seq}, expected {expected}")
+            s.in_flight.popleft()
+            s.room.set()
+            s.acked += 1
+            s.last_progress = time.monotonic()
+            self.acks_received += 1
+            self._received.put_nowait(result)
+
+    async def _watch(self, s: _Stream) -> None:
+        # A silent server is a broken connection: without this a half-open TCP connection
+        # would hold the outstanding events until the stream deadline.
+        while True:
+            await asyncio.sleep(self.ack_timeout_s / 4)
+            if s.in_flight and time.monotonic() - s.last_progress > self.ack_timeout_s:
+                raise DriverStreamBroken(
+                    f"no ack for {self.ack_timeout_s}s with {len(s.in_flight)} in flight"
+                )
+
+    def _wire(self, ev: OutboxEvent) -> Any:
+        return ingress_pb2.DriverEvent(
+            driver_id=self.driver_id,
+            seq=ev.seq,
+            source_key=ev.source_key,
+            dedupe_key=ev.dedupe_key,
+            type=ev.type,
+            envelope=ev.envelope,
+            body_ref=ev.body_ref,
+            chain_id=ev.chain_id,
+            hop=ev.hop,
+            causation_id=ev.causation_id,
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,501 @@
+"""`make run`: a local instance on one machine (SPEC §17 Local instance).
+
+Embedded PostgreSQL (unless EVENTOS_DATABASE_URL is set), the Temporal dev server with the
+tier S flags (unless TEMPORAL_ADDRESS is set), migrations, and the six services as child
+processes, each in its own process group and health-checked on /readyz before the instance
+says "ready". State lives under `.eventos/` of the working directory: `stack.json` (every
+address, written once ready, removed on a clean stop), `pids.json` (what a later run stops
+after a crash), `admin-token`, `logs/`, `pg/`, `temporal/`, `blobs/`, `secrets/`.
+
+`LocalStack` is the programmatic form the tests use; `python -m eventos.localstack` wraps it
+with signal handling, a summary and one command to try.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import fcntl
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+
+from eventos import names
+from eventos.db import connect
+from eventos.db.migrate import Migration, migrate
+from eventos.embedded_pg import EmbeddedPostgres, free_port
+from eventos.errors import EventOSError
+from eventos.examples import ExampleOutcome, apply_examples
+from eventos.processes import Recorded, stop_groups
+from eventos.service_process import HOST, ServiceProcess
+from eventos.settings import DatabaseSettings, SecretStore
+from eventos.temporal_dev import TemporalDevServer
+
+STATE_DIR = ".eventos"
+DATABASE = "eventos"
+GRPC_SERVICES = frozenset({"ingress", "router", "relay"})
+# Who kicks whom after a commit (SPEC §4): ingress → router → relay.
+KICKS = {"ingress": "router", "router": "relay"}
+RESTART_BACKOFF_MAX_S = 30.0
+READY_POLL_S = 0.1
+SUPERVISE_POLL_S = 0.5
+
+
+class StackError(EventOSError):
+    """The local instance could not start."""
+
+
+class StopRequested(EventOSError):
+    """A stop was requested while the local instance was starting."""
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace `path` atomically with an owner-only file (it may hold the admin token)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    tmp.replace(path)
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+@dataclass
+class LocalStack:
+    """One local instance whose state lives in `root/.eventos`."""
+
+    root: Path
+    examples_dir: Path | None = None
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    ready_timeout_s: float = 60.0
+    stop_timeout_s: float = 10.0
+    say: Callable[[str], None] = _print
+    database_url: str = ""
+    temporal_address: str = ""
+    temporal_namespace: str = "default"
+    admin_token: str = field(default="", repr=False)
+    services: dict[str, ServiceProcess] = field(default_factory=dict)
+    employees: list[ExampleOutcome] = field(default_factory=list)
+    postgres: EmbeddedPostgres | None = None
+    temporal: TemporalDevServer | None = None
+    _lock_fd: int | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _warned: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.root = self.root.absolute()
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / STATE_DIR
+
+    @property
+    def stack_file(self) -> Path:
+        return self.state_dir / "stack.json"
+
+    @property
+    def pids_file(self) -> Path:
+        return self.state_dir / "pids.json"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def secrets_dir(self) -> Path:
+        given = self.env.get("EVENTOS_SECRETS_DIR")
+        return Path(given) if given else self.state_dir / "secrets"
+
+    @property
+    def ingress_url(self) -> str:
+        return self.services["ingress"].http_url
+
+    def request_stop(self) -> None:
+        """Ask a starting or running instance to stop (what SIGINT and SIGTERM do)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _check_stop(self) -> None:
+        if self._stop.is_set():
+            raise StopRequested()
+
+    # -- start ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start everything, wait for readiness, write stack.json, apply the examples."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock()
+        self.stack_file.unlink(missing_ok=True)
+        try:
+            self._stop_leftovers()
+            for step in (self._start_database, self._migrate, self._start_temporal):
+                self._check_stop()
+                step()
+            self.admin_token = self._token()
+            self._spawn_services()
+            self._wait_ready()
+            self._write_stack()
+            self._check_stop()
+            self._apply_examples()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _lock(self) -> None:
+        """One instance per state directory; the kernel drops the lock if we are killed."""
+        path = self.state_dir / "lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise StackError(
+                f"another local instance (pid {owner}) runs on {self.state_dir}; "
+                "stop it first (Ctrl-C in its terminal)"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _stop_leftovers(self) -> None:
+        """Stop services a crashed run left behind (PostgreSQL and Temporal do their own)."""
+        try:
+            doc = json.loads(self.pids_file.read_text())
+            recorded = [Recorded.from_json(r) for r in doc.get("services", {}).values()]
+        except (OSError, ValueError, KeyError, TypeError):
+            recorded = []
+        leftovers = [r.pid for r in recorded if r.still_ours()]
+        if leftovers:
+            self.say(f"stopping {len(leftovers)} service(s) left by a previous run: {leftovers}")
+            stop_groups(leftovers, self.stop_timeout_s)
+        self.pids_file.unlink(missing_ok=True)
+
+    def _start_database(self) -> None:
+        given = self.env.get("EVENTOS_DATABASE_URL")
+        if given:
+            self.say("PostgreSQL: using EVENTOS_DATABASE_URL")
+            self.database_url = given
+            return
+        self.say(f"starting PostgreSQL (embedded, data in {STATE_DIR}/pg) …")
+        self.postgres = EmbeddedPostgres(self.state_dir / "pg", durable=True)
+        self.postgres.start()
+        self.database_url = self.postgres.ensure_database(DATABASE)
+        self._link_log("postgres", self.postgres.log_path)
+
+    def _migrate(self) -> None:
+        async def run() -> list[Migration]:
+            conn = await connect(DatabaseSettings(url=self.database_url))
+            async with conn:
+                return await migrate(conn)
+
+        applied = asyncio.run(run())
+        done = ", ".join(f"{m.version:04d}_{m.name}" for m in applied) or "none (up to date)"
+        self.say(f"migrations applied: {done}")
+
+    def _start_temporal(self) -> None:
+        self.temporal_namespace = self.env.get("TEMPORAL_NAMESPACE", "default")
+        given = self.env.get("TEMPORAL_ADDRESS")
+        if given:
+            self.say(f"Temporal: using TEMPORAL_ADDRESS {given}")
+            self.temporal_address = given
+            return
+        self.say(f"starting the Temporal dev server (state in {STATE_DIR}/temporal) …")
+        self.temporal = TemporalDevServer(
+            self.state_dir / "temporal", namespace=self.temporal_namespace
+        )
+        self.temporal.start()
+        self.temporal_address = self.temporal.address
+        self._link_log("temporal", self.temporal.log_path)
+
+    def _link_log(self, name: str, target: Path) -> None:
+        """Every log under logs/, even those PostgreSQL and Temporal keep in their folders."""
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        link = self.logs_dir / f"{name}.log"
+        if not link.is_symlink():
+            link.unlink(missing_ok=True)
+            link.symlink_to(os.path.relpath(target, self.logs_dir))
+
+    def _token(self) -> str:
+        """EVENTOS_ADMIN_TOKEN if set, else the one generated on the first run."""
+        given = self.env.get("EVENTOS_ADMIN_TOKEN")
+        if given:
+            return given
+        path = self.state_dir / "admin-token"
+        if path.exists():
+            return path.read_text().strip()
+        token = secrets.token_urlsafe(32)
+        _write_private(path, token + "\n")
+        return token
+
+    def _spawn_services(self) -> None:
+        taken: set[int] = set()
+
+        def pick() -> int:
+            while (port := free_port(HOST)) in taken:
+                pass
+            taken.add(port)
+            return port
+
+        for name in names.SERVICES:
+            grpc_port = pick() if name in GRPC_SERVICES else None
+            log_path = self.logs_dir / f"{name}.log"
+            self.services[name] = ServiceProcess(name, pick(), grpc_port, log_path)
+        self.secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        env = self.service_env()
+        self.say(f"starting {len(self.services)} services (logs in {STATE_DIR}/logs) …")
+        for svc in self.services.values():
+            svc.spawn(env, self.root)
+            self._write_pids()
+
+    def service_env(self) -> dict[str, str]:
+        """What every service process sees: our environment plus the instance's settings."""
+        env = dict(self.env)
+        env.update(
+            {
+                "EVENTOS_DATABASE_URL": self.database_url,
+                "TEMPORAL_ADDRESS": self.temporal_address,
+                "TEMPORAL_NAMESPACE": self.temporal_namespace,
+                "EVENTOS_ADMIN_TOKEN": self.admin_token,
+                "EVENTOS_BIND_HOST": HOST,
+                "EVENTOS_BLOB_DIR": str(self.state_dir / "blobs"),
+                "EVENTOS_SECRETS_DIR": str(self.secrets_dir),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        for svc in self.services.values():
+            env.update(svc.port_env())
+            kicked = self.services.get(KICKS.get(svc.name, ""))
+            if kicked is not None and kicked.grpc_address:
+                env[svc.env_prefix + "_KICK"] = kicked.grpc_address
+        return env
+
+    def _wait_ready(self) -> None:
+        """Every service answers 200 on /readyz before the deadline, or StackError."""
+        deadline = time.monotonic() + self.ready_timeout_s
+        pending = set(self.services)
+        last: dict[str, str] = {}
+        with httpx.Client(timeout=1.0) as client:
+            while pending:
+                self._check_stop()
+                for name in sorted(pending):
+                    svc = self.services[name]
+                    code = svc.exit_code()
+                    if code is not None:
+                        raise StackError(
+                            f"{name} exited with code {code} before it was ready; "
+                            f"last lines of {svc.log_path}:\n{svc.tail()}"
+                        )
+                    try:
+                        answer = client.get(svc.http_url + "/readyz")
+                    except httpx.HTTPError as exc:
+                        last[name] = f"{type(exc).__name__}: {exc}"
+                        continue
+                    if answer.status_code == 200:
+                        pending.discard(name)
+                    else:
+                        last[name] = f"{answer.status_code} {answer.text[:300]}"
+                if pending and time.monotonic() > deadline:
+                    raise StackError(self._not_ready(pending, last))
+                if pending:
+                    self._stop.wait(READY_POLL_S)
+        self.say("all services ready")
+
+    def _not_ready(self, pending: set[str], last: dict[str, str]) -> str:
+        parts = [f"not ready after {self.ready_timeout_s:g}s: {', '.join(sorted(pending))}"]
+        for name in sorted(pending):
+            svc = self.services[name]
+            parts.append(f"--- {name}: /readyz said {last.get(name, 'nothing')}")
+            parts.append(f"last lines of {svc.log_path}:\n{svc.tail()}")
+        return "\n".join(parts)
+
+    def _apply_examples(self) -> None:
+        folder = self.examples_dir or self.root / "examples"
+        self.say(f"applying the employees in {os.path.relpath(folder, self.root)}/ …")
+        # Resolve secrets the way the services will: same variables, same secrets directory.
+        store = SecretStore.from_env(self.service_env())
+        self.employees = apply_examples(folder, self.ingress_url, self.admin_token, store)
+
+    def _write_pids(self) -> None:
+        doc = {
+            "localstack": os.getpid(),
+            "services": {n: s.recorded.to_json() for n, s in self.services.items() if s.recorded},
+        }
+        _write_private(self.pids_file, json.dumps(doc, indent=2) + "\n")
+
+    def stack(self) -> dict[str, Any]:
+        """Every address of the instance, as written to stack.json."""
+        pids: dict[str, int | None] = {"localstack": os.getpid()}
+        database: dict[str, Any] = {"url": self.database_url, "embedded": False}
+        if self.postgres is not None and self.postgres.process is not None:
+            pids["postgres"] = self.postgres.process.pid
+            database.update(embedded=True, log=str(self.postgres.log_path))
+        temporal: dict[str, Any] = {
+            "address": self.temporal_address,
+            "namespace": self.temporal_namespace,
+            "embedded": False,
+        }
+        if self.temporal is not None and self.temporal.process is not None:
+            pids["temporal"] = self.temporal.process.pid
+            temporal.update(embedded=True, log=str(self.temporal.log_path))
+        pids.update({n: s.pid for n, s in self.services.items()})
+        return {
+            "version": 1,
+            "root": str(self.root),
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "ingress_url": self.ingress_url,
+            "admin_token": self.admin_token,
+            "database": database,
+            "temporal": temporal,
+            "services": {n: s.to_json() for n, s in self.services.items()},
+            "pids": pids,
+        }
+
+    def _write_stack(self) -> None:
+        _write_private(self.stack_file, json.dumps(self.stack(), indent=2) + "\n")
+
+    # -- run -----------------------------------------------------------------------------
+
+    def supervise(self) -> None:
+        """Until a stop is requested, restart any service that exits, with a growing delay."""
+        while not self._stop.wait(SUPERVISE_POLL_S):
+            self.check_children()
+
+    def check_children(self) -> None:
+        """One supervision pass."""
+        now = time.monotonic()
+        for svc in self.services.values():
+            code = svc.exit_code()
+            if code is None:
+                continue
+            if not svc.restart_at:
+                delay = min(RESTART_BACKOFF_MAX_S, 2.0**svc.restarts)
+                svc.restart_at = now + delay
+                self.say(f"{svc.name} exited with code {code}; restarting in {delay:g}s")
+                self.say(f"last lines of {svc.log_path}:\n{svc.tail()}")
+            elif now >= svc.restart_at:
+                self.restart_service(svc.name)
+        for label, server in (("PostgreSQL", self.postgres), ("Temporal", self.temporal)):
+            process = server.process if server is not None else None
+            if process is not None and process.poll() is not None and label not in self._warned:
+                self._warned.add(label)
+                self.say(f"{label} exited with code {process.returncode}; Ctrl-C and `make run`")
+
+    def restart_service(self, name: str) -> None:
+        """Stop `name` if it runs, start it again on the same ports."""
+        svc = self.services[name]
+        if svc.exit_code() is None and svc.pid is not None:
+            stop_groups([svc.pid], self.stop_timeout_s)
+        svc.restarts += 1
+        svc.restart_at = 0.0
+        svc.spawn(self.service_env(), self.root)
+        self._write_pids()
+        self._write_stack()
+        self.say(f"{name} restarted (pid {svc.pid})")
+
+    # -- stop ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop everything this instance started: services, then Temporal, then PostgreSQL."""
+        self._stop.set()
+        running = [s.pid for s in self.services.values() if s.exit_code() is None and s.pid]
+        if running:
+            self.say("stopping services …")
+            killed = stop_groups(running, self.stop_timeout_s)
+            if killed:
+                self.say(f"killed {killed} after {self.stop_timeout_s:g}s")
+        if self.temporal is not None and self.temporal.running():
+            self.say("stopping Temporal …")
+            self.temporal.stop()
+        if self.postgres is not None and self.postgres.process is not None:
+            if self.postgres.process.poll() is None:
+                self.say("stopping PostgreSQL …")
+            self.postgres.stop()
+        if self._lock_fd is not None:
+            self.stack_file.unlink(missing_ok=True)
+            self.pids_file.unlink(missing_ok=True)
+        self._unlock()
+
+    def summary(self) -> str:
+        """What runs where, and one command to try."""
+        lines = [f"Event OS is ready (state in {STATE_DIR}/, logs in {STATE_DIR}/logs/)"]
+        for svc in self.services.values():
+            grpc = f"  gRPC {svc.grpc_address}" if svc.grpc_address else ""
+            lines.append(f"  {svc.name:<17} {svc.http_url}{grpc}")
+        lines.append(f"  {'PostgreSQL':<17} {self.database_url}")
+        lines.append(f"  {'Temporal':<17} {self.temporal_address} ({self.temporal_namespace})")
+        lines.append(f"  {'addresses':<17} {STATE_DIR}/stack.json (admin token inside)")
+        for outcome in self.employees:
+            lines.append(f"  {'employee':<17} {outcome.describe()}")
+        lines += ["", f"Try:  {self.command_to_try()}", "Ctrl-C stops everything."]
+        return "\n".join(lines)
+
+    def command_to_try(self) -> str:
+        ctl = Path(sys.executable).parent / "eventosctl"
+        shown = os.path.relpath(ctl) if ctl.is_relative_to(Path.cwd()) else str(ctl)
+        chatty = [e.name for e in self.employees if e.running and e.has_chat]
+        if chatty:
+            return f'{shown} chat {chatty[0]} "hi"'
+        return f"{shown} list"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m eventos.localstack`: start, supervise until SIGINT/SIGTERM, stop."""
+    parser = argparse.ArgumentParser(
+        prog="python -m eventos.localstack",
+        description="Run a local Event OS instance with its state in ./.eventos",
+    )
+    parser.add_argument("--examples", type=Path, help="specs to apply (default: ./examples)")
+    parser.add_argument("--ready-timeout", type=float, default=60.0, metavar="SECONDS")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    stack = LocalStack(Path.cwd(), examples_dir=args.examples, ready_timeout_s=args.ready_timeout)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if stack.stopping:
+            stack.say("still stopping; please wait")
+        stack.request_stop()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    code = 0
+    try:
+        stack.start()
+        stack.say(stack.summary())
+        stack.supervise()
+    except StopRequested:
+        pass
+    except Exception as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        code = 1
+    finally:
+        stack.stop()
+    stack.say("stopped")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""`make run` as a user runs it: `python -m eventos.localstack` in a folder, then Ctrl-C or a crash.
+
+Each test owns its folder, so its embedded PostgreSQL and Temporal dev server are its own;
+EVENTOS_DATABASE_URL and TEMPORAL_ADDRESS are dropped so the embedded path is what runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from eventos import names
+from eventos.processes import pid_alive
+from eventos.testing import wait_for_sync
+
+pytestmark = pytest.mark.stack
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+READY_S = 45.0
+STOP_S = 30.0
+AMBIENT = ("EVENTOS_DATABASE_URL", "TEMPORAL_ADDRESS", "EVENTOS_ADMIN_TOKEN", "EVENTOS_SECRETS_DIR")
+
+
+@dataclass
+class Run:
+    """One `python -m eventos.localstack` in `root`."""
+
+    root: Path
+    process: subprocess.Popen[bytes]
+    output: Path
+    seen_pids: set[int] = field(default_factory=set)
+
+    def log(self) -> str:
+        return self.output.read_text(errors="replace")
+
+    def stack(self) -> dict[str, Any] | None:
+        """This run's stack.json once written (a crashed run's file is not ours)."""
+        if self.process.poll() is not None:
+            raise AssertionError(f"localstack exited {self.process.returncode}:\n{self.log()}")
+        try:
+            doc: dict[str, Any] = json.loads((self.root / ".eventos" / "stack.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if doc["pids"]["localstack"] != self.process.pid:
+            return None
+        self.seen_pids.update(self.children(doc))
+        return doc
+
+    def ready(self) -> dict[str, Any]:
+        """stack.json written, and the summary printed (examples applied)."""
+
+        def summary_printed() -> dict[str, Any] | None:
+            doc = self.stack()
+            return doc if doc is not None and "Try:" in self.log() else None
+
+        doc = wait_for_sync(summary_printed, timeout=READY_S, interval=0.2, what="ready")
+        assert doc is not None
+        return doc
+
+    @staticmethod
+    def children(doc: dict[str, Any]) -> set[int]:
+        return {int(p) for name, p in doc["pids"].items() if name != "localstack" and p}
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> Iterator[Callable[..., Run]]:
+    """Start localstack in tmp_path; whatever a test leaves running is stopped afterwards."""
+    runs: list[Run] = []
+    env = {k: v for k, v in os.environ.items() if k not in AMBIENT}
+
+    def start(**extra_env: str) -> Run:
+        output = tmp_path / f"localstack-{len(runs)}.out"
+        with output.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "eventos.localstack", "--examples", str(EXAMPLES)],
+                cwd=tmp_path,
+                env={**env, **extra_env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        runs.append(Run(tmp_path, process, output))
+        return runs[-1]
+
+    yield start
+    for run in runs:
+        if run.process.poll() is None:
+            run.process.send_signal(signal.SIGINT)
+            try:
+                run.process.wait(STOP_S)
+            except subprocess.TimeoutExpired:
+                run.process.kill()
+    for pid in {p for run in runs for p in run.seen_pids}:
+        if pid_alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def all_gone(pids: set[int]) -> Callable[[], bool]:
+    return lambda: not any(pid_alive(p) for p in pids)
+
+
+def running_in(root: Path) -> list[str]:
+    """Processes whose command line or working directory is inside `root` (Linux /proc)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cmdline and (str(root) in cmdline or cwd == str(root)):
+            found.append(f"{proc.name}: {cmdline}")
+    return found
+
+
+def employees(doc: dict[str, Any]) -> dict[str, str]:
+    auth = {"Authorization": f"Bearer {doc['admin_token']}"}
+    found = httpx.get(f"{doc['ingress_url']}/v1/employees", headers=auth, timeout=5).json()
+    return {e["name"]: e["state"] for e in found["employees"]}
+
+
+def check_services(doc: dict[str, Any]) -> None:
+    assert set(doc["services"]) == set(names.SERVICES)
+    for name, svc in doc["services"].items():
+        assert (svc["grpc"] is not None) == (name in ("ingress", "router", "relay"))
+        for route in ("/livez", "/readyz"):
+            answer = httpx.get(svc["http"] + route, timeout=5)
+            assert answer.status_code == 200, (name, route, answer.text)
+            assert answer.json()["service"] == name
+        metrics = httpx.get(svc["metrics"], timeout=5)
+        assert metrics.status_code == 200 and "# TYPE" in metrics.text, name
+
+
+def test_starts_serves_and_stops_on_ctrl_c(launch: Callable[..., Run]) -> None:
+    run = launch()
+    doc = run.ready()
+
+    assert doc["database"]["url"].endswith("/eventos") and doc["database"]["embedded"]
+    assert doc["temporal"]["address"] and doc["temporal"]["namespace"] == "default"
+    assert len(doc["admin_token"]) >= 32
+    assert doc["ingress_url"] == doc["services"]["ingress"]["http"]
+    check_services(doc)
+    # hello needs nothing; support needs credentials nobody gave, so it was skipped.
+    assert employees(doc) == {"hello": "running"}
+    assert "support: skipped (needs openai-main, stripe-whsec, tg-main, deploy-hook" in run.log()
+    assert 'eventosctl chat hello "hi"' in run.log()
+    hook = httpx.post(
+        f"{doc['ingress_url']}/hooks/hello",
+        json={"hello": "world"},
+        headers={"X-Event-Id": "e2e-1"},
+        timeout=5,
+    )
+    assert hook.status_code == 200 and hook.json()["status"] == "accepted"
+    token_file = run.root / ".eventos" / "admin-token"
+    assert token_file.read_text().strip() == doc["admin_token"]
+    assert token_file.stat().st_mode & 0o777 == 0o600
+
+    run.process.send_signal(signal.SIGINT)
+    assert run.process.wait(STOP_S) == 0, run.log()
+    wait_for_sync(all_gone(run.children(doc)), timeout=STOP_S, what="every child gone")
+    assert not (run.root / ".eventos" / "stack.json").exists()
+
+
+def test_restarts_cleanly_after_the_launcher_is_killed(launch: Callable[..., Run]) -> None:
+    first = launch()
+    before = first.ready()
+    first.process.kill()
+    first.process.wait(STOP_S)
+    orphans = first.children(before)
+    assert all(pid_alive(p) for p in orphans), "the children outlive a SIGKILLed launcher"
+
+    second = launch()
+    after = second.ready()
+    wait_for_sync(all_gone(orphans - second.children(after)), timeout=5, what="leftovers gone")
+    check_services(after)
+    # The database survived the crash: the employee keeps its generation, not a second start.
+    assert employees(after) == {"hello": "running"}
+    assert "hello: running (generation 1)" in second.log()
+    assert after["admin_token"] == before["admin_token"]
+
+    second.process.send_signal(signal.SIGTERM)
+    assert second.process.wait(STOP_S) == 0, second.log()
+    wait_for_sync(all_gone(second.children(after)), timeout=STOP_S, what="every child gone")
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="finds leftovers through /proc")
+def test_a_service_that_cannot_start_stops_everything(launch: Callable[..., Run]) -> None:
+    run = launch(EVENTOS_ADMIN_TOKEN="too-short")
+    assert run.process.wait(READY_S) == 1, run.log()
+    log = run.log()
+    assert "error: ingress exited with code 1 before it was ready" in log
+    assert "EVENTOS_ADMIN_TOKEN must be at least 16 characters" in log  # the log's tail
+    assert "Try:" not in log
+    assert running_in(run.root) == []
+    assert not (run.root / ".eventos" / "stack.json").exists()

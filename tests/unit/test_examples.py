@@ -1,0 +1,35 @@
+"""Which example specs `make run` may start: those whose secret references all resolve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from eventos.examples import missing_secrets, secret_refs
+from eventos.settings import SecretStore
+from eventos.spec import EmployeeSpec, load_specs
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SUPPORT_REFS = ["openai-main", "stripe-whsec", "tg-main", "deploy-hook"]
+
+
+def example(name: str) -> EmployeeSpec:
+    [spec] = load_specs((EXAMPLES / name).read_text())
+    return spec
+
+
+def test_hello_needs_no_secret() -> None:
+    assert secret_refs(example("hello.yaml")) == []
+    assert missing_secrets(example("hello.yaml"), SecretStore(env={})) == []
+
+
+def test_support_needs_its_credential_webhook_secrets_and_channel_account() -> None:
+    support = example("support.yaml")
+    assert secret_refs(support) == SUPPORT_REFS
+    assert missing_secrets(support, SecretStore(env={})) == SUPPORT_REFS
+
+
+def test_secrets_resolve_from_the_environment_or_the_secrets_directory(tmp_path: Path) -> None:
+    (tmp_path / "openai-main").write_text("sk-test\n")
+    env = {"EVENTOS_SECRET_STRIPE_WHSEC": "whsec_x", "EVENTOS_SECRET_TG_MAIN": "123:abc"}
+    store = SecretStore(env=env, directory=tmp_path)
+    assert missing_secrets(example("support.yaml"), store) == ["deploy-hook"]
