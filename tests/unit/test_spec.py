@@ -138,3 +138,14 @@ def test_default_classes_follow_the_scheduler_table() -> None:
     webhook = spec.spec.triggers[1]
     assert webhook.klass == names.C3_INTERNAL  # signed provider webhooks are internal work
     assert spec.spec.triggers[4].klass == names.C4_BACKGROUND  # generic webhooks are background
+
+
+def test_llm_class_setting() -> None:
+    from eventos.errors import ConfigError
+    from eventos.settings import llm_classes
+
+    assert llm_classes({}) == (1, 2, 3, 4)
+    assert llm_classes({"LLM_CLASS": "c2"}) == (2,)
+    assert llm_classes({"LLM_CLASS": "llm-c3, 1"}) == (1, 3)
+    with pytest.raises(ConfigError):
+        llm_classes({"LLM_CLASS": "c5"})

@@ -146,3 +146,18 @@ class AdminSettings:
         if len(token) < 16:
             raise ConfigError("EVENTOS_ADMIN_TOKEN must be at least 16 characters")
         return cls(token=token)
+
+
+def llm_classes(env: Mapping[str, str] | None = None) -> tuple[int, ...]:
+    """The classes an LLM worker polls: `LLM_CLASS` (`2`, `c2`, `llm-c2`, comma list), else all."""
+    env = os.environ if env is None else env
+    raw = env.get("LLM_CLASS", "").strip()
+    if not raw:
+        return (1, 2, 3, 4)
+    classes: list[int] = []
+    for part in raw.split(","):
+        token = part.strip().lower().removeprefix("llm-").removeprefix("c")
+        if token not in ("1", "2", "3", "4"):
+            raise ConfigError(f"LLM_CLASS must name classes 1 to 4 (e.g. c2), got {part!r}")
+        classes.append(int(token))
+    return tuple(sorted(set(classes)))
