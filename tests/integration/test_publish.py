@@ -82,6 +82,13 @@ async def rows_per_key(db: DatabaseSettings) -> dict[str, int]:
         return {row["dedupe_key"]: row["n"] for row in await cur.fetchall()}
 
 
+def _async(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
+    async def condition() -> bool:
+        return check()
+
+    return condition
+
+
 @pytest.fixture
 async def observer(db_settings: DatabaseSettings) -> AsyncIterator[Conn]:
     """A connection of its own, in autocommit: it sees only what has committed."""
@@ -141,7 +148,7 @@ REJECTIONS: dict[str, tuple[dict[str, Any], str]] = {
         {"envelope": envelope("v", specversion="0.3")},
         "specversion must be 1.0",
     ),
-    "over-64-kb": ({"envelope": envelope("big", data=BIG)}, "over 64 KB without body_ref"),
+    "over-64-kb": ({"envelope": envelope("big", data=BIG)}, "over 64 KB"),
     "unknown-body-ref": ({"envelope": b"", "body_ref": "blob_nowhere"}, "unknown body_ref"),
     "unknown-source": ({"source_key": "grpc:nobody"}, "unknown source 'grpc:nobody'"),
     "no-dedupe-key": ({"dedupe_key": ""}, "dedupe_key and type are required"),
@@ -277,7 +284,7 @@ def driver_client(target: str, outbox: DriverOutbox, **options: Any) -> DriverCl
 
 async def enqueue_range(client: DriverClient, first: int, last: int) -> None:
     for n in range(first, last + 1):
-        await client.enqueue(SOURCE, f"ev-{n}", "message", {**json.loads(envelope(f"ev-{n}"))})
+        await client.enqueue(SOURCE, f"ev-{n}", "message", json.loads(envelope(f"ev-{n}")))
 
 
 async def lock_waits(conn: Conn) -> int:
@@ -325,13 +332,6 @@ async def test_driver_resends_after_an_ingress_restart_without_loss_or_doubling(
     assert await rows_per_key(db_settings) == {f"ev-{n}": 1 for n in range(1, 301)}
     assert outbox.unacked() == [] and outbox.rejected() == []
     assert outbox.acked_through() == outbox.last_acked_seq() == 300
-
-
-def _async(check: Callable[[], bool]) -> Callable[[], Awaitable[bool]]:
-    async def condition() -> bool:
-        return check()
-
-    return condition
 
 
 def _database_name(db: DatabaseSettings) -> str:
@@ -465,3 +465,28 @@ async def test_a_silent_server_counts_as_broken_and_events_are_resent_in_order(
     assert servicer.streams[0] == [1, 2] and servicer.streams[1] == [1, 2]
     assert "no ack for 0.4s" in client.last_error
     assert client.acked_through() == 0 and outbox.pending_count() == 5
+
+
+async def test_a_restarted_driver_resends_what_its_outbox_still_holds(
+    silent: tuple[SilentIngress, str],
+    started: str,
+    ingress_grpc: str,
+    db_settings: DatabaseSettings,
+    tmp_path: Path,
+) -> None:
+    servicer, silent_target = silent
+    path = tmp_path / "restarted-driver.sqlite"
+    box = DriverOutbox(path)
+    async with DriverClient(silent_target, DRIVER, box, 60.0, ack_timeout_s=5.0) as client:
+        await enqueue_range(client, 1, 5)
+        await wait_for(_async(lambda: servicer.streams[-1:] == [[1, 2, 3, 4, 5]]), what="sent")
+    box.close()
+
+    reopened = DriverOutbox(path)
+    try:
+        async with driver_client(ingress_grpc, reopened) as client:
+            await client.wait_acked(5, timeout=30)
+        assert reopened.pending_count() == 0
+    finally:
+        reopened.close()
+    assert await rows_per_key(db_settings) == {f"ev-{n}": 1 for n in range(1, 6)}

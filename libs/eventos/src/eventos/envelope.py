@@ -81,7 +81,8 @@ def check_driver_envelope(raw: bytes, *, by_reference: bool) -> dict[str, Any] |
             return None
         raise EventRejected("envelope is empty and there is no body_ref")
     if len(raw) > names.ENVELOPE_MAX_BYTES:
-        raise EventRejected(f"envelope is {len(raw)} bytes, over 64 KB without body_ref")
+        # Nothing over 64 KB enters the bus inline (I7); a larger body travels as body_ref.
+        raise EventRejected(f"envelope is {len(raw)} bytes, over 64 KB")
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -37,6 +37,8 @@ from eventos.wake import Kicker
 
 log = logging.getLogger(__name__)
 BATCH_MAX = 256
+# Queued plus the batch being appended stay within the in-flight bound per stream.
+READ_AHEAD = names.PUBLISH_IN_FLIGHT_MAX - BATCH_MAX
 SOURCE_CACHE_S = 1.0
 Context: TypeAlias = grpc.aio.ServicerContext[ingress_pb2.DriverEvent, ingress_pb2.Ack]
 
@@ -114,9 +116,7 @@ class EventIngressServicer(ingress_pb2_grpc.EventIngressServicer):
         self, request_iterator: AsyncIterator[ingress_pb2.DriverEvent], context: Context
     ) -> AsyncIterator[ingress_pb2.Ack]:
         # Bounded: at most PUBLISH_IN_FLIGHT_MAX events read and not yet acknowledged.
-        inbox: asyncio.Queue[ingress_pb2.DriverEvent | None] = asyncio.Queue(
-            names.PUBLISH_IN_FLIGHT_MAX
-        )
+        inbox: asyncio.Queue[ingress_pb2.DriverEvent | None] = asyncio.Queue(READ_AHEAD)
 
         async def read() -> None:
             async for ev in request_iterator:
