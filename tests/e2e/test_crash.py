@@ -12,7 +12,7 @@ import httpx
 import psycopg
 import pytest
 from conftest import ADMIN_TOKEN, SECRETS, SPEC
-from processes import ServiceProcess
+from processes import Running
 from psycopg.rows import dict_row
 
 from eventos.settings import DatabaseSettings
@@ -29,20 +29,16 @@ def env(db_settings: DatabaseSettings, tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def router(env: dict[str, str], tmp_path: Path) -> Iterator[ServiceProcess]:
-    proc = ServiceProcess("eventos_router", "router", env, tmp_path)
+def router(env: dict[str, str], tmp_path: Path) -> Iterator[Running]:
+    proc = Running.of("router", env, tmp_path)
     proc.start()
     yield proc
     proc.terminate()
 
 
 @pytest.fixture
-def ingress(
-    env: dict[str, str], tmp_path: Path, router: ServiceProcess
-) -> Iterator[ServiceProcess]:
-    proc = ServiceProcess(
-        "eventos_ingress", "ingress", {**env, "EVENTOS_INGRESS_KICK": router.grpc_target}, tmp_path
-    )
+def ingress(env: dict[str, str], tmp_path: Path, router: Running) -> Iterator[Running]:
+    proc = Running.of("ingress", {**env, "EVENTOS_INGRESS_KICK": router.grpc_target}, tmp_path)
     proc.start()
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     assert httpx.post(f"{proc.url}/v1/employees", content=SPEC, headers=headers).status_code == 200
@@ -98,9 +94,9 @@ def wait_acked(load: Load, count: int) -> None:
 
 
 def test_sigkill_of_ingress_under_load_loses_no_acknowledged_event(
-    ingress: ServiceProcess, router: ServiceProcess, db_settings: DatabaseSettings
+    ingress: Running, router: Running, db_settings: DatabaseSettings
 ) -> None:
-    with Load(lambda: ingress.http_port) as load:
+    with Load(lambda: ingress.proc.http_port) as load:
         wait_acked(load, 200)
         ingress.kill()
         acked_before_kill = set(load.acked)
@@ -123,9 +119,9 @@ def test_sigkill_of_ingress_under_load_loses_no_acknowledged_event(
 
 
 def test_sigkill_of_the_router_under_load_routes_everything_exactly_once(
-    ingress: ServiceProcess, router: ServiceProcess, db_settings: DatabaseSettings
+    ingress: Running, router: Running, db_settings: DatabaseSettings
 ) -> None:
-    with Load(lambda: ingress.http_port) as load:
+    with Load(lambda: ingress.proc.http_port) as load:
         wait_acked(load, 150)
         router.kill()
         wait_acked(load, len(load.acked) + 150)  # appends go on while no router runs
@@ -150,8 +146,6 @@ def test_sigkill_of_the_router_under_load_routes_everything_exactly_once(
     assert [d["ingress_id"] for d in deliveries] == sorted(d["ingress_id"] for d in deliveries)
 
 
-def test_sigterm_stops_each_service_cleanly(
-    ingress: ServiceProcess, router: ServiceProcess
-) -> None:
+def test_sigterm_stops_each_service_cleanly(ingress: Running, router: Running) -> None:
     assert ingress.terminate() == 0
     assert router.terminate() == 0

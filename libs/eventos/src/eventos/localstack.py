@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import fcntl
 import json
 import logging
 import os
@@ -39,7 +38,7 @@ from eventos.db.migrate import Migration, migrate
 from eventos.embedded_pg import EmbeddedPostgres, free_port
 from eventos.errors import EventOSError
 from eventos.examples import ExampleOutcome, apply_examples
-from eventos.processes import Recorded, stop_groups
+from eventos.processes import LockHeld, PidLock, Recorded, stop_groups
 from eventos.service_process import HOST, ServiceProcess
 from eventos.settings import DatabaseSettings, SecretStore
 from eventos.temporal_dev import TemporalDevServer
@@ -93,12 +92,13 @@ class LocalStack:
     employees: list[ExampleOutcome] = field(default_factory=list)
     postgres: EmbeddedPostgres | None = None
     temporal: TemporalDevServer | None = None
-    _lock_fd: int | None = None
+    _lock: PidLock = field(init=False)
     _stop: threading.Event = field(default_factory=threading.Event)
     _warned: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.root = self.root.absolute()
+        self._lock = PidLock(self.state_dir / "lock")
 
     @property
     def state_dir(self) -> Path:
@@ -142,7 +142,13 @@ class LocalStack:
     def start(self) -> None:
         """Start everything, wait for readiness, write stack.json, apply the examples."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self._lock()
+        try:
+            self._lock.acquire()
+        except LockHeld as exc:
+            raise StackError(
+                f"another local instance (pid {exc.owner}) runs on {self.state_dir}; "
+                "stop it first (Ctrl-C in its terminal)"
+            ) from None
         self.stack_file.unlink(missing_ok=True)
         try:
             self._stop_leftovers()
@@ -150,6 +156,7 @@ class LocalStack:
                 self._check_stop()
                 step()
             self.admin_token = self._token()
+            self._check_stop()
             self._spawn_services()
             self._wait_ready()
             self._write_stack()
@@ -158,28 +165,6 @@ class LocalStack:
         except BaseException:
             self.stop()
             raise
-
-    def _lock(self) -> None:
-        """One instance per state directory; the kernel drops the lock if we are killed."""
-        path = self.state_dir / "lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise StackError(
-                f"another local instance (pid {owner}) runs on {self.state_dir}; "
-                "stop it first (Ctrl-C in its terminal)"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
-
-    def _unlock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
 
     def _stop_leftovers(self) -> None:
         """Stop services a crashed run left behind (PostgreSQL and Temporal do their own)."""
@@ -334,7 +319,8 @@ class LocalStack:
 
     def _apply_examples(self) -> None:
         folder = self.examples_dir or self.root / "examples"
-        self.say(f"applying the employees in {os.path.relpath(folder, self.root)}/ …")
+        shown = os.path.relpath(folder, self.root)
+        self.say(f"applying the employees in {folder if shown.startswith('..') else shown}/ …")
         # Resolve secrets the way the services will: same variables, same secrets directory.
         store = SecretStore.from_env(self.service_env())
         self.employees = apply_examples(folder, self.ingress_url, self.admin_token, store)
@@ -434,10 +420,10 @@ class LocalStack:
             if self.postgres.process.poll() is None:
                 self.say("stopping PostgreSQL …")
             self.postgres.stop()
-        if self._lock_fd is not None:
+        if self._lock.held:
             self.stack_file.unlink(missing_ok=True)
             self.pids_file.unlink(missing_ok=True)
-        self._unlock()
+        self._lock.release()
 
     def summary(self) -> str:
         """What runs where, and one command to try."""
@@ -476,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         if stack.stopping:
-            stack.say("still stopping; please wait")
+            # Not print(): the handler may interrupt a print() and buffered streams refuse reentry.
+            os.write(sys.stderr.fileno(), b"still stopping; please wait\n")
         stack.request_stop()
 
     signal.signal(signal.SIGINT, on_signal)

@@ -8,6 +8,7 @@ crash the pid may belong to someone else.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -15,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from eventos.errors import EventOSError
 
 POLL_INTERVAL_S = 0.05
 
@@ -123,3 +126,41 @@ class Recorded:
             return False
         where = cwd(self.pid)
         return where is None or not self.cwd or where == Path(self.cwd)
+
+
+class LockHeld(EventOSError):
+    """Another process holds the lock."""
+
+    def __init__(self, owner: str):
+        self.owner = owner
+        super().__init__(f"held by pid {owner}")
+
+
+@dataclass
+class PidLock:
+    """An exclusive lock on a file that names its holder; the kernel drops it if we are killed."""
+
+    path: Path
+    _fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock now or raise LockHeld naming the holder's pid."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise LockHeld(owner) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
