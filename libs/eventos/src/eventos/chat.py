@@ -46,6 +46,8 @@ async def send(
     """Queue one owner message; QueueFull (nothing saved) past 100 pending in the session."""
     if not client_message_id or len(client_message_id) > 128:
         raise EventRejected("client_message_id must be 1 to 128 characters")
+    if not session or len(session) > 64:
+        raise EventRejected("session must be 1 to 64 characters")
     if not text.strip():
         raise EventRejected("text must not be empty")
     if len(text.encode()) > MAX_TEXT_BYTES:

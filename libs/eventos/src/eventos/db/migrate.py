@@ -81,7 +81,7 @@ def partition_name(day: date) -> str:
     return f"{PARTITION_PREFIX}{day:%Y%m%d}"
 
 
-async def ensure_partitions(conn: Conn, today: date, *, days_ahead: int = 3) -> list[str]:
+async def ensure_partitions(conn: Conn, today: date, *, days_ahead: int = 7) -> list[str]:
     """Create the daily partitions from yesterday to `days_ahead` days ahead."""
     created: list[str] = []
     cur = await conn.execute(Q["partition_list"])
