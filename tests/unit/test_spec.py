@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from eventos import names
@@ -11,7 +9,6 @@ from eventos.employees import compile_subscriptions
 from eventos.errors import SpecInvalid
 from eventos.spec import load_specs
 
-SHARED_SPEC = Path(__file__).resolve().parents[3] / "shared" / "SPEC.md"
 EXAMPLE = """
 apiVersion: eventos/v1
 kind: Employee
@@ -63,12 +60,6 @@ def test_the_spec_example_parses_with_default_classes_and_lanes() -> None:
     ]  # fmt: skip
     assert rows[2]["thread_by"] == "subject"  # one conversation per customer
     assert {r["agent"] for r in rows} == {"front"}
-
-
-@pytest.mark.skipif(not SHARED_SPEC.exists(), reason="shared/SPEC.md not beside the project")
-def test_the_example_in_shared_spec_still_parses() -> None:
-    text = SHARED_SPEC.read_text().split("```yaml", 1)[1].split("```", 1)[0]
-    assert load_specs(text)[0].name == "support"
 
 
 @pytest.mark.parametrize(
