@@ -56,7 +56,9 @@ def health_routes(name: str, checks: dict[str, ReadinessCheck]) -> list[BaseRout
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket (port 0 picks a free one)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only for TCP, and
+    # without it a response split in two writes waits for the peer's delayed ACK (~40 ms).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(1024)
