@@ -136,7 +136,9 @@ async def test_chat_bad_input(started: str, api: httpx.AsyncClient) -> None:
     assert (await chat(api, "m", "x", name="nobody")).status_code == 404
     r = await api.post("/v1/employees/support/chat", content=b"not json")
     assert r.status_code == 400
-    r = await api.post("/v1/employees/support/chat", json={"client_message_id": "m", "text": "x", "session": ""})
+    r = await api.post(
+        "/v1/employees/support/chat", json={"client_message_id": "m", "text": "x", "session": ""}
+    )
     assert r.status_code == 400
     r = await api.post("/v1/employees/support/chat", json={"client_message_id": 7, "text": "x"})
     assert r.status_code == 400

@@ -128,4 +128,6 @@ WHERE source_key = %(source_key)s AND dedupe_key = %(dedupe_key)s;
 -- name: ingress_source_append_lock
 -- Appends of one source commit one transaction at a time, so ids of a source are assigned
 -- in commit order and a router that sees id N has already seen every smaller id of it.
-SELECT pg_advisory_xact_lock(hashtextextended('eventos.append:' || %(source_key)s, 0));
+-- unnest yields the (sorted) sources in array order, so locks are taken in that order.
+SELECT pg_advisory_xact_lock(hashtextextended('eventos.append:' || s, 0))
+FROM unnest(%(sources)s::text[]) AS s;
