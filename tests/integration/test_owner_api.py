@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,6 +13,7 @@ from conftest import ADMIN_TOKEN, SPEC
 from psycopg_pool import AsyncConnectionPool
 
 from eventos.db import Conn
+from eventos.testing import wait_for
 
 HELLO = """
 apiVersion: eventos/v1
@@ -165,3 +167,23 @@ async def test_chat_to_a_stopped_employee_is_refused(api: httpx.AsyncClient) -> 
     await apply(api, SPEC)
     r = await chat(api, "m-1")
     assert r.status_code == 409
+
+
+async def test_a_path_answers_right_after_start_and_goes_away_after_reset(
+    api: httpx.AsyncClient,
+) -> None:
+    await apply(api, HELLO)
+
+    async def post() -> int:
+        r = await api.post("/hooks/hello", content=b"{}", headers={"X-Event-Id": uuid.uuid4().hex})
+        return r.status_code
+
+    assert await post() == 404
+    assert (await api.post("/v1/employees/hello:start")).status_code == 200
+    assert await post() == 200  # no waiting for the route table's next refresh
+    assert (await api.post("/v1/employees/hello:reset")).status_code == 200
+
+    async def gone() -> bool:
+        return await post() == 404
+
+    await wait_for(gone, timeout=5, interval=0.2, what="path gone after reset")

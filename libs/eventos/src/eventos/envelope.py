@@ -27,6 +27,7 @@ HEADER_ALLOWLIST = frozenset(
 )
 NEVER_KEPT = frozenset({"authorization", "cookie", "proxy-authorization", "set-cookie"})
 REQUIRED_ATTRIBUTES = ("specversion", "id", "source", "type")
+HEADER_VALUE_MAX = 1024  # kept header values are cut here, so headers never crowd out the body
 
 
 def kept_headers(
@@ -36,7 +37,7 @@ def kept_headers(
     allowed = (
         (HEADER_ALLOWLIST | {h.lower() for h in extra}) - NEVER_KEPT - {h.lower() for h in secret}
     )
-    return {k: v for k, v in headers.items() if k.lower() in allowed}
+    return {k: v[:HEADER_VALUE_MAX] for k, v in headers.items() if k.lower() in allowed}
 
 
 def new_event_id() -> str:

@@ -14,12 +14,14 @@ from eventos.bus import GroupCommitter
 from eventos.db import Conn, open_pool
 from eventos.service import Service
 from eventos.settings import AdminSettings, DatabaseSettings, SecretStore, ServiceSettings
+from eventos.spec import PROVIDER_SCHEMES
 from eventos.v1 import ingress_pb2_grpc
 from eventos.wake import Kicker
 from eventos_ingress.hooks import Hooks
 from eventos_ingress.limits import HookLimits
 from eventos_ingress.owner_api import OwnerApi
 from eventos_ingress.publish import EventIngressServicer
+from eventos_ingress.routes import RouteTable
 
 NAME = "ingress"
 HOOK_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -56,7 +58,10 @@ async def build(cfg: IngressConfig) -> Service:
     kicker = (
         Kicker(cfg.service.kick_targets, reason="ingress") if cfg.service.kick_targets else None
     )
-    hooks = Hooks(pool, committer, cfg.secrets, BlobStore(cfg.blob_dir), kicker, cfg.hook_limits)
+    routes = RouteTable(pool, PROVIDER_SCHEMES)
+    hooks = Hooks(
+        pool, committer, cfg.secrets, BlobStore(cfg.blob_dir), routes, kicker, cfg.hook_limits
+    )
     owner = OwnerApi(pool, cfg.admin.token, kicker)
     servicer = EventIngressServicer(pool, committer, kicker)
 
@@ -83,5 +88,6 @@ async def build(cfg: IngressConfig) -> Service:
         grpc_registrars=[
             lambda s: ingress_pb2_grpc.add_EventIngressServicer_to_server(servicer, s)
         ],
+        loops=[routes.refresh_loop],
         on_stop=[stop],
     )

@@ -17,62 +17,23 @@ from eventos import names
 from eventos.blobs import BlobStore
 from eventos.bus import Accepted, GroupCommitter, IngressRecord, Rejected
 from eventos.db import Conn
-from eventos.db.sql import Q
 from eventos.envelope import encoded_size, http_envelope, kept_headers, new_event_id
 from eventos.errors import DatabaseUnavailable, SecretUnavailable, SignatureInvalid
 from eventos.metrics import INGRESS_ANSWERS, INGRESS_APPEND_SECONDS
 from eventos.settings import SecretStore
-from eventos.spec import PROVIDER_SCHEMES
 from eventos.verify import VerifyConfig, provider_dedupe_key, secret_headers, verify
 from eventos.wake import Kicker
 from eventos_ingress.limits import HookLimits, SourceLimits
+from eventos_ingress.routes import Endpoint, RouteTable
 
 log = logging.getLogger(__name__)
-ENDPOINT_CACHE_S = 1.0
 RETRY_AFTER_UNAVAILABLE = "5"
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """What a webhook path resolves to."""
-
-    path: str
-    employee: str
-    klass: int
-    scheme: str
-    secret_ref: str | None
-    header: str | None
-    tolerance_s: int
-    max_body: int
-    dedupe_header: str | None
-
-    @property
-    def source_key(self) -> str:
-        return names.source_key(names.SOURCE_WEBHOOK, self.path)
-
-    @property
-    def signed(self) -> bool:
-        return self.scheme in PROVIDER_SCHEMES
+# Below this a body's envelope stays under 64 KB even if JSON re-encoding triples it.
+INLINE_CHECK_FROM = 16 * 1024
 
 
 class BodyTooLarge(Exception):
     """The body passed the endpoint's cap."""
-
-
-def _endpoint(path: str, row: dict[str, Any]) -> Endpoint:
-    params = row["params"]
-    verify_cfg = params.get("verify", {})
-    return Endpoint(
-        path=path,
-        employee=str(row["employee"]),
-        klass=int(row["class"]),
-        scheme=str(verify_cfg.get("scheme", "none")),
-        secret_ref=verify_cfg.get("secret"),
-        header=verify_cfg.get("header"),
-        tolerance_s=int(verify_cfg.get("tolerance_s", 300)),
-        max_body=int(params.get("max_body", names.DEFAULT_MAX_BODY)),
-        dedupe_header=params.get("dedupe_header"),
-    )
 
 
 def _answer(code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
@@ -117,26 +78,10 @@ class Hooks:
     committer: GroupCommitter
     secrets: SecretStore
     blobs: BlobStore
+    routes: RouteTable
     kicker: Kicker | None = None
     hook_limits: HookLimits = field(default_factory=HookLimits)
     limits: SourceLimits = field(default_factory=SourceLimits)
-    _endpoints: dict[str, tuple[float, Endpoint]] = field(default_factory=dict)
-
-    async def resolve(self, path: str) -> Endpoint | None:
-        """A positive answer is cached briefly; a miss always asks the database."""
-        cached = self._endpoints.get(path)
-        if cached is not None and time.monotonic() - cached[0] < ENDPOINT_CACHE_S:
-            return cached[1]
-        async with self.pool.connection() as conn:
-            source = names.source_key(names.SOURCE_WEBHOOK, path)
-            cur = await conn.execute(Q["webhook_endpoint"], {"source_key": source})
-            row = await cur.fetchone()
-        if row is None:
-            self._endpoints.pop(path, None)
-            return None
-        endpoint = _endpoint(path, row)
-        self._endpoints[path] = (time.monotonic(), endpoint)
-        return endpoint
 
     async def handle(self, request: Request) -> Response:
         started = time.perf_counter()
@@ -144,7 +89,7 @@ class Hooks:
         if not path.strip("/"):
             return _answer(401, {"error": "an empty path never matches"})
         try:
-            endpoint = await self.resolve(path)
+            endpoint = await self.routes.resolve(path)
         except DatabaseUnavailable:
             return _unavailable("database unavailable")
         except Exception:
@@ -184,10 +129,9 @@ class Hooks:
         if wait:
             return _answer(429, {"error": "rate limit"}, {"Retry-After": str(wait)})
         try:
-            async with self.pool.connection() as conn:
-                if await self.limits.over_high_water(conn, endpoint.source_key, limit.high_water):
-                    return _answer(429, {"error": "backlog over high water"}, {"Retry-After": "10"})
-                record = await self._record(conn, endpoint, cfg, headers, body)
+            if await self.routes.backlog(endpoint.source_key, limit.high_water) >= limit.high_water:
+                return _answer(429, {"error": "backlog over high water"}, {"Retry-After": "10"})
+            record = await self._record(endpoint, cfg, headers, body)
             outcome = await self.committer.submit(record)
         except Exception as exc:
             log.warning("append failed: %s", exc)
@@ -201,7 +145,6 @@ class Hooks:
 
     async def _record(
         self,
-        conn: Conn,
         endpoint: Endpoint,
         cfg: VerifyConfig,
         headers: dict[str, str],
@@ -215,21 +158,33 @@ class Hooks:
             secret=secret_headers(cfg),
         )
         event_id = new_event_id()
+
+        def build(body_ref: str | None) -> dict[str, Any]:
+            shown = (
+                decoded
+                if body_ref is None
+                else body[: names.PREVIEW_BYTES].decode("utf-8", "replace")
+            )
+            return http_envelope(path=endpoint.path, event_type=names.TYPE_WEBHOOK, headers=kept,
+                                 body=shown, event_id=event_id, body_ref=body_ref)  # fmt: skip
+
         body_ref = None
-        if len(body) > names.ENVELOPE_MAX_BYTES:
-            body_ref = await self.blobs.record(conn, body)
-            decoded = body[: names.PREVIEW_BYTES].decode("utf-8", errors="replace")
-        envelope = http_envelope(
-            path=endpoint.path, event_type=names.TYPE_WEBHOOK, headers=kept, body=decoded,
-            event_id=event_id, body_ref=body_ref,
-        )  # fmt: skip
+        envelope = build(None)
+        # Nothing over 64 KB enters the bus inline (I7). Small bodies cannot get there (header
+        # values are capped), so only larger ones pay for measuring the encoded envelope.
+        if len(body) > names.ENVELOPE_MAX_BYTES or (
+            len(body) > INLINE_CHECK_FROM and encoded_size(envelope) > names.ENVELOPE_MAX_BYTES
+        ):
+            async with self.pool.connection() as conn:
+                body_ref = await self.blobs.record(conn, body)
+            envelope = build(body_ref)
         return IngressRecord(
             source_key=endpoint.source_key,
             dedupe_key=dedupe_key,
             type=names.TYPE_WEBHOOK,
             chain_id=event_id,
             envelope=envelope,
-            size=max(len(body), encoded_size(envelope)),
+            size=len(body),
             klass=endpoint.klass,
             body_ref=body_ref,
             path=endpoint.path,

@@ -1,4 +1,4 @@
-"""Per-source rate limits and unrouted-backlog high water (SPEC §15)."""
+"""Per-source webhook limits (SPEC §15): rate buckets and the unrouted high water."""
 
 from __future__ import annotations
 
@@ -8,11 +8,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from eventos.db import Conn
-from eventos.db.sql import Q
 from eventos.errors import ConfigError
-
-BACKLOG_CACHE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -72,25 +68,12 @@ class TokenBucket:
 
 @dataclass
 class SourceLimits:
-    """Rate buckets and cached backlog counts per source key (one ingress replica's view)."""
+    """Rate buckets per source key (one ingress replica's view)."""
 
     buckets: dict[str, TokenBucket] = field(default_factory=dict)
-    backlog: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     def retry_after(self, source: str, limit: Limit) -> int:
         """Seconds to wait (0 = go ahead)."""
         bucket = self.buckets.setdefault(source, TokenBucket(limit.rate, limit.burst))
         wait = bucket.take(time.monotonic())
         return 0 if wait == 0 else max(1, math.ceil(wait))
-
-    async def over_high_water(self, conn: Conn, source: str, high_water: int) -> bool:
-        """Whether the source's unrouted backlog has reached its high water (cached 1 s)."""
-        now = time.monotonic()
-        cached = self.backlog.get(source)
-        if cached is None or now - cached[0] > BACKLOG_CACHE_S:
-            cur = await conn.execute(
-                Q["ingress_unrouted_count"], {"source_key": source, "cap": high_water}
-            )
-            count = int((await cur.fetchone() or {})["n"])
-            self.backlog[source] = cached = (now, count)
-        return cached[1] >= high_water

@@ -30,3 +30,18 @@ WHERE employee = %(employee)s AND session = %(session)s AND client_message_id = 
 INSERT INTO chat_messages (employee, session, client_message_id, text, ingress_id)
 VALUES (%(employee)s, %(session)s, %(client_message_id)s, %(text)s, %(ingress_id)s)
 RETURNING id, status;
+
+-- name: webhook_endpoints
+-- Every webhook endpoint of starting, running or paused generations (the route table).
+SELECT DISTINCT ON (s.source_key) s.source_key, s.employee, s.generation, s.trigger_name,
+       s.class, s.params
+FROM bus_subscriptions s
+JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
+WHERE s.trigger_kind = 'webhook' AND g.state IN ('starting', 'running', 'paused')
+ORDER BY s.source_key, s.generation DESC;
+
+-- name: webhook_unrouted_counts
+-- Accepted, not yet routed rows per webhook source (for the backlog high water).
+SELECT source_key, count(*) AS n FROM bus_ingress
+WHERE status = 'accepted' AND source_key LIKE 'webhook:%%'
+GROUP BY source_key;
