@@ -22,6 +22,8 @@ from pathlib import Path
 
 import psycopg
 
+from eventos.processes import pid_alive
+
 log = logging.getLogger(__name__)
 
 SERVICE_USER = "eventos-pg"
@@ -71,16 +73,6 @@ def _open_path_to(path: Path) -> None:
         mode = parent.stat().st_mode
         if mode & 0o011 != 0o011:
             parent.chmod(mode | 0o011)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass
@@ -140,14 +132,14 @@ class EmbeddedPostgres:
             pid = int(pidfile.read_text().splitlines()[0])
         except (ValueError, IndexError):
             return
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             return
         log.warning("stopping a leftover PostgreSQL (pid %d) on %s", pid, self.pgdata)
         os.kill(pid, signal.SIGINT)
         deadline = time.monotonic() + 30
-        while _pid_alive(pid) and time.monotonic() < deadline:
+        while pid_alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _pid_alive(pid):
+        if pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
 
     def start(self, *, timeout: float = 60.0) -> None:

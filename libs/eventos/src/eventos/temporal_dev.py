@@ -28,6 +28,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, UpdateNa
 from temporalio.client import Client
 from temporalio.exceptions import TemporalError
 
+from eventos import processes
 from eventos.embedded_pg import free_port
 
 log = logging.getLogger(__name__)
@@ -55,49 +56,6 @@ def _run_in_thread(coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro` on a fresh event loop, so a sync caller may itself be inside a running loop."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="temporal-dev") as pool:
         return pool.submit(asyncio.run, coro).result()
-
-
-def _reaped(pid: int) -> bool:
-    """Reap `pid` if it is an exited child of ours (a zombie still answers kill(pid, 0))."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return False
-    return done == pid
-
-
-def _pid_alive(pid: int) -> bool:
-    if _reaped(pid):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _cmdline(pid: int) -> str:
-    """The command line of `pid`, or "" when it is gone (or a zombie)."""
-    proc = Path(f"/proc/{pid}/cmdline")
-    if proc.parent.is_dir():
-        try:
-            return proc.read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            return ""
-    # macOS has no /proc.
-    found = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True)
-    return found.stdout.strip()
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _pid_alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(_POLL_INTERVAL)
-    return True
 
 
 async def _retention(client: Client, namespace: str) -> timedelta:
@@ -201,14 +159,14 @@ class TemporalDevServer:
             pid = int(self.pid_path.read_text().strip())
         except (OSError, ValueError):
             return
-        cmdline = _cmdline(pid) if _pid_alive(pid) else ""
+        command = processes.cmdline(pid) if processes.pid_alive(pid) else ""
         # The pid may have been reused since: only a dev server on our database file is ours.
-        if "start-dev" in cmdline and str(self.db_path) in cmdline:
+        if "start-dev" in command and str(self.db_path) in command:
             log.warning("stopping a leftover Temporal dev server (pid %d) on %s", pid, self.db_path)
             os.kill(pid, signal.SIGTERM)
-            if not _wait_gone(pid, timeout):
+            if processes.wait_gone([pid], timeout):
                 os.kill(pid, signal.SIGKILL)
-                _wait_gone(pid, timeout)
+                processes.wait_gone([pid], timeout)
         self.pid_path.unlink(missing_ok=True)
 
     def start(self, timeout: float = 60.0) -> None:
