@@ -236,7 +236,9 @@ class RunningIngress:
         await asyncio.wait_for(self.task, 15)
 
 
-async def start_ingress(db: DatabaseSettings, blob_dir: Path, grpc_port: int = 0) -> RunningIngress:
+async def start_ingress(
+    db: DatabaseSettings, blob_dir: Path, grpc_port: int = 0, driver_token: str | None = None
+) -> RunningIngress:
     """An ingress on `grpc_port` (0: a free one) against the database `db`."""
     cfg = IngressConfig(
         database=db,
@@ -244,6 +246,7 @@ async def start_ingress(db: DatabaseSettings, blob_dir: Path, grpc_port: int = 0
         admin=AdminSettings("test-admin-token-publish-0123"),
         secrets=SecretStore(env={}),
         blob_dir=blob_dir,
+        driver_token=driver_token,
     )
     service = await build(cfg)
     task = asyncio.create_task(service.run(install_signals=False))
@@ -490,3 +493,26 @@ async def test_a_restarted_driver_resends_what_its_outbox_still_holds(
     finally:
         reopened.close()
     assert await rows_per_key(db_settings) == {f"ev-{n}": 1 for n in range(1, 6)}
+
+
+async def test_a_configured_driver_token_is_required(
+    started: str, db_settings: DatabaseSettings, tmp_path: Path
+) -> None:
+    ingress = await start_ingress(db_settings, tmp_path / "blobs", driver_token="drv-secret-token")
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{ingress.port}") as channel:
+            stub = ingress_pb2_grpc.EventIngressStub(channel)
+            for metadata in [None, (("authorization", "Bearer wrong"),)]:
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await stub.Append(driver_event(1, "tok-1"), metadata=metadata, timeout=5)
+                assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+                call = stub.Publish(iter([driver_event(1, "tok-1")]), metadata=metadata, timeout=5)
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    async for _ in call:
+                        pass
+                assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            good = (("authorization", "Bearer drv-secret-token"),)
+            ack = await stub.Append(driver_event(1, "tok-1"), metadata=good, timeout=5)
+            assert ack.status == ingress_pb2.Ack.ACCEPTED
+    finally:
+        await ingress.stop()

@@ -37,6 +37,7 @@ class IngressConfig:
     secrets: SecretStore
     blob_dir: Path
     hook_limits: HookLimits = field(default_factory=HookLimits)
+    driver_token: str | None = field(default=None, repr=False)
     group_commit_workers: int = 4
 
     @classmethod
@@ -48,6 +49,7 @@ class IngressConfig:
             secrets=SecretStore.from_env(),
             blob_dir=Path(os.environ.get("EVENTOS_BLOB_DIR", ".eventos/blobs")),
             hook_limits=HookLimits.from_env(),
+            driver_token=os.environ.get("EVENTOS_DRIVER_TOKEN") or None,
         )
 
 
@@ -63,7 +65,7 @@ async def build(cfg: IngressConfig) -> Service:
         pool, committer, cfg.secrets, BlobStore(cfg.blob_dir), routes, kicker, cfg.hook_limits
     )
     owner = OwnerApi(pool, cfg.admin.token, kicker)
-    servicer = EventIngressServicer(pool, committer, kicker)
+    servicer = EventIngressServicer(pool, committer, kicker, cfg.driver_token)
 
     async def database_ready() -> None:
         async with pool.connection(timeout=1.5) as conn:

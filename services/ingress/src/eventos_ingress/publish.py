@@ -7,6 +7,7 @@ so per-source order holds and acks go back in the order the events came.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -61,7 +62,17 @@ class EventIngressServicer(ingress_pb2_grpc.EventIngressServicer):
     pool: AsyncConnectionPool[Conn]
     committer: GroupCommitter
     kicker: Kicker | None = None
+    token: str | None = None
     _sources: dict[str, float] = field(default_factory=dict)
+
+    async def _authorize(self, context: Context) -> None:
+        """With a driver token configured, every call must carry `authorization: Bearer <token>`."""
+        if self.token is None:
+            return
+        given = dict(context.invocation_metadata() or ()).get("authorization", "")
+        expected = f"Bearer {self.token}"
+        if not hmac.compare_digest(str(given).encode(), expected.encode()):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "a valid driver token is required")
 
     async def _known_source(self, conn: Conn, source: str) -> bool:
         seen = self._sources.get(source)
@@ -115,6 +126,7 @@ class EventIngressServicer(ingress_pb2_grpc.EventIngressServicer):
     async def Publish(
         self, request_iterator: AsyncIterator[ingress_pb2.DriverEvent], context: Context
     ) -> AsyncIterator[ingress_pb2.Ack]:
+        await self._authorize(context)
         # Bounded: at most PUBLISH_IN_FLIGHT_MAX events read and not yet acknowledged.
         inbox: asyncio.Queue[ingress_pb2.DriverEvent | None] = asyncio.Queue(READ_AHEAD)
 
@@ -151,6 +163,7 @@ class EventIngressServicer(ingress_pb2_grpc.EventIngressServicer):
             await asyncio.gather(reader, return_exceptions=True)
 
     async def Append(self, request: ingress_pb2.DriverEvent, context: Context) -> ingress_pb2.Ack:
+        await self._authorize(context)
         try:
             async with self.pool.connection() as conn:
                 checked = await self.check(conn, request)
