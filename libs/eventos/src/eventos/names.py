@@ -79,3 +79,19 @@ def source_key(kind: str, scope: str) -> str:
 def stream_key(employee: str, generation: int, lane: str, thread: str) -> str:
     """The key of the stream `(employee, generation, lane, thread)`."""
     return f"{employee}/g{generation}/{lane}/{thread}"
+
+
+# Temporal workflow, signal and query names (used by name across services).
+WF_CONVERSATION: Final = "ConversationWorkflow"
+SIGNAL_DELIVER: Final = "deliver"
+QUERY_STATUS: Final = "status"
+
+# Relay bounds (SPEC §7, §8 step 3).
+BATCH_MAX_ITEMS: Final = 16
+BATCH_MAX_BYTES: Final = 256 * 1024
+WINDOW_MAX_INPUTS: Final = 32
+WINDOW_MAX_BYTES: Final = 512 * 1024
+HOLD_WINDOW: Final = "window"
+DEAD_AFTER_ATTEMPTS: Final = 5
+# Priority key of an entity start by lane (SPEC §9: owner 1, customers 2, internal work 3).
+LANE_PRIORITY: Final = {LANE_TALK: 1, LANE_CUSTOMER: 2, LANE_WORKER: 3}

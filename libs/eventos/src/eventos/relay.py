@@ -1,0 +1,302 @@
+"""The relay (SPEC §8 step 3): leased streams → Signal-With-Start → `delivered_seq`.
+
+Per claimed stream, gates in order: the generation runs (else its inputs are dead(reset)),
+no hold, room in the window (32 inputs or 512 KB delivered and unconsumed, else hold
+`window`). Then batches of at most 16 inputs or 256 KB go to the entity by known id, one
+call in flight per stream, at most 4 per entity per second; `delivered_seq` is committed
+only after Temporal accepted, and only while our lease's fencing token is still current.
+A repeat after a crash between accept and commit is dropped by the entity (seq ≤ applied).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import Client
+from temporalio.common import Priority, WorkflowIDReusePolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from eventos import names
+from eventos.contracts import DeliverBatch, DeliveryItem, StreamCursor
+from eventos.db import Conn
+from eventos.db.sql import Q
+from eventos.temporal import TemporalConnection
+from eventos.wake import WakeSignal
+
+log = logging.getLogger(__name__)
+
+LEASE_TTL_S = 30.0
+CLAIM_LIMIT = 32
+PROBE_INTERVAL_S = 5.0
+PER_ENTITY_PER_SECOND = 4
+MAX_CLASS_PAUSE_S = 30.0
+# Refusals that will not change on a retry: the input itself is the problem.
+DETERMINISTIC = {RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.FAILED_PRECONDITION}
+UNAVAILABLE = {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
+
+
+class StaleLease(Exception):
+    """Another relay took the stream over: our commit was fenced off."""
+
+
+class TemporalDown(Exception):
+    """Temporal did not answer; the breaker opens."""
+
+
+class TemporalBusy(Exception):
+    """Temporal refused for now (pushback, or a refusal still under its attempt limit)."""
+
+
+@dataclass
+class Breaker:
+    """Open while Temporal is unavailable; a probe every 5 s closes it."""
+
+    probe_interval_s: float = PROBE_INTERVAL_S
+    open_until: float = 0.0
+    opened: bool = False
+
+    def trip(self) -> None:
+        self.opened = True
+        self.open_until = time.monotonic() + self.probe_interval_s
+
+    def may_probe(self) -> bool:
+        return self.opened and time.monotonic() >= self.open_until
+
+
+@dataclass
+class ClassPauses:
+    """RESOURCE_EXHAUSTED slows the lowest class first (C4, then C3, …)."""
+
+    until: dict[int, float] = field(default_factory=dict)
+    step: dict[int, float] = field(default_factory=dict)
+
+    def active(self) -> list[int]:
+        now = time.monotonic()
+        return [c for c in names.CLASSES if self.until.get(c, 0.0) <= now]
+
+    def push_back(self) -> int:
+        """Pause the lowest class not paused yet (or lengthen the lowest's pause)."""
+        now = time.monotonic()
+        running = [c for c in names.CLASSES if self.until.get(c, 0.0) <= now]
+        klass = running[-1] if running else names.CLASSES[-1]
+        self.step[klass] = min(MAX_CLASS_PAUSE_S, self.step.get(klass, 0.5) * 2)
+        self.until[klass] = now + self.step[klass]
+        return klass
+
+    def relax(self, klass: int) -> None:
+        self.step.pop(klass, None)
+
+
+def item_of(row: dict[str, Any]) -> DeliveryItem:
+    return DeliveryItem(
+        seq=int(row["seq"]), ingress_id=int(row["ingress_id"]), klass=int(row["class"]),
+        type=str(row["type"]), route=row["route"], chain_id=str(row["chain_id"]),
+        hop=int(row["hop"]), size=int(row["size"]), payload=row["payload"],
+        body_ref=row["body_ref"], causation_id=row["causation_id"],
+    )  # fmt: skip
+
+
+def take_batch(rows: list[dict[str, Any]], room_inputs: int, room_bytes: int) -> list[DeliveryItem]:
+    """The longest prefix within 16 inputs, 256 KB and the window's room (at least one)."""
+    batch: list[DeliveryItem] = []
+    size = 0
+    for row in rows:
+        item = item_of(row)
+        too_many = len(batch) >= min(names.BATCH_MAX_ITEMS, room_inputs)
+        too_big = size + item.size > min(names.BATCH_MAX_BYTES, room_bytes)
+        if batch and (too_many or too_big):
+            break
+        batch.append(item)
+        size += item.size
+    return batch
+
+
+@dataclass
+class Relay:
+    """One relay process's loop over the streams it leases."""
+
+    pool: AsyncConnectionPool[Conn]
+    temporal: TemporalConnection
+    relay_id: str
+    task_queue: str = names.WORKFLOW_QUEUE
+    lease_ttl_s: float = LEASE_TTL_S
+    breaker: Breaker = field(default_factory=Breaker)
+    pauses: ClassPauses = field(default_factory=ClassPauses)
+    _sent: dict[str, deque[float]] = field(default_factory=dict)
+    _serving: set[str] = field(default_factory=set)
+
+    async def pass_once(self) -> int:
+        """Claim streams and serve each; returns how many batches Temporal accepted."""
+        if self.breaker.opened and (not self.breaker.may_probe() or not await self._probe()):
+            return 0
+        classes = self.pauses.active()
+        if not classes:
+            return 0
+        async with self.pool.connection() as conn:
+            params = {"owner": self.relay_id, "classes": classes, "limit": CLAIM_LIMIT,
+                      "ttl_s": self.lease_ttl_s}  # fmt: skip
+            cur = await conn.execute(Q["stream_claim"], params)
+            leases = [(str(r["stream_key"]), int(r["fencing_token"])) for r in await cur.fetchall()]
+        results = await asyncio.gather(*(self._serve(key, token) for key, token in leases))
+        return sum(results)
+
+    async def _probe(self) -> bool:
+        try:
+            await self.temporal.ready()
+        except Exception:
+            self.breaker.trip()
+            return False
+        log.info("Temporal answers again: breaker closed")
+        self.breaker.opened = False
+        return True
+
+    async def _serve(self, stream_key: str, token: int) -> int:
+        if stream_key in self._serving:  # cannot happen with one loop; cheap to make sure
+            return 0
+        self._serving.add(stream_key)
+        try:
+            return await self._serve_leased(stream_key, token)
+        finally:
+            self._serving.discard(stream_key)
+
+    async def _serve_leased(self, stream_key: str, token: int) -> int:
+        sent = 0
+        try:
+            while await self._one_batch(stream_key, token):
+                sent += 1
+        except StaleLease:
+            log.warning("lease on %s was taken over; stopping there", stream_key)
+            return sent
+        except TemporalDown as exc:
+            log.warning("Temporal unavailable (%s): breaker open, probing every 5 s", exc)
+            self.breaker.trip()
+        except TemporalBusy:
+            pass  # the stream is served again on a later pass
+        except Exception:
+            log.exception("relay failed on %s", stream_key)
+        async with self.pool.connection() as conn:
+            params = {"stream_key": stream_key, "owner": self.relay_id, "token": token}
+            await conn.execute(Q["lease_release"], params)
+        return sent
+
+    def _rate_ok(self, stream_key: str) -> bool:
+        sent = self._sent.setdefault(stream_key, deque(maxlen=PER_ENTITY_PER_SECOND))
+        return len(sent) < PER_ENTITY_PER_SECOND or time.monotonic() - sent[0] >= 1.0
+
+    async def _one_batch(self, stream_key: str, token: int) -> bool:
+        """Gates, then one Signal-With-Start; False when the stream has nothing more to send now."""
+        if not self._rate_ok(stream_key):
+            return False
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(Q["stream_for_relay"], {"stream_key": stream_key})
+            stream = await cur.fetchone()
+            if stream is None or stream["hold_reason"] is not None:
+                return False
+            if stream["generation_state"] not in (names.GEN_RUNNING, names.GEN_PAUSED):
+                await self._kill(conn, stream_key)
+                return False
+            cur = await conn.execute(Q["stream_window_usage"], {"stream_key": stream_key})
+            usage = await cur.fetchone() or {}
+            room_inputs = names.WINDOW_MAX_INPUTS - int(usage["inputs"])
+            room_bytes = names.WINDOW_MAX_BYTES - int(usage["bytes"])
+            params = {"stream_key": stream_key, "after": stream["delivered_seq"],
+                      "limit": names.BATCH_MAX_ITEMS}  # fmt: skip
+            cur = await conn.execute(Q["deliveries_next_batch"], params)
+            rows = await cur.fetchall()
+            if rows and (room_inputs <= 0 or room_bytes <= 0):
+                await conn.execute(Q["stream_hold_window"], {"stream_key": stream_key})
+                return False
+        if not rows:
+            return False
+        batch = take_batch(rows, room_inputs, room_bytes)
+        if not await self._send(stream, batch):
+            return True  # a dead-lettered input: try the rest
+        await self._commit(stream_key, token, batch[-1].seq)
+        return True
+
+    async def _send(self, stream: dict[str, Any], batch: list[DeliveryItem]) -> bool:
+        """Signal-With-Start; True when Temporal accepted the batch."""
+        cursor = StreamCursor(
+            stream_key=stream["stream_key"], employee=stream["employee"],
+            generation=int(stream["generation"]), lane=stream["lane"], thread=stream["thread"],
+            applied_seq=int(stream["consumed_seq"]),
+        )  # fmt: skip
+        try:
+            client: Client = await self.temporal.get()
+            await client.start_workflow(
+                names.WF_CONVERSATION,
+                cursor,
+                id=stream["entity_id"],
+                task_queue=self.task_queue,
+                start_signal=names.SIGNAL_DELIVER,
+                start_signal_args=[DeliverBatch(stream["stream_key"], batch)],
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                priority=Priority(
+                    priority_key=names.LANE_PRIORITY.get(stream["lane"], names.C3_INTERNAL),
+                    fairness_key=stream["employee"],
+                ),
+            )
+        except RPCError as exc:
+            return await self._refused(stream["stream_key"], batch, exc)
+        except (RuntimeError, OSError) as exc:  # no connection could be made
+            raise TemporalDown(str(exc)) from exc
+        self._sent.setdefault(stream["stream_key"], deque(maxlen=PER_ENTITY_PER_SECOND)).append(
+            time.monotonic()
+        )
+        self.pauses.relax(min(item.klass for item in batch))
+        return True
+
+    async def _refused(self, stream_key: str, batch: list[DeliveryItem], exc: RPCError) -> bool:
+        if exc.status in UNAVAILABLE:
+            raise TemporalDown(str(exc)) from exc
+        if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+            klass = self.pauses.push_back()
+            log.warning("Temporal pushes back: class %d slowed", klass)
+            raise TemporalBusy() from exc
+        if exc.status not in DETERMINISTIC:
+            raise TemporalDown(str(exc)) from exc
+        first = batch[0].seq
+        reason = f"rejected: {exc.status.name}: {exc.message}"[:500]
+        async with self.pool.connection() as conn:
+            params = {"stream_key": stream_key, "seq": first, "reason": reason}
+            cur = await conn.execute(Q["delivery_rejected"], params)
+            attempts = int((await cur.fetchone() or {"attempts": 0})["attempts"])
+            if attempts < names.DEAD_AFTER_ATTEMPTS:
+                raise TemporalBusy()
+            await conn.execute(Q["delivery_dead_letter"], params)
+            await conn.execute(Q["stream_refresh_pending"], {"stream_key": stream_key})
+        log.warning("dead-lettered %s seq %d after %d refusals", stream_key, first, attempts)
+        return False
+
+    async def _commit(self, stream_key: str, token: int, through: int) -> None:
+        async with self.pool.connection() as conn, conn.transaction():
+            params = {"stream_key": stream_key, "owner": self.relay_id, "token": token,
+                      "through": through}  # fmt: skip
+            cur = await conn.execute(Q["stream_mark_delivered"], params)
+            if await cur.fetchone() is None:
+                raise StaleLease(stream_key)
+            await conn.execute(Q["deliveries_mark_delivered"], params)
+            await conn.execute(Q["stream_refresh_pending"], params)
+
+    async def _kill(self, conn: Conn, stream_key: str) -> None:
+        async with conn.transaction():
+            await conn.execute(Q["deliveries_kill_stream"], {"stream_key": stream_key})
+            await conn.execute(Q["stream_refresh_pending"], {"stream_key": stream_key})
+
+
+async def relay_loop(relay: Relay, wake: WakeSignal, poll_s: float) -> None:
+    """Serve streams while there is work; otherwise wait for a kick or the poll interval."""
+    while True:
+        try:
+            sent = await relay.pass_once()
+        except Exception:
+            log.exception("relay pass failed")
+            sent = 0
+        if not sent:
+            await wake.wait(poll_s)

@@ -1,0 +1,1 @@
+"""Temporal workflow definitions. Sandboxed: they import only side-effect-free modules."""

@@ -1,0 +1,222 @@
+"""The relay on the real dev server and real PostgreSQL (SPEC §8 step 3)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from conftest import SPEC, apply_and_start
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import Client
+from test_router import append_all, driver_event, query, route_until_done
+
+from eventos import employees, names
+from eventos.contracts import EntityStatus
+from eventos.db import Conn
+from eventos.db.sql import Q
+from eventos.embedded_pg import free_port
+from eventos.relay import Breaker, Relay, StaleLease
+from eventos.settings import TemporalSettings
+from eventos.temporal import TemporalConnection
+from eventos.testing import wait_for
+from eventos.workers import workflow_worker
+
+pytestmark = pytest.mark.temporal
+
+
+@pytest.fixture
+async def client(temporal_settings: TemporalSettings) -> Client:
+    return await Client.connect(temporal_settings.address, namespace=temporal_settings.namespace)
+
+
+@pytest.fixture
+async def task_queue(client: Client) -> AsyncIterator[str]:
+    """A workflow worker on a queue of this test's own."""
+    queue = f"wf-{uuid.uuid4().hex[:8]}"
+    async with workflow_worker(client, queue):
+        yield queue
+
+
+@pytest.fixture
+async def employee(pool: AsyncConnectionPool[Conn]) -> str:
+    """A running employee whose name (and so entity ids) no other test shares."""
+    name = f"sup-{uuid.uuid4().hex[:8]}"
+    await apply_and_start(pool, SPEC.replace("name: support", f"name: {name}"))
+    return name
+
+
+def relay_for(
+    pool: AsyncConnectionPool[Conn],
+    settings: TemporalSettings,
+    queue: str,
+    rid: str = "relay-a",
+    **kw: Any,
+) -> Relay:
+    return Relay(pool, TemporalConnection(settings), rid, task_queue=queue, **kw)
+
+
+async def drain(relay: Relay) -> int:
+    total = 0
+    while sent := await relay.pass_once():
+        total += sent
+    return total
+
+
+async def entity(
+    client: Client, pool: AsyncConnectionPool[Conn], subject: str | None = None
+) -> EntityStatus:
+    rows = await query(pool, "SELECT entity_id FROM bus_streams ORDER BY stream_key")
+    entity_id = rows[0]["entity_id"]
+    return await client.get_workflow_handle(entity_id).query(
+        names.QUERY_STATUS, result_type=EntityStatus
+    )
+
+
+async def stream(pool: AsyncConnectionPool[Conn]) -> dict[str, Any]:
+    (row,) = await query(pool, "SELECT * FROM bus_streams")
+    return row
+
+
+async def test_batches_of_16_up_to_the_window_then_hold(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    await append_all(pool, [driver_event("alice", n) for n in range(40)])
+    await route_until_done(pool)
+    relay = relay_for(pool, temporal_settings, task_queue)
+    assert await drain(relay) == 2  # 16 + 16: the window (32 inputs) is full
+    status = await entity(client, pool)
+    assert (status.received, status.applied_seq, status.signals, status.dropped) == (32, 32, 2, 0)
+    s = await stream(pool)
+    assert (s["delivered_seq"], s["hold_reason"]) == (32, names.HOLD_WINDOW)
+    counts = await query(
+        pool, "SELECT status, count(*) AS n FROM bus_deliveries GROUP BY 1 ORDER BY 1"
+    )
+    assert [(c["status"], c["n"]) for c in counts] == [("delivered", 32), ("pending", 8)]
+    assert s["top_pending_class"] == names.C3_INTERNAL
+
+
+async def test_a_crash_between_accept_and_commit_repeats_a_batch_the_entity_drops(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    await append_all(pool, [driver_event("bob", n) for n in range(10)])
+    await route_until_done(pool)
+    dying = relay_for(pool, temporal_settings, task_queue, "relay-dying", lease_ttl_s=1.0)
+
+    async def crash(*args: object) -> None:
+        raise asyncio.CancelledError  # the process dies: no commit, no lease release
+
+    dying._commit = crash  # type: ignore[method-assign]
+    with pytest.raises(asyncio.CancelledError):
+        await dying.pass_once()
+    assert (await stream(pool))["delivered_seq"] == 0
+    survivor = relay_for(pool, temporal_settings, task_queue, "relay-b")
+    assert await survivor.pass_once() == 0  # the dead relay's lease still holds
+
+    async def delivered() -> int:
+        await survivor.pass_once()
+        return int((await stream(pool))["delivered_seq"]) == 10
+
+    await wait_for(delivered, timeout=10, interval=0.2, what="the survivor delivers after expiry")
+    status = await entity(client, pool)
+    assert (status.received, status.dropped, status.applied_seq) == (10, 10, 10)
+
+
+async def test_the_fencing_token_stops_a_stale_relays_commit(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    await append_all(pool, [driver_event("carol", n) for n in range(5)])
+    await route_until_done(pool)
+    key = (await stream(pool))["stream_key"]
+    async with pool.connection() as conn:
+        params = {"owner": "stale", "classes": list(names.CLASSES), "limit": 1, "ttl_s": 0.5}
+        cur = await conn.execute(Q["stream_claim"], params)
+        (lease,) = await cur.fetchall()
+    fresh = relay_for(pool, temporal_settings, task_queue, "fresh")
+    await wait_for(
+        lambda: fresh.pass_once(), timeout=10, interval=0.2, what="fresh relay takes over"
+    )
+    stale = relay_for(pool, temporal_settings, task_queue, "stale")
+    with pytest.raises(StaleLease):
+        await stale._commit(key, int(lease["fencing_token"]), 5)
+    assert (await stream(pool))["delivered_seq"] == 5
+    assert (await entity(client, pool)).received == 5
+
+
+async def test_two_relays_never_deliver_a_batch_twice_as_new_work(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    subjects = ["a", "b", "c", "d"]
+    await append_all(pool, [driver_event(subjects[n % 4], n) for n in range(80)])
+    await route_until_done(pool)
+    relays = [relay_for(pool, temporal_settings, task_queue, f"r{i}") for i in range(2)]
+    await asyncio.gather(*(drain(r) for r in relays), *(drain(r) for r in relays))
+    await asyncio.gather(*(drain(r) for r in relays))
+    rows = await query(pool, "SELECT entity_id, delivered_seq, next_seq FROM bus_streams")
+    assert len(rows) == 4
+    for row in rows:
+        assert row["delivered_seq"] == row["next_seq"] - 1 == 20
+        handle = client.get_workflow_handle(row["entity_id"])
+        status = await handle.query(names.QUERY_STATUS, result_type=EntityStatus)
+        assert (status.received, status.applied_seq) == (20, 20)
+        assert status.dropped == 0
+
+
+async def test_a_retired_generation_turns_pending_inputs_dead(
+    employee: str,
+    pool: AsyncConnectionPool[Conn],
+    task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:
+    await append_all(pool, [driver_event("dan", n) for n in range(3)])
+    await route_until_done(pool)
+    async with pool.connection() as conn:  # retired by a path that left its inputs pending
+        await conn.execute("UPDATE generations SET state = 'retired'")
+    relay = relay_for(pool, temporal_settings, task_queue)
+    assert await relay.pass_once() == 0
+    rows = await query(pool, "SELECT status, reason FROM bus_deliveries")
+    assert {(r["status"], r["reason"]) for r in rows} == {("dead", "reset")}
+    assert (await stream(pool))["top_pending_class"] is None
+
+
+async def test_breaker_while_temporal_is_down_then_delivery(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    await append_all(pool, [driver_event("eve", n) for n in range(3)])
+    await route_until_done(pool)
+    nowhere = TemporalSettings(address=f"127.0.0.1:{free_port()}")
+    relay = relay_for(pool, nowhere, task_queue, breaker=Breaker(probe_interval_s=0.2))
+    assert await relay.pass_once() == 0
+    assert relay.breaker.opened
+    assert (await stream(pool))["delivered_seq"] == 0
+    assert await relay.pass_once() == 0  # open: nothing is claimed until the probe
+    relay.temporal = TemporalConnection(temporal_settings)  # Temporal is back
+    await wait_for(
+        lambda: relay.pass_once(), timeout=10, interval=0.1, what="delivery after the probe"
+    )
+    assert not relay.breaker.opened
+    assert (await entity(client, pool)).received == 3
+
+
+async def test_paused_employees_streams_are_not_served(
+    employee: str,
+    pool: AsyncConnectionPool[Conn],
+    task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:
+    await append_all(pool, [driver_event("fay", 1)])
+    await route_until_done(pool)
+    async with pool.connection() as conn:
+        await employees.stop(conn, employee)
+    relay = relay_for(pool, temporal_settings, task_queue)
+    assert await relay.pass_once() == 0
+    async with pool.connection() as conn:
+        await employees.resume(conn, employee)
+    assert await relay.pass_once() == 1
