@@ -53,3 +53,66 @@ class EntityStatus:
     received: int
     dropped: int
     signals: int
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model asked for; `arguments` is the model's JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One transcript message (OpenAI chat-completions roles)."""
+
+    role: str  # "system" | "user" | "assistant" | "tool"
+    content: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool offered to the model: JSON-schema parameters."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """Which model answers: provider `openai` (any OpenAI-compatible endpoint) or `local`."""
+
+    provider: str
+    name: str
+    credential: str | None = None
+    base_url: str | None = None
+
+
+@dataclass(frozen=True)
+class LlmStepInput:
+    """One model call of a turn. The transcript is the one payload allowed past 64 KB (I7)."""
+
+    employee: str
+    turn_id: str
+    step: int
+    klass: int
+    model: ModelRef
+    messages: list[ChatMessage]
+    tools: list[ToolSpec] = field(default_factory=list)
+    max_tokens: int = 1024
+
+
+@dataclass(frozen=True)
+class LlmStepOutput:
+    """The model's answer: an assistant message (text and/or tool calls) and its usage."""
+
+    message: ChatMessage
+    finish_reason: str
+    input_tokens: int
+    output_tokens: int

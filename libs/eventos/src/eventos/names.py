@@ -95,3 +95,6 @@ HOLD_WINDOW: Final = "window"
 DEAD_AFTER_ATTEMPTS: Final = 5
 # Priority key of an entity start by lane (SPEC §9: owner 1, customers 2, internal work 3).
 LANE_PRIORITY: Final = {LANE_TALK: 1, LANE_CUSTOMER: 2, LANE_WORKER: 3}
+
+# Activity names (used by name across services).
+ACT_LLM_STEP: Final = "llm_step"
