@@ -98,10 +98,11 @@ async def test_apply_list_start_chat(ingress_url: str, capsys: pytest.CaptureFix
     assert await ctl("chat", "hello", "hi there", "--id", "m-1", *at) == 0
     first = capsys.readouterr().out.strip()
     assert first.startswith("message ") and first.endswith(" queued")
-    assert await ctl("chat", "hello", "hi there", "--id", "m-1", "--wait", *at) == 0
+    # No relay or worker runs here: --wait gives up at its deadline and says why.
+    assert await ctl("chat", "hello", "hi there", "--id", "m-1", "--wait", "--timeout", "0.3", *at) == 1
     again = capsys.readouterr()
     assert again.out.strip() == f"{first} (already sent with this id)"
-    assert "--wait" in again.err and "queued" in again.err
+    assert "no reply within 0.3s" in again.err and "queued" in again.err
 
 
 async def test_json_output(ingress_url: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from eventos import names
 from eventos.bus import Accepted, IngressRecord, append
@@ -11,7 +12,7 @@ from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.employees import get as get_employee
 from eventos.envelope import encoded_size
-from eventos.errors import Conflict, EventRejected, QueueFull
+from eventos.errors import Conflict, EventRejected, NotFound, QueueFull
 
 MAX_TEXT_BYTES = 32 * 1024
 DEFAULT_SESSION = "owner"
@@ -88,3 +89,21 @@ async def send(
         )
         inserted = await cur.fetchone() or {}
     return Queued(int(inserted["id"]), str(inserted["status"]), duplicate=False)
+
+
+async def message(conn: Conn, employee: str, message_id: int) -> dict[str, Any]:
+    """One owner message with its reply (None until the turn that consumed it answered)."""
+    cur = await conn.execute(Q["chat_message_get"], {"employee": employee, "id": message_id})
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"no message {message_id} for {employee!r}")
+    return row
+
+
+async def replies_after(
+    conn: Conn, employee: str, session: str, after: int
+) -> list[dict[str, Any]]:
+    """This session's replies after reply id `after`, oldest first."""
+    params = {"employee": employee, "session": session, "after": after}
+    cur = await conn.execute(Q["chat_replies_after"], params)
+    return await cur.fetchall()

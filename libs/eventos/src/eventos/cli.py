@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,6 +35,9 @@ START_HINT = "start one with `make run`"
 
 class CliError(EventOSError):
     """The command failed."""
+
+
+WAIT_POLL_S = 0.2
 
 
 def find_stack(start: Path) -> Path | None:
@@ -178,12 +182,25 @@ def cmd_chat(args: argparse.Namespace) -> int:
     again = " (already sent with this id)" if queued.get("duplicate") else ""
     emit(args, queued, f"message {queued['message_id']} {queued['status']}{again}")
     if args.wait:
-        print(
-            "note: --wait: replies are not delivered to the CLI yet (the reply stream arrives "
-            "with the conversation workflow); the message is queued",
-            file=sys.stderr,
+        reply = wait_for_reply(
+            owner_client(args), args.name, int(queued["message_id"]), args.timeout
         )
+        emit(args, {"reply": reply}, reply)
     return 0
+
+
+def wait_for_reply(client: OwnerClient, name: str, message_id: int, timeout_s: float) -> str:
+    """Poll the message until its turn answered; CliError at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = client.message(name, message_id)
+        if found.get("reply") is not None:
+            return str(found["reply"])
+        if time.monotonic() > deadline:
+            raise CliError(
+                f"no reply within {timeout_s:g}s (message {message_id} is {found['status']})"
+            )
+        time.sleep(WAIT_POLL_S)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -280,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("chat", cmd_chat, "send the owner's message (queued; answers 'queued')")
     p.add_argument("name")
     p.add_argument("text")
-    p.add_argument("--wait", action="store_true", help="wait for the reply (not available yet)")
+    p.add_argument("--wait", action="store_true", help="wait for the reply and print it")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds --wait waits (60)")
     p.add_argument("--session", help="chat session (default: the owner's main session)")
     p.add_argument("--id", help="client message id (default: a fresh one; resend to dedupe)")
     p = add("migrate", cmd_migrate, "apply the database migrations")

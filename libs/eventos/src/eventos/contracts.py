@@ -116,3 +116,94 @@ class LlmStepOutput:
     finish_reason: str
     input_tokens: int
     output_tokens: int
+
+
+@dataclass(frozen=True)
+class AdmitRequest:
+    """Asks admission for a turn slot (SPEC §9); the grant allocates the turn number."""
+
+    employee: str
+    generation: int
+    agent: str
+    thread: str
+    stream_key: str
+    klass: int
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Admission's answer."""
+
+    granted: bool
+    turn_id: str = ""
+    n: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    """A TurnWorkflow's argument: its conversation and the inputs it consumes."""
+
+    turn_id: str
+    employee: str
+    generation: int
+    agent: str
+    thread: str
+    stream_key: str
+    klass: int
+    route: dict[str, Any]
+    inputs: list[DeliveryItem]
+
+
+@dataclass(frozen=True)
+class OfferInputs:
+    """Inputs delivered during a turn on its route, offered for merge point B1."""
+
+    items: list[DeliveryItem]
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What a turn consumed (all inputs up to `consumed_through`) and what it sent."""
+
+    turn_id: str
+    consumed_through: int
+    consumed: int
+    outbound_id: int | None
+
+
+@dataclass(frozen=True)
+class ConversationContext:
+    """What a turn loads: its model, system prompt, tools and the transcript so far."""
+
+    model: ModelRef
+    system: str
+    transcript: list[ChatMessage]
+    tools: list[ToolSpec] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SaveTurn:
+    """The consuming save: transcript and consumed_seq in one transaction, plus the reply."""
+
+    turn: TurnInput
+    new_messages: list[ChatMessage]
+    consumed_through: int
+    consumed_ingress_ids: list[int]
+    reply: str | None
+
+
+@dataclass(frozen=True)
+class Saved:
+    """The outbox row the reply was written to (none when the turn had nothing to say)."""
+
+    outbound_id: int | None
+
+
+@dataclass(frozen=True)
+class ReleaseTurn:
+    """A turn gives its admission slot back."""
+
+    turn_id: str
+    status: str  # "done" | "failed" | "cancelled"
+    error: str | None = None

@@ -98,3 +98,24 @@ LANE_PRIORITY: Final = {LANE_TALK: 1, LANE_CUSTOMER: 2, LANE_WORKER: 3}
 
 # Activity names (used by name across services).
 ACT_LLM_STEP: Final = "llm_step"
+WF_TURN: Final = "TurnWorkflow"
+SIGNAL_OFFER: Final = "offer_inputs"
+SIGNAL_WAKE: Final = "wake"
+ACT_ADMIT: Final = "admit_turn"
+ACT_RELEASE: Final = "release_turn"
+ACT_LOAD: Final = "load_conversation"
+ACT_SAVE: Final = "save_turn"
+ACT_SEND: Final = "egress_send"
+
+# Turns (SPEC §7, §8, I7).
+TURN_MAX_INPUTS: Final = 50
+TURN_MAX_BYTES: Final = 256 * 1024
+TURN_MAX_STEPS: Final = 16
+TRANSCRIPT_MAX_BYTES: Final = 393_216
+EMPLOYEE_TURN_CAP: Final = 4  # plus one slot reserved for the owner (C1)
+
+
+def queue_for(base: str, workflow_queue: str) -> str:
+    """An activity queue next to a workflow queue: the plain name on the instance's own
+    queue, else namespaced by it (so tests sharing one Temporal server never cross)."""
+    return base if workflow_queue == WORKFLOW_QUEUE else f"{workflow_queue}.{base}"

@@ -105,3 +105,7 @@ class OwnerClient:
         payload = json.dumps(body).encode()
         path = f"/v1/employees/{name}/chat"
         return dict(self._call("POST", path, content=payload, content_type="application/json"))
+
+    def message(self, name: str, message_id: int) -> dict[str, Any]:
+        """One owner message: {message_id, status, reply} (reply is None until answered)."""
+        return dict(self._call("GET", f"/v1/employees/{name}/chat/{message_id}"))

@@ -1,36 +1,51 @@
-"""The Temporal workers of this package: one builder, one registration list."""
+"""The Temporal workers of this package: one builder per role, one registration list."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from eventos import names
+from eventos.activities import DbActivities
 from eventos.temporal import TemporalConnection
 from eventos.workflows.conversation import ConversationWorkflow
+from eventos.workflows.turn import TurnWorkflow
 
 log = logging.getLogger(__name__)
-WORKFLOWS = [ConversationWorkflow]
+WORKFLOWS = [ConversationWorkflow, TurnWorkflow]
 RECONNECT_S = 2.0
 
 
-def workflow_worker(client: Client, task_queue: str = names.WORKFLOW_QUEUE) -> Worker:
-    """The worker for every workflow type (SPEC §4 workers-workflow)."""
-    return Worker(client, task_queue=task_queue, workflows=WORKFLOWS)
+def workflow_worker(
+    client: Client, task_queue: str = names.WORKFLOW_QUEUE, db: DbActivities | None = None
+) -> Worker:
+    """Every workflow type and the database activities (SPEC §4 workers-workflow)."""
+    activities = db.workflow_queue_activities() if db is not None else []
+    return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities)
 
 
-async def run_workflow_worker(temporal: TemporalConnection, task_queue: str) -> None:
-    """Poll until cancelled; reconnect while Temporal is unavailable."""
+def egress_worker(
+    client: Client, db: DbActivities, workflow_queue: str = names.WORKFLOW_QUEUE
+) -> Worker:
+    """The send activities on queue `egress`."""
+    queue = names.queue_for(names.EGRESS_QUEUE, workflow_queue)
+    return Worker(client, task_queue=queue, activities=db.egress_activities())
+
+
+async def run_forever(temporal: TemporalConnection, build: Callable[[Client], Any]) -> None:
+    """Run the worker `build` makes until cancelled; reconnect while Temporal is unavailable."""
     while True:
         try:
             client = await temporal.get()
-            await workflow_worker(client, task_queue).run()
+            await build(client).run()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.warning("workflow worker stopped (%s); retrying in %.0f s", exc, RECONNECT_S)
+            log.warning("worker stopped (%s); retrying in %.0f s", exc, RECONNECT_S)
             temporal.client = None
             await asyncio.sleep(RECONNECT_S)

@@ -1,12 +1,23 @@
-"""`python -m eventos_egress`: the egress service; its main loop arrives in a later issue."""
+"""`python -m eventos_egress`: the send activities on queue `egress` (owner chat for now)."""
 
 from __future__ import annotations
 
 import asyncio
 
+from eventos.activities import DbActivities
 from eventos.service import configure_logging
-from eventos.wiring import serve
+from eventos.wiring import ConnectedConfig, build_connected
+from eventos.workers import egress_worker, run_forever
+
+
+async def main() -> None:
+    cfg = ConnectedConfig.from_env("egress")
+    service, connected = await build_connected(cfg)
+    db = DbActivities(connected.pool)
+    service.loops.append(lambda: run_forever(connected.temporal, lambda c: egress_worker(c, db)))
+    await service.run()
+
 
 if __name__ == "__main__":
     configure_logging()
-    asyncio.run(serve("egress", wake=False))
+    asyncio.run(main())

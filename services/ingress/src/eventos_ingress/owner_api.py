@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.schemas import SchemaGenerator
 
@@ -31,6 +32,8 @@ from eventos.wake import Kicker
 
 Handler = Callable[[Request], Awaitable[Response]]
 MAX_SPEC_BYTES = 1024 * 1024
+SSE_POLL_S = 0.25
+SSE_KEEPALIVE_S = 15.0
 LIFECYCLE = {"start", "stop", "resume", "reset"}
 
 SCHEMAS = SchemaGenerator(
@@ -96,6 +99,10 @@ class OwnerApi:
             Route("/v1/employees", g(self.list), methods=["GET"]),
             Route("/v1/employees/{name}", g(self.get), methods=["GET"]),
             Route("/v1/employees/{name}/chat", g(self.chat), methods=["POST"]),
+            Route("/v1/employees/{name}/chat/events", g(self.chat_events), methods=["GET"]),
+            Route(
+                "/v1/employees/{name}/chat/{message_id:int}", g(self.chat_message), methods=["GET"]
+            ),
             Route("/v1/employees/{action_path:path}", g(self.lifecycle), methods=["POST"]),
             Route("/openapi.json", self.openapi, methods=["GET"], include_in_schema=False),
         ]
@@ -178,6 +185,56 @@ class OwnerApi:
         return JSONResponse(
             {"name": ref.employee, "generation": ref.generation, "state": ref.state}
         )
+
+    async def chat_message(self, request: Request) -> Response:
+        """
+        summary: One owner message, its status and its reply once there is one
+        responses:
+          200: {description: "{message_id, status, reply}"}
+          404: {description: no such message}
+        """
+        name, message_id = request.path_params["name"], int(request.path_params["message_id"])
+        async with self.pool.connection() as conn:
+            row = await chat.message(conn, name, message_id)
+        return JSONResponse(
+            {"message_id": row["id"], "status": row["status"], "reply": row["reply"]}
+        )
+
+    async def chat_events(self, request: Request) -> Response:
+        """
+        summary: "Server-sent events of one chat session: `reply` events (query: session, after)"
+        responses:
+          200: {description: a text/event-stream for this session's audience only}
+        """
+        name = request.path_params["name"]
+        session = request.query_params.get("session", chat.DEFAULT_SESSION)
+        try:
+            after = int(request.query_params.get("after", "0"))
+        except ValueError:
+            raise EventRejected("after must be an integer") from None
+        async with self.pool.connection() as conn:
+            await employees.get(conn, name)  # 404 before the stream starts
+        return StreamingResponse(self._replies(request, name, session, after),
+                                 media_type="text/event-stream")  # fmt: skip
+
+    async def _replies(
+        self, request: Request, name: str, session: str, after: int
+    ) -> AsyncIterator[str]:
+        """Poll this session's replies (only its own audience) and stream them."""
+        yield ": connected\n\n"
+        idle = 0.0
+        while not await request.is_disconnected():
+            async with self.pool.connection() as conn:
+                rows = await chat.replies_after(conn, name, session, after)
+            for row in rows:
+                after = int(row["id"])
+                doc = {"id": after, "turn_id": row["turn_id"], "text": row["text"]}
+                yield f"id: {after}\nevent: reply\ndata: {json.dumps(doc)}\n\n"
+            idle = 0.0 if rows else idle + SSE_POLL_S
+            if idle >= SSE_KEEPALIVE_S:
+                idle = 0.0
+                yield ": keep-alive\n\n"
+            await asyncio.sleep(SSE_POLL_S)
 
     async def chat(self, request: Request) -> Response:
         """

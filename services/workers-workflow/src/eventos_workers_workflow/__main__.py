@@ -1,19 +1,22 @@
-"""`python -m eventos_workers_workflow`: the Temporal worker for every workflow type."""
+"""`python -m eventos_workers_workflow`: every workflow type and the database activities."""
 
 from __future__ import annotations
 
 import asyncio
 
-from eventos import names
+from eventos.activities import DbActivities
 from eventos.service import configure_logging
 from eventos.wiring import ConnectedConfig, build_connected
-from eventos.workers import run_workflow_worker
+from eventos.workers import run_forever, workflow_worker
 
 
 async def main() -> None:
     cfg = ConnectedConfig.from_env("workers-workflow")
     service, connected = await build_connected(cfg)
-    service.loops.append(lambda: run_workflow_worker(connected.temporal, names.WORKFLOW_QUEUE))
+    db = DbActivities(connected.pool)
+    service.loops.append(
+        lambda: run_forever(connected.temporal, lambda c: workflow_worker(c, db=db))
+    )
     await service.run()
 
 

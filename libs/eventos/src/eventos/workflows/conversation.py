@@ -1,9 +1,12 @@
 """ConversationWorkflow, the entity of one stream (SPEC §7, §8).
 
-This release: it takes `deliver` batches from the relay, drops every input it already applied
-(`seq <= applied_seq`, seeded from the stream cursor on every start), keeps the rest pending in
-seq order, answers the `status` Query, and passivates after idle with nothing pending.
-Admission, turns, merging and consumption come with the TurnWorkflow.
+It takes `deliver` batches from the relay and drops every input it already applied
+(`seq <= applied_seq`, seeded from the stream cursor on every start). With input pending and
+no turn running it asks admission for a slot, then runs a TurnWorkflow child over the longest
+pending prefix that shares one reply route (≤ 50 inputs or 256 KB). Inputs that arrive during
+the turn on its route, right after its inputs, are offered to it (merge point B1). After the
+turn, what it consumed leaves the pending list. It passivates after idle with nothing
+pending and no turn.
 """
 
 from __future__ import annotations
@@ -12,10 +15,29 @@ import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import ActivityError, ChildWorkflowError
+from temporalio.workflow import (
+    ChildWorkflowCancellationType,
+    ChildWorkflowHandle,
+    ParentClosePolicy,
+)
 
 with workflow.unsafe.imports_passed_through():
     from eventos import names
-    from eventos.contracts import DeliverBatch, DeliveryItem, EntityStatus, StreamCursor
+    from eventos.contracts import (
+        Admission,
+        AdmitRequest,
+        DeliverBatch,
+        DeliveryItem,
+        EntityStatus,
+        OfferInputs,
+        ReleaseTurn,
+        StreamCursor,
+        TurnInput,
+        TurnResult,
+    )
+    from eventos.workflows import policies
 
 # Passivation after idle (SPEC §7): owner 24 h, customer 30 min, others 10 min.
 IDLE_BY_LANE = {
@@ -23,11 +45,34 @@ IDLE_BY_LANE = {
     names.LANE_CUSTOMER: timedelta(minutes=30),
     names.LANE_WORKER: timedelta(minutes=10),
 }
+ADMISSION_RETRY = timedelta(seconds=5)
+FAILED_TURN_BACKOFF = timedelta(seconds=10)
+
+
+def route_key(item: DeliveryItem) -> tuple[object, ...]:
+    return (item.route.get("agent"), item.route.get("kind"), item.route.get("session"),
+            item.route.get("trigger"))  # fmt: skip
+
+
+def turn_prefix(pending: list[DeliveryItem]) -> list[DeliveryItem]:
+    """The longest prefix sharing the first input's route, within 50 inputs and 256 KB."""
+    prefix: list[DeliveryItem] = []
+    size = 0
+    for item in pending:
+        if prefix and (
+            route_key(item) != route_key(prefix[0])
+            or len(prefix) >= names.TURN_MAX_INPUTS
+            or size + item.size > names.TURN_MAX_BYTES
+        ):
+            break
+        prefix.append(item)
+        size += item.size
+    return prefix
 
 
 @workflow.defn(name=names.WF_CONVERSATION)
 class ConversationWorkflow:
-    """One conversation's inbox: inputs in seq order, each applied once."""
+    """One conversation: inputs in seq order, each applied once, one turn at a time."""
 
     @workflow.init
     def __init__(self, cursor: StreamCursor) -> None:
@@ -37,7 +82,11 @@ class ConversationWorkflow:
         self.received = 0
         self.dropped = 0
         self.signals = 0
+        self.wakes = 0
         self.last_activity = workflow.now()
+        self.turn: ChildWorkflowHandle[object, TurnResult] | None = None
+        self.turn_inputs: list[DeliveryItem] = []
+        self.offered_through = 0
 
     @workflow.signal(name=names.SIGNAL_DELIVER)
     def deliver(self, batch: DeliverBatch) -> None:
@@ -52,6 +101,11 @@ class ConversationWorkflow:
             self.applied_seq = item.seq
             self.received += 1
 
+    @workflow.signal(name=names.SIGNAL_WAKE)
+    def wake(self) -> None:
+        """Admission has room again."""
+        self.wakes += 1
+
     @workflow.query(name=names.QUERY_STATUS)
     def status(self) -> EntityStatus:
         return EntityStatus(
@@ -63,29 +117,103 @@ class ConversationWorkflow:
             signals=self.signals,
         )
 
-    def _idle_deadline(self) -> timedelta:
+    def _offerable(self) -> list[DeliveryItem]:
+        """Pending inputs right after the turn's, on its route (never skipping another route)."""
+        if not self.turn_inputs:
+            return []
+        out: list[DeliveryItem] = []
+        for item in self.pending:
+            if item.seq <= self.offered_through:
+                continue
+            if route_key(item) != route_key(self.turn_inputs[0]):
+                break
+            out.append(item)
+        return out
+
+    async def _wait(self, timeout: timedelta, *, turn_done: bool = False) -> None:
+        """Until a Signal (or the turn ends), or the deadline; one timer, never sub-second."""
+        seen = (self.signals, self.wakes)
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: (
+                    (self.signals, self.wakes) != seen
+                    or (turn_done and self.turn is not None and self.turn.done())
+                ),
+                timeout=max(timeout, timedelta(seconds=1)),
+            )
+
+    async def _start_turn(self) -> bool:
+        inputs = turn_prefix(self.pending)
+        first = inputs[0]
+        c = self.cursor
+        req = AdmitRequest(c.employee, c.generation, str(first.route.get("agent")), c.thread,
+                           c.stream_key, min(i.klass for i in inputs))  # fmt: skip
+        grant = await workflow.execute_activity(
+            names.ACT_ADMIT, req, result_type=Admission,
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+        if not grant.granted:
+            return False
+        turn = TurnInput(grant.turn_id, c.employee, c.generation, req.agent, c.thread,
+                         c.stream_key, req.klass, dict(first.route), inputs)  # fmt: skip
+        self.turn = await workflow.start_child_workflow(
+            names.WF_TURN, turn, id=grant.turn_id, result_type=TurnResult,
+            task_queue=workflow.info().task_queue,
+            parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+            cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )  # fmt: skip
+        self.turn_inputs = inputs
+        self.offered_through = inputs[-1].seq
+        return True
+
+    async def _follow_turn(self) -> None:
+        assert self.turn is not None
+        offer = self._offerable()
+        if offer:
+            await self.turn.signal(names.SIGNAL_OFFER, OfferInputs(offer))
+            self.offered_through = offer[-1].seq
+            return
+        if not self.turn.done():
+            await self._wait(IDLE_BY_LANE[names.LANE_TALK], turn_done=True)
+            return
+        turn_id = self.turn.id
+        status, error, through = "done", None, 0
+        try:
+            result = await self.turn
+            through = result.consumed_through
+        except (ChildWorkflowError, ActivityError) as exc:
+            status, error = "failed", str(exc.cause or exc)[:500]
+        self.turn, self.turn_inputs = None, []
+        self.pending = [i for i in self.pending if i.seq > through]
+        await workflow.execute_activity(
+            names.ACT_RELEASE, ReleaseTurn(turn_id, status, error),
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+        self.last_activity = workflow.now()
+        if status == "failed":
+            await self._wait(FAILED_TURN_BACKOFF)
+
+    def _idle_left(self) -> timedelta:
         idle = IDLE_BY_LANE.get(self.cursor.lane, IDLE_BY_LANE[names.LANE_WORKER])
         return self.last_activity + idle - workflow.now()
-
-    async def _wait_for_signal(self, timeout: timedelta) -> None:
-        """Until the next Signal or the deadline (one timer, never ≤ 0 or sub-second)."""
-        seen = self.signals
-        with contextlib.suppress(TimeoutError):
-            await workflow.wait_condition(lambda: self.signals != seen, timeout=timeout)
 
     @workflow.run
     async def run(self, cursor: StreamCursor) -> EntityStatus:
         while True:
-            remaining = self._idle_deadline()
-            if remaining >= timedelta(seconds=1):
-                await self._wait_for_signal(remaining)
+            if self.turn is not None:
+                await self._follow_turn()
                 continue
             if self.pending:
-                # Inputs wait for their turn; an entity never closes over unconsumed input.
-                self.last_activity = workflow.now()
+                if not await self._start_turn():
+                    await self._wait(ADMISSION_RETRY)
+                continue
+            left = self._idle_left()
+            if left >= timedelta(seconds=1):
+                await self._wait(left)
                 continue
             before = self.signals
             await workflow.wait_condition(workflow.all_handlers_finished)
             # No await between this check and the return: a late deliver keeps us open.
-            if self.signals == before and not self.pending:
+            if self.signals == before and not self.pending and self.turn is None:
                 return self.status()

@@ -1,0 +1,69 @@
+"""Database-bound activities (workers-workflow and egress), methods of classes that hold the pool.
+
+Domain errors become non-retryable ApplicationErrors here, once; database outages stay
+retryable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from psycopg_pool import AsyncConnectionPool
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from eventos import egress, names, turns
+from eventos.contracts import (
+    Admission,
+    AdmitRequest,
+    ConversationContext,
+    ReleaseTurn,
+    Saved,
+    SaveTurn,
+    TurnInput,
+)
+from eventos.db import Conn
+from eventos.errors import Conflict, NotFound
+
+T = TypeVar("T")
+
+
+class DbActivities:
+    """Activities that need only the database."""
+
+    def __init__(self, pool: AsyncConnectionPool[Conn]) -> None:
+        self.pool = pool
+
+    async def _run(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        try:
+            async with self.pool.connection() as conn:
+                return await fn(conn)
+        except (Conflict, NotFound) as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+
+    @activity.defn(name=names.ACT_ADMIT)
+    async def admit_turn(self, req: AdmitRequest) -> Admission:
+        return await self._run(lambda conn: turns.admit(conn, req))
+
+    @activity.defn(name=names.ACT_RELEASE)
+    async def release_turn(self, req: ReleaseTurn) -> None:
+        await self._run(lambda conn: turns.release(conn, req.turn_id, req.status, req.error))
+
+    @activity.defn(name=names.ACT_LOAD)
+    async def load_conversation(self, turn: TurnInput) -> ConversationContext:
+        return await self._run(lambda conn: turns.load(conn, turn))
+
+    @activity.defn(name=names.ACT_SAVE)
+    async def save_turn(self, req: SaveTurn) -> Saved:
+        return await self._run(lambda conn: turns.save(conn, req))
+
+    @activity.defn(name=names.ACT_SEND)
+    async def egress_send(self, outbound_id: int) -> str:
+        return await self._run(lambda conn: egress.send(conn, outbound_id))
+
+    def workflow_queue_activities(self) -> list[Callable[..., Awaitable[object]]]:
+        return [self.admit_turn, self.release_turn, self.load_conversation, self.save_turn]
+
+    def egress_activities(self) -> list[Callable[..., Awaitable[object]]]:
+        return [self.egress_send]

@@ -1,0 +1,119 @@
+-- name: admission_lock
+-- Serialize admissions of one employee.
+SELECT pg_advisory_xact_lock(hashtextextended('eventos.admit:' || %(employee)s, 0));
+
+-- name: admission_active
+-- Active turn slots of an employee.
+SELECT count(*) AS n FROM sched_leases WHERE employee = %(employee)s AND state = 'active';
+
+-- name: conversation_open
+-- The conversation row (created on first use); its next turn number is taken.
+INSERT INTO conversations (employee, generation, agent, thread, stream_key, next_turn)
+VALUES (%(employee)s, %(generation)s, %(agent)s, %(thread)s, %(stream_key)s, 2)
+ON CONFLICT (employee, generation, agent, thread) DO UPDATE
+    SET next_turn = conversations.next_turn + 1
+RETURNING next_turn - 1 AS n;
+
+-- name: turn_insert
+-- A turn admitted.
+INSERT INTO turns (id, employee, generation, agent, thread, n, class, stream_key)
+VALUES (%(id)s, %(employee)s, %(generation)s, %(agent)s, %(thread)s, %(n)s, %(class)s, %(stream_key)s);
+
+-- name: admission_grant
+-- The turn holds a slot.
+INSERT INTO sched_leases (turn_id, employee, class) VALUES (%(id)s, %(employee)s, %(class)s);
+
+-- name: admission_release
+-- The turn gives its slot back.
+DELETE FROM sched_leases WHERE turn_id = %(turn_id)s;
+
+-- name: turn_finish
+-- A turn ended (unless the consuming save already recorded it).
+UPDATE turns SET status = %(status)s, error = %(error)s, ended_at = coalesce(ended_at, now())
+WHERE id = %(turn_id)s AND status = 'running';
+
+-- name: conversation_load
+-- The transcript and the generation's frozen spec.
+SELECT c.transcript, g.spec
+FROM generations g
+LEFT JOIN conversations c ON c.employee = g.employee AND c.generation = g.generation
+    AND c.agent = %(agent)s AND c.thread = %(thread)s
+WHERE g.employee = %(employee)s AND g.generation = %(generation)s;
+
+-- name: turn_lock
+-- The saving turn must still be the running one (a cancelled turn never saves late).
+SELECT status FROM turns WHERE id = %(turn_id)s FOR UPDATE;
+
+-- name: conversation_save
+-- Append the turn's messages to the transcript.
+UPDATE conversations
+SET transcript = %(transcript)s, transcript_bytes = %(bytes)s, updated_at = now()
+WHERE employee = %(employee)s AND generation = %(generation)s AND agent = %(agent)s
+  AND thread = %(thread)s;
+
+-- name: stream_consume
+-- Inputs through `through` are consumed; a window hold lifts.
+UPDATE bus_streams
+SET consumed_seq = greatest(consumed_seq, %(through)s),
+    hold_reason = CASE WHEN hold_reason = 'window' THEN NULL ELSE hold_reason END,
+    updated_at = now()
+WHERE stream_key = %(stream_key)s;
+
+-- name: deliveries_consume
+-- The consumed deliveries are done.
+UPDATE bus_deliveries SET status = 'done', updated_at = now()
+WHERE stream_key = %(stream_key)s AND seq <= %(through)s AND status = 'delivered';
+
+-- name: chat_messages_answered
+-- Owner messages the turn consumed.
+UPDATE chat_messages SET status = 'answered', turn_id = %(turn_id)s
+WHERE ingress_id = ANY(%(ingress_ids)s) AND status = 'queued';
+
+-- name: turn_done
+-- Record the consuming save on the turn.
+UPDATE turns SET status = 'done', consumed_seq = %(through)s, ended_at = now() WHERE id = %(turn_id)s;
+
+-- name: outbound_insert
+-- The reply enters the outbox once (the idempotency key makes a retried save a no-op).
+INSERT INTO outbound_messages (idempotency_key, employee, thread, turn_id, account, recipient,
+    kind, class, body)
+VALUES (%(key)s, %(employee)s, %(thread)s, %(turn_id)s, %(account)s, %(recipient)s, %(kind)s,
+    %(class)s, %(body)s)
+ON CONFLICT (idempotency_key) DO UPDATE SET updated_at = outbound_messages.updated_at
+RETURNING id;
+
+-- name: outbound_claim
+-- Claim a queued send by compare-and-swap.
+UPDATE outbound_messages
+SET status = 'sending', claim_token = %(token)s, provider_called_at = now(), updated_at = now()
+WHERE id = %(id)s AND status = 'queued'
+RETURNING id, employee, thread, turn_id, kind, recipient, body;
+
+-- name: outbound_get
+-- One outbox row.
+SELECT id, employee, thread, turn_id, kind, recipient, body, status, claim_token
+FROM outbound_messages WHERE id = %(id)s;
+
+-- name: chat_reply_insert
+-- The owner sees the reply (once per outbox row).
+INSERT INTO chat_replies (employee, session, outbound_id, turn_id, text)
+VALUES (%(employee)s, %(session)s, %(outbound_id)s, %(turn_id)s, %(text)s)
+ON CONFLICT (outbound_id) DO NOTHING;
+
+-- name: outbound_sent
+-- The send is done.
+UPDATE outbound_messages SET status = 'sent', updated_at = now()
+WHERE id = %(id)s AND status = 'sending';
+
+-- name: chat_message_get
+-- One owner message with its reply, if any.
+SELECT m.id, m.status, m.text, m.turn_id, r.text AS reply, r.id AS reply_id
+FROM chat_messages m
+LEFT JOIN chat_replies r ON r.turn_id = m.turn_id
+WHERE m.employee = %(employee)s AND m.id = %(id)s;
+
+-- name: chat_replies_after
+-- Replies of one session after an id (the event stream's poll).
+SELECT id, turn_id, text, created_at FROM chat_replies
+WHERE employee = %(employee)s AND session = %(session)s AND id > %(after)s
+ORDER BY id LIMIT 100;

@@ -1,0 +1,132 @@
+"""Turns, database side: admission, the conversation's context, the consuming save, the outbox.
+
+The consuming save (SPEC §8 step 5) writes the transcript, advances `consumed_seq`, settles
+the consumed deliveries and queues the reply in one transaction. It refuses when the turn is
+no longer the running one, so a cancelled turn never saves late.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from eventos import names
+from eventos.contracts import (
+    Admission,
+    AdmitRequest,
+    ChatMessage,
+    ConversationContext,
+    ModelRef,
+    Saved,
+    SaveTurn,
+    ToolCall,
+    TurnInput,
+)
+from eventos.db import Conn
+from eventos.db.sql import Q
+from eventos.errors import Conflict, NotFound
+
+
+def turn_id(req: AdmitRequest, n: int) -> str:
+    """`turn-<conversation>-<n>` (SPEC §7); thread ids carry no personal data."""
+    return f"turn-{req.employee}-g{req.generation}-{req.agent}-{req.thread}-{n}"
+
+
+async def admit(conn: Conn, req: AdmitRequest) -> Admission:
+    """Grant a slot (cap 4 per employee, plus one reserved for the owner) and a turn number."""
+    async with conn.transaction():
+        await conn.execute(Q["admission_lock"], {"employee": req.employee})
+        cur = await conn.execute(Q["admission_active"], {"employee": req.employee})
+        active = int((await cur.fetchone() or {})["n"])
+        cap = names.EMPLOYEE_TURN_CAP + (1 if req.klass == names.C1_OWNER else 0)
+        if active >= cap:
+            return Admission(granted=False, reason=f"employee cap: {active} turns running")
+        params = {
+            "employee": req.employee, "generation": req.generation, "agent": req.agent,
+            "thread": req.thread, "stream_key": req.stream_key, "class": req.klass,
+        }  # fmt: skip
+        cur = await conn.execute(Q["conversation_open"], params)
+        n = int((await cur.fetchone() or {})["n"])
+        tid = turn_id(req, n)
+        await conn.execute(Q["turn_insert"], {**params, "id": tid, "n": n})
+        await conn.execute(Q["admission_grant"], {**params, "id": tid})
+    return Admission(granted=True, turn_id=tid, n=n)
+
+
+async def release(conn: Conn, tid: str, status: str, error: str | None = None) -> None:
+    """Give the slot back; a turn that did not save ends `failed` or `cancelled`."""
+    async with conn.transaction():
+        await conn.execute(Q["admission_release"], {"turn_id": tid})
+        await conn.execute(Q["turn_finish"], {"turn_id": tid, "status": status, "error": error})
+
+
+def message_of(doc: dict[str, Any]) -> ChatMessage:
+    calls = [ToolCall(**c) for c in doc.get("tool_calls") or []]
+    return ChatMessage(doc["role"], doc.get("content") or "", calls, doc.get("tool_call_id"),
+                       doc.get("name"))  # fmt: skip
+
+
+async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
+    """The agent's model, prompt and tools from the frozen spec, and the transcript."""
+    params = {"employee": turn.employee, "generation": turn.generation, "agent": turn.agent,
+              "thread": turn.thread}  # fmt: skip
+    cur = await conn.execute(Q["conversation_load"], params)
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"no generation {turn.employee} g{turn.generation}")
+    agents = {a["name"]: a for a in row["spec"]["spec"]["agents"]}
+    agent = agents.get(turn.agent)
+    if agent is None:
+        raise NotFound(f"no agent {turn.agent!r} in {turn.employee} g{turn.generation}")
+    m = agent["model"]
+    model = ModelRef(m["provider"], m["name"], m.get("credential"), m.get("base_url"))
+    transcript = [message_of(d) for d in (row["transcript"] or [])]
+    return ConversationContext(model=model, system=agent.get("system", ""), transcript=transcript)
+
+
+def reply_key(turn: TurnInput, consumed_ingress_ids: list[int]) -> str:
+    """SPEC §11: a reply's key hashes thread, route, consumed input set and node."""
+    doc = {"thread": turn.stream_key, "route": turn.route,
+           "inputs": sorted(consumed_ingress_ids), "node": "reply"}  # fmt: skip
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+async def save(conn: Conn, req: SaveTurn) -> Saved:
+    """The consuming save; idempotent for a retried step (same turn, same inputs)."""
+    turn = req.turn
+    key = {"employee": turn.employee, "generation": turn.generation, "agent": turn.agent,
+           "thread": turn.thread}  # fmt: skip
+    async with conn.transaction():
+        cur = await conn.execute(Q["turn_lock"], {"turn_id": turn.turn_id})
+        row = await cur.fetchone()
+        if row is None or row["status"] not in ("running", "done"):
+            raise Conflict(f"turn {turn.turn_id} no longer runs; its save is refused")
+        already = row["status"] == "done"
+        cur = await conn.execute(Q["conversation_load"], key)
+        loaded = await cur.fetchone() or {}
+        transcript = list(loaded.get("transcript") or [])
+        if not already:
+            transcript += [asdict(m) for m in req.new_messages]
+            size = len(json.dumps(transcript))
+            saved = {**key, "transcript": Jsonb(transcript), "bytes": size}
+            await conn.execute(Q["conversation_save"], saved)
+            through = {"stream_key": turn.stream_key, "through": req.consumed_through}
+            await conn.execute(Q["stream_consume"], through)
+            await conn.execute(Q["deliveries_consume"], through)
+            answered = {"turn_id": turn.turn_id, "ingress_ids": req.consumed_ingress_ids}
+            await conn.execute(Q["chat_messages_answered"], answered)
+            await conn.execute(Q["turn_done"], {"turn_id": turn.turn_id, **through})
+        outbound_id = None
+        if req.reply is not None and turn.route.get("reply"):
+            cur = await conn.execute(Q["outbound_insert"], {
+                "key": reply_key(turn, req.consumed_ingress_ids), "employee": turn.employee,
+                "thread": turn.stream_key, "turn_id": turn.turn_id, "account": None,
+                "recipient": turn.route.get("session"), "kind": turn.route.get("kind", "chat"),
+                "class": turn.klass, "body": req.reply,
+            })  # fmt: skip
+            outbound_id = int((await cur.fetchone() or {})["id"])
+    return Saved(outbound_id)

@@ -1,0 +1,27 @@
+"""Named retry policies and timeouts: every activity call site uses one of these (RFC-0006 §5.4)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio.common import RetryPolicy
+
+# Idempotent bookkeeping in our own database: retry until it works.
+DB_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
+)
+DB_TIMEOUT = timedelta(seconds=30)
+
+# A paid model call: retried by Temporal (provider retries are off) within the step's budget.
+LLM_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1)
+)
+LLM_ATTEMPT_TIMEOUT = timedelta(minutes=5)
+LLM_STEP_BUDGET = timedelta(minutes=15)  # cloud endpoints (SPEC §9 parking: 15 min)
+LLM_HEARTBEAT = timedelta(seconds=60)
+
+# Sends are made at-most-once by their claim, so they may retry without limit.
+SEND_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1)
+)
+SEND_TIMEOUT = timedelta(seconds=30)
