@@ -18,6 +18,7 @@ from eventos.contracts import EntityStatus
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.embedded_pg import free_port
+from eventos.payload_guard import connect
 from eventos.relay import Breaker, Relay, StaleLease
 from eventos.settings import TemporalSettings
 from eventos.temporal import TemporalConnection
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.temporal
 
 @pytest.fixture
 async def client(temporal_settings: TemporalSettings) -> Client:
-    return await Client.connect(temporal_settings.address, namespace=temporal_settings.namespace)
+    return await connect(temporal_settings.address, temporal_settings.namespace)
 
 
 @pytest.fixture
@@ -220,3 +221,29 @@ async def test_paused_employees_streams_are_not_served(
     async with pool.connection() as conn:
         await employees.resume(conn, employee)
     assert await relay.pass_once() == 1
+
+
+async def test_an_input_temporal_keeps_refusing_is_dead_lettered_without_blocking(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    await append_all(pool, [driver_event("gus", n) for n in range(3)])
+    await route_until_done(pool)
+    async with pool.connection() as conn:  # an input no batch can carry (I7)
+        await conn.execute(
+            "UPDATE bus_deliveries SET payload = jsonb_build_object('blob', repeat('x', 400000)) WHERE seq = 1"
+        )
+    relay = relay_for(pool, temporal_settings, task_queue)
+    for attempt in range(1, names.DEAD_AFTER_ATTEMPTS):
+        assert await relay.pass_once() == 0
+        (row,) = await query(
+            pool, "SELECT status, attempts, reason FROM bus_deliveries WHERE seq = 1"
+        )
+        assert (row["status"], row["attempts"]) == ("pending", attempt)
+    await relay.pass_once()
+    rows = await query(pool, "SELECT seq, status, reason FROM bus_deliveries ORDER BY seq")
+    assert rows[0]["status"] == "dead"
+    assert "PayloadTooLarge" in rows[0]["reason"] and "bound (SPEC I7)" in rows[0]["reason"]
+    assert [r["status"] for r in rows[1:]] == ["delivered", "delivered"]
+    status = await entity(client, pool)
+    assert (status.received, status.applied_seq) == (2, 3)

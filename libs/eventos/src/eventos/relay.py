@@ -26,6 +26,7 @@ from eventos import names
 from eventos.contracts import DeliverBatch, DeliveryItem, StreamCursor
 from eventos.db import Conn
 from eventos.db.sql import Q
+from eventos.payload_guard import PayloadTooLarge
 from eventos.temporal import TemporalConnection
 from eventos.wake import WakeSignal
 
@@ -244,6 +245,8 @@ class Relay:
             )
         except RPCError as exc:
             return await self._refused(stream["stream_key"], batch, exc)
+        except PayloadTooLarge as exc:  # refused before it left: deterministic too
+            return await self._rejected(stream["stream_key"], batch, f"rejected: {exc}")
         except (RuntimeError, OSError) as exc:  # no connection could be made
             raise TemporalDown(str(exc)) from exc
         self._sent.setdefault(stream["stream_key"], deque(maxlen=PER_ENTITY_PER_SECOND)).append(
@@ -261,14 +264,22 @@ class Relay:
             raise TemporalBusy() from exc
         if exc.status not in DETERMINISTIC:
             raise TemporalDown(str(exc)) from exc
+        return await self._rejected(
+            stream_key, batch, f"rejected: {exc.status.name}: {exc.message}"
+        )
+
+    async def _rejected(self, stream_key: str, batch: list[DeliveryItem], why: str) -> bool:
+        """Count a refusal on the batch's first input; dead-letter it after 5 (never blocks)."""
         first = batch[0].seq
-        reason = f"rejected: {exc.status.name}: {exc.message}"[:500]
+        reason = why[:500]
+        params = {"stream_key": stream_key, "seq": first, "reason": reason}
         async with self.pool.connection() as conn:
-            params = {"stream_key": stream_key, "seq": first, "reason": reason}
             cur = await conn.execute(Q["delivery_rejected"], params)
             attempts = int((await cur.fetchone() or {"attempts": 0})["attempts"])
-            if attempts < names.DEAD_AFTER_ATTEMPTS:
-                raise TemporalBusy()
+        # Raised outside the block: an exception inside it would roll the count back.
+        if attempts < names.DEAD_AFTER_ATTEMPTS:
+            raise TemporalBusy()
+        async with self.pool.connection() as conn, conn.transaction():
             await conn.execute(Q["delivery_dead_letter"], params)
             await conn.execute(Q["stream_refresh_pending"], {"stream_key": stream_key})
         log.warning("dead-lettered %s seq %d after %d refusals", stream_key, first, attempts)

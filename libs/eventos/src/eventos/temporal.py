@@ -1,7 +1,8 @@
 """The Temporal connection every Temporal-facing service holds, connected lazily.
 
 A service starts and serves /livez while Temporal is down; /readyz reports it until the
-client connects (SPEC I2: no request path waits on Temporal).
+client connects (SPEC I2: no request path waits on Temporal). The client's data converter
+refuses payloads over 64 KB (I7; eventos.payload_guard).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 
 from temporalio.client import Client
 
+from eventos.payload_guard import connect
 from eventos.settings import TemporalSettings
 
 
@@ -25,9 +27,7 @@ class TemporalConnection:
     async def get(self) -> Client:
         async with self._lock:
             if self.client is None:
-                self.client = await Client.connect(
-                    self.settings.address, namespace=self.settings.namespace
-                )
+                self.client = await connect(self.settings.address, self.settings.namespace)
             return self.client
 
     async def ready(self) -> None:

@@ -1,0 +1,155 @@
+"""The payload guard: what may enter Temporal, by size and type (SPEC I7)."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from temporalio.converter import DataConverter
+from temporalio.exceptions import ApplicationError
+
+from eventos import contracts
+from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ModelRef
+from eventos.errors import EventOSError
+from eventos.payload_guard import (
+    CARRY_LIMIT,
+    GUARDED_DATA_CONVERTER,
+    PAYLOAD_LIMIT,
+    STEP_LIMIT,
+    PayloadTooLarge,
+    allow_large,
+    limit_for,
+)
+
+converter = GUARDED_DATA_CONVERTER.payload_converter
+
+
+def encoded_size(value: Any) -> int:
+    return len(DataConverter.default.payload_converter.to_payload(value).data)
+
+
+def step_input(transcript_bytes: int) -> LlmStepInput:
+    """A step input whose transcript holds about `transcript_bytes` bytes of text."""
+    chunk = 10_000
+    messages = [ChatMessage(role="user", content="q" * chunk)] * (transcript_bytes // chunk)
+    return LlmStepInput(
+        employee="support",
+        turn_id="turn-1",
+        step=1,
+        klass=2,
+        model=ModelRef(provider="local", name="scripted"),
+        messages=messages,
+    )
+
+
+def test_a_70_kb_dict_is_refused_naming_type_and_sizes_not_content() -> None:
+    value = {"body": "secret-" + "s" * 70_000}
+    with pytest.raises(PayloadTooLarge) as refused:
+        converter.to_payloads([{"small": 1}, value])
+    err = refused.value
+    assert (err.value_type, err.size, err.limit) == ("builtins.dict", encoded_size(value), 65_536)
+    assert "builtins.dict" in str(err) and f"{err.size:,}" in str(err) and "65,536" in str(err)
+    assert "secret" not in str(err) and "sss" not in str(err)
+
+
+def test_a_60_kb_dict_passes_and_decodes() -> None:
+    value = {"body": "s" * 60_000}
+    [payload] = converter.to_payloads([value])
+    assert converter.from_payloads([payload]) == [value]
+
+
+def test_the_64_kb_bound_is_inclusive() -> None:
+    # A JSON string is its text plus two quotes.
+    converter.to_payload("x" * (PAYLOAD_LIMIT - 2))
+    with pytest.raises(PayloadTooLarge):
+        converter.to_payload("x" * (PAYLOAD_LIMIT - 1))
+
+
+def test_a_step_input_with_a_500_kb_transcript_passes_and_round_trips() -> None:
+    value = step_input(500_000)
+    payload = converter.to_payload(value)
+    assert len(payload.data) > 500_000
+    assert converter.from_payload(payload, LlmStepInput) == value
+
+
+def test_a_step_input_over_1_mib_is_refused() -> None:
+    with pytest.raises(PayloadTooLarge) as refused:
+        converter.to_payload(step_input(1_050_000))
+    assert refused.value.value_type == "eventos.contracts.LlmStepInput"
+    assert refused.value.limit == STEP_LIMIT == 1024 * 1024 - 1
+
+
+def test_a_step_output_has_the_step_bound() -> None:
+    def output(size: int) -> LlmStepOutput:
+        message = ChatMessage(role="assistant", content="a" * size)
+        return LlmStepOutput(message=message, finish_reason="stop", input_tokens=1, output_tokens=1)
+
+    converter.to_payload(output(500_000))
+    with pytest.raises(PayloadTooLarge):
+        converter.to_payload(output(1_050_000))
+
+
+def test_a_registered_type_gets_its_bound() -> None:
+    @dataclass
+    class Carry:
+        transcript: str
+
+    big = Carry(transcript="c" * 1_500_000)
+    with pytest.raises(PayloadTooLarge):
+        converter.to_payload(big)
+
+    assert allow_large(Carry, CARRY_LIMIT) is Carry
+    assert limit_for(Carry) == 1_899_999
+    converter.to_payload(big)
+    with pytest.raises(PayloadTooLarge) as refused:
+        converter.to_payload(Carry(transcript="c" * 1_900_000))
+    assert refused.value.limit == CARRY_LIMIT
+    # Only the registered type: other values keep the 64 KB bound.
+    with pytest.raises(PayloadTooLarge):
+        converter.to_payload({"transcript": "c" * 100_000})
+
+
+@pytest.mark.parametrize("limit", [0, -1, 2 * 1024 * 1024 + 1])
+def test_a_bound_temporal_would_not_take_is_refused(limit: int) -> None:
+    @dataclass
+    class Carry:
+        transcript: str
+
+    with pytest.raises(ValueError, match="limit_bytes"):
+        allow_large(Carry, limit)
+
+
+def test_a_re_imported_copy_of_a_carrier_keeps_its_bound() -> None:
+    # The workflow sandbox re-imports modules, so workflow code builds values of a copy.
+    assert contracts.__file__ is not None
+    spec = importlib.util.spec_from_file_location("eventos.contracts", contracts.__file__)
+    assert spec is not None and spec.loader is not None
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    assert copy.LlmStepInput is not LlmStepInput
+
+    original = step_input(500_000)
+    value = copy.LlmStepInput(
+        **{**original.__dict__, "model": copy.ModelRef(provider="local", name="scripted")}
+    )
+    assert len(converter.to_payload(value).data) > 500_000
+
+
+async def test_the_data_converter_refuses_on_encode() -> None:
+    await GUARDED_DATA_CONVERTER.encode([{"body": "s" * 60_000}])
+    with pytest.raises(PayloadTooLarge):
+        await GUARDED_DATA_CONVERTER.encode([{"body": "s" * 70_000}])
+
+
+async def test_decoding_does_not_check_what_history_already_holds() -> None:
+    value = {"body": "s" * 70_000}
+    payloads = await DataConverter.default.encode([value])
+    assert await GUARDED_DATA_CONVERTER.decode(payloads, [dict]) == [value]
+
+
+def test_the_error_fails_a_temporal_execution_once() -> None:
+    err = PayloadTooLarge("builtins.dict", 70_000, PAYLOAD_LIMIT)
+    assert isinstance(err, EventOSError) and isinstance(err, ApplicationError)
+    assert err.type == "PayloadTooLarge" and err.non_retryable
