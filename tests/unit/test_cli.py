@@ -99,7 +99,10 @@ async def test_apply_list_start_chat(ingress_url: str, capsys: pytest.CaptureFix
     first = capsys.readouterr().out.strip()
     assert first.startswith("message ") and first.endswith(" queued")
     # No relay or worker runs here: --wait gives up at its deadline and says why.
-    assert await ctl("chat", "hello", "hi there", "--id", "m-1", "--wait", "--timeout", "0.3", *at) == 1
+    assert (
+        await ctl("chat", "hello", "hi there", "--id", "m-1", "--wait", "--timeout", "0.3", *at)
+        == 1
+    )
     again = capsys.readouterr()
     assert again.out.strip() == f"{first} (already sent with this id)"
     assert "no reply within 0.3s" in again.err and "queued" in again.err
