@@ -1,4 +1,4 @@
-"""`python -m eventos_workers_llm`: the LLM worker; its activity loop arrives in a later issue."""
+"""`python -m eventos_workers_llm`: runs LLM steps from the class queues of `LLM_CLASS`."""
 
 from __future__ import annotations
 
@@ -6,13 +6,27 @@ import asyncio
 import logging
 
 from eventos import names
+from eventos.llm import LlmActivities, llm_slots, provider_http_client, run_llm_workers
 from eventos.service import configure_logging
-from eventos.settings import llm_classes
-from eventos.wiring import serve
+from eventos.settings import SecretStore, llm_classes
+from eventos.wiring import ConnectedConfig, build_connected
+
+log = logging.getLogger("eventos_workers_llm")
+
+
+async def main() -> None:
+    classes = llm_classes()  # bad LLM_CLASS or slot counts fail at boot
+    slots = llm_slots()
+    service, connected = await build_connected(ConnectedConfig.from_env("workers-llm"))
+    http = provider_http_client(max_connections=sum(slots[c] for c in classes))
+    activities = LlmActivities(http, SecretStore.from_env())
+    service.loops.append(lambda: run_llm_workers(connected.temporal, classes, activities, slots))
+    service.on_stop.append(http.aclose)
+    queues = ", ".join(f"{names.LLM_QUEUES[c]} ({slots[c]} slots)" for c in classes)
+    log.info("polling %s", queues)
+    await service.run()
+
 
 if __name__ == "__main__":
     configure_logging()
-    classes = llm_classes()  # fails at boot on a bad LLM_CLASS
-    queues = ", ".join(names.LLM_QUEUES[c] for c in classes)
-    logging.getLogger("eventos_workers_llm").info("will poll %s", queues)
-    asyncio.run(serve("workers-llm"))
+    asyncio.run(main())

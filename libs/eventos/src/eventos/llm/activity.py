@@ -1,0 +1,106 @@
+"""The `llm_step` activity: one model call of a turn, heartbeating while the provider works.
+
+Metrics follow the OpenTelemetry GenAI conventions; their labels never carry employee, thread
+or content, and the INFO log line names the step, never the prompt or the reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import httpx
+from prometheus_client import Histogram
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from eventos import names
+from eventos.contracts import LlmStepInput, LlmStepOutput
+from eventos.llm.providers import provider_for
+from eventos.settings import SecretStore
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+HEARTBEAT_S = 10.0
+KNOWN_PROVIDERS = ("openai", "local")
+
+# Buckets recommended by the OTel GenAI semantic conventions.
+TOKEN_USAGE = Histogram(
+    "gen_ai_client_token_usage",
+    "Tokens per LLM step (gen_ai.client.token.usage), input or output.",
+    ["gen_ai_token_type", "gen_ai_provider_name", "llm_class"],
+    buckets=(1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304),
+)
+OPERATION_DURATION = Histogram(
+    "gen_ai_client_operation_duration_seconds",
+    "Duration of one LLM step attempt (gen_ai.client.operation.duration), by outcome.",
+    ["gen_ai_provider_name", "llm_class", "outcome"],
+    buckets=(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+             81.92, 163.84, 327.68),
+)  # fmt: skip
+
+
+class LlmActivities:
+    """The LLM activities, holding the clients they share."""
+
+    def __init__(
+        self, http: httpx.AsyncClient, secrets: SecretStore, *, heartbeat_s: float = HEARTBEAT_S
+    ) -> None:
+        self.http = http
+        self.secrets = secrets
+        self.heartbeat_s = heartbeat_s
+
+    @activity.defn(name=names.ACT_LLM_STEP)
+    async def llm_step(self, step: LlmStepInput) -> LlmStepOutput:
+        """One model call; provider errors arrive as classified ApplicationErrors."""
+        provider_label = step.model.provider if step.model.provider in KNOWN_PROVIDERS else "other"
+        class_label = f"c{step.klass}"
+        started = time.monotonic()
+        outcome = "retry"  # an unexpected exception is retried by Temporal
+        try:
+            provider = provider_for(step.model, self.secrets, self.http)
+            out = await self._heartbeating(provider.complete(step, activity.info().attempt))
+            outcome = "ok"
+        except ApplicationError as exc:
+            outcome = "error" if exc.non_retryable else "retry"
+            raise
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        finally:
+            elapsed = time.monotonic() - started
+            OPERATION_DURATION.labels(provider_label, class_label, outcome).observe(elapsed)
+        TOKEN_USAGE.labels("input", provider_label, class_label).observe(out.input_tokens)
+        TOKEN_USAGE.labels("output", provider_label, class_label).observe(out.output_tokens)
+        log.info(
+            "llm step %s#%d (%s, %s %s): %s, %d+%d tokens, %d tool calls, %.2f s",
+            step.turn_id, step.step, class_label, step.model.provider, step.model.name,
+            out.finish_reason, out.input_tokens, out.output_tokens,
+            len(out.message.tool_calls), elapsed,
+        )  # fmt: skip
+        return out
+
+    async def _heartbeating(self, work: Coroutine[Any, Any, T]) -> T:
+        """Await `work`, heartbeating meanwhile: heartbeats carry cancellation to the activity."""
+        task = asyncio.create_task(work)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self._heartbeat_interval())
+                if done:
+                    return task.result()
+                activity.heartbeat()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    def _heartbeat_interval(self) -> float:
+        # At most half the heartbeat timeout, so one late beat never times the attempt out.
+        timeout = activity.info().heartbeat_timeout
+        if timeout:
+            return min(self.heartbeat_s, timeout.total_seconds() / 2)
+        return self.heartbeat_s

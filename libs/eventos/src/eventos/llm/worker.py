@@ -1,0 +1,99 @@
+"""The LLM workers: one Worker per class queue `llm-cN`, each with fixed slots (SPEC §9)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import Final
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from eventos import names
+from eventos.errors import ConfigError
+from eventos.llm.activity import LlmActivities
+from eventos.temporal import TemporalConnection
+
+log = logging.getLogger(__name__)
+RECONNECT_S = 2.0
+# Steps in flight get this long to finish on shutdown; then they are cancelled and retried
+# elsewhere by Temporal.
+SHUTDOWN_GRACE = timedelta(seconds=5)
+# Concurrent steps per class queue in one process; EVENTOS_LLM_SLOTS_C<N> overrides.
+DEFAULT_SLOTS: Final = {
+    names.C1_OWNER: 8,
+    names.C2_CUSTOMER: 16,
+    names.C3_INTERNAL: 8,
+    names.C4_BACKGROUND: 4,
+}
+
+
+def llm_slots(env: Mapping[str, str] | None = None) -> dict[int, int]:
+    """Slots per class: the defaults, overridden by `EVENTOS_LLM_SLOTS_C1`…`_C4` (≥ 1)."""
+    env = os.environ if env is None else env
+    slots = dict(DEFAULT_SLOTS)
+    for klass in names.CLASSES:
+        var = f"EVENTOS_LLM_SLOTS_C{klass}"
+        raw = env.get(var, "").strip()
+        if not raw:
+            continue
+        if not raw.isdigit() or int(raw) < 1:
+            raise ConfigError(f"{var} must be a positive integer, got {raw!r}")
+        slots[klass] = int(raw)
+    return slots
+
+
+def llm_worker(
+    client: Client,
+    klass: int,
+    slots: int,
+    activities: LlmActivities,
+    *,
+    workflow_queue: str = names.WORKFLOW_QUEUE,
+) -> Worker:
+    """The worker of class `klass`: `llm_step` on `llm-c<klass>` with `slots` concurrent steps."""
+    return Worker(
+        client,
+        task_queue=names.queue_for(names.LLM_QUEUES[klass], workflow_queue),
+        activities=[activities.llm_step],
+        max_concurrent_activities=slots,
+        graceful_shutdown_timeout=SHUTDOWN_GRACE,
+    )
+
+
+async def run_llm_workers(
+    temporal: TemporalConnection,
+    classes: Iterable[int],
+    activities: LlmActivities,
+    slots: Mapping[int, int] | None = None,
+    *,
+    workflow_queue: str = names.WORKFLOW_QUEUE,
+) -> None:
+    """Poll every class queue until cancelled; reconnect while Temporal is unavailable."""
+    classes = tuple(classes)
+    slots = llm_slots() if slots is None else slots
+    while True:
+        try:
+            client = await temporal.get()
+            workers = [
+                llm_worker(client, k, slots[k], activities, workflow_queue=workflow_queue)
+                for k in classes
+            ]
+            await _run_together(workers)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            cause = exc.exceptions[0] if isinstance(exc, ExceptionGroup) else exc
+            log.warning("llm workers stopped (%s); retrying in %.0f s", cause, RECONNECT_S)
+            temporal.client = None
+            await asyncio.sleep(RECONNECT_S)
+
+
+async def _run_together(workers: list[Worker]) -> None:
+    # One failing worker stops its siblings, so a reconnect never leaves a queue polled twice.
+    async with asyncio.TaskGroup() as group:
+        for worker in workers:
+            group.create_task(worker.run())

@@ -1,0 +1,275 @@
+"""`llm_step` on the real Temporal dev server: a test workflow calls it by name on the class
+queues of a real LLM worker; retries, cancellation and metrics as a user of the stack sees them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import httpx
+import pytest
+from fake_openai import KEY, Answer, FakeOpenAI
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from temporalio import workflow
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.worker import Worker
+from temporalio.workflow import ActivityCancellationType
+
+from eventos import names
+from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ModelRef
+from eventos.llm import LlmActivities, llm_worker, run_llm_workers
+from eventos.llm.local import local_call_id
+from eventos.settings import SecretStore, TemporalSettings
+from eventos.temporal import TemporalConnection
+from eventos.testing import wait_for
+
+pytestmark = pytest.mark.temporal
+
+LOCAL = ModelRef("local", "scripted")
+MARKER = "zebra-7731"  # in every prompt; must never reach /metrics
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One step for the test workflow, and how it calls the activity."""
+
+    step: LlmStepInput
+    workflow_queue: str
+    initial_interval_s: float = 60.0  # long: a retry that comes sooner was told when to come
+    maximum_attempts: int = 5
+    heartbeat_timeout_s: float = 30.0
+
+
+@workflow.defn(sandboxed=False)
+class LlmProbeWorkflow:
+    """Calls `llm_step` by name on the class queue, as the turn workflow does."""
+
+    @workflow.run
+    async def run(self, probe: Probe) -> LlmStepOutput:
+        queue = names.queue_for(names.LLM_QUEUES[probe.step.klass], probe.workflow_queue)
+        out: LlmStepOutput = await workflow.execute_activity(
+            names.ACT_LLM_STEP,
+            probe.step,
+            result_type=LlmStepOutput,
+            task_queue=queue,
+            start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=probe.heartbeat_timeout_s),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=probe.initial_interval_s),
+                maximum_attempts=probe.maximum_attempts,
+            ),
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        return out
+
+
+@dataclass
+class Stack:
+    client: Client
+    queue: str  # the test's workflow queue; LLM queues are namespaced by it
+    fake: FakeOpenAI
+
+    def step(self, text: str, *, klass: int = 2, model: ModelRef = LOCAL) -> LlmStepInput:
+        turn = f"turn-{uuid.uuid4().hex[:8]}"
+        return LlmStepInput("support", turn, 0, klass, model, [ChatMessage("user", text)])
+
+    async def start(
+        self,
+        step: LlmStepInput,
+        *,
+        initial_interval_s: float = 60.0,
+        heartbeat_timeout_s: float = 30.0,
+    ) -> WorkflowHandle[LlmProbeWorkflow, LlmStepOutput]:
+        probe = Probe(step, self.queue, initial_interval_s, heartbeat_timeout_s=heartbeat_timeout_s)
+        return await self.client.start_workflow(
+            LlmProbeWorkflow.run,
+            probe,
+            id=f"llm-probe-{uuid.uuid4()}",
+            task_queue=self.queue,
+            execution_timeout=timedelta(seconds=60),
+        )
+
+    async def run(self, step: LlmStepInput) -> LlmStepOutput:
+        handle = await self.start(step)
+        return await asyncio.wait_for(handle.result(), 30)
+
+
+@pytest.fixture(scope="module")
+async def fake_server() -> AsyncIterator[FakeOpenAI]:
+    server = FakeOpenAI()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def stack(
+    temporal_settings: TemporalSettings, fake_server: FakeOpenAI
+) -> AsyncIterator[Stack]:
+    """A workflow worker for the probe and a real LLM worker (class 2) on a fresh queue."""
+    fake_server.reset()
+    client = await Client.connect(temporal_settings.address, namespace=temporal_settings.namespace)
+    queue = f"test-{uuid.uuid4()}"
+    secrets = SecretStore(env={"EVENTOS_SECRET_FAKE_OPENAI": KEY})
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as http:
+        activities = LlmActivities(http, secrets)
+        async with (
+            Worker(client, task_queue=queue, workflows=[LlmProbeWorkflow]),
+            llm_worker(client, 2, 4, activities, workflow_queue=queue),
+        ):
+            yield Stack(client, queue, fake_server)
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_a_local_step_answers_with_a_labelled_quote(stack: Stack) -> None:
+    out = await stack.run(stack.step(f"hello {MARKER}"))
+    assert out.message == ChatMessage("assistant", f"[local] you said: hello {MARKER}")
+    assert (out.finish_reason, out.input_tokens, out.output_tokens) == ("stop", 2, 5)
+
+
+async def test_a_local_tool_call_batch_comes_back_as_one_message(stack: Stack) -> None:
+    step = stack.step(
+        f'{MARKER}\ncall: lookup_order {{"order": 42}}\ncall: weather {{"city": "Berlin"}}'
+    )
+    out = await stack.run(step)
+    assert out.finish_reason == "tool_calls"
+    assert [(c.id, c.name, c.arguments) for c in out.message.tool_calls] == [
+        (local_call_id(step.turn_id, 0, 0), "lookup_order", '{"order": 42}'),
+        (local_call_id(step.turn_id, 0, 1), "weather", '{"city": "Berlin"}'),
+    ]
+
+
+async def test_a_429_with_retry_after_is_retried_by_temporal_after_the_delay(stack: Stack) -> None:
+    model = ModelRef("openai", "gpt-4o-mini", "fake-openai", stack.fake.base_url)
+    stack.fake.queue(
+        Answer(status=429, headers={"retry-after": "1"}, code="rate_limit_exceeded"),
+        Answer(content="Back in stock tomorrow.", usage=(11, 5)),
+    )
+    started = time.monotonic()
+    out = await stack.run(stack.step(f"is it in stock? {MARKER}", model=model))
+    assert out.message.content == "Back in stock tomorrow."
+    assert (out.input_tokens, out.output_tokens) == (11, 5)
+    first, second = stack.fake.requests
+    assert 0.9 <= second.at - first.at < 10  # the Retry-After, not the 60 s retry interval
+    assert time.monotonic() - started < 15
+    assert second.headers["authorization"] == f"Bearer {KEY}"
+
+
+async def test_a_local_fail_line_is_retried_then_succeeds(stack: Stack) -> None:
+    out = await stack.run(stack.step("hi\nfail: 503 1 retry-after=1"))
+    assert out.message.content == "[local] you said: hi"
+
+
+async def test_an_auth_error_fails_the_step_without_retrying(stack: Stack) -> None:
+    model = ModelRef("openai", "gpt-4o-mini", "fake-openai", stack.fake.base_url)
+    stack.fake.queue(Answer(status=401))
+    handle = await stack.start(stack.step(MARKER, model=model), initial_interval_s=0.1)
+    with pytest.raises(WorkflowFailureError) as caught:
+        await asyncio.wait_for(handle.result(), 30)
+    activity_error = caught.value.cause
+    assert isinstance(activity_error, ActivityError)
+    cause = activity_error.cause
+    assert isinstance(cause, ApplicationError)
+    assert (cause.type, cause.non_retryable) == ("ProviderAuthError", True)
+    assert MARKER not in str(cause)
+    assert len(stack.fake.requests) == 1
+
+
+async def test_a_slow_step_heartbeats_and_is_cancelled(stack: Stack) -> None:
+    before = sample(
+        "gen_ai_client_operation_duration_seconds_count",
+        gen_ai_provider_name="local", llm_class="c2", outcome="cancelled",
+    )  # fmt: skip
+    handle = await stack.start(stack.step("sleep: 60"), heartbeat_timeout_s=2)
+
+    async def running() -> bool:
+        pending = (await handle.describe()).raw_description.pending_activities
+        return bool(pending) and pending[0].HasField("last_heartbeat_time")
+
+    await wait_for(running, timeout=15, what="the step heartbeats")
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError) as caught:
+        await asyncio.wait_for(handle.result(), 15)  # far less than the 60 s sleep
+    assert isinstance(caught.value.cause, CancelledError)
+
+    async def counted() -> bool:
+        now = sample(
+            "gen_ai_client_operation_duration_seconds_count",
+            gen_ai_provider_name="local", llm_class="c2", outcome="cancelled",
+        )  # fmt: skip
+        return now == before + 1
+
+    await wait_for(counted, what="the cancelled attempt is measured")
+
+
+async def test_metrics_count_tokens_and_durations_without_content(stack: Stack) -> None:
+    labels = {"gen_ai_provider_name": "local", "llm_class": "c2"}
+    inputs = sample("gen_ai_client_token_usage_sum", gen_ai_token_type="input", **labels)
+    outputs = sample("gen_ai_client_token_usage_sum", gen_ai_token_type="output", **labels)
+    steps = sample("gen_ai_client_operation_duration_seconds_count", outcome="ok", **labels)
+
+    out = await stack.run(stack.step(f"count these four {MARKER}"))
+
+    assert out.input_tokens == 4 and out.output_tokens == 7
+    assert (
+        sample("gen_ai_client_token_usage_sum", gen_ai_token_type="input", **labels) == inputs + 4
+    )
+    assert (
+        sample("gen_ai_client_token_usage_sum", gen_ai_token_type="output", **labels) == outputs + 7
+    )
+    assert (
+        sample("gen_ai_client_operation_duration_seconds_count", outcome="ok", **labels)
+        == steps + 1
+    )
+    text = generate_latest().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    label_names = {
+        name: {k for s in families[name].samples for k in s.labels} - {"le"}
+        for name in ("gen_ai_client_token_usage", "gen_ai_client_operation_duration_seconds")
+    }
+    assert label_names == {
+        "gen_ai_client_token_usage": {"gen_ai_token_type", "gen_ai_provider_name", "llm_class"},
+        "gen_ai_client_operation_duration_seconds": {
+            "gen_ai_provider_name",
+            "llm_class",
+            "outcome",
+        },
+    }
+    for line in text.splitlines():
+        if line.startswith("gen_ai_"):
+            assert "support" not in line and "turn-" not in line
+    assert MARKER not in text and "count these" not in text
+
+
+async def test_run_llm_workers_polls_every_class_queue(
+    temporal_settings: TemporalSettings, fake_server: FakeOpenAI
+) -> None:
+    client = await Client.connect(temporal_settings.address, namespace=temporal_settings.namespace)
+    queue = f"test-{uuid.uuid4()}"
+    stack = Stack(client, queue, fake_server)
+    async with httpx.AsyncClient() as http:
+        activities = LlmActivities(http, SecretStore(env={}))
+        temporal = TemporalConnection(temporal_settings)
+        slots = {1: 1, 2: 1, 3: 1, 4: 1}
+        task = asyncio.create_task(
+            run_llm_workers(temporal, names.CLASSES, activities, slots, workflow_queue=queue)
+        )
+        try:
+            async with Worker(client, task_queue=queue, workflows=[LlmProbeWorkflow]):
+                for klass in names.CLASSES:
+                    out = await stack.run(stack.step(f"class {klass}", klass=klass))
+                    assert out.message.content == f"[local] you said: class {klass}"
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, 15)

@@ -1,0 +1,181 @@
+"""Owner chat through the whole path in one process, on the real dev server and PostgreSQL:
+router → relay → ConversationWorkflow → admission → TurnWorkflow → llm_step (local provider)
+→ consuming save → outbox → egress → the owner's reply."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from conftest import ADMIN_TOKEN, apply_and_start
+from psycopg_pool import AsyncConnectionPool
+from temporalio.client import Client
+from test_router import append_all, driver_event, query
+
+from eventos.activities import DbActivities
+from eventos.db import Conn
+from eventos.llm.activity import LlmActivities
+from eventos.llm.worker import llm_worker
+from eventos.payload_guard import connect
+from eventos.relay import Relay
+from eventos.routing import route_pass
+from eventos.settings import SecretStore, TemporalSettings
+from eventos.temporal import TemporalConnection
+from eventos.testing import wait_for
+from eventos.workers import egress_worker, workflow_worker
+
+pytestmark = pytest.mark.temporal
+
+SPEC = """
+apiVersion: eventos/v1
+kind: Employee
+metadata: {{name: {name}}}
+spec:
+  agents: [{{name: front, model: {{provider: local, name: scripted}}, system: You help.}}]
+  triggers:
+    - {{kind: chat}}
+    - {{kind: grpc, driver: drv-{name}, thread_by: subject}}
+"""
+
+
+@dataclass
+class Instance:
+    name: str
+    client: Client
+    api: httpx.AsyncClient
+    pool: AsyncConnectionPool[Conn]
+
+    async def chat(self, text: str) -> int:
+        r = await self.api.post(f"/v1/employees/{self.name}/chat",
+                                json={"client_message_id": uuid.uuid4().hex, "text": text})  # fmt: skip
+        assert r.status_code == 202, r.text
+        return int(r.json()["message_id"])
+
+    async def reply(self, message_id: int, timeout: float = 30) -> str:
+        async def answered() -> str | None:
+            r = await self.api.get(f"/v1/employees/{self.name}/chat/{message_id}")
+            return r.json()["reply"]  # type: ignore[no-any-return]
+
+        return await wait_for(
+            answered, timeout=timeout, interval=0.1, what=f"reply to {message_id}"
+        )
+
+
+async def pump(pool: AsyncConnectionPool[Conn], relay: Relay) -> None:
+    """The router's and the relay's loops, tightened for tests."""
+    while True:
+        async with pool.connection() as conn:
+            await route_pass(conn)
+        await relay.pass_once()
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def instance(
+    pool: AsyncConnectionPool[Conn], ingress_url: str, temporal_settings: TemporalSettings
+) -> AsyncIterator[Instance]:
+    name = f"t{uuid.uuid4().hex[:8]}"
+    await apply_and_start(pool, SPEC.format(name=name))
+    client = await connect(temporal_settings.address, temporal_settings.namespace)
+    queue = f"wf-{uuid.uuid4().hex[:8]}"
+    db = DbActivities(pool)
+    async with httpx.AsyncClient() as http:
+        llm = LlmActivities(http, SecretStore(env={}))
+        workers = [workflow_worker(client, queue, db), egress_worker(client, db, queue)]
+        workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
+        relay = Relay(pool, TemporalConnection(temporal_settings), "relay-t", task_queue=queue)
+        async with contextlib.AsyncExitStack() as stack:
+            for w in workers:
+                await stack.enter_async_context(w)
+            pumping = asyncio.create_task(pump(pool, relay))
+            headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            async with httpx.AsyncClient(base_url=ingress_url, headers=headers, timeout=10) as api:
+                try:
+                    yield Instance(name, client, api, pool)
+                finally:
+                    pumping.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await pumping
+
+
+async def transcript(pool: AsyncConnectionPool[Conn], thread: str = "main") -> list[dict[str, Any]]:
+    rows = await query(pool, f"SELECT transcript FROM conversations WHERE thread = '{thread}'")
+    return list(rows[0]["transcript"]) if rows else []
+
+
+async def test_owner_chat_gets_one_reply_and_consumes_once(instance: Instance) -> None:
+    mid = await instance.chat("hello there")
+    reply = await instance.reply(mid)
+    assert reply.startswith("[local]") and "hello there" in reply
+    pool = instance.pool
+    (stream,) = await query(
+        pool, "SELECT delivered_seq, consumed_seq, hold_reason FROM bus_streams"
+    )
+    assert (stream["delivered_seq"], stream["consumed_seq"]) == (1, 1)
+    (turn,) = await query(pool, "SELECT id, status, consumed_seq FROM turns")
+    assert (turn["status"], turn["consumed_seq"]) == ("done", 1)
+    (out,) = await query(pool, "SELECT status, body, kind FROM outbound_messages")
+    assert (out["status"], out["body"], out["kind"]) == ("sent", reply, "chat")
+    assert await query(pool, "SELECT * FROM sched_leases") == []  # the slot was given back
+    roles = [m["role"] for m in await transcript(pool)]
+    assert roles == ["user", "assistant"]
+    (msg,) = await query(pool, "SELECT status, turn_id FROM chat_messages")
+    assert (msg["status"], msg["turn_id"]) == ("answered", turn["id"])
+
+
+async def test_a_tool_batch_is_answered_whole_before_the_next_step(instance: Instance) -> None:
+    mid = await instance.chat(
+        'look these up\ncall: lookup {"q": 1}\ncall: weather {"city": "Berlin"}'
+    )
+    await instance.reply(mid)
+    messages = await transcript(instance.pool)
+    roles = [m["role"] for m in messages]
+    assert roles == ["user", "assistant", "tool", "tool", "assistant"]
+    calls = messages[1]["tool_calls"]
+    assert [c["name"] for c in calls] == ["lookup", "weather"]
+    assert [m["tool_call_id"] for m in messages[2:4]] == [c["id"] for c in calls]
+
+
+async def test_an_owner_message_during_a_turn_merges_at_the_next_step(instance: Instance) -> None:
+    first = await instance.chat("slow one\nsleep: 2\ncall: lookup {}")
+
+    async def turn_running() -> bool:
+        return bool(await query(instance.pool, "SELECT 1 FROM turns WHERE status = 'running'"))
+
+    await wait_for(turn_running, timeout=15, what="first turn running")
+    second = await instance.chat("and also this")
+    assert await instance.reply(first) == await instance.reply(second)  # one turn answered both
+    messages = await transcript(instance.pool)
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    assert users[1] == "and also this"
+    # B1: the merged message is in the model input of the step after the tool results.
+    roles = [m["role"] for m in messages]
+    assert roles == ["user", "assistant", "tool", "user", "assistant"]
+    turns = await query(instance.pool, "SELECT id, consumed_seq FROM turns")
+    assert [t["consumed_seq"] for t in turns] == [2]
+
+
+async def test_two_customers_never_share_a_history(instance: Instance) -> None:
+    """EG17."""
+    source = f"grpc:drv-{instance.name}"
+    await append_all(instance.pool, [driver_event("alice", 1, source, text="alice here"),
+                                     driver_event("bob", 2, source, text="bob here")])  # fmt: skip
+
+    async def both_done() -> bool:
+        rows = await query(instance.pool, "SELECT count(*) AS n FROM turns WHERE status = 'done'")
+        return rows[0]["n"] == 2
+
+    await wait_for(both_done, timeout=30, what="two turns done")
+    rows = await query(
+        instance.pool, "SELECT thread, transcript FROM conversations ORDER BY thread"
+    )
+    assert len(rows) == 2 and rows[0]["thread"] != rows[1]["thread"]
+    for row, own, other in zip(rows, ["alice", "bob"], ["bob", "alice"], strict=False):
+        text = str(row["transcript"])
+        assert (own in text) != (other in text)
