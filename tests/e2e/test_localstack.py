@@ -163,6 +163,14 @@ def test_starts_serves_and_stops_on_ctrl_c(launch: Callable[..., Run]) -> None:
         timeout=5,
     )
     assert hook.status_code == 200 and hook.json()["status"] == "accepted"
+    # The owner's message goes through all six services as processes and is answered.
+    ctl = [str(Path(sys.executable).parent / "eventosctl"), "chat", "hello", "hi from e2e"]
+    chat = subprocess.run([*ctl, "--wait", "--timeout", "60"], cwd=run.root, capture_output=True,
+                          text=True, timeout=90)  # fmt: skip
+    assert chat.returncode == 0, chat.stderr
+    queued, reply = chat.stdout.strip().splitlines()
+    assert queued.endswith(" queued")
+    assert reply.startswith("[local]") and "hi from e2e" in reply
     token_file = run.root / ".eventos" / "admin-token"
     assert token_file.read_text().strip() == doc["admin_token"]
     assert token_file.stat().st_mode & 0o777 == 0o600
