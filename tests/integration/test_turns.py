@@ -179,3 +179,12 @@ async def test_two_customers_never_share_a_history(instance: Instance) -> None:
     for row, own, other in zip(rows, ["alice", "bob"], ["bob", "alice"], strict=False):
         text = str(row["transcript"])
         assert (own in text) != (other in text)
+
+
+async def test_consecutive_messages_each_get_a_reply(instance: Instance) -> None:
+    """One at a time, so some arrive just as the previous turn closes (offers that miss)."""
+    for i in range(8):
+        mid = await instance.chat(f"message {i}")
+        assert f"message {i}" in await instance.reply(mid, timeout=15)
+    rows = await query(instance.pool, "SELECT consumed_seq, delivered_seq FROM bus_streams")
+    assert (rows[0]["consumed_seq"], rows[0]["delivered_seq"]) == (8, 8)

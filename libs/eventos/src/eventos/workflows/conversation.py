@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import ActivityError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ChildWorkflowError, FailureError
 from temporalio.workflow import (
     ChildWorkflowCancellationType,
     ChildWorkflowHandle,
@@ -169,10 +169,12 @@ class ConversationWorkflow:
 
     async def _follow_turn(self) -> None:
         assert self.turn is not None
-        offer = self._offerable()
+        offer = [] if self.turn.done() else self._offerable()
         if offer:
-            await self.turn.signal(names.SIGNAL_OFFER, OfferInputs(offer))
             self.offered_through = offer[-1].seq
+            # If the turn closed meanwhile, these inputs simply start the next turn.
+            with contextlib.suppress(FailureError):
+                await self.turn.signal(names.SIGNAL_OFFER, OfferInputs(offer))
             return
         if not self.turn.done():
             await self._wait(IDLE_BY_LANE[names.LANE_TALK], turn_done=True)

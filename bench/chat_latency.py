@@ -1,0 +1,91 @@
+"""Owner message to reply, through the whole local instance (all six services as processes).
+
+    .venv/bin/python bench/chat_latency.py [--messages N] [--warmup N]
+
+Starts a LocalStack in a temporary folder (embedded PostgreSQL with fsync on, the Temporal dev
+server, the six services, the `hello` example on the deterministic local provider), sends N
+owner messages one after another and measures each from the POST to the moment its reply is
+readable through the owner API (polled every 5 ms). Prints p50/p90/p99/max; target p50 under
+250 ms (issue 3). Stops everything it started, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from eventos.localstack import LocalStack
+
+ROOT = Path(__file__).resolve().parent.parent
+POLL_S = 0.005
+TARGET_P50_MS = 250.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def one(api: httpx.Client, text: str, timeout_s: float = 30.0) -> float:
+    """Seconds from sending `text` to reading its reply."""
+    started = time.perf_counter()
+    body = {"client_message_id": uuid.uuid4().hex, "text": text}
+    r = api.post("/v1/employees/hello/chat", json=body)
+    r.raise_for_status()
+    mid = r.json()["message_id"]
+    while True:
+        if api.get(f"/v1/employees/hello/chat/{mid}").json()["reply"] is not None:
+            return time.perf_counter() - started
+        if time.perf_counter() - started > timeout_s:
+            raise RuntimeError(f"no reply to message {mid} within {timeout_s}s")
+        time.sleep(POLL_S)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--keep", action="store_true", help="keep the state folder (logs)")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="eventos-chat-bench-"))
+    stack = LocalStack(folder, examples_dir=ROOT / "examples", say=lambda line: None)
+    try:
+        print("starting the local instance …", flush=True)
+        stack.start()
+        headers = {"Authorization": f"Bearer {stack.admin_token}"}
+        with httpx.Client(base_url=stack.ingress_url, headers=headers, timeout=10) as api:
+            for i in range(args.warmup):
+                one(api, f"warm-up {i}")
+            latencies: list[float] = []
+            for i in range(args.messages):
+                latencies.append(one(api, f"message {i}"))
+                if (i + 1) % 25 == 0:
+                    print(f"  {i + 1}/{args.messages} answered", flush=True)
+        ms = [x * 1000 for x in latencies]
+        p50 = statistics.median(ms)
+        print(f"\nowner chat, message → reply, {len(ms)} messages one at a time (local provider)")
+        print(f"  p50 {p50:.1f} ms   p90 {percentile(ms, 0.9):.1f} ms   "
+              f"p99 {percentile(ms, 0.99):.1f} ms   max {max(ms):.1f} ms")  # fmt: skip
+        verdict = "PASS" if p50 < TARGET_P50_MS else "MISS"
+        print(f"  target p50 < {TARGET_P50_MS:.0f} ms: {verdict}")
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+    finally:
+        stack.stop()
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            print(f"state kept in {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
