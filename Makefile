@@ -47,6 +47,7 @@ test: lint ## lint, then every test (unit, integration, e2e) on real PostgreSQL 
 bench: install ## run the load drivers in bench/ and print their figures
 	$(PY) bench/ingress.py
 	$(PY) bench/publish.py
+	$(PY) bench/chat_latency.py
 
 clean: ## remove the local instance state and the virtualenvs
 	rm -rf .eventos $(VENV) $(TOOLS)
