@@ -188,3 +188,45 @@ async def test_consecutive_messages_each_get_a_reply(instance: Instance) -> None
         assert f"message {i}" in await instance.reply(mid, timeout=15)
     rows = await query(instance.pool, "SELECT consumed_seq, delivered_seq FROM bus_streams")
     assert (rows[0]["consumed_seq"], rows[0]["delivered_seq"]) == (8, 8)
+
+
+CUSTOMER_SPEC = """
+apiVersion: eventos/v1
+kind: Employee
+metadata: {{name: {name}}}
+spec:
+  agents: [{{name: front, model: {{provider: local, name: scripted}}}}]
+  triggers:
+    - {{kind: telegram, account: tg-{name}}}
+"""
+
+
+async def test_five_customer_messages_in_the_debounce_window_make_one_turn(
+    instance: Instance,
+) -> None:
+    """EG5: a customer's burst within 2 s of each other (and 8 s in all) is one turn."""
+    name = f"c{uuid.uuid4().hex[:8]}"
+    await apply_and_start(instance.pool, CUSTOMER_SPEC.format(name=name))
+    source = f"telegram:tg-{name}"
+    for n in range(5):
+        await append_all(instance.pool, [driver_event("+4915100000", n, source, text=f"part {n}")])
+        await asyncio.sleep(0.4)  # the customer typing: each lands on its own before the next
+
+    async def consumed() -> bool:
+        rows = await query(
+            instance.pool, f"SELECT consumed_seq FROM bus_streams WHERE employee = '{name}'"
+        )
+        return bool(rows) and rows[0]["consumed_seq"] == 5
+
+    await wait_for(consumed, timeout=30, what="the burst consumed")
+    turns = await query(instance.pool, f"SELECT consumed_seq FROM turns WHERE employee = '{name}'")
+    assert [t["consumed_seq"] for t in turns] == [5]
+    signals = await query(
+        instance.pool,
+        f"SELECT count(DISTINCT updated_at) AS n FROM bus_deliveries WHERE stream_key LIKE '{name}/%'",
+    )
+    assert signals[0]["n"] >= 1
+    (out,) = await query(
+        instance.pool, f"SELECT status, kind FROM outbound_messages WHERE employee = '{name}'"
+    )
+    assert (out["status"], out["kind"]) == ("queued", "telegram")  # no Telegram sender yet

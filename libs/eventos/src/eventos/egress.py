@@ -6,6 +6,7 @@ so a retried send cannot show it twice) and the owner's event stream picks it up
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 from eventos.db import Conn
@@ -13,6 +14,7 @@ from eventos.db.sql import Q
 from eventos.errors import NotFound
 
 SENT = "sent"
+log = logging.getLogger(__name__)
 
 
 async def send(conn: Conn, outbound_id: int) -> str:
@@ -31,7 +33,10 @@ async def send(conn: Conn, outbound_id: int) -> str:
             # An attempt broke off after its claim. Owner chat's "provider" is our own table,
             # whose unique outbound_id makes a second write a no-op: finishing is safe.
         if row["kind"] != "chat":
-            raise NotFound(f"no sender for kind {row['kind']!r} yet")
+            # No sender for this channel yet: the claim is undone and the row waits, queued.
+            await conn.execute(Q["outbound_unclaim"], {"id": outbound_id})
+            log.warning("outbox row %d waits: no sender for %r yet", outbound_id, row["kind"])
+            return "queued"
         await conn.execute(Q["chat_reply_insert"], {
             "employee": row["employee"], "session": row["recipient"] or "owner",
             "outbound_id": outbound_id, "turn_id": row["turn_id"], "text": row["body"],

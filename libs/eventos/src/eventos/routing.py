@@ -99,6 +99,8 @@ def _route_of(sub: dict[str, Any], envelope: object, thread: str) -> dict[str, A
     route["agent"] = sub["agent"]
     route["thread"] = thread
     route["reply"] = bool(sub["reply_capable"])
+    if sub.get("debounce"):
+        route["debounce"] = sub["debounce"]  # the trigger's own window and cap
     if sub["trigger_kind"] == "chat":
         session = lookup(envelope, "subject") if isinstance(envelope, dict) else None
         route["session"] = str(session or "owner")

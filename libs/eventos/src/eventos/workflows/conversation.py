@@ -45,6 +45,9 @@ IDLE_BY_LANE = {
     names.LANE_CUSTOMER: timedelta(minutes=30),
     names.LANE_WORKER: timedelta(minutes=10),
 }
+# Debounce of an idle entity (SPEC §8): (window, cap); owner chat and background none.
+# Customer groups (3 s / 10 s) join when channel drivers tell groups apart.
+DEBOUNCE_BY_LANE = {names.LANE_CUSTOMER: (timedelta(seconds=2), timedelta(seconds=8))}
 ADMISSION_RETRY = timedelta(seconds=5)
 FAILED_TURN_BACKOFF = timedelta(seconds=10)
 
@@ -84,6 +87,8 @@ class ConversationWorkflow:
         self.signals = 0
         self.wakes = 0
         self.last_activity = workflow.now()
+        self.first_pending_at = workflow.now()
+        self.after_turn = False  # inputs left over by a turn start the next one at once
         self.turn: ChildWorkflowHandle[object, TurnResult] | None = None
         self.turn_inputs: list[DeliveryItem] = []
         self.offered_through = 0
@@ -93,6 +98,9 @@ class ConversationWorkflow:
         """Buffer only (a Signal is a hint, the database is the truth)."""
         self.signals += 1
         self.last_activity = workflow.now()
+        if not self.pending:
+            self.first_pending_at = self.last_activity
+            self.after_turn = False
         for item in batch.items:
             if item.seq <= self.applied_seq:
                 self.dropped += 1  # a repeat after a relay crash between accept and commit
@@ -188,6 +196,7 @@ class ConversationWorkflow:
             status, error = "failed", str(exc.cause or exc)[:500]
         self.turn, self.turn_inputs = None, []
         self.pending = [i for i in self.pending if i.seq > through]
+        self.after_turn = bool(self.pending)
         await workflow.execute_activity(
             names.ACT_RELEASE, ReleaseTurn(turn_id, status, error),
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
@@ -195,6 +204,21 @@ class ConversationWorkflow:
         self.last_activity = workflow.now()
         if status == "failed":
             await self._wait(FAILED_TURN_BACKOFF)
+
+    def _debounce_left(self) -> timedelta:
+        """Time to the absolute deadline min(last + window, first + cap); zero when none."""
+        override = self.pending[0].route.get("debounce")
+        if self.after_turn:
+            return timedelta(0)
+        if isinstance(override, dict):
+            window = timedelta(seconds=float(override.get("window_s", 0)))
+            cap = timedelta(seconds=float(override.get("cap_s", 0)))
+        elif self.cursor.lane in DEBOUNCE_BY_LANE:
+            window, cap = DEBOUNCE_BY_LANE[self.cursor.lane]
+        else:
+            return timedelta(0)
+        deadline = min(self.last_activity + window, self.first_pending_at + cap)
+        return deadline - workflow.now()
 
     def _idle_left(self) -> timedelta:
         idle = IDLE_BY_LANE.get(self.cursor.lane, IDLE_BY_LANE[names.LANE_WORKER])
@@ -207,6 +231,10 @@ class ConversationWorkflow:
                 await self._follow_turn()
                 continue
             if self.pending:
+                debounce = self._debounce_left()
+                if debounce > timedelta(0):
+                    await self._wait(debounce)
+                    continue
                 if not await self._start_turn():
                     await self._wait(ADMISSION_RETRY)
                 continue

@@ -117,3 +117,9 @@ WHERE m.employee = %(employee)s AND m.id = %(id)s;
 SELECT id, turn_id, text, created_at FROM chat_replies
 WHERE employee = %(employee)s AND session = %(session)s AND id > %(after)s
 ORDER BY id LIMIT 100;
+
+-- name: outbound_unclaim
+-- Give a claim back before any provider was called.
+UPDATE outbound_messages
+SET status = 'queued', claim_token = NULL, provider_called_at = NULL, updated_at = now()
+WHERE id = %(id)s AND status = 'sending';
