@@ -230,3 +230,26 @@ async def test_five_customer_messages_in_the_debounce_window_make_one_turn(
         instance.pool, f"SELECT status, kind FROM outbound_messages WHERE employee = '{name}'"
     )
     assert (out["status"], out["kind"]) == ("queued", "telegram")  # no Telegram sender yet
+
+
+async def test_a_failing_turn_is_retried_once_then_dead_lettered_with_attention(
+    instance: Instance,
+) -> None:
+    bad = await instance.chat("this one breaks\nfail: 400")
+    pool = instance.pool
+
+    async def dead() -> bool:
+        rows = await query(pool, f"SELECT status FROM chat_messages WHERE id = {bad}")
+        return rows[0]["status"] == "dead"
+
+    await wait_for(dead, timeout=40, what="the failing message dead-lettered")
+    turns = await query(pool, "SELECT status FROM turns ORDER BY n")
+    assert [t["status"] for t in turns] == ["failed", "failed"]  # the first try and one retry
+    (delivery,) = await query(pool, "SELECT status, reason FROM bus_deliveries")
+    assert delivery["status"] == "dead" and delivery["reason"].startswith("turn_failed")
+    (item,) = await query(pool, "SELECT kind, severity, detail, count FROM attention_items")
+    assert (item["kind"], item["severity"], item["count"]) == ("dead_input", "error", 1)
+    (stream,) = await query(pool, "SELECT consumed_seq FROM bus_streams")
+    assert stream["consumed_seq"] == 1
+    good = await instance.chat("and now a normal one")  # the stream goes on
+    assert "a normal one" in await instance.reply(good)

@@ -18,6 +18,7 @@ from eventos.contracts import (
     Admission,
     AdmitRequest,
     ConversationContext,
+    DeadLetter,
     ReleaseTurn,
     Saved,
     SaveTurn,
@@ -58,12 +59,19 @@ class DbActivities:
     async def save_turn(self, req: SaveTurn) -> Saved:
         return await self._run(lambda conn: turns.save(conn, req))
 
+    @activity.defn(name=names.ACT_DEAD_LETTER)
+    async def dead_letter_inputs(self, req: DeadLetter) -> None:
+        await self._run(lambda conn: turns.dead_letter(conn, req))
+
     @activity.defn(name=names.ACT_SEND)
     async def egress_send(self, outbound_id: int) -> str:
         return await self._run(lambda conn: egress.send(conn, outbound_id))
 
     def workflow_queue_activities(self) -> list[Callable[..., Awaitable[object]]]:
-        return [self.admit_turn, self.release_turn, self.load_conversation, self.save_turn]
+        return [
+            self.admit_turn, self.release_turn, self.load_conversation, self.save_turn,
+            self.dead_letter_inputs,
+        ]  # fmt: skip
 
     def egress_activities(self) -> list[Callable[..., Awaitable[object]]]:
         return [self.egress_send]

@@ -207,3 +207,16 @@ class ReleaseTurn:
     turn_id: str
     status: str  # "done" | "failed" | "cancelled"
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A turn's inputs that failed twice: settled as dead, with a reason the owner sees."""
+
+    employee: str
+    stream_key: str
+    turn_id: str
+    seqs: list[int]
+    ingress_ids: list[int]
+    through: int
+    reason: str

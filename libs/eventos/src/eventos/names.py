@@ -119,3 +119,8 @@ def queue_for(base: str, workflow_queue: str) -> str:
     """An activity queue next to a workflow queue: the plain name on the instance's own
     queue, else namespaced by it (so tests sharing one Temporal server never cross)."""
     return base if workflow_queue == WORKFLOW_QUEUE else f"{workflow_queue}.{base}"
+
+
+ACT_DEAD_LETTER: Final = "dead_letter_inputs"
+TURN_ATTEMPTS: Final = 2  # a failed turn's inputs are retried once (SPEC §8)
+ATTENTION_DEAD_INPUT: Final = "dead_input"

@@ -20,6 +20,7 @@ from eventos.contracts import (
     AdmitRequest,
     ChatMessage,
     ConversationContext,
+    DeadLetter,
     ModelRef,
     Saved,
     SaveTurn,
@@ -130,3 +131,18 @@ async def save(conn: Conn, req: SaveTurn) -> Saved:
             })  # fmt: skip
             outbound_id = int((await cur.fetchone() or {})["id"])
     return Saved(outbound_id)
+
+
+async def dead_letter(conn: Conn, req: DeadLetter) -> None:
+    """Settle a twice-failed turn's inputs as dead (the stream moves on) and tell the owner."""
+    async with conn.transaction():
+        params = {"stream_key": req.stream_key, "seqs": req.seqs, "reason": req.reason[:500]}
+        await conn.execute(Q["deliveries_dead_letter"], params)
+        await conn.execute(Q["chat_messages_dead"], {"ingress_ids": req.ingress_ids})
+        through = {"stream_key": req.stream_key, "through": req.through}
+        await conn.execute(Q["stream_consume"], through)
+        await conn.execute(Q["attention_raise"], {
+            "employee": req.employee, "kind": names.ATTENTION_DEAD_INPUT, "severity": "error",
+            "ref": f"{req.stream_key}#{req.seqs[0]}-{req.seqs[-1]}",
+            "detail": f"turn {req.turn_id} failed twice: {req.reason}"[:1000],
+        })  # fmt: skip

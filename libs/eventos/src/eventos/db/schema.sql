@@ -260,3 +260,17 @@ CREATE TABLE chat_replies (
     created_at   timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX chat_replies_session ON chat_replies (employee, session, id);
+
+CREATE TABLE attention_items (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    employee    text NOT NULL,
+    kind        text NOT NULL,
+    severity    text NOT NULL CHECK (severity IN ('info', 'warning', 'error')),
+    ref         text NOT NULL,
+    detail      text,
+    first_seen  timestamptz NOT NULL DEFAULT now(),
+    last_seen   timestamptz NOT NULL DEFAULT now(),
+    count       integer NOT NULL DEFAULT 1,
+    state       text NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'resolved'))
+);
+CREATE UNIQUE INDEX attention_items_open ON attention_items (kind, ref) WHERE state = 'open';

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from eventos.contracts import (
         Admission,
         AdmitRequest,
+        DeadLetter,
         DeliverBatch,
         DeliveryItem,
         EntityStatus,
@@ -89,6 +90,7 @@ class ConversationWorkflow:
         self.last_activity = workflow.now()
         self.first_pending_at = workflow.now()
         self.after_turn = False  # inputs left over by a turn start the next one at once
+        self.failures: dict[int, int] = {}  # failed turns by their first input's seq
         self.turn: ChildWorkflowHandle[object, TurnResult] | None = None
         self.turn_inputs: list[DeliveryItem] = []
         self.offered_through = 0
@@ -187,7 +189,7 @@ class ConversationWorkflow:
         if not self.turn.done():
             await self._wait(IDLE_BY_LANE[names.LANE_TALK], turn_done=True)
             return
-        turn_id = self.turn.id
+        turn_id, inputs = self.turn.id, self.turn_inputs
         status, error, through = "done", None, 0
         try:
             result = await self.turn
@@ -203,7 +205,26 @@ class ConversationWorkflow:
         )  # fmt: skip
         self.last_activity = workflow.now()
         if status == "failed":
+            await self._after_failure(turn_id, inputs, error or "failed")
+
+    async def _after_failure(self, turn_id: str, inputs: list[DeliveryItem], error: str) -> None:
+        """Retry a failed turn's inputs once; then dead-letter them so the stream goes on."""
+        first = inputs[0].seq
+        self.failures[first] = self.failures.get(first, 0) + 1
+        if self.failures[first] < names.TURN_ATTEMPTS:
             await self._wait(FAILED_TURN_BACKOFF)
+            return
+        del self.failures[first]
+        letter = DeadLetter(self.cursor.employee, self.cursor.stream_key, turn_id,
+                            [i.seq for i in inputs], [i.ingress_id for i in inputs],
+                            inputs[-1].seq, f"turn_failed: {error}")  # fmt: skip
+        await workflow.execute_activity(
+            names.ACT_DEAD_LETTER, letter,
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+        dead = {i.seq for i in inputs}
+        self.pending = [i for i in self.pending if i.seq not in dead]
+        self.after_turn = bool(self.pending)
 
     def _debounce_left(self) -> timedelta:
         """Time to the absolute deadline min(last + window, first + cap); zero when none."""

@@ -123,3 +123,20 @@ ORDER BY id LIMIT 100;
 UPDATE outbound_messages
 SET status = 'queued', claim_token = NULL, provider_called_at = NULL, updated_at = now()
 WHERE id = %(id)s AND status = 'sending';
+
+-- name: deliveries_dead_letter
+-- A turn's inputs that failed twice are dead-lettered with a reason.
+UPDATE bus_deliveries SET status = 'dead', reason = %(reason)s, updated_at = now()
+WHERE stream_key = %(stream_key)s AND seq = ANY(%(seqs)s) AND status IN ('pending', 'delivered');
+
+-- name: chat_messages_dead
+-- Owner messages among them are marked dead too.
+UPDATE chat_messages SET status = 'dead'
+WHERE ingress_id = ANY(%(ingress_ids)s) AND status = 'queued';
+
+-- name: attention_raise
+-- Raise an attention item, or count a repeat on the open one.
+INSERT INTO attention_items (employee, kind, severity, ref, detail)
+VALUES (%(employee)s, %(kind)s, %(severity)s, %(ref)s, %(detail)s)
+ON CONFLICT (kind, ref) WHERE state = 'open' DO UPDATE
+    SET count = attention_items.count + 1, last_seen = now(), detail = EXCLUDED.detail;
