@@ -44,6 +44,9 @@ spec:
 """
 
 
+ROLL_AFTER = 60  # tests make entities continue-as-new early
+
+
 @dataclass
 class Instance:
     name: str
@@ -89,7 +92,8 @@ async def instance(
         llm = LlmActivities(http, SecretStore(env={}))
         workers = [workflow_worker(client, queue, db), egress_worker(client, db, queue)]
         workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
-        relay = Relay(pool, TemporalConnection(temporal_settings), "relay-t", task_queue=queue)
+        relay = Relay(pool, TemporalConnection(temporal_settings), "relay-t", task_queue=queue,
+                      entity_roll_after=ROLL_AFTER)  # fmt: skip
         async with contextlib.AsyncExitStack() as stack:
             for w in workers:
                 await stack.enter_async_context(w)
@@ -253,3 +257,39 @@ async def test_a_failing_turn_is_retried_once_then_dead_lettered_with_attention(
     assert stream["consumed_seq"] == 1
     good = await instance.chat("and now a normal one")  # the stream goes on
     assert "a normal one" in await instance.reply(good)
+
+
+async def test_a_long_conversation_continues_as_new_and_consumes_everything_once(
+    instance: Instance,
+) -> None:
+    source = f"grpc:drv-{instance.name}"
+    for batch in range(40):  # slow steps, so inputs keep arriving while turns run
+        events = [driver_event("one", batch * 3 + n, source, text=f"part {batch * 3 + n}\nsleep: 0.4")
+                  for n in range(3)]  # fmt: skip
+        await append_all(instance.pool, events)
+        await asyncio.sleep(0.1)
+
+    async def all_consumed() -> bool:
+        rows = await query(
+            instance.pool, "SELECT consumed_seq FROM bus_streams WHERE thread <> 'main'"
+        )
+        return bool(rows) and rows[0]["consumed_seq"] == 120
+
+    await wait_for(all_consumed, timeout=90, interval=0.2, what="120 inputs consumed")
+    turns = await query(
+        instance.pool, "SELECT n, consumed_seq FROM turns WHERE status = 'done' ORDER BY n"
+    )
+    ends = [t["consumed_seq"] for t in turns]
+    assert ends == sorted(ends) and ends[-1] == 120 and len(set(ends)) == len(ends)
+    rows = await query(instance.pool, "SELECT status, count(*) AS n FROM bus_deliveries GROUP BY 1")
+    assert {r["status"]: r["n"] for r in rows} == {"done": 120}
+    (stream,) = await query(
+        instance.pool, "SELECT entity_id, thread FROM bus_streams WHERE thread <> 'main'"
+    )
+    runs = [
+        w async for w in instance.client.list_workflows(f"WorkflowId = '{stream['entity_id']}'")
+    ]
+    assert len(runs) >= 2  # it continued as new at least once
+    messages = await transcript(instance.pool, stream["thread"])
+    users = [m for m in messages if m["role"] == "user"]
+    assert len(users) == 120  # every input reached the model exactly once

@@ -19,7 +19,9 @@ from eventos.contracts import (
     AdmitRequest,
     ConversationContext,
     DeadLetter,
+    DeliveryItem,
     ReleaseTurn,
+    ReloadInputs,
     Saved,
     SaveTurn,
     TurnInput,
@@ -63,6 +65,10 @@ class DbActivities:
     async def dead_letter_inputs(self, req: DeadLetter) -> None:
         await self._run(lambda conn: turns.dead_letter(conn, req))
 
+    @activity.defn(name=names.ACT_LOAD_INPUTS)
+    async def load_inputs(self, req: ReloadInputs) -> list[DeliveryItem]:
+        return await self._run(lambda conn: turns.reload_inputs(conn, req))
+
     @activity.defn(name=names.ACT_SEND)
     async def egress_send(self, outbound_id: int) -> str:
         return await self._run(lambda conn: egress.send(conn, outbound_id))
@@ -70,7 +76,7 @@ class DbActivities:
     def workflow_queue_activities(self) -> list[Callable[..., Awaitable[object]]]:
         return [
             self.admit_turn, self.release_turn, self.load_conversation, self.save_turn,
-            self.dead_letter_inputs,
+            self.dead_letter_inputs, self.load_inputs,
         ]  # fmt: skip
 
     def egress_activities(self) -> list[Callable[..., Awaitable[object]]]:

@@ -16,6 +16,10 @@ class StreamCursor:
     lane: str
     thread: str
     applied_seq: int
+    # After continue-as-new: inputs delivered after this seq (through applied_seq) and not yet
+    # consumed are read back from the database instead of being carried (I7: cursors only).
+    reload_after: int | None = None
+    roll_after: int = 4000  # continue-as-new between turns past this many events or Signals
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,16 @@ class DeliveryItem:
     payload: dict[str, Any] | None = None
     body_ref: str | None = None
     causation_id: str | None = None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> DeliveryItem:
+        """From a `bus_deliveries` row."""
+        return cls(
+            seq=int(row["seq"]), ingress_id=int(row["ingress_id"]), klass=int(row["class"]),
+            type=str(row["type"]), route=row["route"], chain_id=str(row["chain_id"]),
+            hop=int(row["hop"]), size=int(row["size"]), payload=row["payload"],
+            body_ref=row["body_ref"], causation_id=row["causation_id"],
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -220,3 +234,12 @@ class DeadLetter:
     ingress_ids: list[int]
     through: int
     reason: str
+
+
+@dataclass(frozen=True)
+class ReloadInputs:
+    """Which delivered, unconsumed inputs a continued entity reads back."""
+
+    stream_key: str
+    after: int
+    through: int

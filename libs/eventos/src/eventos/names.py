@@ -124,3 +124,5 @@ def queue_for(base: str, workflow_queue: str) -> str:
 ACT_DEAD_LETTER: Final = "dead_letter_inputs"
 TURN_ATTEMPTS: Final = 2  # a failed turn's inputs are retried once (SPEC §8)
 ATTENTION_DEAD_INPUT: Final = "dead_input"
+ACT_LOAD_INPUTS: Final = "load_inputs"
+ENTITY_ROLL_AFTER: Final = 4000  # continue-as-new past this many events or Signals (SPEC §7)

@@ -94,21 +94,12 @@ class ClassPauses:
         self.step.pop(klass, None)
 
 
-def item_of(row: dict[str, Any]) -> DeliveryItem:
-    return DeliveryItem(
-        seq=int(row["seq"]), ingress_id=int(row["ingress_id"]), klass=int(row["class"]),
-        type=str(row["type"]), route=row["route"], chain_id=str(row["chain_id"]),
-        hop=int(row["hop"]), size=int(row["size"]), payload=row["payload"],
-        body_ref=row["body_ref"], causation_id=row["causation_id"],
-    )  # fmt: skip
-
-
 def take_batch(rows: list[dict[str, Any]], room_inputs: int, room_bytes: int) -> list[DeliveryItem]:
     """The longest prefix within 16 inputs, 256 KB and the window's room (at least one)."""
     batch: list[DeliveryItem] = []
     size = 0
     for row in rows:
-        item = item_of(row)
+        item = DeliveryItem.from_row(row)
         too_many = len(batch) >= min(names.BATCH_MAX_ITEMS, room_inputs)
         too_big = size + item.size > min(names.BATCH_MAX_BYTES, room_bytes)
         if batch and (too_many or too_big):
@@ -127,6 +118,7 @@ class Relay:
     relay_id: str
     task_queue: str = names.WORKFLOW_QUEUE
     lease_ttl_s: float = LEASE_TTL_S
+    entity_roll_after: int = names.ENTITY_ROLL_AFTER
     breaker: Breaker = field(default_factory=Breaker)
     pauses: ClassPauses = field(default_factory=ClassPauses)
     _sent: dict[str, deque[float]] = field(default_factory=dict)
@@ -226,7 +218,7 @@ class Relay:
         cursor = StreamCursor(
             stream_key=stream["stream_key"], employee=stream["employee"],
             generation=int(stream["generation"]), lane=stream["lane"], thread=stream["thread"],
-            applied_seq=int(stream["consumed_seq"]),
+            applied_seq=int(stream["consumed_seq"]), roll_after=self.entity_roll_after,
         )  # fmt: skip
         try:
             client: Client = await self.temporal.get()

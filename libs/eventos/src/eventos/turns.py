@@ -21,7 +21,9 @@ from eventos.contracts import (
     ChatMessage,
     ConversationContext,
     DeadLetter,
+    DeliveryItem,
     ModelRef,
+    ReloadInputs,
     Saved,
     SaveTurn,
     ToolCall,
@@ -146,3 +148,10 @@ async def dead_letter(conn: Conn, req: DeadLetter) -> None:
             "ref": f"{req.stream_key}#{req.seqs[0]}-{req.seqs[-1]}",
             "detail": f"turn {req.turn_id} failed twice: {req.reason}"[:1000],
         })  # fmt: skip
+
+
+async def reload_inputs(conn: Conn, req: ReloadInputs) -> list[DeliveryItem]:
+    """The delivered, unconsumed inputs of a stream in (after, through], in seq order."""
+    params = {"stream_key": req.stream_key, "after": req.after, "through": req.through}
+    cur = await conn.execute(Q["deliveries_delivered_between"], params)
+    return [DeliveryItem.from_row(r) for r in await cur.fetchall()]

@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         EntityStatus,
         OfferInputs,
         ReleaseTurn,
+        ReloadInputs,
         StreamCursor,
         TurnInput,
         TurnResult,
@@ -91,6 +92,8 @@ class ConversationWorkflow:
         self.first_pending_at = workflow.now()
         self.after_turn = False  # inputs left over by a turn start the next one at once
         self.failures: dict[int, int] = {}  # failed turns by their first input's seq
+        # Inputs through this seq are consumed (or dead-lettered).
+        self.consumed = cursor.applied_seq if cursor.reload_after is None else cursor.reload_after
         self.turn: ChildWorkflowHandle[object, TurnResult] | None = None
         self.turn_inputs: list[DeliveryItem] = []
         self.offered_through = 0
@@ -198,6 +201,7 @@ class ConversationWorkflow:
             status, error = "failed", str(exc.cause or exc)[:500]
         self.turn, self.turn_inputs = None, []
         self.pending = [i for i in self.pending if i.seq > through]
+        self.consumed = max(self.consumed, through)
         self.after_turn = bool(self.pending)
         await workflow.execute_activity(
             names.ACT_RELEASE, ReleaseTurn(turn_id, status, error),
@@ -224,6 +228,7 @@ class ConversationWorkflow:
         )  # fmt: skip
         dead = {i.seq for i in inputs}
         self.pending = [i for i in self.pending if i.seq not in dead]
+        self.consumed = max(self.consumed, inputs[-1].seq)
         self.after_turn = bool(self.pending)
 
     def _debounce_left(self) -> timedelta:
@@ -245,12 +250,45 @@ class ConversationWorkflow:
         idle = IDLE_BY_LANE.get(self.cursor.lane, IDLE_BY_LANE[names.LANE_WORKER])
         return self.last_activity + idle - workflow.now()
 
+    async def _reload(self) -> None:
+        """After continue-as-new: read back the inputs carried only as a cursor."""
+        after = self.cursor.reload_after
+        if after is None or after >= self.cursor.applied_seq:
+            return
+        req = ReloadInputs(self.cursor.stream_key, after, self.cursor.applied_seq)
+        items = await workflow.execute_activity(
+            names.ACT_LOAD_INPUTS, req, result_type=list[DeliveryItem],
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+        self.pending = items + self.pending  # Signals meanwhile only added higher seqs
+
+    def _should_roll(self) -> bool:
+        info = workflow.info()
+        limit = self.cursor.roll_after
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= limit
+            or self.signals >= limit
+        )
+
+    def _roll(self) -> None:
+        """Continue-as-new carrying cursors only (no await since the caller's last check)."""
+        c = self.cursor
+        workflow.continue_as_new(
+            StreamCursor(c.stream_key, c.employee, c.generation, c.lane, c.thread,
+                         self.applied_seq, reload_after=self.consumed, roll_after=c.roll_after)
+        )  # fmt: skip
+
     @workflow.run
     async def run(self, cursor: StreamCursor) -> EntityStatus:
+        await self._reload()
         while True:
             if self.turn is not None:
                 await self._follow_turn()
                 continue
+            if self._should_roll():  # between turns only
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                self._roll()
             if self.pending:
                 debounce = self._debounce_left()
                 if debounce > timedelta(0):

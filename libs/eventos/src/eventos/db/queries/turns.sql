@@ -140,3 +140,12 @@ INSERT INTO attention_items (employee, kind, severity, ref, detail)
 VALUES (%(employee)s, %(kind)s, %(severity)s, %(ref)s, %(detail)s)
 ON CONFLICT (kind, ref) WHERE state = 'open' DO UPDATE
     SET count = attention_items.count + 1, last_seen = now(), detail = EXCLUDED.detail;
+
+-- name: deliveries_delivered_between
+-- Inputs the entity had and did not consume yet, read back after continue-as-new. `pending`
+-- too: Temporal may have accepted a batch whose delivered_seq commit has not happened yet.
+SELECT seq, ingress_id, class, type, route, chain_id, hop, causation_id, size, payload, body_ref
+FROM bus_deliveries
+WHERE stream_key = %(stream_key)s AND seq > %(after)s AND seq <= %(through)s
+  AND status IN ('pending', 'delivered')
+ORDER BY seq;
