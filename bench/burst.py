@@ -1,0 +1,153 @@
+"""EG7: a burst to one conversation, appended before the relay runs.
+
+    .venv/bin/python bench/burst.py [--messages 10000]
+
+Starts an embedded PostgreSQL and the Temporal dev server (tier S flags), applies one employee
+(local provider), appends N events to ONE conversation and routes them, and only then starts the
+relay and the workers (workflows, LLM steps, egress) in this process. It waits until every input
+is consumed and prints, per entity run (continue-as-new makes several), the Signals received,
+the history events and bytes; then the drain time. Targets (EG7): fewer than 1,000 Signals per
+entity run (full batches of 16 make about 625 for 10,000) and history under 10 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from eventos import employees, names
+from eventos.activities import DbActivities
+from eventos.bus import IngressRecord, append
+from eventos.db import connect, open_pool
+from eventos.db.migrate import migrate
+from eventos.embedded_pg import EmbeddedPostgres
+from eventos.llm.activity import LlmActivities
+from eventos.llm.worker import llm_worker
+from eventos.payload_guard import connect as temporal_connect
+from eventos.relay import Relay
+from eventos.routing import route_pass
+from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
+from eventos.spec import load_specs
+from eventos.temporal import TemporalConnection
+from eventos.temporal_dev import TemporalDevServer
+from eventos.workers import egress_worker, workflow_worker
+
+SPEC = """
+apiVersion: eventos/v1
+kind: Employee
+metadata: {name: burst}
+spec:
+  agents: [{name: front, model: {provider: local, name: scripted}}]
+  triggers: [{kind: grpc, driver: burst}]
+"""
+SIGNALED = 26  # EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+
+
+def record(n: int) -> IngressRecord:
+    envelope = {"specversion": "1.0", "id": uuid.uuid4().hex, "source": "/burst", "type": "msg",
+                "data": {"text": f"message {n}"}}  # fmt: skip
+    return IngressRecord("grpc:burst", f"b{n}", "msg", envelope["id"], envelope,
+                         len(json.dumps(envelope)))  # fmt: skip
+
+
+async def run(messages: int, folder: Path) -> None:
+    pg = EmbeddedPostgres(folder / "pg", durable=False)
+    temporal = TemporalDevServer(folder / "temporal")
+    pg.start()
+    temporal.start()
+    try:
+        db = DatabaseSettings(url=pg.create_database("eventos"), pool_max=20)
+        async with await connect(db) as conn:
+            await migrate(conn)
+            (spec,) = load_specs(SPEC)
+            await employees.apply(conn, spec)
+            await employees.start(conn, "burst")
+            await employees.activate(conn, "burst")
+            t0 = time.perf_counter()
+            for start in range(0, messages, 500):
+                await append(conn, [record(n) for n in range(start, min(messages, start + 500))])
+            while (await route_pass(conn)).rows:
+                pass
+            print(f"appended and routed {messages} inputs in {time.perf_counter() - t0:.1f} s")
+        await drain(db, TemporalSettings(address=temporal.address), messages)
+    finally:
+        temporal.stop()
+        pg.stop()
+
+
+async def drain(db: DatabaseSettings, ts: TemporalSettings, messages: int) -> None:
+    pool = await open_pool(db)
+    client = await temporal_connect(ts.address, ts.namespace)
+    acts = DbActivities(pool)
+    async with httpx.AsyncClient() as http, contextlib.AsyncExitStack() as stack:
+        llm = LlmActivities(http, SecretStore(env={}))
+        workers = [workflow_worker(client, db=acts), egress_worker(client, acts)]
+        workers += [llm_worker(client, k, 8, llm) for k in names.CLASSES]
+        for w in workers:
+            await stack.enter_async_context(w)
+        relay = Relay(pool, TemporalConnection(ts), "burst-relay")
+        started = time.perf_counter()
+        consumed = 0
+        while consumed < messages:
+            await relay.pass_once()
+            async with pool.connection() as conn:
+                cur = await conn.execute("SELECT consumed_seq, entity_id FROM bus_streams")
+                row = await cur.fetchone() or {}
+            now = int(row.get("consumed_seq", 0))
+            if now // 1000 > consumed // 1000:
+                took = time.perf_counter() - started
+                print(f"  {now} consumed after {took:.0f} s", flush=True)
+            consumed = now
+            await asyncio.sleep(0.05)
+        elapsed = time.perf_counter() - started
+        await report(client, str(row["entity_id"]), messages, elapsed)
+    await pool.close()
+
+
+async def report(client: object, entity_id: str, messages: int, elapsed: float) -> None:
+    from temporalio.client import Client
+
+    assert isinstance(client, Client)
+    runs = [w async for w in client.list_workflows(f"WorkflowId = '{entity_id}'")]
+    print(f"\nEG7 burst of {messages} inputs to one conversation, drained in {elapsed:.1f} s "
+          f"({messages / elapsed:.0f} inputs/s), {len(runs)} entity runs")  # fmt: skip
+    print(f"{'run':>4} {'signals':>8} {'events':>7} {'history MB':>11}")
+    worst_signals = worst_bytes = 0
+    for i, w in enumerate(sorted(runs, key=lambda r: r.start_time), start=1):
+        handle = client.get_workflow_handle(entity_id, run_id=w.run_id)
+        events = [e async for e in handle.fetch_history_events()]
+        signals = sum(1 for e in events if e.event_type == SIGNALED)
+        size = sum(e.ByteSize() for e in events)
+        worst_signals, worst_bytes = max(worst_signals, signals), max(worst_bytes, size)
+        print(f"{i:>4} {signals:>8} {len(events):>7} {size / 1e6:>11.2f}")
+    signals_ok = "PASS" if worst_signals < 1000 else "MISS"
+    bytes_ok = "PASS" if worst_bytes < 10e6 else "MISS"
+    print(f"\nworst run: {worst_signals} Signals (target < 1000: {signals_ok}), "
+          f"{worst_bytes / 1e6:.2f} MB history (target < 10 MB: {bytes_ok})")  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=10_000)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="eventos-burst-"))
+    try:
+        asyncio.run(run(args.messages, folder))
+    except KeyboardInterrupt:
+        print("interrupted")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
