@@ -33,6 +33,8 @@ from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict, NotFound
 
+STORED_TRANSCRIPT_MAX_BYTES = 1_000_000
+
 
 def turn_id(req: AdmitRequest, n: int) -> str:
     """`turn-<conversation>-<n>` (SPEC §7); thread ids carry no personal data."""
@@ -87,8 +89,25 @@ async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
         raise NotFound(f"no agent {turn.agent!r} in {turn.employee} g{turn.generation}")
     m = agent["model"]
     model = ModelRef(m["provider"], m["name"], m.get("credential"), m.get("base_url"))
-    transcript = [message_of(d) for d in (row["transcript"] or [])]
+    recent = newest_within(list(row["transcript"] or []), names.TRANSCRIPT_MAX_BYTES)
+    transcript = [message_of(d) for d in recent]
     return ConversationContext(model=model, system=agent.get("system", ""), transcript=transcript)
+
+
+def newest_within(messages: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The newest messages whose JSON fits in `limit` bytes, never starting with a tool result
+    (a tool message without the assistant call before it is meaningless to a model)."""
+    kept: list[dict[str, Any]] = []
+    size = 0
+    for doc in reversed(messages):
+        size += len(json.dumps(doc))
+        if size > limit:
+            break
+        kept.append(doc)
+    kept.reverse()
+    while kept and kept[0].get("role") == "tool":
+        kept.pop(0)
+    return kept
 
 
 def reply_key(turn: TurnInput, consumed_ingress_ids: list[int]) -> str:
@@ -114,6 +133,8 @@ async def save(conn: Conn, req: SaveTurn) -> Saved:
         transcript = list(loaded.get("transcript") or [])
         if not already:
             transcript += [asdict(m) for m in req.new_messages]
+            # The stored conversation stays under 1 MB (I7); compaction will summarize instead.
+            transcript = newest_within(transcript, STORED_TRANSCRIPT_MAX_BYTES)
             size = len(json.dumps(transcript))
             saved = {**key, "transcript": Jsonb(transcript), "bytes": size}
             await conn.execute(Q["conversation_save"], saved)
