@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+from harness import exit_on_signals
 
 from eventos import employees, names
 from eventos.activities import DbActivities
@@ -136,6 +137,7 @@ async def report(client: object, entity_id: str, messages: int, elapsed: float) 
 
 
 def main() -> int:
+    exit_on_signals()  # SIGTERM unwinds too, so the servers this started are stopped
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=10_000)
     args = parser.parse_args()

@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+from harness import exit_on_signals
 
 from eventos.localstack import LocalStack
 
@@ -50,6 +51,7 @@ def one(api: httpx.Client, text: str, timeout_s: float = 30.0) -> float:
 
 
 def main() -> int:
+    exit_on_signals()  # SIGTERM unwinds too, so the servers this started are stopped
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=5)
