@@ -33,7 +33,7 @@ from eventos.wake import WakeSignal
 log = logging.getLogger(__name__)
 
 LEASE_TTL_S = 30.0
-CLAIM_LIMIT = 32
+CLAIM_LIMIT = 64
 PROBE_INTERVAL_S = 5.0
 PER_ENTITY_PER_SECOND = 4
 MAX_CLASS_PAUSE_S = 30.0
@@ -194,10 +194,8 @@ class Relay:
             if stream["generation_state"] not in (names.GEN_RUNNING, names.GEN_PAUSED):
                 await self._kill(conn, stream_key)
                 return False
-            cur = await conn.execute(Q["stream_window_usage"], {"stream_key": stream_key})
-            usage = await cur.fetchone() or {}
-            room_inputs = names.WINDOW_MAX_INPUTS - int(usage["inputs"])
-            room_bytes = names.WINDOW_MAX_BYTES - int(usage["bytes"])
+            room_inputs = names.WINDOW_MAX_INPUTS - int(stream["window_inputs"])
+            room_bytes = names.WINDOW_MAX_BYTES - int(stream["window_bytes"])
             params = {"stream_key": stream_key, "after": stream["delivered_seq"],
                       "limit": names.BATCH_MAX_ITEMS}  # fmt: skip
             cur = await conn.execute(Q["deliveries_next_batch"], params)

@@ -27,17 +27,18 @@ UPDATE bus_leases SET until = now()
 WHERE name = 'relay:' || %(stream_key)s AND owner = %(owner)s AND fencing_token = %(token)s;
 
 -- name: stream_for_relay
--- A leased stream with its generation's state.
+-- A leased stream with its generation's state and its window use (inputs delivered to the
+-- entity and not yet consumed).
 SELECT s.stream_key, s.employee, s.generation, s.lane, s.thread, s.delivered_seq, s.consumed_seq,
-       s.hold_reason, s.entity_id, g.state AS generation_state
+       s.hold_reason, s.entity_id, g.state AS generation_state,
+       w.inputs AS window_inputs, w.bytes AS window_bytes
 FROM bus_streams s
 JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
+CROSS JOIN LATERAL (
+    SELECT count(*) AS inputs, coalesce(sum(size), 0) AS bytes
+    FROM bus_deliveries d WHERE d.stream_key = s.stream_key AND d.status = 'delivered'
+) w
 WHERE s.stream_key = %(stream_key)s;
-
--- name: stream_window_usage
--- Inputs delivered to the entity and not yet consumed.
-SELECT count(*) AS inputs, coalesce(sum(size), 0) AS bytes
-FROM bus_deliveries WHERE stream_key = %(stream_key)s AND status = 'delivered';
 
 -- name: deliveries_next_batch
 -- The next pending inputs of a stream, in seq order.
