@@ -14,7 +14,6 @@ C1_OWNER: Final = 1
 C2_CUSTOMER: Final = 2
 C3_INTERNAL: Final = 3
 C4_BACKGROUND: Final = 4
-C5_UPKEEP: Final = 5
 CLASSES: Final = (C1_OWNER, C2_CUSTOMER, C3_INTERNAL, C4_BACKGROUND)
 
 # Temporal task queues.
@@ -44,10 +43,6 @@ INGRESS_ACCEPTED: Final = "accepted"
 INGRESS_ROUTED: Final = "routed"
 INGRESS_NO_CONSUMER: Final = "no_consumer"
 INGRESS_DEAD: Final = "dead"
-
-# Delivery statuses.
-DELIVERY_PENDING: Final = "pending"
-DELIVERY_DEAD: Final = "dead"
 
 # Event types produced by ingress.
 TYPE_CHAT_MESSAGE: Final = "eventos.chat.message"

@@ -1,14 +1,11 @@
 """Shared wiring for services that hold a database pool and a Temporal connection.
 
-The relay and the workers start, connect to what they need, report ready and stop
-cleanly; their main loops arrive in later issues and plug in as `loops`.
+Each such service appends its own loops to the returned Service before running it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -18,8 +15,6 @@ from eventos.settings import DatabaseSettings, ServiceSettings, TemporalSettings
 from eventos.temporal import TemporalConnection
 from eventos.v1 import wake_pb2_grpc
 from eventos.wake import WakeServicer, WakeSignal
-
-Loop = Callable[[], Coroutine[Any, Any, None]]
 
 
 @dataclass
@@ -31,7 +26,6 @@ class ConnectedConfig:
     temporal: TemporalSettings
     service: ServiceSettings
     wake: bool = False
-    extra_loops: list[Loop] = field(default_factory=list)
 
     @classmethod
     def from_env(cls, name: str, *, wake: bool = False) -> ConnectedConfig:
@@ -74,13 +68,6 @@ async def build_connected(cfg: ConnectedConfig) -> tuple[Service, Connected]:
         grpc_port=cfg.service.grpc_port if cfg.wake else None,
         checks={"database": database_ready, "temporal": temporal.ready},
         grpc_registrars=registrars,
-        loops=list(cfg.extra_loops),
         on_stop=[pool.close],
     )
     return service, Connected(pool, temporal, signal)
-
-
-async def serve(name: str, *, wake: bool = False) -> None:
-    """Build from the environment and serve until SIGTERM."""
-    service, _ = await build_connected(ConnectedConfig.from_env(name, wake=wake))
-    await service.run()

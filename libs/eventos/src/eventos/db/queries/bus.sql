@@ -29,10 +29,6 @@ WHERE d.source_key = %(source_key)s AND d.dedupe_key = %(dedupe_key)s
 -- Count a duplicate on the row it duplicates.
 UPDATE bus_ingress SET dup_count = dup_count + 1 WHERE id = %(id)s AND received_at = %(received_at)s;
 
--- name: ingress_get
--- One ingress row.
-SELECT * FROM bus_ingress WHERE id = %(id)s;
-
 -- name: ingress_unrouted_count
 -- Accepted, not yet routed rows of one source (for the backlog high water).
 SELECT count(*) AS n FROM (
@@ -93,14 +89,6 @@ INSERT INTO bus_deliveries (stream_key, seq, ingress_id, ingress_received_at, su
 VALUES (%(stream_key)s, %(seq)s, %(ingress_id)s, %(ingress_received_at)s, %(subscription_id)s,
     %(route)s, %(class)s, %(thread)s, %(type)s, %(payload)s, %(body_ref)s, %(size)s, %(chain_id)s,
     %(hop)s, %(causation_id)s);
-
--- name: stream_get
--- One stream.
-SELECT * FROM bus_streams WHERE stream_key = %(stream_key)s;
-
--- name: deliveries_for_stream
--- The deliveries of one stream in seq order.
-SELECT * FROM bus_deliveries WHERE stream_key = %(stream_key)s ORDER BY seq;
 
 -- name: dedupe_expire
 -- Forget dedupe keys past their window.
