@@ -15,10 +15,12 @@ import httpx
 import pytest
 from conftest import ADMIN_TOKEN, apply_and_start
 from psycopg_pool import AsyncConnectionPool
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from test_router import append_all, driver_event, query
 
+from eventos import names
 from eventos.activities import DbActivities
+from eventos.contracts import EntityStatus
 from eventos.db import Conn
 from eventos.llm.activity import LlmActivities
 from eventos.llm.worker import llm_worker
@@ -45,6 +47,7 @@ spec:
 
 
 ROLL_AFTER = 60  # tests make entities continue-as-new early
+IDLE_S = 3.0  # … and passivate after 3 s idle
 
 
 @dataclass
@@ -93,7 +96,7 @@ async def instance(
         workers = [workflow_worker(client, queue, db), egress_worker(client, db, queue)]
         workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
         relay = Relay(pool, TemporalConnection(temporal_settings), "relay-t", task_queue=queue,
-                      entity_roll_after=ROLL_AFTER)  # fmt: skip
+                      entity_roll_after=ROLL_AFTER, entity_idle_s=IDLE_S)  # fmt: skip
         async with contextlib.AsyncExitStack() as stack:
             for w in workers:
                 await stack.enter_async_context(w)
@@ -225,11 +228,12 @@ async def test_five_customer_messages_in_the_debounce_window_make_one_turn(
     await wait_for(consumed, timeout=30, what="the burst consumed")
     turns = await query(instance.pool, f"SELECT consumed_seq FROM turns WHERE employee = '{name}'")
     assert [t["consumed_seq"] for t in turns] == [5]
-    signals = await query(
-        instance.pool,
-        f"SELECT count(DISTINCT updated_at) AS n FROM bus_deliveries WHERE stream_key LIKE '{name}/%'",
+    (stream,) = await query(
+        instance.pool, f"SELECT entity_id FROM bus_streams WHERE employee = '{name}'"
     )
-    assert signals[0]["n"] >= 1
+    handle = instance.client.get_workflow_handle(stream["entity_id"])
+    status = await handle.query(names.QUERY_STATUS, result_type=EntityStatus)
+    assert status.signals >= 2  # the parts arrived separately, yet made one turn
     (out,) = await query(
         instance.pool, f"SELECT status, kind FROM outbound_messages WHERE employee = '{name}'"
     )
@@ -293,3 +297,25 @@ async def test_a_long_conversation_continues_as_new_and_consumes_everything_once
     messages = await transcript(instance.pool, stream["thread"])
     users = [m for m in messages if m["role"] == "user"]
     assert len(users) == 120  # every input reached the model exactly once
+
+
+async def test_an_idle_entity_passivates_and_restarts_from_the_cursor(instance: Instance) -> None:
+    first = await instance.chat("before the nap")
+    await instance.reply(first)
+    (stream,) = await query(instance.pool, "SELECT entity_id FROM bus_streams")
+    handle = instance.client.get_workflow_handle(stream["entity_id"], result_type=EntityStatus)
+
+    async def closed() -> bool:
+        return (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
+
+    await wait_for(closed, timeout=20, interval=0.2, what="the entity passivated")
+    done = await handle.result()
+    assert (done.applied_seq, done.pending) == (1, 0)
+    second = await instance.chat("after the nap")  # Signal-With-Start makes a new run
+    assert "after the nap" in await instance.reply(second)
+    restarted = await handle.query(names.QUERY_STATUS, result_type=EntityStatus)
+    assert (restarted.applied_seq, restarted.received, restarted.dropped) == (2, 1, 0)
+    runs = [
+        w async for w in instance.client.list_workflows(f"WorkflowId = '{stream['entity_id']}'")
+    ]
+    assert len(runs) == 2

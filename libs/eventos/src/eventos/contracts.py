@@ -20,6 +20,7 @@ class StreamCursor:
     # consumed are read back from the database instead of being carried (I7: cursors only).
     reload_after: int | None = None
     roll_after: int = 4000  # continue-as-new between turns past this many events or Signals
+    idle_s: float | None = None  # passivate after this idle time (None: the lane's default)
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,7 @@ class Relay:
     task_queue: str = names.WORKFLOW_QUEUE
     lease_ttl_s: float = LEASE_TTL_S
     entity_roll_after: int = names.ENTITY_ROLL_AFTER
+    entity_idle_s: float | None = None  # None: the lane's default (SPEC §7)
     breaker: Breaker = field(default_factory=Breaker)
     pauses: ClassPauses = field(default_factory=ClassPauses)
     _sent: dict[str, deque[float]] = field(default_factory=dict)
@@ -217,6 +218,7 @@ class Relay:
             stream_key=stream["stream_key"], employee=stream["employee"],
             generation=int(stream["generation"]), lane=stream["lane"], thread=stream["thread"],
             applied_seq=int(stream["consumed_seq"]), roll_after=self.entity_roll_after,
+            idle_s=self.entity_idle_s,
         )  # fmt: skip
         try:
             client: Client = await self.temporal.get()

@@ -248,6 +248,8 @@ class ConversationWorkflow:
 
     def _idle_left(self) -> timedelta:
         idle = IDLE_BY_LANE.get(self.cursor.lane, IDLE_BY_LANE[names.LANE_WORKER])
+        if self.cursor.idle_s is not None:
+            idle = timedelta(seconds=self.cursor.idle_s)
         return self.last_activity + idle - workflow.now()
 
     async def _reload(self) -> None:
@@ -276,7 +278,8 @@ class ConversationWorkflow:
         c = self.cursor
         workflow.continue_as_new(
             StreamCursor(c.stream_key, c.employee, c.generation, c.lane, c.thread,
-                         self.applied_seq, reload_after=self.consumed, roll_after=c.roll_after)
+                         self.applied_seq, reload_after=self.consumed, roll_after=c.roll_after,
+                         idle_s=c.idle_s)
         )  # fmt: skip
 
     @workflow.run
