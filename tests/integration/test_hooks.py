@@ -84,9 +84,7 @@ async def test_body_over_cap_without_content_length_is_413(
     assert await rows(pool, "webhook:small") == []
 
 
-async def test_body_over_cap_with_false_content_length_is_413(
-    ingress_url: str, started: str
-) -> None:
+async def test_body_over_cap_in_raw_chunked_framing_is_413(ingress_url: str, started: str) -> None:
     import asyncio
 
     host, port = ingress_url.removeprefix("http://").split(":")

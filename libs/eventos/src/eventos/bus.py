@@ -154,14 +154,6 @@ class GroupCommitter:
         await self._queue.put(_Pending(record, fut))
         return await fut
 
-    async def submit_many(self, records: Sequence[IngressRecord]) -> list[Outcome]:
-        """Append several records (kept in order within one batch when they fit)."""
-        loop = asyncio.get_running_loop()
-        pending = [_Pending(r, loop.create_future()) for r in records]
-        for p in pending:
-            self._queue.put_nowait(p)
-        return list(await asyncio.gather(*(p.future for p in pending)))
-
     async def _run(self) -> None:
         while True:
             batch = [await self._queue.get()]

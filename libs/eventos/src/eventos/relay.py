@@ -158,6 +158,9 @@ class Relay:
             return await self._serve_leased(stream_key, token)
         finally:
             self._serving.discard(stream_key)
+            sent = self._sent.get(stream_key)
+            if sent and time.monotonic() - sent[-1] >= 1.0:
+                del self._sent[stream_key]  # only the last second matters: keep memory bounded
 
     async def _serve_leased(self, stream_key: str, token: int) -> int:
         sent = 0

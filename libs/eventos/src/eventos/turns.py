@@ -128,7 +128,7 @@ async def save(conn: Conn, req: SaveTurn) -> Saved:
         if row is None or row["status"] not in ("running", "done"):
             raise Conflict(f"turn {turn.turn_id} no longer runs; its save is refused")
         already = row["status"] == "done"
-        cur = await conn.execute(Q["conversation_load"], key)
+        cur = await conn.execute(Q["conversation_transcript"], key)
         loaded = await cur.fetchone() or {}
         transcript = list(loaded.get("transcript") or [])
         if not already:

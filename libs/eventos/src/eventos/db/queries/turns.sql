@@ -40,6 +40,12 @@ LEFT JOIN conversations c ON c.employee = g.employee AND c.generation = g.genera
     AND c.agent = %(agent)s AND c.thread = %(thread)s
 WHERE g.employee = %(employee)s AND g.generation = %(generation)s;
 
+-- name: conversation_transcript
+-- The stored transcript alone (the consuming save appends to it).
+SELECT transcript FROM conversations
+WHERE employee = %(employee)s AND generation = %(generation)s AND agent = %(agent)s
+  AND thread = %(thread)s;
+
 -- name: turn_lock
 -- The saving turn must still be the running one (a cancelled turn never saves late).
 SELECT status FROM turns WHERE id = %(turn_id)s FOR UPDATE;
