@@ -80,7 +80,7 @@ async def relay_delivery(
     db: DatabaseSettings, ts: TemporalSettings, total: int
 ) -> tuple[float, int]:
     """Seconds for the relay to deliver every routed event, and how many calls it made."""
-    pool = await open_pool(db)
+    pool = await open_pool(db, autocommit=True)  # as the relay service's pool
     relay = Relay(pool, TemporalConnection(ts), "bench-relay", task_queue="relay-bench")
     started = time.perf_counter()
     calls = 0

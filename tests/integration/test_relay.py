@@ -13,7 +13,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from test_router import append_all, driver_event, query, route_until_done
 
-from eventos import employees, names
+from eventos import chat, employees, names
 from eventos.contracts import EntityStatus
 from eventos.db import Conn
 from eventos.db.sql import Q
@@ -247,3 +247,25 @@ async def test_an_input_temporal_keeps_refusing_is_dead_lettered_without_blockin
     assert [r["status"] for r in rows[1:]] == ["delivered", "delivered"]
     status = await entity(client, pool)
     assert (status.received, status.applied_seq) == (2, 3)
+
+
+async def test_claimed_streams_are_served_owner_class_first(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    """Older C3 backlog, a newer owner message: the owner's entity is started first."""
+    await append_all(pool, [driver_event(f"cust-{n}", n) for n in range(6)])
+    async with pool.connection() as conn:
+        await chat.send(conn, employee, uuid.uuid4().hex, "me first")
+    await route_until_done(pool)
+    relay = relay_for(pool, temporal_settings, task_queue)
+    assert await relay.pass_once() == 7
+    rows = await query(pool, "SELECT lane, entity_id FROM bus_streams")
+    started = {}
+    for row in rows:
+        described = await client.get_workflow_handle(row["entity_id"]).describe()
+        started[row["entity_id"]] = (described.start_time, row["lane"])
+    first = min(started.values())
+    assert first[1] == names.LANE_TALK
+    owner_start = first[0]
+    assert all(t > owner_start for t, lane in started.values() if lane != names.LANE_TALK)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -15,12 +16,13 @@ import httpx
 import pytest
 from conftest import ADMIN_TOKEN, apply_and_start
 from psycopg_pool import AsyncConnectionPool
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 from test_router import append_all, driver_event, query
 
 from eventos import names
 from eventos.activities import DbActivities
-from eventos.contracts import EntityStatus
+from eventos.contracts import EntityStatus, InterruptTurn
 from eventos.db import Conn
 from eventos.llm.activity import LlmActivities
 from eventos.llm.worker import llm_worker
@@ -111,6 +113,25 @@ async def instance(
                         await pumping
 
 
+async def read_events(
+    instance: Instance, until: str, session: str = "owner"
+) -> list[tuple[str, dict[str, Any]]]:
+    """Server-sent events of a chat session from the start, up to the first `until` event."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    url = f"/v1/employees/{instance.name}/chat/events"
+    async with instance.api.stream("GET", url, params={"session": session, "after": 0}) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        kind = ""
+        async for line in r.aiter_lines():
+            if line.startswith("event: "):
+                kind = line.removeprefix("event: ")
+            elif line.startswith("data: "):
+                events.append((kind, json.loads(line.removeprefix("data: "))))
+                if kind == until:
+                    return events
+    raise AssertionError(f"the stream ended before a {until!r} event: {events}")
+
+
 async def transcript(pool: AsyncConnectionPool[Conn], thread: str = "main") -> list[dict[str, Any]]:
     rows = await query(pool, f"SELECT transcript FROM conversations WHERE thread = '{thread}'")
     return list(rows[0]["transcript"]) if rows else []
@@ -129,7 +150,11 @@ async def test_owner_chat_gets_one_reply_and_consumes_once(instance: Instance) -
     assert (turn["status"], turn["consumed_seq"]) == ("done", 1)
     (out,) = await query(pool, "SELECT status, body, kind FROM outbound_messages")
     assert (out["status"], out["body"], out["kind"]) == ("sent", reply, "chat")
-    assert await query(pool, "SELECT * FROM sched_leases") == []  # the slot was given back
+
+    async def slot_given_back() -> bool:
+        return await query(pool, "SELECT * FROM sched_leases") == []
+
+    await wait_for(slot_given_back, timeout=10, what="the admission slot released")
     roles = [m["role"] for m in await transcript(pool)]
     assert roles == ["user", "assistant"]
     (msg,) = await query(pool, "SELECT status, turn_id FROM chat_messages")
@@ -166,6 +191,13 @@ async def test_an_owner_message_during_a_turn_merges_at_the_next_step(instance: 
     assert roles == ["user", "assistant", "tool", "user", "assistant"]
     turns = await query(instance.pool, "SELECT id, consumed_seq FROM turns")
     assert [t["consumed_seq"] for t in turns] == [2]
+    # The session's event stream shows the run's start, the merge and the reply, in order.
+    events = await read_events(instance, until=names.RUN_REPLY)
+    assert [kind for kind, _ in events] == [names.RUN_START, names.RUN_INPUT_MERGED,
+                                            names.RUN_REPLY]  # fmt: skip
+    assert [doc.get("message_ids") for _, doc in events[:2]] == [[first], [second]]
+    assert {doc["turn_id"] for _, doc in events} == {turns[0]["id"]}
+    assert events[2][1]["text"] == await instance.reply(first)
 
 
 async def test_two_customers_never_share_a_history(instance: Instance) -> None:
@@ -319,3 +351,149 @@ async def test_an_idle_entity_passivates_and_restarts_from_the_cursor(instance: 
         w async for w in instance.client.list_workflows(f"WorkflowId = '{stream['entity_id']}'")
     ]
     assert len(runs) == 2
+
+
+TWO_CLASS_SPEC = """
+apiVersion: eventos/v1
+kind: Employee
+metadata: {{name: {name}}}
+spec:
+  agents: [{{name: front, model: {{provider: local, name: scripted}}}}]
+  triggers:
+    - {{kind: grpc, name: low, driver: low-{name}, class: C4}}
+    - {{kind: grpc, name: high, driver: high-{name}, class: C1}}
+"""
+
+
+async def entity_of(instance: Instance, employee: str) -> Any:
+    async def known() -> str | None:
+        rows = await query(
+            instance.pool, f"SELECT entity_id FROM bus_streams WHERE employee = '{employee}'"
+        )
+        return rows[0]["entity_id"] if rows else None
+
+    entity_id = await wait_for(known, timeout=15, what="the stream")
+    return instance.client.get_workflow_handle(entity_id)
+
+
+async def test_interrupt_stops_a_lower_class_turn_and_the_higher_class_runs_next(
+    instance: Instance,
+) -> None:
+    name = f"i{uuid.uuid4().hex[:8]}"
+    await apply_and_start(instance.pool, TWO_CLASS_SPEC.format(name=name))
+    await append_all(instance.pool, [driver_event("x", 1, f"grpc:low-{name}",
+                                                  text="slow chore\nsleep: 4\ncall: lookup {}")])  # fmt: skip
+    handle = await entity_of(instance, name)
+
+    async def status() -> EntityStatus:
+        return await handle.query(names.QUERY_STATUS, result_type=EntityStatus)  # type: ignore[no-any-return]
+
+    async def running() -> EntityStatus | None:
+        try:
+            s = await status()
+        except RPCError:  # not started by the relay yet
+            return None
+        return s if s.turn_id else None
+
+    low = await wait_for(running, timeout=15, what="the C4 turn running")
+    assert low.turn_class == 4
+    await append_all(instance.pool, [driver_event("x", 2, f"grpc:high-{name}", text="urgent")])
+
+    async def both_pending() -> bool:
+        return (await status()).pending == 2
+
+    await wait_for(both_pending, timeout=15, what="the C1 input delivered")
+    # The validator refuses, without writing history: a turn that is not running here, and a
+    # turn that is not below the interrupter's class.
+    for wrong, why in [(InterruptTurn("turn-nope"), "not running"),
+                       (InterruptTurn(str(low.turn_id), by_class=4), "not below C4")]:  # fmt: skip
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(names.UPDATE_INTERRUPT, wrong)
+        assert why in str(refused.value.cause)
+    answer = await handle.execute_update(
+        names.UPDATE_INTERRUPT, InterruptTurn(str(low.turn_id)), result_type=str
+    )
+    assert answer == "interrupted"
+
+    async def three_turns() -> list[dict[str, Any]] | None:
+        rows = await query(instance.pool, f"SELECT n, class, status, consumed_seq FROM turns "
+                                          f"WHERE employee = '{name}' ORDER BY n")  # fmt: skip
+        return rows if len(rows) == 3 and rows[2]["status"] == "done" else None
+
+    turns = await wait_for(three_turns, timeout=40, what="the interrupted input run again")
+    # The C4 turn stopped at its merge point and saved nothing; the C1 input ran next; then
+    # the C4 input ran again, whole.
+    assert [(t["class"], t["status"], t["consumed_seq"]) for t in turns] == [
+        (4, "interrupted", None), (1, "done", 2), (4, "done", 1)]  # fmt: skip
+    (stream,) = await query(instance.pool, f"SELECT consumed_seq FROM bus_streams "
+                                           f"WHERE employee = '{name}'")  # fmt: skip
+    assert stream["consumed_seq"] == 2
+    users = [m["content"] for m in await transcript(instance.pool) if m["role"] == "user"]
+    assert users == ["urgent", "slow chore\nsleep: 4\ncall: lookup {}"]
+    assert await query(instance.pool, f"SELECT * FROM sched_leases WHERE employee = '{name}'") == []
+
+
+async def test_a_draft_overtaken_on_a_customer_channel_takes_one_more_step(
+    instance: Instance,
+) -> None:
+    """Merge point B2: the unsent final answer stays as a draft, a note, one more step."""
+    name = f"c{uuid.uuid4().hex[:8]}"
+    await apply_and_start(instance.pool, CUSTOMER_SPEC.format(name=name))
+    source = f"telegram:tg-{name}"
+    await append_all(instance.pool, [driver_event("+4915100001", 1, source, text="hi\nsleep: 3")])
+
+    async def running() -> bool:
+        rows = await query(instance.pool, f"SELECT 1 FROM turns WHERE employee = '{name}'")
+        return bool(rows)
+
+    await wait_for(running, timeout=20, what="the customer turn running")
+    await append_all(instance.pool, [driver_event("+4915100001", 2, source, text="and more")])
+
+    async def done() -> list[dict[str, Any]] | None:
+        rows = await query(instance.pool, f"SELECT status, consumed_seq FROM turns "
+                                          f"WHERE employee = '{name}'")  # fmt: skip
+        return rows if rows and rows[0]["status"] == "done" else None
+
+    (turn,) = await wait_for(done, timeout=30, what="the turn done")
+    assert turn["consumed_seq"] == 2
+    (row,) = await query(instance.pool, f"SELECT transcript FROM conversations "
+                                        f"WHERE employee = '{name}'")  # fmt: skip
+    messages = row["transcript"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "user", "assistant"]
+    assert "hi" in messages[1]["content"]  # the draft, kept
+    assert "not sent" in messages[2]["content"]  # the one-line note
+    assert messages[3]["content"] == "and more"
+    (out,) = await query(instance.pool, f"SELECT body FROM outbound_messages "
+                                        f"WHERE employee = '{name}'")  # fmt: skip
+    assert out["body"] == messages[4]["content"] and "and more" in out["body"]
+
+
+async def test_a_cancelled_entity_drains_its_turn_and_gives_the_slot_back(
+    instance: Instance,
+) -> None:
+    mid = await instance.chat("a long think\nsleep: 600")
+
+    async def running() -> str | None:
+        rows = await query(instance.pool, "SELECT id FROM turns WHERE status = 'running'")
+        return rows[0]["id"] if rows else None
+
+    turn_id = await wait_for(running, timeout=15, what="the turn running")
+    (stream,) = await query(instance.pool, "SELECT entity_id FROM bus_streams")
+    entity = instance.client.get_workflow_handle(stream["entity_id"])
+    await asyncio.sleep(1)  # let the step start on the LLM worker
+    await entity.cancel()
+
+    async def cancelled() -> bool:
+        rows = await query(instance.pool, f"SELECT status FROM turns WHERE id = '{turn_id}'")
+        return rows[0]["status"] == "cancelled"
+
+    # The step heartbeats every 10 s and the cancel comes back on a heartbeat.
+    await wait_for(cancelled, timeout=60, interval=0.2, what="the turn cancelled")
+    turn = instance.client.get_workflow_handle(turn_id)
+    assert (await turn.describe()).status == WorkflowExecutionStatus.CANCELED
+    events = [e async for e in turn.fetch_history_events()]
+    assert any(e.HasField("activity_task_canceled_event_attributes") for e in events)
+    assert (await entity.describe()).status == WorkflowExecutionStatus.CANCELED
+    assert await query(instance.pool, "SELECT * FROM sched_leases") == []
+    (msg,) = await query(instance.pool, f"SELECT status FROM chat_messages WHERE id = {mid}")
+    assert msg["status"] == "delivered"  # taken by the run, never answered, not lost

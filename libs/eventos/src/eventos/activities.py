@@ -22,6 +22,7 @@ from eventos.contracts import (
     DeliveryItem,
     ReleaseTurn,
     ReloadInputs,
+    RunEvent,
     Saved,
     SaveTurn,
     TurnInput,
@@ -69,6 +70,10 @@ class DbActivities:
     async def load_inputs(self, req: ReloadInputs) -> list[DeliveryItem]:
         return await self._run(lambda conn: turns.reload_inputs(conn, req))
 
+    @activity.defn(name=names.ACT_RUN_EVENT)
+    async def record_run_event(self, event: RunEvent) -> None:
+        await self._run(lambda conn: turns.record_run_event(conn, event))
+
     @activity.defn(name=names.ACT_SEND)
     async def egress_send(self, outbound_id: int) -> str:
         return await self._run(lambda conn: egress.send(conn, outbound_id))
@@ -76,7 +81,7 @@ class DbActivities:
     def workflow_queue_activities(self) -> list[Callable[..., Awaitable[object]]]:
         return [
             self.admit_turn, self.release_turn, self.load_conversation, self.save_turn,
-            self.dead_letter_inputs, self.load_inputs,
+            self.dead_letter_inputs, self.load_inputs, self.record_run_event,
         ]  # fmt: skip
 
     def egress_activities(self) -> list[Callable[..., Awaitable[object]]]:

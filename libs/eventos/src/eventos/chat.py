@@ -100,10 +100,8 @@ async def message(conn: Conn, employee: str, message_id: int) -> dict[str, Any]:
     return row
 
 
-async def replies_after(
-    conn: Conn, employee: str, session: str, after: int
-) -> list[dict[str, Any]]:
-    """This session's replies after reply id `after`, oldest first."""
+async def events_after(conn: Conn, employee: str, session: str, after: int) -> list[dict[str, Any]]:
+    """This session's run events and replies after event id `after`, oldest first."""
     params = {"employee": employee, "session": session, "after": after}
-    cur = await conn.execute(Q["chat_replies_after"], params)
+    cur = await conn.execute(Q["chat_events_after"], params)
     return await cur.fetchall()

@@ -68,6 +68,8 @@ class EntityStatus:
     received: int
     dropped: int
     signals: int
+    turn_id: str | None = None
+    turn_class: int | None = None
 
 
 @dataclass(frozen=True)
@@ -179,12 +181,40 @@ class OfferInputs:
 
 @dataclass(frozen=True)
 class TurnResult:
-    """What a turn consumed (all inputs up to `consumed_through`) and what it sent."""
+    """How a turn ended (`done` or `interrupted`), the seqs it consumed and what it sent."""
 
     turn_id: str
-    consumed_through: int
-    consumed: int
+    status: str
+    consumed: list[int]
     outbound_id: int | None
+
+
+@dataclass(frozen=True)
+class InputsConsumed:
+    """A turn's consuming save committed: these inputs are gone from the entity's pending."""
+
+    turn_id: str
+    seqs: list[int]
+
+
+@dataclass(frozen=True)
+class InterruptTurn:
+    """The `interrupt_turn` Update: stop that turn at its next merge point (SPEC §8)."""
+
+    turn_id: str
+    by_class: int = 1
+    reason: str = "interrupted by the owner"
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """A run event on the owner's chat event stream (`run.start`, `run.input_merged`)."""
+
+    employee: str
+    session: str
+    turn_id: str
+    kind: str
+    ingress_ids: list[int]
 
 
 @dataclass(frozen=True)
@@ -203,7 +233,7 @@ class SaveTurn:
 
     turn: TurnInput
     new_messages: list[ChatMessage]
-    consumed_through: int
+    consumed_seqs: list[int]
     consumed_ingress_ids: list[int]
     reply: str | None
 
@@ -220,7 +250,7 @@ class ReleaseTurn:
     """A turn gives its admission slot back."""
 
     turn_id: str
-    status: str  # "done" | "failed" | "cancelled"
+    status: str  # "done" | "failed" | "cancelled" | "interrupted"
     error: str | None = None
 
 
@@ -233,7 +263,6 @@ class DeadLetter:
     turn_id: str
     seqs: list[int]
     ingress_ids: list[int]
-    through: int
     reason: str
 
 

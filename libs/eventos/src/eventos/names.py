@@ -19,6 +19,9 @@ CLASSES: Final = (C1_OWNER, C2_CUSTOMER, C3_INTERNAL, C4_BACKGROUND)
 # Temporal task queues.
 WORKFLOW_QUEUE: Final = "workflows"
 EGRESS_QUEUE: Final = "egress"
+# Reserved floors of the classes (SPEC §9): shares of admitted turns and, while Temporal
+# pushes back, of the relay's Signal rate.
+CLASS_FLOORS: Final = {C1_OWNER: 0.30, C2_CUSTOMER: 0.40, C3_INTERNAL: 0.15, C4_BACKGROUND: 0.15}
 LLM_QUEUES: Final = {c: f"llm-c{c}" for c in CLASSES}
 
 # Lanes and threads (SPEC §3).
@@ -26,6 +29,8 @@ LANE_TALK: Final = "talk"
 LANE_CUSTOMER: Final = "customer"
 LANE_WORKER: Final = "worker"
 THREAD_MAIN: Final = "main"
+# Trigger kinds of customer channels (the customer lane).
+CHANNEL_KINDS: Final = ("telegram", "whatsapp_business", "discord", "email")
 
 # Generation states.
 GEN_STARTING: Final = "starting"
@@ -96,16 +101,22 @@ ACT_LLM_STEP: Final = "llm_step"
 WF_TURN: Final = "TurnWorkflow"
 SIGNAL_OFFER: Final = "offer_inputs"
 SIGNAL_WAKE: Final = "wake"
+SIGNAL_INPUTS_CONSUMED: Final = "inputs_consumed"
+SIGNAL_STOP_AT_MERGE: Final = "stop_at_merge_point"
+UPDATE_INTERRUPT: Final = "interrupt_turn"
 ACT_ADMIT: Final = "admit_turn"
 ACT_RELEASE: Final = "release_turn"
 ACT_LOAD: Final = "load_conversation"
 ACT_SAVE: Final = "save_turn"
 ACT_SEND: Final = "egress_send"
+ACT_RUN_EVENT: Final = "record_run_event"
 
 # Turns (SPEC §7, §8, I7).
 TURN_MAX_INPUTS: Final = 50
 TURN_MAX_BYTES: Final = 256 * 1024
 TURN_MAX_STEPS: Final = 16
+TURN_MAX_B2: Final = 2  # merge point B2 at most twice per turn, customer channels only
+TURN_CANCEL_GRACE_S: Final = 120  # a cancelled turn drains its running work within 2 minutes
 TRANSCRIPT_MAX_BYTES: Final = 393_216
 EMPLOYEE_TURN_CAP: Final = 4  # plus one slot reserved for the owner (C1)
 
@@ -120,4 +131,13 @@ ACT_DEAD_LETTER: Final = "dead_letter_inputs"
 TURN_ATTEMPTS: Final = 2  # a failed turn's inputs are retried once (SPEC §8)
 ATTENTION_DEAD_INPUT: Final = "dead_input"
 ACT_LOAD_INPUTS: Final = "load_inputs"
+# How a turn ended (`turns.status`, TurnResult, ReleaseTurn).
+TURN_DONE: Final = "done"
+TURN_FAILED: Final = "failed"
+TURN_CANCELLED: Final = "cancelled"
+TURN_INTERRUPTED: Final = "interrupted"
+# Run events on the owner's chat event stream (SPEC §6.2), besides `reply`.
+RUN_START: Final = "run.start"
+RUN_INPUT_MERGED: Final = "run.input_merged"
+RUN_REPLY: Final = "reply"
 ENTITY_ROLL_AFTER: Final = 4000  # continue-as-new past this many events or Signals (SPEC §7)

@@ -6,6 +6,12 @@ no hold, room in the window (32 inputs or 512 KB delivered and unconsumed, else 
 call in flight per stream, at most 4 per entity per second; `delivered_seq` is committed
 only after Temporal accepted, and only while our lease's fencing token is still current.
 A repeat after a crash between accept and commit is dropped by the entity (seq ≤ applied).
+
+Claimed streams are served class by class, owner first. When Temporal pushes back
+(RESOURCE_EXHAUSTED) the lowest class still served pauses first, the calls per pass halve
+(and grow back one per accepted call), and for the next 30 s the calls of each pass are
+shared among the classes by deficit round-robin weighted by their floors, one batch per
+stream, so no class starves and none takes the others' share.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +43,9 @@ CLAIM_LIMIT = 64
 PROBE_INTERVAL_S = 5.0
 PER_ENTITY_PER_SECOND = 4
 MAX_CLASS_PAUSE_S = 30.0
+PUSHBACK_MEMORY_S = 30.0  # passes stay shaped this long after the last pushback
+# Deficit round-robin quanta: calls per round in proportion to the class floors.
+QUANTUM = {c: f / min(names.CLASS_FLOORS.values()) for c, f in names.CLASS_FLOORS.items()}
 # Refusals that will not change on a retry: the input itself is the problem.
 DETERMINISTIC = {RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.FAILED_PRECONDITION}
 UNAVAILABLE = {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
@@ -71,19 +80,63 @@ class Breaker:
 
 
 @dataclass
-class ClassPauses:
-    """RESOURCE_EXHAUSTED slows the lowest class first (C4, then C3, …)."""
+class ClassShares:
+    """Deficit round-robin between classes: each visit adds the class's quantum of credit and
+    spends it a call at a time; a pass that runs out of calls resumes at the same class."""
+
+    deficit: dict[int, float] = field(default_factory=dict)
+    at: int = 0  # index in names.CLASSES of the class being visited
+    credited: bool = False  # that class already got this round's quantum
+
+    def split(self, waiting: dict[int, int], budget: int) -> dict[int, int]:
+        """How many of each class's waiting streams to serve with `budget` calls."""
+        grant = dict.fromkeys(names.CLASSES, 0)
+
+        def left(c: int) -> int:
+            return waiting.get(c, 0) - grant[c]
+
+        while budget > 0 and any(left(c) > 0 for c in names.CLASSES):
+            c = names.CLASSES[self.at]
+            if left(c) > 0:
+                if not self.credited:
+                    self.deficit[c] = self.deficit.get(c, 0.0) + QUANTUM[c]
+                    self.credited = True
+                while self.deficit[c] >= 1 and left(c) > 0 and budget > 0:
+                    grant[c] += 1
+                    self.deficit[c] -= 1
+                    budget -= 1
+                if budget == 0 and left(c) > 0 and self.deficit[c] >= 1:
+                    break  # out of calls mid-visit: the next pass goes on here
+            if left(c) <= 0:
+                self.deficit[c] = 0.0  # nothing waiting keeps no credit
+            self.at = (self.at + 1) % len(names.CLASSES)
+            self.credited = False
+        return {c: n for c, n in grant.items() if n}
+
+
+@dataclass
+class Pushback:
+    """What RESOURCE_EXHAUSTED did: the lowest class served pauses first (0.5 s doubling up
+    to 30 s), the calls per pass halve, and passes are shaped by class shares meanwhile."""
 
     until: dict[int, float] = field(default_factory=dict)
     step: dict[int, float] = field(default_factory=dict)
+    budget: int = CLAIM_LIMIT
+    last_at: float | None = None
+    shares: ClassShares = field(default_factory=ClassShares)
 
     def active(self) -> list[int]:
         now = time.monotonic()
         return [c for c in names.CLASSES if self.until.get(c, 0.0) <= now]
 
+    def shaping(self) -> bool:
+        return self.last_at is not None and time.monotonic() - self.last_at < PUSHBACK_MEMORY_S
+
     def push_back(self) -> int:
         """Pause the lowest class not paused yet (or lengthen the lowest's pause)."""
         now = time.monotonic()
+        self.last_at = now
+        self.budget = max(1, self.budget // 2)
         running = [c for c in names.CLASSES if self.until.get(c, 0.0) <= now]
         klass = running[-1] if running else names.CLASSES[-1]
         self.step[klass] = min(MAX_CLASS_PAUSE_S, self.step.get(klass, 0.5) * 2)
@@ -92,6 +145,7 @@ class ClassPauses:
 
     def relax(self, klass: int) -> None:
         self.step.pop(klass, None)
+        self.budget = min(CLAIM_LIMIT, self.budget + 1)
 
 
 def take_batch(rows: list[dict[str, Any]], room_inputs: int, room_bytes: int) -> list[DeliveryItem]:
@@ -121,7 +175,7 @@ class Relay:
     entity_roll_after: int = names.ENTITY_ROLL_AFTER
     entity_idle_s: float | None = None  # None: the lane's default (SPEC §7)
     breaker: Breaker = field(default_factory=Breaker)
-    pauses: ClassPauses = field(default_factory=ClassPauses)
+    pauses: Pushback = field(default_factory=Pushback)
     _sent: dict[str, deque[float]] = field(default_factory=dict)
     _serving: set[str] = field(default_factory=set)
 
@@ -136,9 +190,37 @@ class Relay:
             params = {"owner": self.relay_id, "classes": classes, "limit": CLAIM_LIMIT,
                       "ttl_s": self.lease_ttl_s}  # fmt: skip
             cur = await conn.execute(Q["stream_claim"], params)
-            leases = [(str(r["stream_key"]), int(r["fencing_token"])) for r in await cur.fetchall()]
-        results = await asyncio.gather(*(self._serve(key, token) for key, token in leases))
-        return sum(results)
+            leases = [(str(r["stream_key"]), int(r["fencing_token"]), int(r["top_pending_class"]))
+                      for r in await cur.fetchall()]  # fmt: skip
+        batches = None  # as many as each stream has
+        if self.pauses.shaping():
+            leases = await self._share(leases)
+            batches = 1
+        sent = 0
+        for klass in names.CLASSES:  # owner first
+            mine = [(key, token) for key, token, c in leases if c == klass]
+            results = await asyncio.gather(*(self._serve(k, t, batches) for k, t in mine))
+            sent += sum(results)
+        return sent
+
+    async def _share(self, leases: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
+        """Keep the streams the class shares grant this pass; give the other leases back."""
+        grant = self.pauses.shares.split(Counter(c for _, _, c in leases), self.pauses.budget)
+        kept: list[tuple[str, int, int]] = []
+        back: list[tuple[str, int, int]] = []
+        for lease in leases:
+            klass = lease[2]
+            if grant.get(klass, 0) > 0:
+                grant[klass] -= 1
+                kept.append(lease)
+            else:
+                back.append(lease)
+        if back:
+            async with self.pool.connection() as conn:
+                for key, token, _ in back:
+                    params = {"stream_key": key, "owner": self.relay_id, "token": token}
+                    await conn.execute(Q["lease_release"], params)
+        return kept
 
     async def _probe(self) -> bool:
         try:
@@ -150,22 +232,22 @@ class Relay:
         self.breaker.opened = False
         return True
 
-    async def _serve(self, stream_key: str, token: int) -> int:
+    async def _serve(self, stream_key: str, token: int, batches: int | None = None) -> int:
         if stream_key in self._serving:  # cannot happen with one loop; cheap to make sure
             return 0
         self._serving.add(stream_key)
         try:
-            return await self._serve_leased(stream_key, token)
+            return await self._serve_leased(stream_key, token, batches)
         finally:
             self._serving.discard(stream_key)
             sent = self._sent.get(stream_key)
             if sent and time.monotonic() - sent[-1] >= 1.0:
                 del self._sent[stream_key]  # only the last second matters: keep memory bounded
 
-    async def _serve_leased(self, stream_key: str, token: int) -> int:
+    async def _serve_leased(self, stream_key: str, token: int, batches: int | None) -> int:
         sent = 0
         try:
-            while await self._one_batch(stream_key, token):
+            while (batches is None or sent < batches) and await self._one_batch(stream_key, token):
                 sent += 1
         except StaleLease:
             log.warning("lease on %s was taken over; stopping there", stream_key)
@@ -191,24 +273,25 @@ class Relay:
         if not self._rate_ok(stream_key):
             return False
         async with self.pool.connection() as conn:
-            cur = await conn.execute(Q["stream_for_relay"], {"stream_key": stream_key})
-            stream = await cur.fetchone()
-            if stream is None or stream["hold_reason"] is not None:
+            params = {"stream_key": stream_key, "limit": names.BATCH_MAX_ITEMS}
+            cur = await conn.execute(Q["stream_next_batch"], params)
+            found = await cur.fetchall()
+            if not found or found[0]["hold_reason"] is not None:
                 return False
+            stream = found[0]
             if stream["generation_state"] not in (names.GEN_RUNNING, names.GEN_PAUSED):
                 await self._kill(conn, stream_key)
                 return False
+            rows = [r for r in found if r["seq"] is not None]
+            if not rows:
+                if stream["top_pending_class"] is not None:  # nothing sendable: stop claiming it
+                    await conn.execute(Q["stream_refresh_pending"], {"stream_key": stream_key})
+                return False
             room_inputs = names.WINDOW_MAX_INPUTS - int(stream["window_inputs"])
             room_bytes = names.WINDOW_MAX_BYTES - int(stream["window_bytes"])
-            params = {"stream_key": stream_key, "after": stream["delivered_seq"],
-                      "limit": names.BATCH_MAX_ITEMS}  # fmt: skip
-            cur = await conn.execute(Q["deliveries_next_batch"], params)
-            rows = await cur.fetchall()
-            if rows and (room_inputs <= 0 or room_bytes <= 0):
+            if room_inputs <= 0 or room_bytes <= 0:
                 await conn.execute(Q["stream_hold_window"], {"stream_key": stream_key})
                 return False
-        if not rows:
-            return False
         batch = take_batch(rows, room_inputs, room_bytes)
         if not await self._send(stream, batch):
             return True  # a dead-lettered input: try the rest
@@ -281,14 +364,12 @@ class Relay:
         return False
 
     async def _commit(self, stream_key: str, token: int, through: int) -> None:
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self.pool.connection() as conn:  # one statement: atomic on its own
             params = {"stream_key": stream_key, "owner": self.relay_id, "token": token,
                       "through": through}  # fmt: skip
-            cur = await conn.execute(Q["stream_mark_delivered"], params)
+            cur = await conn.execute(Q["stream_commit_delivered"], params)
             if await cur.fetchone() is None:
                 raise StaleLease(stream_key)
-            await conn.execute(Q["deliveries_mark_delivered"], params)
-            await conn.execute(Q["stream_refresh_pending"], params)
 
     async def _kill(self, conn: Conn, stream_key: str) -> None:
         async with conn.transaction():

@@ -23,7 +23,7 @@ SECRET_VALUE_PREFIXES = ("sk-", "sk_", "whsec_", "ghp_", "github_pat_", "xox", "
 
 PROVIDER_SCHEMES = ("stripe", "github", "standard-webhooks", "whatsapp-business")
 GENERIC_SCHEMES = ("header", "hmac-sha256", "none")
-CHANNEL_KINDS = ("telegram", "whatsapp_business", "discord", "email")
+CHANNEL_KINDS = names.CHANNEL_KINDS
 
 DEFAULT_CLASS = {
     "chat": names.C1_OWNER,

@@ -1,8 +1,10 @@
 """Turns, database side: admission, the conversation's context, the consuming save, the outbox.
 
-The consuming save (SPEC §8 step 5) writes the transcript, advances `consumed_seq`, settles
-the consumed deliveries and queues the reply in one transaction. It refuses when the turn is
-no longer the running one, so a cancelled turn never saves late.
+The consuming save (SPEC §8 step 5) writes the transcript, settles the consumed deliveries,
+advances `consumed_seq` (the watermark below which every input is settled) and queues the
+reply in one transaction. It refuses when the turn is no longer the running one, so a
+cancelled or interrupted turn never saves late. Owner-chat runs also write their events
+(`run.start`, `run.input_merged`) for the session's event stream.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from eventos.contracts import (
     DeliveryItem,
     ModelRef,
     ReloadInputs,
+    RunEvent,
     Saved,
     SaveTurn,
     ToolCall,
@@ -75,8 +78,30 @@ def message_of(doc: dict[str, Any]) -> ChatMessage:
                        doc.get("name"))  # fmt: skip
 
 
+async def record_run_event(conn: Conn, event: RunEvent) -> None:
+    """Mark the owner messages taken by the run and tell the session (once per event)."""
+    async with conn.transaction():
+        taken = {"turn_id": event.turn_id, "ingress_ids": event.ingress_ids}
+        cur = await conn.execute(Q["chat_messages_taken"], taken)
+        message_ids = sorted(int(r["id"]) for r in await cur.fetchall())
+        inputs = ",".join(str(i) for i in sorted(event.ingress_ids))
+        await conn.execute(Q["chat_event_insert"], {
+            "employee": event.employee, "session": event.session, "kind": event.kind,
+            "turn_id": event.turn_id, "dedupe_key": f"{event.kind}:{event.turn_id}:{inputs}",
+            "message_ids": message_ids,
+        })  # fmt: skip
+
+
+def chat_session(turn: TurnInput) -> str | None:
+    """The owner-chat session a turn answers, if it answers one."""
+    if turn.route.get("kind") != "chat":
+        return None
+    return str(turn.route.get("session") or "owner")
+
+
 async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
-    """The agent's model, prompt and tools from the frozen spec, and the transcript."""
+    """The agent's model, prompt and tools from the frozen spec, and the transcript; an
+    owner-chat run's start is told to its session here (no extra activity on the hot path)."""
     params = {"employee": turn.employee, "generation": turn.generation, "agent": turn.agent,
               "thread": turn.thread}  # fmt: skip
     cur = await conn.execute(Q["conversation_load"], params)
@@ -91,6 +116,18 @@ async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
     model = ModelRef(m["provider"], m["name"], m.get("credential"), m.get("base_url"))
     recent = newest_within(list(row["transcript"] or []), names.TRANSCRIPT_MAX_BYTES)
     transcript = [message_of(d) for d in recent]
+    session = chat_session(turn)
+    if session is not None:
+        await record_run_event(
+            conn,
+            RunEvent(
+                turn.employee,
+                session,
+                turn.turn_id,
+                names.RUN_START,
+                [i.ingress_id for i in turn.inputs],
+            ),
+        )
     return ConversationContext(model=model, system=agent.get("system", ""), transcript=transcript)
 
 
@@ -138,12 +175,13 @@ async def save(conn: Conn, req: SaveTurn) -> Saved:
             size = len(json.dumps(transcript))
             saved = {**key, "transcript": Jsonb(transcript), "bytes": size}
             await conn.execute(Q["conversation_save"], saved)
-            through = {"stream_key": turn.stream_key, "through": req.consumed_through}
-            await conn.execute(Q["stream_consume"], through)
-            await conn.execute(Q["deliveries_consume"], through)
+            seqs = {"stream_key": turn.stream_key, "seqs": req.consumed_seqs}
+            await conn.execute(Q["deliveries_consume"], seqs)
+            await conn.execute(Q["stream_consume"], seqs)
             answered = {"turn_id": turn.turn_id, "ingress_ids": req.consumed_ingress_ids}
             await conn.execute(Q["chat_messages_answered"], answered)
-            await conn.execute(Q["turn_done"], {"turn_id": turn.turn_id, **through})
+            done = {"turn_id": turn.turn_id, "through": max(req.consumed_seqs)}
+            await conn.execute(Q["turn_done"], done)
         outbound_id = None
         if req.reply is not None and turn.route.get("reply"):
             cur = await conn.execute(Q["outbound_insert"], {
@@ -162,8 +200,7 @@ async def dead_letter(conn: Conn, req: DeadLetter) -> None:
         params = {"stream_key": req.stream_key, "seqs": req.seqs, "reason": req.reason[:500]}
         await conn.execute(Q["deliveries_dead_letter"], params)
         await conn.execute(Q["chat_messages_dead"], {"ingress_ids": req.ingress_ids})
-        through = {"stream_key": req.stream_key, "through": req.through}
-        await conn.execute(Q["stream_consume"], through)
+        await conn.execute(Q["stream_consume"], {"stream_key": req.stream_key})
         await conn.execute(Q["attention_raise"], {
             "employee": req.employee, "kind": names.ATTENTION_DEAD_INPUT, "severity": "error",
             "ref": f"{req.stream_key}#{req.seqs[0]}-{req.seqs[-1]}",

@@ -49,7 +49,8 @@ class Connected:
 
 async def build_connected(cfg: ConnectedConfig) -> tuple[Service, Connected]:
     """The service (health, optional Wake endpoint) and its connections."""
-    pool: AsyncConnectionPool[Conn] = await open_pool(cfg.database, wait=False)
+    # Autocommit: these services' multi-statement work is all in explicit transactions.
+    pool: AsyncConnectionPool[Conn] = await open_pool(cfg.database, wait=False, autocommit=True)
     temporal = TemporalConnection(cfg.temporal)
     signal = WakeSignal()
 

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.schemas import SchemaGenerator
 
-from eventos import chat, employees
+from eventos import chat, employees, names
 from eventos.db import Conn
 from eventos.errors import (
     Conflict,
@@ -202,7 +202,8 @@ class OwnerApi:
 
     async def chat_events(self, request: Request) -> Response:
         """
-        summary: "Server-sent events of one chat session: `reply` events (query: session, after)"
+        summary: "Server-sent events of one chat session: `run.start`, `run.input_merged` and
+          `reply` (query: session, after)"
         responses:
           200: {description: a text/event-stream for this session's audience only}
         """
@@ -214,22 +215,26 @@ class OwnerApi:
             raise EventRejected("after must be an integer") from None
         async with self.pool.connection() as conn:
             await employees.get(conn, name)  # 404 before the stream starts
-        return StreamingResponse(self._replies(request, name, session, after),
+        return StreamingResponse(self._events(request, name, session, after),
                                  media_type="text/event-stream")  # fmt: skip
 
-    async def _replies(
+    async def _events(
         self, request: Request, name: str, session: str, after: int
     ) -> AsyncIterator[str]:
-        """Poll this session's replies (only its own audience) and stream them."""
+        """Poll this session's events (only its own audience) and stream them."""
         yield ": connected\n\n"
         idle = 0.0
         while not await request.is_disconnected():
             async with self.pool.connection() as conn:
-                rows = await chat.replies_after(conn, name, session, after)
+                rows = await chat.events_after(conn, name, session, after)
             for row in rows:
                 after = int(row["id"])
-                doc = {"id": after, "turn_id": row["turn_id"], "text": row["text"]}
-                yield f"id: {after}\nevent: reply\ndata: {json.dumps(doc)}\n\n"
+                doc: dict[str, object] = {"id": after, "turn_id": row["turn_id"]}
+                if row["kind"] == names.RUN_REPLY:
+                    doc["text"] = row["text"]
+                else:
+                    doc["message_ids"] = list(row["message_ids"])
+                yield f"id: {after}\nevent: {row['kind']}\ndata: {json.dumps(doc)}\n\n"
             idle = 0.0 if rows else idle + SSE_POLL_S
             if idle >= SSE_KEEPALIVE_S:
                 idle = 0.0

@@ -41,8 +41,12 @@ async def connect(settings: DatabaseSettings, *, autocommit: bool = False) -> Co
         raise DatabaseUnavailable(str(exc).strip()) from exc
 
 
-async def open_pool(settings: DatabaseSettings, *, wait: bool = True) -> AsyncConnectionPool[Conn]:
-    """An open pool whose connections carry the instance's timeouts."""
+async def open_pool(
+    settings: DatabaseSettings, *, wait: bool = True, autocommit: bool = False
+) -> AsyncConnectionPool[Conn]:
+    """An open pool whose connections carry the instance's timeouts. With `autocommit` each
+    statement is its own transaction (no implicit BEGIN/COMMIT round trips); work that must
+    be atomic across statements then says so with `conn.transaction()`."""
     pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
         settings.url,
         min_size=settings.pool_min,
@@ -51,6 +55,7 @@ async def open_pool(settings: DatabaseSettings, *, wait: bool = True) -> AsyncCo
             "options": connection_options(settings),
             "row_factory": dict_row,
             "connect_timeout": 5,
+            "autocommit": autocommit,
         },
         open=False,
         timeout=5.0,

@@ -205,7 +205,7 @@ CREATE TABLE turns (
     class         smallint NOT NULL,
     stream_key    text NOT NULL,
     status        text NOT NULL DEFAULT 'running'
-                  CHECK (status IN ('running', 'done', 'failed', 'cancelled')),
+                  CHECK (status IN ('running', 'done', 'failed', 'cancelled', 'interrupted')),
     consumed_seq  bigint,
     started_at    timestamptz NOT NULL DEFAULT now(),
     ended_at      timestamptz,
@@ -250,16 +250,19 @@ CREATE TABLE outbound_messages (
 );
 CREATE INDEX outbound_messages_open ON outbound_messages (status) WHERE status IN ('queued', 'sending');
 
-CREATE TABLE chat_replies (
+CREATE TABLE chat_events (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     employee     text NOT NULL,
     session      text NOT NULL,
-    outbound_id  bigint NOT NULL UNIQUE REFERENCES outbound_messages (id),
+    kind         text NOT NULL CHECK (kind IN ('run.start', 'run.input_merged', 'reply')),
     turn_id      text NOT NULL,
-    text         text NOT NULL,
+    dedupe_key   text NOT NULL UNIQUE,
+    outbound_id  bigint UNIQUE REFERENCES outbound_messages (id),
+    message_ids  bigint[] NOT NULL DEFAULT '{}',
+    text         text,
     created_at   timestamptz NOT NULL DEFAULT now()
 );
-CREATE INDEX chat_replies_session ON chat_replies (employee, session, id);
+CREATE INDEX chat_events_session ON chat_events (employee, session, id);
 
 CREATE TABLE attention_items (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -2,21 +2,25 @@
 
 It takes `deliver` batches from the relay and drops every input it already applied
 (`seq <= applied_seq`, seeded from the stream cursor on every start). With input pending and
-no turn running it asks admission for a slot, then runs a TurnWorkflow child over the longest
-pending prefix that shares one reply route (≤ 50 inputs or 256 KB). Inputs that arrive during
-the turn on its route, right after its inputs, are offered to it (merge point B1). After the
-turn, what it consumed leaves the pending list. It passivates after idle with nothing
-pending and no turn.
+no turn running it asks admission for a slot, then runs a TurnWorkflow child over the top
+class's oldest input and the inputs after it on the same reply route (lower classes wait;
+≤ 50 inputs or 256 KB). Inputs that arrive during the turn on its route are offered to it
+(merge points B1/B2). What a turn consumed leaves the pending list (told at once by
+`inputs_consumed`, and again by the turn's result). The owner's `interrupt_turn` Update stops
+a lower-class turn at its next merge point; its inputs stay pending and the higher class runs
+next. Cancelled, the entity cancels its turn and waits up to 2 minutes for it to drain. It
+passivates after idle with nothing pending and no turn.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import ActivityError, ChildWorkflowError, FailureError
+from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError, FailureError
 from temporalio.workflow import (
     ChildWorkflowCancellationType,
     ChildWorkflowHandle,
@@ -32,6 +36,8 @@ with workflow.unsafe.imports_passed_through():
         DeliverBatch,
         DeliveryItem,
         EntityStatus,
+        InputsConsumed,
+        InterruptTurn,
         OfferInputs,
         ReleaseTurn,
         ReloadInputs,
@@ -59,20 +65,34 @@ def route_key(item: DeliveryItem) -> tuple[object, ...]:
             item.route.get("trigger"))  # fmt: skip
 
 
-def turn_prefix(pending: list[DeliveryItem]) -> list[DeliveryItem]:
-    """The longest prefix sharing the first input's route, within 50 inputs and 256 KB."""
-    prefix: list[DeliveryItem] = []
-    size = 0
+def next_inputs(pending: list[DeliveryItem]) -> list[DeliveryItem]:
+    """The top class's oldest input, then the inputs after it on its route up to the first
+    input of another route of that class (lower classes are passed over, they wait), within
+    50 inputs and 256 KB. FIFO holds per route: a route has one class."""
+    if not pending:
+        return []
+    top = min(i.klass for i in pending)
+    head = next(i for i in pending if i.klass == top)
+    return run_after(pending, head, head.seq - 1)
+
+
+def run_after(pending: list[DeliveryItem], head: DeliveryItem, after: int,
+              size: int = 0, count: int = 0) -> list[DeliveryItem]:  # fmt: skip
+    """Inputs with seq > `after` on `head`'s route, skipping lower classes, stopping at another
+    route of the same or a higher class or at the turn bounds (counting `size`, `count`)."""
+    out: list[DeliveryItem] = []
     for item in pending:
-        if prefix and (
-            route_key(item) != route_key(prefix[0])
-            or len(prefix) >= names.TURN_MAX_INPUTS
+        if item.seq <= after or item.klass > head.klass:
+            continue
+        if (
+            route_key(item) != route_key(head)
+            or count + len(out) >= names.TURN_MAX_INPUTS
             or size + item.size > names.TURN_MAX_BYTES
         ):
             break
-        prefix.append(item)
+        out.append(item)
         size += item.size
-    return prefix
+    return out
 
 
 @workflow.defn(name=names.WF_CONVERSATION)
@@ -92,11 +112,12 @@ class ConversationWorkflow:
         self.first_pending_at = workflow.now()
         self.after_turn = False  # inputs left over by a turn start the next one at once
         self.failures: dict[int, int] = {}  # failed turns by their first input's seq
-        # Inputs through this seq are consumed (or dead-lettered).
-        self.consumed = cursor.applied_seq if cursor.reload_after is None else cursor.reload_after
         self.turn: ChildWorkflowHandle[object, TurnResult] | None = None
         self.turn_inputs: list[DeliveryItem] = []
+        self.turn_bytes = 0
+        self.turn_count = 0
         self.offered_through = 0
+        self.interrupted: str | None = None  # the turn an Update is stopping
 
     @workflow.signal(name=names.SIGNAL_DELIVER)
     def deliver(self, batch: DeliverBatch) -> None:
@@ -119,8 +140,36 @@ class ConversationWorkflow:
         """Admission has room again."""
         self.wakes += 1
 
+    @workflow.signal(name=names.SIGNAL_INPUTS_CONSUMED)
+    def inputs_consumed(self, msg: InputsConsumed) -> None:
+        """The running turn's consuming save committed: those inputs are gone for good."""
+        done = set(msg.seqs)
+        self.pending = [i for i in self.pending if i.seq not in done]
+
+    @workflow.update(name=names.UPDATE_INTERRUPT)
+    async def interrupt_turn(self, req: InterruptTurn) -> str:
+        """Stop the running turn at its next merge point; its inputs stay pending."""
+        assert self.turn is not None
+        self.interrupted = req.turn_id
+        # If the turn closed meanwhile there is nothing left to stop.
+        with contextlib.suppress(FailureError):
+            await self.turn.signal(names.SIGNAL_STOP_AT_MERGE, req.reason)
+        return names.TURN_INTERRUPTED
+
+    @interrupt_turn.validator
+    def _check_interrupt(self, req: InterruptTurn) -> None:
+        """Only a running turn of a lower class than the interrupter's (no history written)."""
+        if self.turn is None or self.turn.done() or self.turn.id != req.turn_id:
+            raise ValueError(f"turn {req.turn_id!r} is not running on this conversation")
+        klass = min(i.klass for i in self.turn_inputs)
+        if klass <= req.by_class:
+            raise ValueError(f"turn {req.turn_id!r} is class C{klass}, not below C{req.by_class}")
+        if self.interrupted == req.turn_id:
+            raise ValueError(f"turn {req.turn_id!r} is already stopping")
+
     @workflow.query(name=names.QUERY_STATUS)
     def status(self) -> EntityStatus:
+        running = self.turn is not None and not self.turn.done()
         return EntityStatus(
             stream_key=self.cursor.stream_key,
             applied_seq=self.applied_seq,
@@ -128,20 +177,16 @@ class ConversationWorkflow:
             received=self.received,
             dropped=self.dropped,
             signals=self.signals,
+            turn_id=self.turn.id if running and self.turn else None,
+            turn_class=min(i.klass for i in self.turn_inputs) if running else None,
         )
 
     def _offerable(self) -> list[DeliveryItem]:
-        """Pending inputs right after the turn's, on its route (never skipping another route)."""
-        if not self.turn_inputs:
+        """Pending inputs after those offered so far, on the turn's route (merge point B1)."""
+        if not self.turn_inputs or self.interrupted is not None:
             return []
-        out: list[DeliveryItem] = []
-        for item in self.pending:
-            if item.seq <= self.offered_through:
-                continue
-            if route_key(item) != route_key(self.turn_inputs[0]):
-                break
-            out.append(item)
-        return out
+        return run_after(self.pending, self.turn_inputs[0], self.offered_through,
+                         self.turn_bytes, self.turn_count)  # fmt: skip
 
     async def _wait(self, timeout: timedelta, *, turn_done: bool = False) -> None:
         """Until a Signal (or the turn ends), or the deadline; one timer, never sub-second."""
@@ -156,7 +201,7 @@ class ConversationWorkflow:
             )
 
     async def _start_turn(self) -> bool:
-        inputs = turn_prefix(self.pending)
+        inputs = next_inputs(self.pending)
         first = inputs[0]
         c = self.cursor
         req = AdmitRequest(c.employee, c.generation, str(first.route.get("agent")), c.thread,
@@ -177,6 +222,8 @@ class ConversationWorkflow:
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )  # fmt: skip
         self.turn_inputs = inputs
+        self.turn_bytes = sum(i.size for i in inputs)
+        self.turn_count = len(inputs)
         self.offered_through = inputs[-1].seq
         return True
 
@@ -185,6 +232,8 @@ class ConversationWorkflow:
         offer = [] if self.turn.done() else self._offerable()
         if offer:
             self.offered_through = offer[-1].seq
+            self.turn_count += len(offer)  # offered inputs count toward the turn's bounds
+            self.turn_bytes += sum(i.size for i in offer)
             # If the turn closed meanwhile, these inputs simply start the next turn.
             with contextlib.suppress(FailureError):
                 await self.turn.signal(names.SIGNAL_OFFER, OfferInputs(offer))
@@ -193,23 +242,36 @@ class ConversationWorkflow:
             await self._wait(IDLE_BY_LANE[names.LANE_TALK], turn_done=True)
             return
         turn_id, inputs = self.turn.id, self.turn_inputs
-        status, error, through = "done", None, 0
+        status, error, consumed = names.TURN_DONE, None, []
         try:
             result = await self.turn
-            through = result.consumed_through
-        except (ChildWorkflowError, ActivityError) as exc:
-            status, error = "failed", str(exc.cause or exc)[:500]
-        self.turn, self.turn_inputs = None, []
-        self.pending = [i for i in self.pending if i.seq > through]
-        self.consumed = max(self.consumed, through)
+            status, consumed = result.status, result.consumed
+        except ChildWorkflowError as exc:
+            if isinstance(exc.cause, CancelledError):
+                status = names.TURN_CANCELLED
+            else:
+                status, error = names.TURN_FAILED, str(exc.cause or exc)[:500]
+        except ActivityError as exc:
+            status, error = names.TURN_FAILED, str(exc.cause or exc)[:500]
+        await self._turn_ended(turn_id, status, error, consumed)
+        if status == names.TURN_FAILED:
+            left = {i.seq for i in self.pending}  # inputs a save consumed are not retried
+            inputs = [i for i in inputs if i.seq in left]
+            if inputs:
+                await self._after_failure(turn_id, inputs, error or "failed")
+
+    async def _turn_ended(self, turn_id: str, status: str, error: str | None,
+                          consumed: list[int]) -> None:  # fmt: skip
+        """Forget the turn, drop what it consumed and give its admission slot back."""
+        done = set(consumed)
+        self.turn, self.turn_inputs, self.interrupted = None, [], None
+        self.pending = [i for i in self.pending if i.seq not in done]
         self.after_turn = bool(self.pending)
         await workflow.execute_activity(
             names.ACT_RELEASE, ReleaseTurn(turn_id, status, error),
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
         self.last_activity = workflow.now()
-        if status == "failed":
-            await self._after_failure(turn_id, inputs, error or "failed")
 
     async def _after_failure(self, turn_id: str, inputs: list[DeliveryItem], error: str) -> None:
         """Retry a failed turn's inputs once; then dead-letter them so the stream goes on."""
@@ -221,19 +283,18 @@ class ConversationWorkflow:
         del self.failures[first]
         letter = DeadLetter(self.cursor.employee, self.cursor.stream_key, turn_id,
                             [i.seq for i in inputs], [i.ingress_id for i in inputs],
-                            inputs[-1].seq, f"turn_failed: {error}")  # fmt: skip
+                            f"turn_failed: {error}")  # fmt: skip
         await workflow.execute_activity(
             names.ACT_DEAD_LETTER, letter,
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
         dead = {i.seq for i in inputs}
         self.pending = [i for i in self.pending if i.seq not in dead]
-        self.consumed = max(self.consumed, inputs[-1].seq)
         self.after_turn = bool(self.pending)
 
     def _debounce_left(self) -> timedelta:
         """Time to the absolute deadline min(last + window, first + cap); zero when none."""
-        override = self.pending[0].route.get("debounce")
+        override = next_inputs(self.pending)[0].route.get("debounce")
         if self.after_turn:
             return timedelta(0)
         if isinstance(override, dict):
@@ -274,16 +335,42 @@ class ConversationWorkflow:
         )
 
     def _roll(self) -> None:
-        """Continue-as-new carrying cursors only (no await since the caller's last check)."""
+        """Continue-as-new carrying cursors only (no await since the caller's last check):
+        the pending inputs are read back from above the lowest one."""
         c = self.cursor
+        reload_after = min(i.seq for i in self.pending) - 1 if self.pending else self.applied_seq
         workflow.continue_as_new(
             StreamCursor(c.stream_key, c.employee, c.generation, c.lane, c.thread,
-                         self.applied_seq, reload_after=self.consumed, roll_after=c.roll_after,
+                         self.applied_seq, reload_after=reload_after, roll_after=c.roll_after,
                          idle_s=c.idle_s)
         )  # fmt: skip
 
+    async def _drain(self) -> None:
+        """Cancelled: cancel the running turn and wait up to 2 minutes for it to close."""
+        if self.turn is None:
+            return
+        turn_id = self.turn.id
+        if not self.turn.done():
+            self.turn.cancel()
+            grace = timedelta(seconds=names.TURN_CANCEL_GRACE_S)
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: self.turn is None or self.turn.done(),
+                                              timeout=grace)  # fmt: skip
+        consumed: list[int] = []
+        if self.turn is not None and self.turn.done() and not self.turn.cancelled():
+            with contextlib.suppress(FailureError, asyncio.CancelledError):
+                consumed = (await self.turn).consumed
+        await self._turn_ended(turn_id, names.TURN_CANCELLED, "entity cancelled", consumed)
+
     @workflow.run
     async def run(self, cursor: StreamCursor) -> EntityStatus:
+        try:
+            return await self._serve()
+        except asyncio.CancelledError:
+            await self._drain()
+            raise
+
+    async def _serve(self) -> EntityStatus:
         await self._reload()
         while True:
             if self.turn is not None:

@@ -2,16 +2,25 @@
 
 Load the conversation; per step, merge offered inputs first (B1), then one LLM step on the
 class queue with an activity id unique across the chain; tool calls are answered before the
-next step (a batch is never split); the final answer is saved with the consumed inputs in one
-transaction (the consuming save) and sent through the outbox.
+next step (a batch is never split). On customer channels a final answer that more messages
+overtook is kept as a draft and the turn takes one more step (B2, at most twice). The final
+answer is saved with the consumed inputs in one transaction (the consuming save), the entity
+is told which inputs are gone (`inputs_consumed`), and the reply is sent through the outbox.
+
+An owner Interrupt stops the turn at its next merge point, before anything is saved: its
+inputs return to the entity's pending list. A cancelled turn cancels its running activity and
+waits for it (the LLM step heartbeats, so that takes well under 2 minutes); a save already
+under way finishes and is reported, so consumed inputs are never run twice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import asdict
 
 from temporalio import workflow
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from eventos import names
@@ -19,9 +28,11 @@ with workflow.unsafe.imports_passed_through():
         ChatMessage,
         ConversationContext,
         DeliveryItem,
+        InputsConsumed,
         LlmStepInput,
         LlmStepOutput,
         OfferInputs,
+        RunEvent,
         Saved,
         SaveTurn,
         TurnInput,
@@ -52,6 +63,12 @@ def bounded(messages: list[ChatMessage]) -> list[ChatMessage]:
     return messages[:1] + messages[keep_from:]
 
 
+def b2_note(count: int) -> ChatMessage:
+    """Merge point B2: the draft above was not sent; answer it and the newer messages at once."""
+    return ChatMessage("user", f"[{count} more message(s) arrived before your answer was sent; "
+                               "it was not sent. Reply once, covering everything.]")  # fmt: skip
+
+
 def tool_unavailable(call_id: str, name: str) -> ChatMessage:
     return ChatMessage("tool", f"error: tool {name!r} is not available", tool_call_id=call_id)
 
@@ -64,14 +81,74 @@ class TurnWorkflow:
     def __init__(self, turn: TurnInput) -> None:
         self.offered: list[DeliveryItem] = []
         self.merged = 0
+        self.drafts = 0  # B2 uses
+        self.stop_reason: str | None = None
 
     @workflow.signal(name=names.SIGNAL_OFFER)
     def offer_inputs(self, offer: OfferInputs) -> None:
         self.offered.extend(offer.items)
 
+    @workflow.signal(name=names.SIGNAL_STOP_AT_MERGE)
+    def stop_at_merge_point(self, reason: str) -> None:
+        """Interrupt: end at the next merge point without saving (the entity validated it)."""
+        self.stop_reason = reason or "interrupted"
+
     @workflow.query(name=names.QUERY_STATUS)
     def status(self) -> dict[str, int]:
-        return {"offered": len(self.offered), "merged": self.merged}
+        return {"offered": len(self.offered), "merged": self.merged, "drafts": self.drafts,
+                "stopping": int(self.stop_reason is not None)}  # fmt: skip
+
+    async def _merged(self, turn: TurnInput, step: int, items: list[DeliveryItem]) -> None:
+        """Tell the owner's session that its messages joined the running turn."""
+        if turn.route.get("kind") != "chat":
+            return
+        session = str(turn.route.get("session") or "owner")
+        event = RunEvent(turn.employee, session, turn.turn_id, names.RUN_INPUT_MERGED,
+                         [i.ingress_id for i in items])  # fmt: skip
+        await workflow.execute_activity(
+            names.ACT_RUN_EVENT, event, activity_id=f"{turn.turn_id}:merged-{step}",
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+
+    async def _step(self, turn: TurnInput, step: int, ctx: ConversationContext,
+                    messages: list[ChatMessage]) -> LlmStepOutput:  # fmt: skip
+        queue = workflow.info().task_queue
+        out: LlmStepOutput = await workflow.execute_activity(
+            names.ACT_LLM_STEP,
+            LlmStepInput(turn.employee, turn.turn_id, step, turn.klass, ctx.model, messages,
+                         ctx.tools),
+            result_type=LlmStepOutput,
+            task_queue=names.queue_for(names.LLM_QUEUES[turn.klass], queue),
+            activity_id=f"{turn.turn_id}:step-{step}",
+            start_to_close_timeout=policies.LLM_ATTEMPT_TIMEOUT,
+            schedule_to_close_timeout=policies.LLM_STEP_BUDGET,
+            heartbeat_timeout=policies.LLM_HEARTBEAT,
+            retry_policy=policies.LLM_RETRY,
+            # A cancelled turn waits for the provider call to stop (it heartbeats).
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )  # fmt: skip
+        return out
+
+    async def _save(self, req: SaveTurn) -> Saved:
+        """The consuming save; a cancel meanwhile lets it finish and tells the entity first."""
+        save = workflow.start_activity(
+            names.ACT_SAVE, req, result_type=Saved, activity_id=f"{req.turn.turn_id}:save",
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+        try:
+            return await asyncio.shield(save)
+        except asyncio.CancelledError:
+            await save  # raises if the save failed: then nothing was consumed
+            await self._tell_consumed(req)
+            raise
+
+    async def _tell_consumed(self, req: SaveTurn) -> None:
+        parent = workflow.info().parent
+        if parent is None:
+            return
+        entity = workflow.get_external_workflow_handle(parent.workflow_id)
+        await entity.signal(names.SIGNAL_INPUTS_CONSUMED,
+                            InputsConsumed(req.turn.turn_id, req.consumed_seqs))  # fmt: skip
 
     @workflow.run
     async def run(self, turn: TurnInput) -> TurnResult:
@@ -80,48 +157,41 @@ class TurnWorkflow:
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
             activity_id=f"{turn.turn_id}:load",
         )  # fmt: skip
-        queue = workflow.info().task_queue
+        b2 = turn.route.get("kind") in names.CHANNEL_KINDS
         consumed = list(turn.inputs)
         new = [user_message(i) for i in turn.inputs]
         reply: str | None = None
         for step in range(names.TURN_MAX_STEPS):
+            if self.stop_reason is not None:  # a merge point: nothing is saved
+                return TurnResult(turn.turn_id, names.TURN_INTERRUPTED, [], None)
             if self.offered:  # merge point B1: before the next model call
                 merged, self.offered = self.offered, []
                 self.merged += len(merged)
                 consumed += merged
                 new += [user_message(i) for i in merged]
+                await self._merged(turn, step, merged)
             system = [ChatMessage("system", ctx.system)] if ctx.system else []
-            messages = bounded(system + ctx.transcript + new)
-            out = await workflow.execute_activity(
-                names.ACT_LLM_STEP,
-                LlmStepInput(turn.employee, turn.turn_id, step, turn.klass, ctx.model, messages,
-                             ctx.tools),
-                result_type=LlmStepOutput,
-                task_queue=names.queue_for(names.LLM_QUEUES[turn.klass], queue),
-                activity_id=f"{turn.turn_id}:step-{step}",
-                start_to_close_timeout=policies.LLM_ATTEMPT_TIMEOUT,
-                schedule_to_close_timeout=policies.LLM_STEP_BUDGET,
-                heartbeat_timeout=policies.LLM_HEARTBEAT,
-                retry_policy=policies.LLM_RETRY,
-            )  # fmt: skip
+            out = await self._step(turn, step, ctx, bounded(system + ctx.transcript + new))
             new.append(out.message)
             if out.message.tool_calls:  # the whole batch is answered before the next step
                 new += [tool_unavailable(c.id, c.name) for c in out.message.tool_calls]
                 continue
+            if b2 and self.offered and self.drafts < names.TURN_MAX_B2:
+                self.drafts += 1  # merge point B2: the draft stays, one more step
+                new.append(b2_note(len(self.offered)))
+                continue
             reply = out.message.content
             break
-        through = max(i.seq for i in consumed)
-        saved = await workflow.execute_activity(
-            names.ACT_SAVE,
-            SaveTurn(turn, new, through, [i.ingress_id for i in consumed], reply),
-            result_type=Saved, activity_id=f"{turn.turn_id}:save",
-            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
-        )  # fmt: skip
+        seqs = sorted(i.seq for i in consumed)
+        req = SaveTurn(turn, new, seqs, [i.ingress_id for i in consumed], reply)
+        saved = await self._save(req)
+        told = asyncio.ensure_future(self._tell_consumed(req))
         if saved.outbound_id is not None:
             await workflow.execute_activity(
                 names.ACT_SEND, saved.outbound_id, result_type=str,
-                task_queue=names.queue_for(names.EGRESS_QUEUE, queue),
+                task_queue=names.queue_for(names.EGRESS_QUEUE, workflow.info().task_queue),
                 activity_id=f"{turn.turn_id}:send",
                 start_to_close_timeout=policies.SEND_TIMEOUT, retry_policy=policies.SEND_RETRY,
             )  # fmt: skip
-        return TurnResult(turn.turn_id, through, len(consumed), saved.outbound_id)
+        await told
+        return TurnResult(turn.turn_id, names.TURN_DONE, seqs, saved.outbound_id)

@@ -3,7 +3,7 @@
 -- The stream rows are locked (SKIP LOCKED) only while claiming; the lease is what lasts,
 -- and each new holder's fencing token is one higher than the last.
 WITH candidates AS (
-    SELECT s.stream_key
+    SELECT s.stream_key, s.top_pending_class
     FROM bus_streams s
     LEFT JOIN bus_leases l ON l.name = 'relay:' || s.stream_key
     WHERE s.top_pending_class = ANY(%(classes)s) AND s.hold_reason IS NULL
@@ -11,58 +11,79 @@ WITH candidates AS (
     ORDER BY s.top_pending_class, s.oldest_pending_at
     LIMIT %(limit)s
     FOR UPDATE OF s SKIP LOCKED
+), claimed AS (
+    INSERT INTO bus_leases (name, owner, until, fencing_token)
+    SELECT 'relay:' || stream_key, %(owner)s, now() + make_interval(secs => %(ttl_s)s), 1
+    FROM candidates
+    ON CONFLICT (name) DO UPDATE
+        SET owner = EXCLUDED.owner, until = EXCLUDED.until,
+            fencing_token = bus_leases.fencing_token + 1
+        WHERE bus_leases.until < now()
+    RETURNING name, fencing_token
 )
-INSERT INTO bus_leases (name, owner, until, fencing_token)
-SELECT 'relay:' || stream_key, %(owner)s, now() + make_interval(secs => %(ttl_s)s), 1
-FROM candidates
-ON CONFLICT (name) DO UPDATE
-    SET owner = EXCLUDED.owner, until = EXCLUDED.until,
-        fencing_token = bus_leases.fencing_token + 1
-    WHERE bus_leases.until < now()
-RETURNING substr(name, 7) AS stream_key, fencing_token;
+SELECT c.stream_key, l.fencing_token, c.top_pending_class
+FROM claimed l JOIN candidates c ON l.name = 'relay:' || c.stream_key
+ORDER BY c.top_pending_class;
 
 -- name: lease_release
 -- Give a stream lease back early (only while we still hold it).
 UPDATE bus_leases SET until = now()
 WHERE name = 'relay:' || %(stream_key)s AND owner = %(owner)s AND fencing_token = %(token)s;
 
--- name: stream_for_relay
--- A leased stream with its generation's state and its window use (inputs delivered to the
--- entity and not yet consumed).
+-- name: stream_next_batch
+-- A leased stream with its generation's state, its window use (inputs delivered to the
+-- entity and not yet consumed) and its next pending inputs in seq order: one row per input,
+-- or one row with a NULL seq when none is pending. One round trip per batch.
 SELECT s.stream_key, s.employee, s.generation, s.lane, s.thread, s.delivered_seq, s.consumed_seq,
-       s.hold_reason, s.entity_id, g.state AS generation_state,
-       w.inputs AS window_inputs, w.bytes AS window_bytes
+       s.hold_reason, s.entity_id, s.top_pending_class, g.state AS generation_state,
+       w.inputs AS window_inputs, w.bytes AS window_bytes,
+       d.seq, d.ingress_id, d.class, d.type, d.route, d.chain_id, d.hop, d.causation_id, d.size,
+       d.payload, d.body_ref, d.attempts
 FROM bus_streams s
 JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
 CROSS JOIN LATERAL (
     SELECT count(*) AS inputs, coalesce(sum(size), 0) AS bytes
     FROM bus_deliveries d WHERE d.stream_key = s.stream_key AND d.status = 'delivered'
 ) w
-WHERE s.stream_key = %(stream_key)s;
+LEFT JOIN LATERAL (
+    SELECT * FROM bus_deliveries d
+    WHERE d.stream_key = s.stream_key AND d.status = 'pending' AND d.seq > s.delivered_seq
+    ORDER BY d.seq LIMIT %(limit)s
+) d ON true
+WHERE s.stream_key = %(stream_key)s
+ORDER BY d.seq;
 
--- name: deliveries_next_batch
--- The next pending inputs of a stream, in seq order.
-SELECT seq, ingress_id, class, type, route, chain_id, hop, causation_id, size, payload, body_ref,
-       attempts
-FROM bus_deliveries
-WHERE stream_key = %(stream_key)s AND status = 'pending' AND seq > %(after)s
-ORDER BY seq LIMIT %(limit)s;
-
--- name: stream_mark_delivered
--- Temporal accepted the batch: advance delivered_seq, fenced by the lease's token.
+-- name: stream_commit_delivered
+-- Temporal accepted the batch: in one statement, fenced by the lease's token, the batch's
+-- inputs become `delivered`, `delivered_seq` advances and the relay's ordering columns are
+-- recomputed from what is still pending. A delivery the router committed after this
+-- statement's snapshot is invisible here: then the router's own values are kept.
 WITH lease AS (
     SELECT 1 FROM bus_leases
     WHERE name = 'relay:' || %(stream_key)s AND owner = %(owner)s AND fencing_token = %(token)s
     FOR SHARE
+), marked AS (
+    UPDATE bus_deliveries SET status = 'delivered', attempts = attempts + 1, updated_at = now()
+    WHERE stream_key = %(stream_key)s AND status = 'pending' AND seq <= %(through)s
+      AND EXISTS (SELECT 1 FROM lease)
+    RETURNING seq
+), seen AS (
+    SELECT coalesce(max(seq), 0) AS last_seq FROM bus_deliveries
+    WHERE stream_key = %(stream_key)s
+), rest AS (
+    SELECT min(class) AS top_class, min(created_at) AS oldest FROM bus_deliveries
+    WHERE stream_key = %(stream_key)s AND status = 'pending' AND seq > %(through)s
 )
-UPDATE bus_streams SET delivered_seq = greatest(delivered_seq, %(through)s), updated_at = now()
-WHERE stream_key = %(stream_key)s AND EXISTS (SELECT 1 FROM lease)
-RETURNING delivered_seq;
-
--- name: deliveries_mark_delivered
--- The batch's inputs are with the entity now.
-UPDATE bus_deliveries SET status = 'delivered', attempts = attempts + 1, updated_at = now()
-WHERE stream_key = %(stream_key)s AND status = 'pending' AND seq <= %(through)s;
+UPDATE bus_streams s
+SET delivered_seq = greatest(s.delivered_seq, %(through)s),
+    top_pending_class = CASE WHEN s.next_seq - 1 > seen.last_seq
+                             THEN s.top_pending_class ELSE rest.top_class END,
+    oldest_pending_at = CASE WHEN s.next_seq - 1 > seen.last_seq
+                             THEN s.oldest_pending_at ELSE rest.oldest END,
+    updated_at = now()
+FROM seen, rest
+WHERE s.stream_key = %(stream_key)s AND EXISTS (SELECT 1 FROM lease)
+RETURNING s.delivered_seq;
 
 -- name: stream_refresh_pending
 -- Recompute the relay's ordering columns from what is still pending.

@@ -58,22 +58,43 @@ WHERE employee = %(employee)s AND generation = %(generation)s AND agent = %(agen
   AND thread = %(thread)s;
 
 -- name: stream_consume
--- Inputs through `through` are consumed; a window hold lifts.
-UPDATE bus_streams
-SET consumed_seq = greatest(consumed_seq, %(through)s),
-    hold_reason = CASE WHEN hold_reason = 'window' THEN NULL ELSE hold_reason END,
+-- `consumed_seq` is the watermark below which every input is settled (a higher class may be
+-- consumed before a lower one); run after settling the deliveries. Only seqs this snapshot
+-- sees count, so a delivery the router adds meanwhile is never skipped. A window hold lifts.
+UPDATE bus_streams s
+SET consumed_seq = greatest(s.consumed_seq, coalesce(
+        (SELECT min(d.seq) - 1 FROM bus_deliveries d
+         WHERE d.stream_key = s.stream_key AND d.seq > s.consumed_seq
+           AND d.status IN ('pending', 'held', 'delivered')),
+        (SELECT max(d.seq) FROM bus_deliveries d
+         WHERE d.stream_key = s.stream_key AND d.seq > s.consumed_seq),
+        s.consumed_seq)),
+    hold_reason = CASE WHEN s.hold_reason = 'window' THEN NULL ELSE s.hold_reason END,
     updated_at = now()
-WHERE stream_key = %(stream_key)s;
+WHERE s.stream_key = %(stream_key)s;
 
 -- name: deliveries_consume
--- The consumed deliveries are done.
+-- The consumed deliveries are done (`pending` too: Temporal may have accepted a batch whose
+-- delivered_seq commit has not happened yet).
 UPDATE bus_deliveries SET status = 'done', updated_at = now()
-WHERE stream_key = %(stream_key)s AND seq <= %(through)s AND status = 'delivered';
+WHERE stream_key = %(stream_key)s AND seq = ANY(%(seqs)s) AND status IN ('pending', 'delivered');
 
 -- name: chat_messages_answered
 -- Owner messages the turn consumed.
 UPDATE chat_messages SET status = 'answered', turn_id = %(turn_id)s
-WHERE ingress_id = ANY(%(ingress_ids)s) AND status = 'queued';
+WHERE ingress_id = ANY(%(ingress_ids)s) AND status IN ('queued', 'delivered');
+
+-- name: chat_messages_taken
+-- Owner messages a run took (at its start or a merge); their ids for the event stream.
+UPDATE chat_messages SET status = 'delivered', turn_id = %(turn_id)s
+WHERE ingress_id = ANY(%(ingress_ids)s) AND status IN ('queued', 'delivered')
+RETURNING id;
+
+-- name: chat_event_insert
+-- A run event for the session's audience, once per dedupe key.
+INSERT INTO chat_events (employee, session, kind, turn_id, dedupe_key, message_ids)
+VALUES (%(employee)s, %(session)s, %(kind)s, %(turn_id)s, %(dedupe_key)s, %(message_ids)s)
+ON CONFLICT (dedupe_key) DO NOTHING;
 
 -- name: turn_done
 -- Record the consuming save on the turn.
@@ -102,9 +123,10 @@ FROM outbound_messages WHERE id = %(id)s;
 
 -- name: chat_reply_insert
 -- The owner sees the reply (once per outbox row).
-INSERT INTO chat_replies (employee, session, outbound_id, turn_id, text)
-VALUES (%(employee)s, %(session)s, %(outbound_id)s, %(turn_id)s, %(text)s)
-ON CONFLICT (outbound_id) DO NOTHING;
+INSERT INTO chat_events (employee, session, kind, turn_id, dedupe_key, outbound_id, text)
+VALUES (%(employee)s, %(session)s, 'reply', %(turn_id)s, 'reply:' || %(outbound_id)s,
+    %(outbound_id)s, %(text)s)
+ON CONFLICT (dedupe_key) DO NOTHING;
 
 -- name: outbound_sent
 -- The send is done.
@@ -115,12 +137,12 @@ WHERE id = %(id)s AND status = 'sending';
 -- One owner message with its reply, if any.
 SELECT m.id, m.status, m.text, m.turn_id, r.text AS reply, r.id AS reply_id
 FROM chat_messages m
-LEFT JOIN chat_replies r ON r.turn_id = m.turn_id
+LEFT JOIN chat_events r ON r.turn_id = m.turn_id AND r.kind = 'reply'
 WHERE m.employee = %(employee)s AND m.id = %(id)s;
 
--- name: chat_replies_after
--- Replies of one session after an id (the event stream's poll).
-SELECT id, turn_id, text, created_at FROM chat_replies
+-- name: chat_events_after
+-- Run events and replies of one session after an id (the event stream's poll).
+SELECT id, kind, turn_id, message_ids, text, created_at FROM chat_events
 WHERE employee = %(employee)s AND session = %(session)s AND id > %(after)s
 ORDER BY id LIMIT 100;
 
@@ -138,7 +160,7 @@ WHERE stream_key = %(stream_key)s AND seq = ANY(%(seqs)s) AND status IN ('pendin
 -- name: chat_messages_dead
 -- Owner messages among them are marked dead too.
 UPDATE chat_messages SET status = 'dead'
-WHERE ingress_id = ANY(%(ingress_ids)s) AND status = 'queued';
+WHERE ingress_id = ANY(%(ingress_ids)s) AND status IN ('queued', 'delivered');
 
 -- name: attention_raise
 -- Raise an attention item, or count a repeat on the open one.
