@@ -12,12 +12,19 @@ re-imports modules and so builds values of a fresh copy of each class.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any, Final, TypeVar
 
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
-from temporalio.converter import DataConverter, DefaultPayloadConverter
+from temporalio.converter import (
+    AdvancedJSONEncoder,
+    CompositePayloadConverter,
+    DataConverter,
+    DefaultPayloadConverter,
+    JSONPlainPayloadConverter,
+)
 from temporalio.exceptions import ApplicationError
 
 from eventos.contracts import (
@@ -86,8 +93,27 @@ def check(value: Any, payload: Payload) -> None:
         raise PayloadTooLarge(type_name(type(value)), size, limit)
 
 
-class GuardedPayloadConverter(DefaultPayloadConverter):
-    """The default JSON converter, refusing payloads over their bound on encode."""
+class FieldsJSONEncoder(AdvancedJSONEncoder):
+    """Dataclasses as their fields, one level at a time. The JSON is the same as with
+    `dataclasses.asdict`, without its deep copy of every nested dict and list (which was half
+    of the relay's CPU per batch of 16 event payloads)."""
+
+    def default(self, o: Any) -> Any:
+        if dataclasses.is_dataclass(o) and not isinstance(o, type):
+            return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
+        return super().default(o)
+
+
+class GuardedPayloadConverter(CompositePayloadConverter):
+    """The default converters (JSON encoding dataclasses field by field), refusing payloads
+    over their bound on encode."""
+
+    def __init__(self) -> None:
+        super().__init__(*(
+            JSONPlainPayloadConverter(encoder=FieldsJSONEncoder)
+            if isinstance(c, JSONPlainPayloadConverter) else c
+            for c in DefaultPayloadConverter.default_encoding_payload_converters
+        ))  # fmt: skip
 
     def to_payloads(self, values: Sequence[Any]) -> list[Payload]:
         payloads = super().to_payloads(values)
