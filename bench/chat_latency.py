@@ -6,7 +6,8 @@ Starts a LocalStack in a temporary folder (embedded PostgreSQL with fsync on, th
 server, the six services, the `hello` example on the deterministic local provider), sends N
 owner messages one after another and measures each from the POST to the moment its reply is
 readable through the owner API (polled every 5 ms). Prints p50/p90/p99/max; target p50 under
-250 ms (issue 3). Stops everything it started, also on Ctrl-C.
+250 ms (issue 3), then the median time of each stage, from the database's timestamps. Stops
+everything it started, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import psycopg
 from harness import exit_on_signals
 
 from eventos.localstack import LocalStack
@@ -33,6 +35,34 @@ TARGET_P50_MS = 250.0
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+# Where the time goes: each stage from the database timestamps of one message's journey.
+STAGES_SQL = """
+SELECT extract(epoch FROM i.received_at - m.created_at) * 1000 AS accepted,
+       extract(epoch FROM d.created_at - i.received_at) * 1000 AS routed,
+       extract(epoch FROM t.started_at - d.created_at) * 1000 AS delivered_and_admitted,
+       extract(epoch FROM s.created_at - t.started_at) * 1000 AS turn_loaded,
+       extract(epoch FROM o.created_at - s.created_at) * 1000 AS llm_step_and_save,
+       extract(epoch FROM r.created_at - o.created_at) * 1000 AS sent
+FROM chat_messages m
+JOIN bus_ingress i ON i.id = m.ingress_id
+JOIN bus_deliveries d ON d.ingress_id = m.ingress_id
+JOIN turns t ON t.id = m.turn_id
+JOIN chat_events s ON s.turn_id = t.id AND s.kind = 'run.start'
+JOIN outbound_messages o ON o.turn_id = t.id
+JOIN chat_events r ON r.outbound_id = o.id
+WHERE m.text LIKE 'message %'
+"""
+
+
+def stages(database_url: str) -> dict[str, float]:
+    """The median milliseconds of each stage over the measured messages."""
+    with psycopg.connect(database_url) as conn:
+        cur = conn.execute(STAGES_SQL)
+        names = [c.name for c in cur.description or []]
+        rows = cur.fetchall()
+    return {n: statistics.median(float(r[i]) for r in rows) for i, n in enumerate(names)}
 
 
 def one(api: httpx.Client, text: str, timeout_s: float = 30.0) -> float:
@@ -78,6 +108,9 @@ def main() -> int:
               f"p99 {percentile(ms, 0.99):.1f} ms   max {max(ms):.1f} ms")  # fmt: skip
         verdict = "PASS" if p50 < TARGET_P50_MS else "MISS"
         print(f"  target p50 < {TARGET_P50_MS:.0f} ms: {verdict}")
+        print("\nmedian per stage (database timestamps):")
+        for stage, stage_ms in stages(stack.database_url).items():
+            print(f"  {stage:24} {stage_ms:7.1f} ms")
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
     finally:

@@ -14,6 +14,7 @@ from temporalio.client import Client
 from test_router import append_all, driver_event, query, route_until_done
 
 from eventos import chat, employees, names
+from eventos.activities import DbActivities
 from eventos.contracts import EntityStatus
 from eventos.db import Conn
 from eventos.db.sql import Q
@@ -34,10 +35,10 @@ async def client(temporal_settings: TemporalSettings) -> Client:
 
 
 @pytest.fixture
-async def task_queue(client: Client) -> AsyncIterator[str]:
-    """A workflow worker on a queue of this test's own."""
+async def task_queue(client: Client, pool: AsyncConnectionPool[Conn]) -> AsyncIterator[str]:
+    """A workflow worker (with its local database activities) on a queue of this test's own."""
     queue = f"wf-{uuid.uuid4().hex[:8]}"
-    async with workflow_worker(client, queue):
+    async with workflow_worker(client, queue, DbActivities(pool)):
         yield queue
 
 

@@ -113,6 +113,16 @@ async def instance(
                         await pumping
 
 
+async def slots_given_back(instance: Instance, employee: str) -> None:
+    """The turns' admission slots are released (just after the turns end)."""
+
+    async def none_held() -> bool:
+        q = f"SELECT 1 FROM sched_leases WHERE employee = '{employee}'"
+        return await query(instance.pool, q) == []
+
+    await wait_for(none_held, timeout=10, what=f"{employee}'s slots released")
+
+
 async def read_events(
     instance: Instance, until: str, session: str = "owner"
 ) -> list[tuple[str, dict[str, Any]]]:
@@ -151,10 +161,7 @@ async def test_owner_chat_gets_one_reply_and_consumes_once(instance: Instance) -
     (out,) = await query(pool, "SELECT status, body, kind FROM outbound_messages")
     assert (out["status"], out["body"], out["kind"]) == ("sent", reply, "chat")
 
-    async def slot_given_back() -> bool:
-        return await query(pool, "SELECT * FROM sched_leases") == []
-
-    await wait_for(slot_given_back, timeout=10, what="the admission slot released")
+    await slots_given_back(instance, instance.name)
     roles = [m["role"] for m in await transcript(pool)]
     assert roles == ["user", "assistant"]
     (msg,) = await query(pool, "SELECT status, turn_id FROM chat_messages")
@@ -430,7 +437,7 @@ async def test_interrupt_stops_a_lower_class_turn_and_the_higher_class_runs_next
     assert stream["consumed_seq"] == 2
     users = [m["content"] for m in await transcript(instance.pool) if m["role"] == "user"]
     assert users == ["urgent", "slow chore\nsleep: 4\ncall: lookup {}"]
-    assert await query(instance.pool, f"SELECT * FROM sched_leases WHERE employee = '{name}'") == []
+    await slots_given_back(instance, name)
 
 
 async def test_a_draft_overtaken_on_a_customer_channel_takes_one_more_step(
@@ -494,6 +501,6 @@ async def test_a_cancelled_entity_drains_its_turn_and_gives_the_slot_back(
     events = [e async for e in turn.fetch_history_events()]
     assert any(e.HasField("activity_task_canceled_event_attributes") for e in events)
     assert (await entity.describe()).status == WorkflowExecutionStatus.CANCELED
-    assert await query(instance.pool, "SELECT * FROM sched_leases") == []
+    await slots_given_back(instance, instance.name)
     (msg,) = await query(instance.pool, f"SELECT status FROM chat_messages WHERE id = {mid}")
     assert msg["status"] == "delivered"  # taken by the run, never answered, not lost

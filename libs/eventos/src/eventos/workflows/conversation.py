@@ -206,7 +206,7 @@ class ConversationWorkflow:
         c = self.cursor
         req = AdmitRequest(c.employee, c.generation, str(first.route.get("agent")), c.thread,
                            c.stream_key, min(i.klass for i in inputs))  # fmt: skip
-        grant = await workflow.execute_activity(
+        grant = await workflow.execute_local_activity(
             names.ACT_ADMIT, req, result_type=Admission,
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
@@ -267,7 +267,7 @@ class ConversationWorkflow:
         self.turn, self.turn_inputs, self.interrupted = None, [], None
         self.pending = [i for i in self.pending if i.seq not in done]
         self.after_turn = bool(self.pending)
-        await workflow.execute_activity(
+        await workflow.execute_local_activity(
             names.ACT_RELEASE, ReleaseTurn(turn_id, status, error),
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
@@ -284,7 +284,7 @@ class ConversationWorkflow:
         letter = DeadLetter(self.cursor.employee, self.cursor.stream_key, turn_id,
                             [i.seq for i in inputs], [i.ingress_id for i in inputs],
                             f"turn_failed: {error}")  # fmt: skip
-        await workflow.execute_activity(
+        await workflow.execute_local_activity(
             names.ACT_DEAD_LETTER, letter,
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
@@ -319,7 +319,7 @@ class ConversationWorkflow:
         if after is None or after >= self.cursor.applied_seq:
             return
         req = ReloadInputs(self.cursor.stream_key, after, self.cursor.applied_seq)
-        items = await workflow.execute_activity(
+        items = await workflow.execute_local_activity(
             names.ACT_LOAD_INPUTS, req, result_type=list[DeliveryItem],
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip

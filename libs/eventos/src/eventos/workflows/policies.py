@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-# Idempotent bookkeeping in our own database: retry until it works.
+# Idempotent bookkeeping in our own database, run as local activities: retry until it works.
 DB_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
 )

@@ -105,7 +105,7 @@ class TurnWorkflow:
         session = str(turn.route.get("session") or "owner")
         event = RunEvent(turn.employee, session, turn.turn_id, names.RUN_INPUT_MERGED,
                          [i.ingress_id for i in items])  # fmt: skip
-        await workflow.execute_activity(
+        await workflow.execute_local_activity(
             names.ACT_RUN_EVENT, event, activity_id=f"{turn.turn_id}:merged-{step}",
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
@@ -131,7 +131,7 @@ class TurnWorkflow:
 
     async def _save(self, req: SaveTurn) -> Saved:
         """The consuming save; a cancel meanwhile lets it finish and tells the entity first."""
-        save = workflow.start_activity(
+        save = workflow.start_local_activity(
             names.ACT_SAVE, req, result_type=Saved, activity_id=f"{req.turn.turn_id}:save",
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
@@ -152,7 +152,7 @@ class TurnWorkflow:
 
     @workflow.run
     async def run(self, turn: TurnInput) -> TurnResult:
-        ctx = await workflow.execute_activity(
+        ctx = await workflow.execute_local_activity(
             names.ACT_LOAD, turn, result_type=ConversationContext,
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
             activity_id=f"{turn.turn_id}:load",
