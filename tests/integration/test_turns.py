@@ -504,3 +504,28 @@ async def test_a_cancelled_entity_drains_its_turn_and_gives_the_slot_back(
     await slots_given_back(instance, instance.name)
     (msg,) = await query(instance.pool, f"SELECT status FROM chat_messages WHERE id = {mid}")
     assert msg["status"] == "delivered"  # taken by the run, never answered, not lost
+
+
+async def test_a_customer_group_debounces_longer_than_a_direct_chat(instance: Instance) -> None:
+    """Customer groups 3 s / 10 s (SPEC §8): messages 2.5 s apart still make one turn."""
+    name = f"g{uuid.uuid4().hex[:8]}"
+    await apply_and_start(instance.pool, CUSTOMER_SPEC.format(name=name))
+    source = f"telegram:tg-{name}"
+    for n in range(3):
+        event = driver_event("group-42", n, source, text=f"part {n}")
+        event.envelope[names.GROUP_ATTRIBUTE] = names.GROUP_CHAT  # the driver says: a group
+        await append_all(instance.pool, [event])
+        if n < 2:
+            await asyncio.sleep(2.5)  # longer than a direct chat's 2 s window
+
+    async def consumed() -> list[dict[str, Any]] | None:
+        q = f"SELECT consumed_seq FROM turns WHERE employee = '{name}' AND status = 'done'"
+        rows = await query(instance.pool, q)
+        return rows if rows and max(r["consumed_seq"] for r in rows) == 3 else None
+
+    turns = await wait_for(consumed, timeout=30, what="the group's messages consumed")
+    assert [t["consumed_seq"] for t in turns] == [3]  # one turn took all three
+    (delivery,) = await query(instance.pool, f"SELECT DISTINCT route FROM bus_deliveries d "
+                                             f"JOIN bus_streams s USING (stream_key) "
+                                             f"WHERE s.employee = '{name}'")  # fmt: skip
+    assert delivery["route"]["group"] is True

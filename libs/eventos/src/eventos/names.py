@@ -31,6 +31,9 @@ LANE_WORKER: Final = "worker"
 THREAD_MAIN: Final = "main"
 # Trigger kinds of customer channels (the customer lane).
 CHANNEL_KINDS: Final = ("telegram", "whatsapp_business", "discord", "email")
+# A channel driver marks a group conversation with this CloudEvents extension attribute.
+GROUP_ATTRIBUTE: Final = "chatkind"
+GROUP_CHAT: Final = "group"
 
 # Generation states.
 GEN_STARTING: Final = "starting"

@@ -54,8 +54,8 @@ IDLE_BY_LANE = {
     names.LANE_WORKER: timedelta(minutes=10),
 }
 # Debounce of an idle entity (SPEC §8): (window, cap); owner chat and background none.
-# Customer groups (3 s / 10 s) join when channel drivers tell groups apart.
 DEBOUNCE_BY_LANE = {names.LANE_CUSTOMER: (timedelta(seconds=2), timedelta(seconds=8))}
+DEBOUNCE_GROUP = (timedelta(seconds=3), timedelta(seconds=10))  # customer groups
 ADMISSION_RETRY = timedelta(seconds=5)
 FAILED_TURN_BACKOFF = timedelta(seconds=10)
 
@@ -294,12 +294,15 @@ class ConversationWorkflow:
 
     def _debounce_left(self) -> timedelta:
         """Time to the absolute deadline min(last + window, first + cap); zero when none."""
-        override = next_inputs(self.pending)[0].route.get("debounce")
+        route = next_inputs(self.pending)[0].route
+        override = route.get("debounce")
         if self.after_turn:
             return timedelta(0)
         if isinstance(override, dict):
             window = timedelta(seconds=float(override.get("window_s", 0)))
             cap = timedelta(seconds=float(override.get("cap_s", 0)))
+        elif self.cursor.lane == names.LANE_CUSTOMER and route.get("group"):
+            window, cap = DEBOUNCE_GROUP
         elif self.cursor.lane in DEBOUNCE_BY_LANE:
             window, cap = DEBOUNCE_BY_LANE[self.cursor.lane]
         else:
