@@ -270,3 +270,22 @@ async def test_claimed_streams_are_served_owner_class_first(
     assert first[1] == names.LANE_TALK
     owner_start = first[0]
     assert all(t > owner_start for t, lane in started.values() if lane != names.LANE_TALK)
+
+
+async def test_at_most_four_calls_per_entity_per_second_and_the_loop_wakes_when_allowed(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    relay = relay_for(pool, temporal_settings, task_queue)
+    for n in range(4):
+        await append_all(pool, [driver_event("hal", n)])
+        await route_until_done(pool)
+        assert await relay.pass_once() == 1
+    await append_all(pool, [driver_event("hal", 4)])
+    await route_until_done(pool)
+    assert await relay.pass_once() == 0  # a fifth call within the second waits
+    wait = relay.idle_wait(poll_s=1.0)
+    assert 0.0 <= wait < 1.0  # the loop sleeps only until the oldest call is a second old
+    assert relay.idle_wait(poll_s=1.0) == 1.0  # …once: then the plain poll interval again
+    await wait_for(lambda: relay.pass_once(), timeout=5, interval=0.05, what="the fifth call")
+    assert (await entity(client, pool)).received == 5

@@ -177,6 +177,7 @@ class Relay:
     breaker: Breaker = field(default_factory=Breaker)
     pauses: Pushback = field(default_factory=Pushback)
     _sent: dict[str, deque[float]] = field(default_factory=dict)
+    _rate_free_at: float | None = None  # when the soonest rate-limited stream may send again
     _serving: set[str] = field(default_factory=set)
 
     async def pass_once(self) -> int:
@@ -266,7 +267,19 @@ class Relay:
 
     def _rate_ok(self, stream_key: str) -> bool:
         sent = self._sent.setdefault(stream_key, deque(maxlen=PER_ENTITY_PER_SECOND))
-        return len(sent) < PER_ENTITY_PER_SECOND or time.monotonic() - sent[0] >= 1.0
+        if len(sent) < PER_ENTITY_PER_SECOND or time.monotonic() - sent[0] >= 1.0:
+            return True
+        free_at = sent[0] + 1.0
+        self._rate_free_at = min(free_at, self._rate_free_at or free_at)
+        return False
+
+    def idle_wait(self, poll_s: float) -> float:
+        """How long an idle loop may wait: the poll interval, or less when a stream held back
+        by the per-entity rate may send sooner."""
+        free_at, self._rate_free_at = self._rate_free_at, None
+        if free_at is None:
+            return poll_s
+        return min(poll_s, max(0.0, free_at - time.monotonic()))
 
     async def _one_batch(self, stream_key: str, token: int) -> bool:
         """Gates, then one Signal-With-Start; False when the stream has nothing more to send now."""
@@ -386,4 +399,4 @@ async def relay_loop(relay: Relay, wake: WakeSignal, poll_s: float) -> None:
             log.exception("relay pass failed")
             sent = 0
         if not sent:
-            await wake.wait(poll_s)
+            await wake.wait(relay.idle_wait(poll_s))
