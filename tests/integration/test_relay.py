@@ -289,3 +289,22 @@ async def test_at_most_four_calls_per_entity_per_second_and_the_loop_wakes_when_
     assert relay.idle_wait(poll_s=1.0) == 1.0  # …once: then the plain poll interval again
     await wait_for(lambda: relay.pass_once(), timeout=5, interval=0.05, what="the fifth call")
     assert (await entity(client, pool)).received == 5
+
+
+async def test_a_window_consumed_meanwhile_is_not_held(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    """The hold is decided under the stream's lock on the window as it is then: a consuming
+    save that ran after the relay read a full window must not leave a hold nobody lifts."""
+    await append_all(pool, [driver_event("ivy", n) for n in range(40)])
+    await route_until_done(pool)
+    relay = relay_for(pool, temporal_settings, task_queue)
+    assert await drain(relay) == 2
+    async with pool.connection() as conn:  # the entity consumed the window meanwhile
+        await conn.execute("UPDATE bus_streams SET hold_reason = NULL")
+        await conn.execute("UPDATE bus_deliveries SET status = 'done' WHERE seq <= 20")
+    async with pool.connection() as conn:
+        await relay._hold_window(conn, (await stream(pool))["stream_key"])
+    assert (await stream(pool))["hold_reason"] is None
+    assert await relay.pass_once() == 1  # room for 20 more: 8 pending go out

@@ -16,6 +16,7 @@ import httpx
 import pytest
 from conftest import ADMIN_TOKEN, apply_and_start
 from psycopg_pool import AsyncConnectionPool
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 from test_router import append_all, driver_event, query
@@ -58,6 +59,8 @@ class Instance:
     client: Client
     api: httpx.AsyncClient
     pool: AsyncConnectionPool[Conn]
+    relay: Relay
+    llm: LlmActivities
 
     async def chat(self, text: str) -> int:
         r = await self.api.post(f"/v1/employees/{self.name}/chat",
@@ -106,7 +109,7 @@ async def instance(
             headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
             async with httpx.AsyncClient(base_url=ingress_url, headers=headers, timeout=10) as api:
                 try:
-                    yield Instance(name, client, api, pool)
+                    yield Instance(name, client, api, pool, relay, llm)
                 finally:
                     pumping.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -529,3 +532,38 @@ async def test_a_customer_group_debounces_longer_than_a_direct_chat(instance: In
                                              f"JOIN bus_streams s USING (stream_key) "
                                              f"WHERE s.employee = '{name}'")  # fmt: skip
     assert delivery["route"]["group"] is True
+
+
+async def test_a_turn_that_does_not_close_within_its_grace_is_terminated(
+    instance: Instance,
+) -> None:
+    """The last resort of cancellation: the step cannot hear the cancel before its first
+    heartbeat (30 s here), so the turn outlives the entity's 1 s grace and is terminated."""
+    instance.llm.heartbeat_s = 30.0
+    instance.relay.entity_cancel_grace_s = 1.0
+    await instance.chat("stuck\nsleep: 600")
+
+    async def running() -> str | None:
+        rows = await query(instance.pool, "SELECT id FROM turns WHERE status = 'running'")
+        return rows[0]["id"] if rows else None
+
+    turn_id = await wait_for(running, timeout=15, what="the turn running")
+    turn = instance.client.get_workflow_handle(turn_id)
+
+    async def step_started() -> bool:
+        pending = (await turn.describe()).raw_description.pending_activities
+        return any(a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED for a in pending)
+
+    await wait_for(step_started, timeout=15, what="the LLM step started")
+    (stream,) = await query(instance.pool, "SELECT entity_id FROM bus_streams")
+    entity = instance.client.get_workflow_handle(stream["entity_id"])
+    await entity.cancel()
+
+    async def entity_closed() -> bool:
+        return (await entity.describe()).status == WorkflowExecutionStatus.CANCELED
+
+    await wait_for(entity_closed, timeout=20, interval=0.2, what="the entity cancelled")
+    assert (await turn.describe()).status == WorkflowExecutionStatus.TERMINATED
+    (row,) = await query(instance.pool, f"SELECT status FROM turns WHERE id = '{turn_id}'")
+    assert row["status"] == "cancelled"
+    await slots_given_back(instance, instance.name)

@@ -12,6 +12,7 @@ from typing import TypeVar
 from psycopg_pool import AsyncConnectionPool
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from eventos import egress, names, turns
 from eventos.contracts import (
@@ -25,6 +26,7 @@ from eventos.contracts import (
     RunEvent,
     Saved,
     SaveTurn,
+    TerminateWorkflow,
     TurnInput,
 )
 from eventos.db import Conn
@@ -74,6 +76,16 @@ class DbActivities:
     async def record_run_event(self, event: RunEvent) -> None:
         await self._run(lambda conn: turns.record_run_event(conn, event))
 
+    @activity.defn(name=names.ACT_TERMINATE)
+    async def terminate_workflow(self, req: TerminateWorkflow) -> None:
+        """Terminate a workflow (with its children: their parent close policy) by id."""
+        handle = activity.client().get_workflow_handle(req.workflow_id)
+        try:
+            await handle.terminate(reason=req.reason)
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:  # already closed: nothing to do
+                raise
+
     @activity.defn(name=names.ACT_SEND)
     async def egress_send(self, outbound_id: int) -> str:
         return await self._run(lambda conn: egress.send(conn, outbound_id))
@@ -82,6 +94,7 @@ class DbActivities:
         return [
             self.admit_turn, self.release_turn, self.load_conversation, self.save_turn,
             self.dead_letter_inputs, self.load_inputs, self.record_run_event,
+            self.terminate_workflow,
         ]  # fmt: skip
 
     def egress_activities(self) -> list[Callable[..., Awaitable[object]]]:

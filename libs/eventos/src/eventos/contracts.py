@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from eventos import names
+
 
 @dataclass(frozen=True)
 class StreamCursor:
@@ -19,8 +21,9 @@ class StreamCursor:
     # After continue-as-new: inputs delivered after this seq (through applied_seq) and not yet
     # consumed are read back from the database instead of being carried (I7: cursors only).
     reload_after: int | None = None
-    roll_after: int = 4000  # continue-as-new between turns past this many events or Signals
+    roll_after: int = names.ENTITY_ROLL_AFTER  # continue-as-new between turns past this many
     idle_s: float | None = None  # passivate after this idle time (None: the lane's default)
+    cancel_grace_s: float = names.TURN_CANCEL_GRACE_S  # then a cancelled turn is terminated
 
 
 @dataclass(frozen=True)
@@ -204,6 +207,14 @@ class InterruptTurn:
     turn_id: str
     by_class: int = 1
     reason: str = "interrupted by the owner"
+
+
+@dataclass(frozen=True)
+class TerminateWorkflow:
+    """The last resort when a cancelled workflow does not close in time."""
+
+    workflow_id: str
+    reason: str
 
 
 @dataclass(frozen=True)

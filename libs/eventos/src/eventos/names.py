@@ -113,13 +113,14 @@ ACT_LOAD: Final = "load_conversation"
 ACT_SAVE: Final = "save_turn"
 ACT_SEND: Final = "egress_send"
 ACT_RUN_EVENT: Final = "record_run_event"
+ACT_TERMINATE: Final = "terminate_workflow"
 
 # Turns (SPEC §7, §8, I7).
 TURN_MAX_INPUTS: Final = 50
 TURN_MAX_BYTES: Final = 256 * 1024
 TURN_MAX_STEPS: Final = 16
 TURN_MAX_B2: Final = 2  # merge point B2 at most twice per turn, customer channels only
-TURN_CANCEL_GRACE_S: Final = 120  # a cancelled turn drains its running work within 2 minutes
+TURN_CANCEL_GRACE_S: Final = 120.0  # a cancelled turn closes within this, else is terminated
 TRANSCRIPT_MAX_BYTES: Final = 393_216
 EMPLOYEE_TURN_CAP: Final = 4  # plus one slot reserved for the owner (C1)
 

@@ -174,6 +174,7 @@ class Relay:
     lease_ttl_s: float = LEASE_TTL_S
     entity_roll_after: int = names.ENTITY_ROLL_AFTER
     entity_idle_s: float | None = None  # None: the lane's default (SPEC §7)
+    entity_cancel_grace_s: float = names.TURN_CANCEL_GRACE_S
     breaker: Breaker = field(default_factory=Breaker)
     pauses: Pushback = field(default_factory=Pushback)
     _sent: dict[str, deque[float]] = field(default_factory=dict)
@@ -248,8 +249,10 @@ class Relay:
     async def _serve_leased(self, stream_key: str, token: int, batches: int | None) -> int:
         sent = 0
         try:
-            while (batches is None or sent < batches) and await self._one_batch(stream_key, token):
-                sent += 1
+            again = True
+            while again and (batches is None or sent < batches):
+                delivered, again = await self._one_batch(stream_key, token)
+                sent += delivered
         except StaleLease:
             log.warning("lease on %s was taken over; stopping there", stream_key)
             return sent
@@ -281,35 +284,50 @@ class Relay:
             return poll_s
         return min(poll_s, max(0.0, free_at - time.monotonic()))
 
-    async def _one_batch(self, stream_key: str, token: int) -> bool:
-        """Gates, then one Signal-With-Start; False when the stream has nothing more to send now."""
+    async def _one_batch(self, stream_key: str, token: int) -> tuple[bool, bool]:
+        """Gates, then one Signal-With-Start: (a batch was delivered, the stream may have more
+        to send now). A stream whose pending inputs all went out, or whose window this batch
+        filled, is not read again in this pass."""
         if not self._rate_ok(stream_key):
-            return False
+            return False, False
         async with self.pool.connection() as conn:
             params = {"stream_key": stream_key, "limit": names.BATCH_MAX_ITEMS}
             cur = await conn.execute(Q["stream_next_batch"], params)
             found = await cur.fetchall()
             if not found or found[0]["hold_reason"] is not None:
-                return False
+                return False, False
             stream = found[0]
             if stream["generation_state"] not in (names.GEN_RUNNING, names.GEN_PAUSED):
                 await self._kill(conn, stream_key)
-                return False
+                return False, False
             rows = [r for r in found if r["seq"] is not None]
             if not rows:
                 if stream["top_pending_class"] is not None:  # nothing sendable: stop claiming it
                     await conn.execute(Q["stream_refresh_pending"], {"stream_key": stream_key})
-                return False
+                return False, False
             room_inputs = names.WINDOW_MAX_INPUTS - int(stream["window_inputs"])
             room_bytes = names.WINDOW_MAX_BYTES - int(stream["window_bytes"])
             if room_inputs <= 0 or room_bytes <= 0:
-                await conn.execute(Q["stream_hold_window"], {"stream_key": stream_key})
-                return False
+                await self._hold_window(conn, stream_key)
+                return False, False
         batch = take_batch(rows, room_inputs, room_bytes)
         if not await self._send(stream, batch):
-            return True  # a dead-lettered input: try the rest
+            return False, True  # a dead-lettered input: try the rest
         await self._commit(stream_key, token, batch[-1].seq)
-        return True
+        more = len(rows) > len(batch) or len(rows) == names.BATCH_MAX_ITEMS
+        full = len(batch) >= room_inputs or sum(i.size for i in batch) >= room_bytes
+        if more and full:
+            async with self.pool.connection() as conn:
+                await self._hold_window(conn, stream_key)
+        return True, more and not full
+
+    async def _hold_window(self, conn: Conn, stream_key: str) -> None:
+        """Hold the stream while its window is still full, counted under the stream's lock."""
+        params = {"stream_key": stream_key, "max_inputs": names.WINDOW_MAX_INPUTS,
+                  "max_bytes": names.WINDOW_MAX_BYTES}  # fmt: skip
+        async with conn.transaction():
+            await conn.execute(Q["stream_lock"], params)
+            await conn.execute(Q["stream_hold_window"], params)
 
     async def _send(self, stream: dict[str, Any], batch: list[DeliveryItem]) -> bool:
         """Signal-With-Start; True when Temporal accepted the batch."""
@@ -317,7 +335,7 @@ class Relay:
             stream_key=stream["stream_key"], employee=stream["employee"],
             generation=int(stream["generation"]), lane=stream["lane"], thread=stream["thread"],
             applied_seq=int(stream["consumed_seq"]), roll_after=self.entity_roll_after,
-            idle_s=self.entity_idle_s,
+            idle_s=self.entity_idle_s, cancel_grace_s=self.entity_cancel_grace_s,
         )  # fmt: skip
         try:
             client: Client = await self.temporal.get()

@@ -104,9 +104,9 @@ def _route_of(sub: dict[str, Any], envelope: object, thread: str) -> dict[str, A
     if sub["trigger_kind"] == "chat":
         session = lookup(envelope, "subject") if isinstance(envelope, dict) else None
         route["session"] = str(session or "owner")
-    if sub["trigger_kind"] in names.CHANNEL_KINDS and isinstance(envelope, dict):
-        if envelope.get(names.GROUP_ATTRIBUTE) == names.GROUP_CHAT:
-            route["group"] = True  # a customer group: its own debounce (SPEC §8)
+    grouped = isinstance(envelope, dict) and envelope.get(names.GROUP_ATTRIBUTE) == names.GROUP_CHAT
+    if sub["trigger_kind"] in names.CHANNEL_KINDS and grouped:
+        route["group"] = True  # a customer group: its own debounce (SPEC §8)
     return route
 
 

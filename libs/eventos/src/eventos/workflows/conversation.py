@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         ReleaseTurn,
         ReloadInputs,
         StreamCursor,
+        TerminateWorkflow,
         TurnInput,
         TurnResult,
     )
@@ -345,22 +346,30 @@ class ConversationWorkflow:
         workflow.continue_as_new(
             StreamCursor(c.stream_key, c.employee, c.generation, c.lane, c.thread,
                          self.applied_seq, reload_after=reload_after, roll_after=c.roll_after,
-                         idle_s=c.idle_s)
+                         idle_s=c.idle_s, cancel_grace_s=c.cancel_grace_s)
         )  # fmt: skip
 
     async def _drain(self) -> None:
-        """Cancelled: cancel the running turn and wait up to 2 minutes for it to close."""
+        """Cancelled: cancel the running turn, wait up to 2 minutes for it to close, then
+        terminate it (its children go with it); only then is its slot given back."""
         if self.turn is None:
             return
         turn_id = self.turn.id
         if not self.turn.done():
             self.turn.cancel()
-            grace = timedelta(seconds=names.TURN_CANCEL_GRACE_S)
-            with contextlib.suppress(TimeoutError):
+            grace = timedelta(seconds=self.cursor.cancel_grace_s)
+            try:
                 await workflow.wait_condition(lambda: self.turn is None or self.turn.done(),
                                               timeout=grace)  # fmt: skip
+            except TimeoutError:
+                await workflow.execute_local_activity(
+                    names.ACT_TERMINATE,
+                    TerminateWorkflow(turn_id, "did not close within its cancellation grace"),
+                    start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+                )  # fmt: skip
+                await workflow.wait_condition(lambda: self.turn is None or self.turn.done())
         consumed: list[int] = []
-        if self.turn is not None and self.turn.done() and not self.turn.cancelled():
+        if self.turn is not None and not self.turn.cancelled():
             with contextlib.suppress(FailureError, asyncio.CancelledError):
                 consumed = (await self.turn).consumed
         await self._turn_ended(turn_id, names.TURN_CANCELLED, "entity cancelled", consumed)

@@ -95,10 +95,18 @@ FROM (
 ) p
 WHERE s.stream_key = %(stream_key)s;
 
+-- name: stream_lock
+-- Lock a stream row for the rest of the transaction.
+SELECT 1 FROM bus_streams WHERE stream_key = %(stream_key)s FOR UPDATE;
+
 -- name: stream_hold_window
--- The entity holds a full window: stop sending until it consumes.
-UPDATE bus_streams SET hold_reason = 'window', updated_at = now()
-WHERE stream_key = %(stream_key)s AND hold_reason IS NULL;
+-- The entity holds a full window: stop sending until it consumes. Runs after stream_lock in the
+-- same transaction, so the window is counted after any consuming save that held the row (a hold
+-- set after the last consumption would never be lifted).
+UPDATE bus_streams s SET hold_reason = 'window', updated_at = now()
+WHERE s.stream_key = %(stream_key)s AND s.hold_reason IS NULL
+  AND (SELECT count(*) >= %(max_inputs)s OR coalesce(sum(d.size), 0) >= %(max_bytes)s
+       FROM bus_deliveries d WHERE d.stream_key = s.stream_key AND d.status = 'delivered');
 
 -- name: deliveries_kill_stream
 -- The stream's generation no longer runs: its open inputs become dead(reset).
