@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -308,3 +309,27 @@ async def test_a_window_consumed_meanwhile_is_not_held(
         await relay._hold_window(conn, (await stream(pool))["stream_key"])
     assert (await stream(pool))["hold_reason"] is None
     assert await relay.pass_once() == 1  # room for 20 more: 8 pending go out
+
+
+async def test_while_temporal_pushes_back_each_pass_shares_its_calls_by_class(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    await append_all(pool, [driver_event(f"cust-{n}", n) for n in range(6)])  # six C3 streams
+    async with pool.connection() as conn:
+        await chat.send(conn, employee, uuid.uuid4().hex, "owner here")  # one C1 stream
+    await route_until_done(pool)
+    relay = relay_for(pool, temporal_settings, task_queue)
+    relay.pauses.last_at = time.monotonic()  # as if RESOURCE_EXHAUSTED had just come back
+    relay.pauses.budget = 2
+    assert await relay.pass_once() == 2  # two calls: the owner's stream and one C3 stream
+    rows = await query(pool, "SELECT lane, delivered_seq FROM bus_streams ORDER BY lane")
+    served = [(r["lane"], r["delivered_seq"]) for r in rows if r["delivered_seq"]]
+    assert sorted(served) == [(names.LANE_TALK, 1), (names.LANE_WORKER, 1)]
+    leases = await query(pool, "SELECT count(*) AS n FROM bus_leases WHERE until > now()")
+    assert leases[0]["n"] == 0  # the leases not granted were given back at once
+    assert relay.pauses.budget == 4  # one more call per accepted call
+    while await relay.pass_once():  # the shares go round: everyone is served in the end
+        pass
+    rows = await query(pool, "SELECT delivered_seq FROM bus_streams")
+    assert [r["delivered_seq"] for r in rows] == [1] * 7
