@@ -68,6 +68,17 @@ class Stack:
             except subprocess.TimeoutExpired:
                 proc.kill()
 
+    def __enter__(self) -> Stack:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def logs(self) -> str:
         """The last lines of every service's log, for assertion messages."""
         return "\n".join(f"--- {n}\n{p.proc.tail(15)}" for n, p in self.procs.items())

@@ -80,12 +80,8 @@ def stack(
     env = base_env(db_settings.url, temporal_settings.address, temporal_settings.namespace,
                    tmp_path / "blobs")  # fmt: skip
     env["EVENTOS_SECRET_FAKE_OPENAI"] = KEY
-    running = Stack(env, tmp_path)
-    try:
-        running.start()
+    with Stack(env, tmp_path) as running:
         yield running
-    finally:
-        running.stop()
 
 
 async def turn_history(settings: TemporalSettings, turn_id: str) -> list[HistoryEvent]:

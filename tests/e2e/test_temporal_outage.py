@@ -66,12 +66,8 @@ def stack(
 ) -> Iterator[Stack]:
     env = base_env(db_settings.url, temporal.address, temporal.namespace, tmp_path / "blobs")
     env.update(SECRETS)
-    running = Stack(env, tmp_path)
-    try:
-        running.start()
+    with Stack(env, tmp_path) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @dataclass
