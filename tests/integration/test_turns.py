@@ -116,6 +116,17 @@ async def instance(
                         await pumping
 
 
+async def step_started(instance: Instance, turn_id: str) -> None:
+    """The turn's LLM step is running on an LLM worker."""
+    turn = instance.client.get_workflow_handle(turn_id)
+
+    async def started() -> bool:
+        pending = (await turn.describe()).raw_description.pending_activities
+        return any(a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED for a in pending)
+
+    await wait_for(started, timeout=15, what="the LLM step started")
+
+
 async def slots_given_back(instance: Instance, employee: str) -> None:
     """The turns' admission slots are released (just after the turns end)."""
 
@@ -488,9 +499,9 @@ async def test_a_cancelled_entity_drains_its_turn_and_gives_the_slot_back(
         return rows[0]["id"] if rows else None
 
     turn_id = await wait_for(running, timeout=15, what="the turn running")
+    await step_started(instance, turn_id)
     (stream,) = await query(instance.pool, "SELECT entity_id FROM bus_streams")
     entity = instance.client.get_workflow_handle(stream["entity_id"])
-    await asyncio.sleep(1)  # let the step start on the LLM worker
     await entity.cancel()
 
     async def cancelled() -> bool:
@@ -549,12 +560,7 @@ async def test_a_turn_that_does_not_close_within_its_grace_is_terminated(
 
     turn_id = await wait_for(running, timeout=15, what="the turn running")
     turn = instance.client.get_workflow_handle(turn_id)
-
-    async def step_started() -> bool:
-        pending = (await turn.describe()).raw_description.pending_activities
-        return any(a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED for a in pending)
-
-    await wait_for(step_started, timeout=15, what="the LLM step started")
+    await step_started(instance, turn_id)
     (stream,) = await query(instance.pool, "SELECT entity_id FROM bus_streams")
     entity = instance.client.get_workflow_handle(stream["entity_id"])
     await entity.cancel()
