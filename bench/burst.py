@@ -111,7 +111,28 @@ async def drain(db: DatabaseSettings, ts: TemporalSettings, messages: int) -> No
             await asyncio.sleep(0.05)
         elapsed = time.perf_counter() - started
         await report(client, str(row["entity_id"]), messages, elapsed)
+        async with pool.connection() as conn:
+            cur = await conn.execute(TURNS_SQL)
+            t = await cur.fetchone() or {}
+        print(f"turns: {t['turns']} ({t['failed']} failed), {t['per_turn']} inputs per turn, "
+              f"{t['turn_s']} s per turn, {t['gap_s']} s between turns")  # fmt: skip
     await pool.close()
+
+
+# What the turns did: how many, how many failed, their size and pace.
+TURNS_SQL = """
+WITH t AS (
+    SELECT status, ended_at - started_at AS took,
+           started_at - lag(ended_at) OVER (ORDER BY n) AS gap
+    FROM turns
+)
+SELECT count(*) AS turns, count(*) FILTER (WHERE status <> 'done') AS failed,
+       round((SELECT count(*) FROM bus_deliveries WHERE status = 'done')::numeric
+             / greatest(count(*) FILTER (WHERE status = 'done'), 1), 1) AS per_turn,
+       round(extract(epoch FROM avg(took))::numeric, 2) AS turn_s,
+       round(extract(epoch FROM avg(gap))::numeric, 2) AS gap_s
+FROM t
+"""
 
 
 async def report(client: object, entity_id: str, messages: int, elapsed: float) -> None:
