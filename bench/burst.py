@@ -16,14 +16,12 @@ import argparse
 import asyncio
 import contextlib
 import json
-import shutil
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import httpx
-from harness import exit_on_signals
+from harness import exit_on_signals, run_in_temp_folder
 
 from eventos import employees, names
 from eventos.activities import DbActivities
@@ -162,14 +160,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=10_000)
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="eventos-burst-"))
-    try:
-        asyncio.run(run(args.messages, folder))
-    except KeyboardInterrupt:
-        print("interrupted")
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    return 0
+    return run_in_temp_folder("eventos-burst-", lambda folder: run(args.messages, folder))
 
 
 if __name__ == "__main__":

@@ -17,10 +17,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import httpx
 import psycopg
@@ -417,3 +418,15 @@ def interrupt_guard() -> Iterator[None]:
     except BenchError as exc:
         progress(f"bench failed: {exc}")
         raise SystemExit(1) from None
+
+
+def run_in_temp_folder(prefix: str, main: Callable[[Path], Coroutine[Any, Any, None]]) -> int:
+    """Run `main(folder)` in a fresh temporary folder, removed afterwards (also on Ctrl-C)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        asyncio.run(main(folder))
+    except KeyboardInterrupt:
+        print("interrupted")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return 0

@@ -15,13 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from harness import exit_on_signals
+from harness import exit_on_signals, run_in_temp_folder
 from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 
@@ -145,14 +143,7 @@ def main() -> int:
     parser.add_argument("--per-stream", type=int, default=32, help="≤ 32: no worker consumes")
     parser.add_argument("--concurrency", type=int, default=32)
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="eventos-relay-bench-"))
-    try:
-        asyncio.run(run(args, folder))
-    except KeyboardInterrupt:
-        print("interrupted")
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-    return 0
+    return run_in_temp_folder("eventos-relay-bench-", lambda folder: run(args, folder))
 
 
 if __name__ == "__main__":

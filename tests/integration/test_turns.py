@@ -37,16 +37,43 @@ from eventos.workers import egress_worker, workflow_worker
 
 pytestmark = pytest.mark.temporal
 
-SPEC = """
+
+def local_spec(name: str, triggers: str, system: str = "") -> str:
+    """An employee whose one agent `front` runs on the local provider."""
+    prompt = f", system: {system}" if system else ""
+    return f"""
 apiVersion: eventos/v1
 kind: Employee
 metadata: {{name: {name}}}
 spec:
-  agents: [{{name: front, model: {{provider: local, name: scripted}}, system: You help.}}]
+  agents: [{{name: front, model: {{provider: local, name: scripted}}{prompt}}}]
   triggers:
-    - {{kind: chat}}
+{triggers}"""
+
+
+def owner_and_driver(name: str) -> str:
+    """Owner chat, and a gRPC driver threaded by subject (one conversation per subject)."""
+    return local_spec(
+        name,
+        f"""    - {{kind: chat}}
     - {{kind: grpc, driver: drv-{name}, thread_by: subject}}
-"""
+""",
+        system="You help.",
+    )
+
+
+def customer(name: str) -> str:
+    return local_spec(name, f"    - {{kind: telegram, account: tg-{name}}}\n")
+
+
+def two_classes(name: str) -> str:
+    """Two gRPC drivers into one conversation: `low` is C4, `high` is C1."""
+    return local_spec(
+        name,
+        f"""    - {{kind: grpc, name: low, driver: low-{name}, class: C4}}
+    - {{kind: grpc, name: high, driver: high-{name}, class: C1}}
+""",
+    )
 
 
 ROLL_AFTER = 60  # tests make entities continue-as-new early
@@ -92,7 +119,7 @@ async def instance(
     pool: AsyncConnectionPool[Conn], ingress_url: str, temporal_settings: TemporalSettings
 ) -> AsyncIterator[Instance]:
     name = f"t{uuid.uuid4().hex[:8]}"
-    await apply_and_start(pool, SPEC.format(name=name))
+    await apply_and_start(pool, owner_and_driver(name))
     client = await connect(temporal_settings.address, temporal_settings.namespace)
     queue = f"wf-{uuid.uuid4().hex[:8]}"
     db = DbActivities(pool)
@@ -250,23 +277,12 @@ async def test_consecutive_messages_each_get_a_reply(instance: Instance) -> None
     assert (rows[0]["consumed_seq"], rows[0]["delivered_seq"]) == (8, 8)
 
 
-CUSTOMER_SPEC = """
-apiVersion: eventos/v1
-kind: Employee
-metadata: {{name: {name}}}
-spec:
-  agents: [{{name: front, model: {{provider: local, name: scripted}}}}]
-  triggers:
-    - {{kind: telegram, account: tg-{name}}}
-"""
-
-
 async def test_five_customer_messages_in_the_debounce_window_make_one_turn(
     instance: Instance,
 ) -> None:
     """EG5: a customer's burst within 2 s of each other (and 8 s in all) is one turn."""
     name = f"c{uuid.uuid4().hex[:8]}"
-    await apply_and_start(instance.pool, CUSTOMER_SPEC.format(name=name))
+    await apply_and_start(instance.pool, customer(name))
     source = f"telegram:tg-{name}"
     for n in range(5):
         await append_all(instance.pool, [driver_event("+4915100000", n, source, text=f"part {n}")])
@@ -374,18 +390,6 @@ async def test_an_idle_entity_passivates_and_restarts_from_the_cursor(instance: 
     assert len(runs) == 2
 
 
-TWO_CLASS_SPEC = """
-apiVersion: eventos/v1
-kind: Employee
-metadata: {{name: {name}}}
-spec:
-  agents: [{{name: front, model: {{provider: local, name: scripted}}}}]
-  triggers:
-    - {{kind: grpc, name: low, driver: low-{name}, class: C4}}
-    - {{kind: grpc, name: high, driver: high-{name}, class: C1}}
-"""
-
-
 async def entity_of(instance: Instance, employee: str) -> Any:
     async def known() -> str | None:
         rows = await query(
@@ -401,7 +405,7 @@ async def test_interrupt_stops_a_lower_class_turn_and_the_higher_class_runs_next
     instance: Instance,
 ) -> None:
     name = f"i{uuid.uuid4().hex[:8]}"
-    await apply_and_start(instance.pool, TWO_CLASS_SPEC.format(name=name))
+    await apply_and_start(instance.pool, two_classes(name))
     await append_all(instance.pool, [driver_event("x", 1, f"grpc:low-{name}",
                                                   text="slow chore\nsleep: 4\ncall: lookup {}")])  # fmt: skip
     handle = await entity_of(instance, name)
@@ -459,7 +463,7 @@ async def test_a_draft_overtaken_on_a_customer_channel_takes_one_more_step(
 ) -> None:
     """Merge point B2: the unsent final answer stays as a draft, a note, one more step."""
     name = f"c{uuid.uuid4().hex[:8]}"
-    await apply_and_start(instance.pool, CUSTOMER_SPEC.format(name=name))
+    await apply_and_start(instance.pool, customer(name))
     source = f"telegram:tg-{name}"
     await append_all(instance.pool, [driver_event("+4915100001", 1, source, text="hi\nsleep: 3")])
 
@@ -523,7 +527,7 @@ async def test_a_cancelled_entity_drains_its_turn_and_gives_the_slot_back(
 async def test_a_customer_group_debounces_longer_than_a_direct_chat(instance: Instance) -> None:
     """Customer groups 3 s / 10 s (SPEC §8): messages 2.5 s apart still make one turn."""
     name = f"g{uuid.uuid4().hex[:8]}"
-    await apply_and_start(instance.pool, CUSTOMER_SPEC.format(name=name))
+    await apply_and_start(instance.pool, customer(name))
     source = f"telegram:tg-{name}"
     for n in range(3):
         event = driver_event("group-42", n, source, text=f"part {n}")

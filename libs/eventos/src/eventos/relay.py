@@ -218,10 +218,10 @@ class Relay:
             else:
                 back.append(lease)
         if back:
+            params = {"stream_keys": [k for k, _, _ in back], "tokens": [t for _, t, _ in back],
+                      "owner": self.relay_id}  # fmt: skip
             async with self.pool.connection() as conn:
-                for key, token, _ in back:
-                    params = {"stream_key": key, "owner": self.relay_id, "token": token}
-                    await conn.execute(Q["lease_release"], params)
+                await conn.execute(Q["leases_release"], params)
         return kept
 
     async def _probe(self) -> bool:

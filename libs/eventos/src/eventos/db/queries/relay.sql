@@ -30,6 +30,12 @@ ORDER BY c.top_pending_class;
 UPDATE bus_leases SET until = now()
 WHERE name = 'relay:' || %(stream_key)s AND owner = %(owner)s AND fencing_token = %(token)s;
 
+-- name: leases_release
+-- Give several stream leases back at once (only those we still hold, by their tokens).
+UPDATE bus_leases l SET until = now()
+FROM unnest(%(stream_keys)s::text[], %(tokens)s::bigint[]) AS g(stream_key, token)
+WHERE l.name = 'relay:' || g.stream_key AND l.owner = %(owner)s AND l.fencing_token = g.token;
+
 -- name: stream_next_batch
 -- A leased stream with its generation's state, its window use (inputs delivered to the
 -- entity and not yet consumed) and its next pending inputs in seq order: one row per input,
