@@ -115,8 +115,10 @@ class Owner:
         applied = self.call("POST", "/v1/employees", content=spec)
         assert applied.status_code == 200, applied.text
         started = self.call("POST", f"/v1/employees/{name}:start")
-        assert started.status_code == 200, started.text
-        assert started.json()["state"] == names.GEN_RUNNING
+        assert started.status_code == 202, started.text
+        # The relay's deliverer starts the supervisor, whose first run activates the generation.
+        wait_for_sync(lambda: self.call("GET", f"/v1/employees/{name}").json()["state"]
+                      == names.GEN_RUNNING, timeout=30, what=f"{name} running")  # fmt: skip
 
     def chat(self, name: str, text: str) -> int:
         """Send one owner message; the answer must be 202 (queued)."""

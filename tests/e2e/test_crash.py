@@ -42,7 +42,7 @@ def ingress(env: dict[str, str], tmp_path: Path, router: Running) -> Iterator[Ru
     proc.start()
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     assert httpx.post(f"{proc.url}/v1/employees", content=SPEC, headers=headers).status_code == 200
-    assert httpx.post(f"{proc.url}/v1/employees/support:start", headers=headers).status_code == 200
+    assert httpx.post(f"{proc.url}/v1/employees/support:start", headers=headers).status_code == 202
     yield proc
     proc.terminate()
 

@@ -47,21 +47,55 @@ async def test_apply_start_stop_resume_reset(api: httpx.AsyncClient) -> None:
     again = await apply(api, HELLO)
     assert again.json()["applied"] == [{"name": "hello", "created": False, "changed": False}]
     assert (await api.get("/v1/employees/hello")).json()["state"] == "stopped"
-    steps = [("start", "running", 1), ("stop", "paused", 1), ("resume", "running", 1),
-             ("reset", "retired", 1), ("start", "running", 2)]  # fmt: skip
-    for action, state, generation in steps:
+    # Each change commits at once with an intent (no deliverer runs here: they stay applying);
+    # the control revision counts per generation.
+    steps = [("start", "starting", 1, 1), ("stop", "paused", 1, 2), ("resume", "running", 1, 3),
+             ("reset", "retired", 1, 4), ("start", "starting", 2, 1)]  # fmt: skip
+    for action, state, generation, revision in steps:
         r = await api.post(f"/v1/employees/hello:{action}")
-        assert r.status_code == 200, r.text
+        assert r.status_code == 202, r.text
         assert (r.json()["state"], r.json()["generation"]) == (state, generation)
+        intent = r.json()["intent"]
+        assert (intent["kind"], intent["state"], intent["revision"]) == (
+            action,
+            "applying",
+            revision,
+        )
+        assert (await api.get(f"/v1/intents/{intent['id']}")).json() == intent
     listed = (await api.get("/v1/employees")).json()["employees"]
-    assert [(e["name"], e["state"], e["generation"]) for e in listed] == [("hello", "running", 2)]
+    assert [(e["name"], e["state"], e["generation"], e["intent"]["kind"]) for e in listed] == [
+        ("hello", "starting", 2, "start")
+    ]
+    assert (await api.get("/v1/intents/999")).status_code == 404
+
+
+async def test_limits_and_interrupt_write_intents(api: httpx.AsyncClient) -> None:
+    await apply(api, HELLO)
+    assert (await api.post("/v1/employees/hello/limits", json={"daily_usd": 5})).status_code == 409
+    assert (await api.post("/v1/employees/hello:start")).status_code == 202
+    for bad in ({"daily_usd": -1}, {"daily_usd": "5"}, {"weekly_usd": 5}, {}):
+        r = await api.post("/v1/employees/hello/limits", json=bad)
+        assert r.status_code == 400, bad
+    r = await api.post("/v1/employees/hello/limits", json={"daily_usd": 12.5})
+    assert r.status_code == 202
+    assert (r.json()["intent"]["kind"], r.json()["intent"]["revision"]) == ("limits", 2)
+    got = (await api.get("/v1/employees/hello")).json()
+    assert (got["limits"], got["revision"]) == ({"daily_usd": 12.5}, 2)
+    # Interrupt names a conversation that exists; the owner's chat has none before a message.
+    r = await api.post("/v1/employees/hello:interrupt", json={"conversation": "talk/main"})
+    assert r.status_code == 404
+    assert "no conversation" in r.json()["error"]
+    r = await api.post("/v1/employees/hello:interrupt", json={"conversation": "nonsense"})
+    assert r.status_code == 400
+    r = await api.post("/v1/rearm")
+    assert (r.status_code, r.json()["kind"], r.json()["state"]) == (202, "rearm", "applying")
 
 
 async def test_lifecycle_refusals(api: httpx.AsyncClient) -> None:
     assert (await api.post("/v1/employees/nobody:start")).status_code == 404
     await apply(api, HELLO)
     assert (await api.post("/v1/employees/hello:resume")).status_code == 409
-    assert (await api.post("/v1/employees/hello:start")).status_code == 200
+    assert (await api.post("/v1/employees/hello:start")).status_code == 202
     assert (await api.post("/v1/employees/hello:start")).status_code == 409
     assert (await api.post("/v1/employees/hello:explode")).status_code == 404
 
@@ -89,11 +123,11 @@ async def test_webhook_paths_are_unique_per_instance(api: httpx.AsyncClient) -> 
     assert r.status_code == 409
     assert "hello" in r.json()["error"]
     # The owner may move the path: once `hello` drops it, `other` can take it...
-    assert (await api.post("/v1/employees/hello:start")).status_code == 200
+    assert (await api.post("/v1/employees/hello:start")).status_code == 202
     assert (await apply(api, HELLO.replace("path: hello", "path: hello-2"))).status_code == 200
     # ...but not while hello's running generation still routes it.
     assert (await apply(api, clash)).status_code == 409
-    assert (await api.post("/v1/employees/hello:reset")).status_code == 200
+    assert (await api.post("/v1/employees/hello:reset")).status_code == 202
     assert (await apply(api, clash)).status_code == 200
 
 
@@ -179,9 +213,9 @@ async def test_a_path_answers_right_after_start_and_goes_away_after_reset(
         return r.status_code
 
     assert await post() == 404
-    assert (await api.post("/v1/employees/hello:start")).status_code == 200
+    assert (await api.post("/v1/employees/hello:start")).status_code == 202
     assert await post() == 200  # no waiting for the route table's next refresh
-    assert (await api.post("/v1/employees/hello:reset")).status_code == 200
+    assert (await api.post("/v1/employees/hello:reset")).status_code == 202
 
     async def gone() -> bool:
         return await post() == 404

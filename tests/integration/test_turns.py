@@ -148,7 +148,10 @@ async def step_started(instance: Instance, turn_id: str) -> None:
     turn = instance.client.get_workflow_handle(turn_id)
 
     async def started() -> bool:
-        pending = (await turn.describe()).raw_description.pending_activities
+        try:
+            pending = (await turn.describe()).raw_description.pending_activities
+        except RPCError:  # admitted (the turn row exists) but the child is not started yet
+            return False
         return any(a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED for a in pending)
 
     await wait_for(started, timeout=15, what="the LLM step started")

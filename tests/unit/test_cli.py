@@ -89,11 +89,24 @@ async def test_apply_list_start_chat(ingress_url: str, capsys: pytest.CaptureFix
     assert capsys.readouterr().out.strip() == "employee/hello unchanged"
 
     assert await ctl("list", *at) == 0
-    assert capsys.readouterr().out.split("\n")[1].split() == ["hello", "stopped", "-"]
+    assert capsys.readouterr().out.split("\n")[1].split() == ["hello", "stopped", "-", "-"]
+    # No deliverer runs here: the start is committed and its intent waits, `applying`.
     assert await ctl("start", "hello", *at) == 0
-    assert capsys.readouterr().out.strip() == "hello: generation 1 running"
+    started = capsys.readouterr().out.strip()
+    assert started == "hello: generation 1 starting (intent 1 start applying)"
     assert await ctl("get", "hello", *at) == 0
-    assert "state:       running" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "state:       starting" in shown and "intent:      1 start applying" in shown
+    assert await ctl("list", *at) == 0
+    assert capsys.readouterr().out.split("\n")[1].split() == [
+        "hello", "starting", "1", "start", "applying",
+    ]  # fmt: skip
+    assert await ctl("stop", "hello", "--wait", "--timeout", "0.3", *at) == 1
+    waited = capsys.readouterr()
+    assert waited.out.strip() == "hello: generation 1 paused (intent 2 stop applying)"
+    assert "intent 2 still applying after 0.3s" in waited.err
+    assert await ctl("resume", "hello", *at) == 0
+    capsys.readouterr()
 
     assert await ctl("chat", "hello", "hi there", "--id", "m-1", *at) == 0
     first = capsys.readouterr().out.strip()

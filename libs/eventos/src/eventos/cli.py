@@ -146,10 +146,18 @@ def cmd_list(args: argparse.Namespace) -> int:
         print("no employees; apply one with `eventosctl apply -f examples/hello.yaml`")
         return 0
     width = max(4, *(len(r["name"]) for r in rows)) + 2
-    print(f"{'NAME':<{width}}{'STATE':<10}GENERATION")
+    print(f"{'NAME':<{width}}{'STATE':<10}{'GENERATION':<12}INTENT")
     for r in rows:
-        print(f"{r['name']:<{width}}{r['state']:<10}{r['generation'] or '-'}")
+        intent = r.get("intent")
+        last = f"{intent['kind']} {intent['state']}" if intent else "-"
+        print(f"{r['name']:<{width}}{r['state']:<10}{r['generation'] or '-'!s:<12}{last}")
     return 0
+
+
+def _intent_line(intent: dict[str, Any] | None) -> str:
+    if not intent:
+        return "-"
+    return f"{intent['id']} {intent['kind']} {intent['state']}"
 
 
 def cmd_get(args: argparse.Namespace) -> int:
@@ -161,6 +169,9 @@ def cmd_get(args: argparse.Namespace) -> int:
         f"state:       {row['state']}"
         + (f" ({row['pause_reason']})" if row["pause_reason"] else ""),
         f"generation:  {row['generation'] or '-'}",
+        f"revision:    {row['revision'] if row['revision'] is not None else '-'}",
+        f"limits:      {json.dumps(row['limits']) if row['limits'] else '-'}",
+        f"intent:      {_intent_line(row.get('intent'))}",
         f"spec sha256: {row['spec_sha256']}",
         "spec:",
         yaml.safe_dump(row["spec"], sort_keys=False).rstrip().replace("\n", "\n  "),
@@ -171,9 +182,42 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_lifecycle(args: argparse.Namespace) -> int:
-    ref = owner_client(args).lifecycle(args.name, args.command)
-    emit(args, ref, f"{ref['name']}: generation {ref['generation']} {ref['state']}")
-    return 0
+    client = owner_client(args)
+    body = {"conversation": args.conversation} if args.command == "interrupt" else None
+    return _requested(args, client, client.lifecycle(args.name, args.command, body))
+
+
+def cmd_limits(args: argparse.Namespace) -> int:
+    client = owner_client(args)
+    return _requested(args, client, client.limits(args.name, {"daily_usd": args.daily_usd}))
+
+
+def cmd_rearm(args: argparse.Namespace) -> int:
+    client = owner_client(args)
+    intent = client.rearm()
+    emit(args, intent, f"intent {_intent_line(intent)}")
+    return _wait_intent(args, client, intent)
+
+
+def _requested(args: argparse.Namespace, client: OwnerClient, ref: dict[str, Any]) -> int:
+    """Print the committed change and its intent; with --wait, wait until it is applied."""
+    line = f"{ref['name']}: generation {ref['generation']} {ref['state']}"
+    emit(args, ref, f"{line} (intent {_intent_line(ref['intent'])})")
+    return _wait_intent(args, client, ref["intent"])
+
+
+def _wait_intent(args: argparse.Namespace, client: OwnerClient, intent: dict[str, Any]) -> int:
+    if not args.wait:
+        return 0
+    deadline = time.monotonic() + args.timeout
+    while intent["state"] == "applying":
+        if time.monotonic() > deadline:
+            last = f" (last attempt: {intent['outcome']})" if intent["outcome"] else ""
+            raise CliError(f"intent {intent['id']} still applying after {args.timeout:g}s{last}")
+        time.sleep(WAIT_POLL_S)
+        intent = client.intent(int(intent["id"]))
+    emit(args, intent, f"intent {_intent_line(intent)}: {intent['outcome']}")
+    return 0 if intent["state"] == "applied" else 1
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -287,13 +331,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("get", cmd_get, "one employee (or all without NAME)").add_argument("name", nargs="?")
     add("list", cmd_list, "every employee and its live generation")
+
+    def waits(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--wait", action="store_true", help="wait until the intent is applied")
+        p.add_argument("--timeout", type=float, default=60.0, help="seconds --wait waits (60)")
+        return p
+
     for action, text in [
         ("start", "start a new generation"),
-        ("stop", "pause the live generation"),
+        ("stop", "pause the live generation (running turns stop at their next step)"),
         ("resume", "resume a paused generation"),
         ("reset", "retire the live generation (start makes a new one)"),
+        ("interrupt", "stop a conversation's running lower-class turn at its next step"),
     ]:
-        add(action, cmd_lifecycle, text).add_argument("name")
+        p = waits(add(action, cmd_lifecycle, text))
+        p.add_argument("name")
+        if action == "interrupt":
+            hint = "<lane>/<thread> (default: the owner's chat, talk/main)"
+            p.add_argument("--conversation", default="talk/main", help=hint)
+    p = waits(add("limits", cmd_limits, "set the live generation's limits (absolute values)"))
+    p.add_argument("name")
+    p.add_argument("--daily-usd", type=float, required=True, help="daily budget in USD")
+    waits(add("rearm", cmd_rearm, "re-arm Temporal from the database (supervisors, schedules)"))
     p = add("chat", cmd_chat, "send the owner's message (queued; answers 'queued')")
     p.add_argument("name")
     p.add_argument("text")

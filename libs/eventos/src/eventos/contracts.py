@@ -158,6 +158,7 @@ class Admission:
     turn_id: str = ""
     n: int = 0
     reason: str = ""
+    gate: str = ""  # refused by the generation: "paused" (wait for `wake`) or "retired"
 
 
 @dataclass(frozen=True)
@@ -284,3 +285,74 @@ class ReloadInputs:
     stream_key: str
     after: int
     through: int
+
+
+@dataclass(frozen=True)
+class Control:
+    """A supervisor's control block: absolute values and the revision that set them."""
+
+    state: str  # "starting" | "running" | "paused" | "retired" (the generation's state)
+    revision: int
+    limits: dict[str, Any] = field(default_factory=dict)
+    pause_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SupervisorInput:
+    """An EmployeeSupervisorWorkflow's argument: built from the database on every start (so a
+    lost supervisor is rebuilt in place), carried as is across continue-as-new."""
+
+    employee: str
+    generation: int
+    control: Control
+    continued: bool = False  # a continue-as-new run: the world already matches the control
+
+
+@dataclass(frozen=True)
+class SetControl:
+    """The `set_control_state` Update: the new state and the revision that sets it."""
+
+    state: str
+    revision: int
+    pause_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SetLimits:
+    """The `set_limits` Update: the whole limits block and the revision that sets it."""
+
+    limits: dict[str, Any]
+    revision: int
+
+
+@dataclass(frozen=True)
+class SupervisorStatus:
+    """The supervisor's `status` Query (and every Update's answer)."""
+
+    employee: str
+    generation: int
+    state: str
+    revision: int
+    limits: dict[str, Any]
+    updates: int
+    deadlines: dict[str, str]  # name → UTC instant (ISO 8601)
+
+
+@dataclass(frozen=True)
+class ApplyControl:
+    """What the supervisor's activities make true in Temporal for a generation's state."""
+
+    employee: str
+    generation: int
+    state: str
+    first: bool = False  # the supervisor's first run: activate, fire `start` once, make schedules
+
+
+@dataclass(frozen=True)
+class ScheduleFire:
+    """A cron Schedule's action argument: which trigger of which generation fires."""
+
+    employee: str
+    generation: int
+    trigger: str
+    schedule_id: str

@@ -137,6 +137,15 @@ async def _live(conn: Conn, name: str) -> GenerationRef | None:
     return GenerationRef(name, int(row["generation"]), str(row["state"]))
 
 
+async def lock_live(conn: Conn, name: str) -> GenerationRef:
+    """The employee's live generation, locked with the employee (inside a transaction)."""
+    await _lock_employee(conn, name)
+    live = await _live(conn, name)
+    if live is None:
+        raise Conflict(f"{name!r} has no live generation")
+    return live
+
+
 async def start(conn: Conn, name: str) -> GenerationRef:
     """Create generation g+1 (`starting`), its snapshot and subscriptions in one transaction."""
     async with conn.transaction():
@@ -183,6 +192,18 @@ async def activate(conn: Conn, name: str) -> GenerationRef:
         ref = await _transition(conn, name, allowed=(names.GEN_STARTING,), to=names.GEN_RUNNING)
         await _set_holds(conn, ref, release=names.HOLD_STARTING)
     return ref
+
+
+async def activate_generation(conn: Conn, name: str, generation: int) -> bool:
+    """Activate generation `generation` if it is still `starting` (its supervisor's first run);
+    false when it already runs, was paused meanwhile, or is not the live one."""
+    async with conn.transaction():
+        await _lock_employee(conn, name)
+        live = await _live(conn, name)
+        if live is None or live.generation != generation or live.state != names.GEN_STARTING:
+            return False
+        await activate(conn, name)
+    return True
 
 
 async def stop(conn: Conn, name: str) -> GenerationRef:

@@ -9,6 +9,7 @@ and dropping `openai-main` into `.eventos/secrets/` is enough to bring the next 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from eventos.errors import SecretUnavailable, SpecInvalid
 from eventos.owner_client import OwnerApiError, OwnerClient
 from eventos.settings import SecretStore
 from eventos.spec import CHANNEL_KINDS, EmployeeSpec, parse_spec
+
+START_WAIT_S = 30.0  # how long a start waits for its intent (the supervisor activates it)
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,13 @@ def missing_secrets(spec: EmployeeSpec, store: SecretStore) -> list[str]:
     return missing
 
 
+def wait_applied(client: OwnerClient, intent_id: int, timeout_s: float = START_WAIT_S) -> None:
+    """Until the intent is no longer `applying` (or the deadline: it then shows `starting`)."""
+    deadline = time.monotonic() + timeout_s
+    while client.intent(intent_id)["state"] == "applying" and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def apply_one(client: OwnerClient, store: SecretStore, source: Path, doc: object) -> ExampleOutcome:
     """Apply one spec document and start it unless it already has a live generation."""
     try:
@@ -80,7 +90,9 @@ def apply_one(client: OwnerClient, store: SecretStore, source: Path, doc: object
         client.apply(yaml.safe_dump(doc))
         current = client.get(spec.name)
         if current["state"] == "stopped":
-            current = client.lifecycle(spec.name, "start")
+            started = client.lifecycle(spec.name, "start")
+            wait_applied(client, int(started["intent"]["id"]))
+            current = client.get(spec.name)
     except OwnerApiError as exc:
         return ExampleOutcome(spec.name, source, "refused", str(exc))
     detail = f"generation {current['generation']}"

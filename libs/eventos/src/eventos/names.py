@@ -145,3 +145,41 @@ RUN_START: Final = "run.start"
 RUN_INPUT_MERGED: Final = "run.input_merged"
 RUN_REPLY: Final = "reply"
 ENTITY_ROLL_AFTER: Final = 4000  # continue-as-new past this many events or Signals (SPEC §7)
+
+# Supervision (SPEC §7, I2): owner intents, the supervisor, start-once and cron.
+WF_SUPERVISOR: Final = "EmployeeSupervisorWorkflow"
+WF_SCHEDULE_FIRE: Final = "ScheduleFireWorkflow"
+UPDATE_SET_CONTROL: Final = "set_control_state"
+UPDATE_SET_LIMITS: Final = "set_limits"
+ACT_CONVERGE: Final = "converge_supervisor"
+ACT_APPLY_CONTROL: Final = "apply_control"
+ACT_FIRE_SCHEDULE: Final = "fire_schedule"
+# Intent kinds and states (the API and `eventosctl get` show the state).
+INTENT_START: Final = "start"
+INTENT_STOP: Final = "stop"
+INTENT_RESUME: Final = "resume"
+INTENT_RESET: Final = "reset"
+INTENT_INTERRUPT: Final = "interrupt"
+INTENT_LIMITS: Final = "limits"
+INTENT_REARM: Final = "rearm"
+INTENT_APPLYING: Final = "applying"
+INTENT_APPLIED: Final = "applied"
+INTENT_FAILED: Final = "failed"
+# Priority keys of top-level starts (SPEC §7, §9): the supervisor 1; cron, polls and start 4.
+SUPERVISOR_PRIORITY: Final = 1
+TRIGGER_PRIORITY: Final = 4
+SUPERVISOR_ROLL_UPDATES: Final = 1800  # continue-as-new at this many Updates
+SUPERVISOR_REBUILDS_PER_HOUR: Final = 3  # then an attention item asks for Reset
+ATTENTION_SUPERVISOR_LOST: Final = "supervisor_lost"
+TYPE_TRIGGER_START: Final = "eventos.trigger.start"
+TYPE_TRIGGER_CRON: Final = "eventos.trigger.cron"
+
+
+def supervisor_id(employee: str, generation: int) -> str:
+    """The supervisor's workflow id, `emp-<employee>-g<gen>`."""
+    return f"emp-{employee}-g{generation}"
+
+
+def schedule_id(employee: str, generation: int, trigger: str) -> str:
+    """A cron trigger's Schedule id, `cron-<employee>-g<gen>-<trigger>` (immutable ids)."""
+    return f"cron-{employee}-g{generation}-{trigger}"

@@ -91,9 +91,28 @@ class OwnerClient:
         """One employee, its live generation and its stored spec."""
         return dict(self._call("GET", f"/v1/employees/{name}"))
 
-    def lifecycle(self, name: str, action: str) -> dict[str, Any]:
-        """`start`, `stop`, `resume` or `reset`; returns {name, generation, state}."""
-        return dict(self._call("POST", f"/v1/employees/{name}:{action}"))
+    def _post_json(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        payload = json.dumps(body).encode()
+        return dict(self._call("POST", path, content=payload, content_type="application/json"))
+
+    def lifecycle(
+        self, name: str, action: str, body: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """`start`, `stop`, `resume`, `reset` or `interrupt`; returns {name, generation, state,
+        intent} (the intent is `applying` until the deliverer applied it)."""
+        return self._post_json(f"/v1/employees/{name}:{action}", body or {})
+
+    def limits(self, name: str, limits: dict[str, Any]) -> dict[str, Any]:
+        """Replace the live generation's limits; returns {name, generation, state, intent}."""
+        return self._post_json(f"/v1/employees/{name}/limits", limits)
+
+    def intent(self, intent_id: int) -> dict[str, Any]:
+        """One intent: {id, kind, state, revision, outcome, created_at, applied_at}."""
+        return dict(self._call("GET", f"/v1/intents/{intent_id}"))
+
+    def rearm(self) -> dict[str, Any]:
+        """Ask for a re-arm of Temporal from the database; returns its intent."""
+        return self._post_json("/v1/rearm", {})
 
     def chat(
         self, name: str, text: str, client_message_id: str, session: str | None = None
@@ -102,9 +121,7 @@ class OwnerClient:
         body: dict[str, str] = {"client_message_id": client_message_id, "text": text}
         if session is not None:
             body["session"] = session
-        payload = json.dumps(body).encode()
-        path = f"/v1/employees/{name}/chat"
-        return dict(self._call("POST", path, content=payload, content_type="application/json"))
+        return self._post_json(f"/v1/employees/{name}/chat", body)
 
     def message(self, name: str, message_id: int) -> dict[str, Any]:
         """One owner message: {message_id, status, reply} (reply is None until answered)."""

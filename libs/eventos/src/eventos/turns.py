@@ -45,11 +45,18 @@ def turn_id(req: AdmitRequest, n: int) -> str:
 
 
 async def admit(conn: Conn, req: AdmitRequest) -> Admission:
-    """Grant a slot (cap 4 per employee, plus one reserved for the owner) and a turn number."""
+    """Grant a slot (cap 4 per employee, plus one reserved for the owner) and a turn number,
+    only while the generation runs (paused: wait for `wake`; retired: the entity closes)."""
     async with conn.transaction():
         await conn.execute(Q["admission_lock"], {"employee": req.employee})
-        cur = await conn.execute(Q["admission_active"], {"employee": req.employee})
-        active = int((await cur.fetchone() or {})["n"])
+        params = {"employee": req.employee, "generation": req.generation}
+        cur = await conn.execute(Q["admission_active"], params)
+        row = await cur.fetchone() or {}
+        state, active = row["generation_state"], int(row["n"])
+        if state != names.GEN_RUNNING:
+            gate = names.GEN_RETIRED if state in (None, names.GEN_RETIRED) else names.GEN_PAUSED
+            return Admission(granted=False, reason=f"generation {req.generation} is {state}",
+                             gate=gate)  # fmt: skip
         cap = names.EMPLOYEE_TURN_CAP + (1 if req.klass == names.C1_OWNER else 0)
         if active >= cap:
             return Admission(granted=False, reason=f"employee cap: {active} turns running")

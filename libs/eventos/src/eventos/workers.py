@@ -12,20 +12,26 @@ from temporalio.worker import Worker
 
 from eventos import names
 from eventos.activities import DbActivities
+from eventos.supervision import SupervisorActivities
 from eventos.temporal import TemporalConnection
 from eventos.workflows.conversation import ConversationWorkflow
+from eventos.workflows.schedule_fire import ScheduleFireWorkflow
+from eventos.workflows.supervisor import EmployeeSupervisorWorkflow
 from eventos.workflows.turn import TurnWorkflow
 
 log = logging.getLogger(__name__)
-WORKFLOWS = [ConversationWorkflow, TurnWorkflow]
+WORKFLOWS = [ConversationWorkflow, TurnWorkflow, EmployeeSupervisorWorkflow, ScheduleFireWorkflow]
 RECONNECT_S = 2.0
 
 
 def workflow_worker(
     client: Client, task_queue: str = names.WORKFLOW_QUEUE, db: DbActivities | None = None
 ) -> Worker:
-    """Every workflow type and the database activities (SPEC §4 workers-workflow)."""
-    activities = db.workflow_queue_activities() if db is not None else []
+    """Every workflow type, the database activities and the supervisor's effects (SPEC §4
+    workers-workflow)."""
+    activities = []
+    if db is not None:
+        activities = db.workflow_queue_activities() + SupervisorActivities(db.pool).activities()
     return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities)
 
 

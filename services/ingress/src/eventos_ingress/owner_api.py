@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.schemas import SchemaGenerator
 
-from eventos import chat, employees, names
+from eventos import chat, employees, intents, names
 from eventos.db import Conn
 from eventos.errors import (
     Conflict,
@@ -34,7 +34,7 @@ Handler = Callable[[Request], Awaitable[Response]]
 MAX_SPEC_BYTES = 1024 * 1024
 SSE_POLL_S = 0.25
 SSE_KEEPALIVE_S = 15.0
-LIFECYCLE = {"start", "stop", "resume", "reset"}
+LIFECYCLE = {*intents.LIFECYCLE, names.INTENT_INTERRUPT}
 
 SCHEMAS = SchemaGenerator(
     {"openapi": "3.0.3", "info": {"title": "Event OS owner API", "version": "1"}}
@@ -58,13 +58,40 @@ def error_response(exc: Exception) -> Response:
 
 
 def _row(row: dict[str, Any]) -> dict[str, Any]:
+    intent = None
+    if row["intent_id"] is not None:
+        intent = {"id": row["intent_id"], "kind": row["intent_kind"], "state": row["intent_state"]}
     return {
         "name": row["name"],
         "spec_sha256": row["spec_sha256"],
         "generation": row["generation"],
         "state": row["state"] or "stopped",
         "pause_reason": row["pause_reason"],
+        "revision": row["control_revision"],
+        "limits": row["limits"],
+        "intent": intent,
     }
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object; an empty body is an empty object."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise EventRejected("body must be JSON") from None
+    if not isinstance(doc, dict):
+        raise EventRejected("body must be a JSON object")
+    return doc
+
+
+def _requested(req: intents.Requested) -> Response:
+    """202: the change is committed; its intent is `applying` until the deliverer applies it."""
+    body = {"name": req.employee, "generation": req.generation, "state": req.state,
+            "intent": intents.intent_view(req.intent)}  # fmt: skip
+    return JSONResponse(body, status_code=202)
 
 
 @dataclass
@@ -103,7 +130,10 @@ class OwnerApi:
             Route(
                 "/v1/employees/{name}/chat/{message_id:int}", g(self.chat_message), methods=["GET"]
             ),
+            Route("/v1/employees/{name}/limits", g(self.limits), methods=["POST"]),
             Route("/v1/employees/{action_path:path}", g(self.lifecycle), methods=["POST"]),
+            Route("/v1/intents/{intent_id:int}", g(self.intent), methods=["GET"]),
+            Route("/v1/rearm", g(self.rearm), methods=["POST"]),
             Route("/openapi.json", self.openapi, methods=["GET"], include_in_schema=False),
         ]
 
@@ -164,27 +194,65 @@ class OwnerApi:
 
     async def lifecycle(self, request: Request) -> Response:
         """
-        summary: "POST /v1/employees/{name}:start|:stop|:resume|:reset"
+        summary: "POST /v1/employees/{name}:start|:stop|:resume|:reset|:interrupt"
+        description: >
+          Commits the change and an intent, and answers at once (no Temporal call on this
+          path); the intent shows `applying` until the relay's deliverer applied it.
+          `:interrupt` takes `{"conversation": "<lane>/<thread>"}` (default `talk/main`).
         responses:
-          200: {description: the generation's new state}
-          404: {description: no such employee}
+          202: {description: "{name, generation, state, intent}"}
+          400: {description: a malformed body}
+          404: {description: no such employee, action or conversation}
           409: {description: the employee's state does not allow it}
         """
         name, _, action = str(request.path_params["action_path"]).partition(":")
         if action not in LIFECYCLE or "/" in name:
-            raise NotFound(f"no action {action!r}; use :start, :stop, :resume or :reset")
+            raise NotFound(f"no action {action!r}; use :{', :'.join(sorted(LIFECYCLE))}")
+        body = await _json_body(request) if action == names.INTENT_INTERRUPT else {}
         async with self.pool.connection() as conn:
-            if action == "start":
-                # Until the supervisor exists, the generation runs as soon as it is created.
-                await employees.start(conn, name)
-                ref = await employees.activate(conn, name)
+            if action == names.INTENT_INTERRUPT:
+                conversation = body.get("conversation", f"{names.LANE_TALK}/{names.THREAD_MAIN}")
+                req = await intents.interrupt(conn, name, str(conversation))
             else:
-                ref = await getattr(employees, action)(conn, name)
+                req = await intents.lifecycle(conn, name, action)
         if self.kicker is not None:
             self.kicker.kick()
-        return JSONResponse(
-            {"name": ref.employee, "generation": ref.generation, "state": ref.state}
-        )
+        return _requested(req)
+
+    async def limits(self, request: Request) -> Response:
+        """
+        summary: Replace the live generation's limits (absolute values, e.g. `{"daily_usd": 20}`)
+        responses:
+          202: {description: "{name, generation, state, intent}"}
+          400: {description: an unknown limit or a value that is not a positive number}
+          404: {description: no such employee}
+          409: {description: the employee has no live generation}
+        """
+        body = await _json_body(request)
+        async with self.pool.connection() as conn:
+            req = await intents.set_limits(conn, request.path_params["name"], body)
+        return _requested(req)
+
+    async def intent(self, request: Request) -> Response:
+        """
+        summary: One intent, `applying` until applied (then `applied` or `failed`)
+        responses:
+          200: {description: the intent}
+          404: {description: no such intent}
+        """
+        async with self.pool.connection() as conn:
+            row = await intents.get(conn, int(request.path_params["intent_id"]))
+        return JSONResponse(intents.intent_view(row))
+
+    async def rearm(self, request: Request) -> Response:
+        """
+        summary: Re-arm Temporal from the database (supervisors, schedules, lost entities)
+        responses:
+          202: {description: the re-arm intent}
+        """
+        async with self.pool.connection() as conn:
+            row = await intents.rearm(conn)
+        return JSONResponse(intents.intent_view(row), status_code=202)
 
     async def chat_message(self, request: Request) -> Response:
         """
@@ -258,12 +326,7 @@ class OwnerApi:
           202: {description: queued; the body has message_id and status}
           429: {description: queue_full, nothing saved}
         """
-        try:
-            doc = json.loads(await request.body())
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise EventRejected("body must be JSON") from None
-        if not isinstance(doc, dict):
-            raise EventRejected("body must be a JSON object")
+        doc = await _json_body(request)
         client_id, text = doc.get("client_message_id"), doc.get("text")
         session = doc.get("session", chat.DEFAULT_SESSION)
         if not (isinstance(client_id, str) and isinstance(text, str) and isinstance(session, str)):

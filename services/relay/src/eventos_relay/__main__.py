@@ -1,4 +1,5 @@
-"""`python -m eventos_relay`: deliver streams to their entities (and, later, owner intents)."""
+"""`python -m eventos_relay`: deliver streams to their entities, apply owner intents and
+re-arm Temporal from the database at boot."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import os
 import socket
 
+from eventos.deliverer import Deliverer, deliverer_loop
 from eventos.relay import Relay, relay_loop
 from eventos.service import configure_logging
 from eventos.wiring import ConnectedConfig, build_connected
@@ -17,6 +19,8 @@ async def main() -> None:
     relay_id = os.environ.get("EVENTOS_RELAY_ID") or f"{socket.gethostname()}:{os.getpid()}"
     relay = Relay(connected.pool, connected.temporal, relay_id)
     service.loops.append(lambda: relay_loop(relay, connected.signal, cfg.service.poll_interval_s))
+    deliverer = Deliverer(connected.pool, connected.temporal)
+    service.loops.append(lambda: deliverer_loop(deliverer, cfg.service.poll_interval_s))
     await service.run()
 
 

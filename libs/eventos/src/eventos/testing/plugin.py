@@ -8,10 +8,13 @@ Temporal: TEMPORAL_ADDRESS if set, else the pinned dev server binary (started on
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import os
+import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +30,29 @@ from eventos.settings import DatabaseSettings, TemporalSettings
 
 TEMPLATE = "eventos_template"
 _counter = itertools.count(1)
+# A test still running after this long prints its pending asyncio tasks' stacks, shortly
+# before pytest-timeout (pyproject: timeout) fails it with the threads' stacks.
+HANG_DUMP_S = 240.0
+
+
+def _dump_tasks(name: str) -> None:
+    """Every pending asyncio task's stack (read-only, from a timer thread: diagnostics only)."""
+    tasks = [o for o in gc.get_objects() if isinstance(o, asyncio.Task) and not o.done()]
+    sys.stderr.write(f"\n=== {name} still running after {HANG_DUMP_S:.0f} s: "
+                     f"{len(tasks)} pending tasks\n")  # fmt: skip
+    for task in tasks:
+        task.print_stack(file=sys.stderr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    timer = threading.Timer(HANG_DUMP_S, _dump_tasks, args=(item.nodeid,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 @dataclass

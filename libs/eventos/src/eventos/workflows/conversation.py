@@ -8,7 +8,9 @@ class's oldest input and the inputs after it on the same reply route (lower clas
 (merge points B1/B2). What a turn consumed leaves the pending list (told at once by
 `inputs_consumed`, and again by the turn's result). The owner's `interrupt_turn` Update stops
 a lower-class turn at its next merge point; its inputs stay pending and the higher class runs
-next. Cancelled, the entity cancels its turn and waits up to 2 minutes for it to drain. It
+next (Stop uses it too, with every class below it). While the generation is paused admission
+refuses and the entity waits for `wake`; once it is retired the entity closes without a turn.
+Cancelled, the entity cancels its turn and waits up to 2 minutes for it to drain. It
 passivates after idle with nothing pending and no turn.
 """
 
@@ -58,6 +60,7 @@ IDLE_BY_LANE = {
 DEBOUNCE_BY_LANE = {names.LANE_CUSTOMER: (timedelta(seconds=2), timedelta(seconds=8))}
 DEBOUNCE_GROUP = (timedelta(seconds=3), timedelta(seconds=10))  # customer groups
 ADMISSION_RETRY = timedelta(seconds=5)
+PAUSED_RECHECK = timedelta(minutes=10)  # a paused generation's entity waits for `wake`
 FAILED_TURN_BACKOFF = timedelta(seconds=10)
 
 
@@ -119,6 +122,7 @@ class ConversationWorkflow:
         self.turn_count = 0
         self.offered_through = 0
         self.interrupted: str | None = None  # the turn an Update is stopping
+        self.retired = False  # admission said the generation is retired: close now
 
     @workflow.signal(name=names.SIGNAL_DELIVER)
     def deliver(self, batch: DeliverBatch) -> None:
@@ -201,7 +205,9 @@ class ConversationWorkflow:
                 timeout=max(timeout, timedelta(seconds=1)),
             )
 
-    async def _start_turn(self) -> bool:
+    async def _start_turn(self) -> str:
+        """Admit and start the next turn: "" when it started, else why not (the generation's
+        gate, or "busy" when the employee's slots are taken)."""
         inputs = next_inputs(self.pending)
         first = inputs[0]
         c = self.cursor
@@ -212,7 +218,7 @@ class ConversationWorkflow:
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
         if not grant.granted:
-            return False
+            return grant.gate or "busy"
         turn = TurnInput(grant.turn_id, c.employee, c.generation, req.agent, c.thread,
                          c.stream_key, req.klass, dict(first.route), inputs)  # fmt: skip
         self.turn = await workflow.start_child_workflow(
@@ -226,7 +232,7 @@ class ConversationWorkflow:
         self.turn_bytes = sum(i.size for i in inputs)
         self.turn_count = len(inputs)
         self.offered_through = inputs[-1].seq
-        return True
+        return ""
 
     async def _follow_turn(self) -> None:
         assert self.turn is not None
@@ -396,11 +402,19 @@ class ConversationWorkflow:
                 if debounce > timedelta(0):
                     await self._wait(debounce)
                     continue
-                if not await self._start_turn():
+                refused = await self._start_turn()
+                if refused == names.GEN_RETIRED:
+                    # Reset landed after the relay's generation check: these inputs are
+                    # dead(reset) in the database; close without a turn.
+                    self.dropped += len(self.pending)
+                    self.pending, self.retired = [], True
+                elif refused == names.GEN_PAUSED:
+                    await self._wait(PAUSED_RECHECK)  # Resume wakes us
+                elif refused:
                     await self._wait(ADMISSION_RETRY)
                 continue
             left = self._idle_left()
-            if left >= timedelta(seconds=1):
+            if left >= timedelta(seconds=1) and not self.retired:
                 await self._wait(left)
                 continue
             before = self.signals

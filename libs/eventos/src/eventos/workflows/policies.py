@@ -25,3 +25,10 @@ SEND_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1)
 )
 SEND_TIMEOUT = timedelta(seconds=30)
+
+# The supervisor's effects in Temporal (schedules, entity Signals and Updates) and the cron
+# tick's append: idempotent, so they retry until they work, each attempt bounded.
+CONTROL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
+)
+CONTROL_TIMEOUT = timedelta(minutes=2)

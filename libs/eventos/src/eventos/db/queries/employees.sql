@@ -7,18 +7,27 @@ ON CONFLICT (name) DO UPDATE
 RETURNING (xmax = 0) AS created;
 
 -- name: employee_get
--- One employee with its live generation, if any.
+-- One employee with its live generation, if any, and its newest intent.
 SELECT e.name, e.spec, e.spec_sha256, e.created_at, e.updated_at,
-       g.generation, g.state, g.pause_reason
+       g.generation, g.state, g.pause_reason, g.control_revision, g.limits,
+       i.id AS intent_id, i.kind AS intent_kind, i.state AS intent_state
 FROM employees e
 LEFT JOIN generations g ON g.employee = e.name AND g.state <> 'retired'
+LEFT JOIN LATERAL (
+    SELECT id, kind, state FROM intents WHERE employee = e.name ORDER BY id DESC LIMIT 1
+) i ON true
 WHERE e.name = %(name)s;
 
 -- name: employee_list
--- Every employee with its live generation, if any.
-SELECT e.name, e.spec_sha256, e.updated_at, g.generation, g.state, g.pause_reason
+-- Every employee with its live generation, if any, and its newest intent.
+SELECT e.name, e.spec_sha256, e.updated_at, g.generation, g.state, g.pause_reason,
+       g.control_revision, g.limits,
+       i.id AS intent_id, i.kind AS intent_kind, i.state AS intent_state
 FROM employees e
 LEFT JOIN generations g ON g.employee = e.name AND g.state <> 'retired'
+LEFT JOIN LATERAL (
+    SELECT id, kind, state FROM intents WHERE employee = e.name ORDER BY id DESC LIMIT 1
+) i ON true
 ORDER BY e.name;
 
 -- name: employee_lock

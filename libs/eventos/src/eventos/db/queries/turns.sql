@@ -3,8 +3,10 @@
 SELECT pg_advisory_xact_lock(hashtextextended('eventos.admit:' || %(employee)s, 0));
 
 -- name: admission_active
--- Active turn slots of an employee.
-SELECT count(*) AS n FROM sched_leases WHERE employee = %(employee)s AND state = 'active';
+-- Active turn slots of an employee, and the state of the asking generation.
+SELECT (SELECT count(*) FROM sched_leases WHERE employee = %(employee)s AND state = 'active') AS n,
+       (SELECT state FROM generations
+        WHERE employee = %(employee)s AND generation = %(generation)s) AS generation_state;
 
 -- name: conversation_open
 -- The conversation row (created on first use); its next turn number is taken.

@@ -1,0 +1,143 @@
+"""EmployeeSupervisorWorkflow, `emp-<employee>-g<gen>` (SPEC §7): a generation's control.
+
+It holds the control block (state, revision, limits) the owner's intents set through the
+Updates `set_control_state` and `set_limits`. Both carry absolute values and a revision; their
+validators refuse a stale revision without writing history. Each accepted change is made true
+in Temporal by an activity (schedules paused or deleted, running turns stopped at their next
+merge point, entities woken or cancelled); the database side of the change was committed with
+the intent. Its first run (a start, a rebuild or a re-arm: the argument comes from the
+database) converges the world on the control block: the generation runs, the `start` trigger
+fires once, the cron Schedules exist. One live timer serves every named absolute deadline
+(today only the daily roll). It continues as new when the server suggests it, daily, or at
+1,800 Updates, and completes once the generation is retired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from eventos import names
+    from eventos.contracts import (
+        ApplyControl,
+        Control,
+        SetControl,
+        SetLimits,
+        SupervisorInput,
+        SupervisorStatus,
+    )
+    from eventos.workflows import policies
+
+ROLL_EVERY = timedelta(days=1)
+CONTROL_STATES = (names.GEN_RUNNING, names.GEN_PAUSED, names.GEN_RETIRED)
+
+
+@workflow.defn(name=names.WF_SUPERVISOR)
+class EmployeeSupervisorWorkflow:
+    """One generation's control state, its revision and its one timer."""
+
+    @workflow.init
+    def __init__(self, arg: SupervisorInput) -> None:
+        self.arg = arg
+        self.control = arg.control
+        self.updates = 0
+        self.lock = asyncio.Lock()  # control changes take effect one at a time, in order
+        self.deadlines: dict[str, datetime] = {}
+
+    def _check_revision(self, revision: int) -> None:
+        if revision <= self.control.revision:
+            raise ValueError(
+                f"stale revision {revision}: the control is at revision {self.control.revision}"
+            )
+        if self.control.state == names.GEN_RETIRED:
+            raise ValueError(f"generation {self.arg.generation} is retired")
+
+    @workflow.update(name=names.UPDATE_SET_CONTROL)
+    async def set_control_state(self, req: SetControl) -> SupervisorStatus:
+        """Move the generation to `req.state` (running, paused or retired)."""
+        self.updates += 1
+        self.control = Control(req.state, req.revision, self.control.limits, req.pause_reason)
+        async with self.lock:
+            if self.control.revision == req.revision:  # not overtaken while waiting
+                await self._apply(req.state)
+        return self.status()
+
+    @set_control_state.validator
+    def _check_control(self, req: SetControl) -> None:
+        """A newer revision and a known state only (no history written otherwise)."""
+        if req.state not in CONTROL_STATES:
+            raise ValueError(f"unknown control state {req.state!r}; use {CONTROL_STATES}")
+        self._check_revision(req.revision)
+
+    @workflow.update(name=names.UPDATE_SET_LIMITS)
+    def set_limits(self, req: SetLimits) -> SupervisorStatus:
+        """Replace the limits block (budgets and periods use it from the scheduler on)."""
+        self.updates += 1
+        c = self.control
+        self.control = Control(c.state, req.revision, dict(req.limits), c.pause_reason)
+        return self.status()
+
+    @set_limits.validator
+    def _check_limits(self, req: SetLimits) -> None:
+        self._check_revision(req.revision)
+
+    @workflow.query(name=names.QUERY_STATUS)
+    def status(self) -> SupervisorStatus:
+        c = self.control
+        return SupervisorStatus(
+            employee=self.arg.employee, generation=self.arg.generation, state=c.state,
+            revision=c.revision, limits=dict(c.limits), updates=self.updates,
+            deadlines={k: v.isoformat() for k, v in sorted(self.deadlines.items())},
+        )  # fmt: skip
+
+    async def _apply(self, state: str, *, first: bool = False) -> None:
+        req = ApplyControl(self.arg.employee, self.arg.generation, state, first=first)
+        await workflow.execute_activity(
+            names.ACT_APPLY_CONTROL, req,
+            start_to_close_timeout=policies.CONTROL_TIMEOUT, retry_policy=policies.CONTROL_RETRY,
+        )  # fmt: skip
+
+    def _should_roll(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or self.updates >= names.SUPERVISOR_ROLL_UPDATES
+
+    async def _sleep(self) -> list[str]:
+        """The one live timer: until the earliest named deadline, a control change or a roll
+        condition. Returns the names of the deadlines that are due."""
+        revision, now = self.control.revision, workflow.now()
+        wake_at = min(self.deadlines.values())
+        if wake_at > now:
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: (
+                        self.control.revision != revision
+                        or self.control.state == names.GEN_RETIRED
+                        or self._should_roll()
+                    ),
+                    timeout=max(wake_at - now, timedelta(seconds=1)),
+                )
+        now = workflow.now()
+        return sorted(k for k, at in self.deadlines.items() if at <= now)
+
+    @workflow.run
+    async def run(self, arg: SupervisorInput) -> SupervisorStatus:
+        if not arg.continued:
+            async with self.lock:
+                await self._apply(self.control.state, first=True)
+        self.deadlines["roll"] = workflow.now() + ROLL_EVERY
+        while True:
+            due = []
+            if self.control.state != names.GEN_RETIRED and not self._should_roll():
+                due = await self._sleep()
+            if self.control.state == names.GEN_RETIRED or self._should_roll() or "roll" in due:
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                # No await between this check and the close: a late Update is handled first.
+                if self.control.state == names.GEN_RETIRED:
+                    return self.status()
+                workflow.continue_as_new(
+                    SupervisorInput(arg.employee, arg.generation, self.control, continued=True)
+                )
