@@ -21,9 +21,9 @@ from pathlib import Path
 
 from harness import exit_on_signals, run_in_temp_folder
 from temporalio.client import Client
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.common import Priority, WorkflowIDReusePolicy
 
-from eventos import employees
+from eventos import employees, names
 from eventos.bus import IngressRecord, append
 from eventos.db import connect, open_pool
 from eventos.db.migrate import migrate
@@ -67,6 +67,7 @@ async def raw_calls(client: Client, streams: int, calls: int, concurrency: int) 
                 "RawBaseline", {"cursor": 0}, id=f"raw-{run}-{i % streams}", task_queue="raw-bench",
                 start_signal="deliver", start_signal_args=[{"items": [event]}],
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                priority=Priority(priority_key=names.C3_INTERNAL, fairness_key="bench"),
             )  # fmt: skip
 
     started = time.perf_counter()

@@ -25,6 +25,7 @@ from eventos import names
 from eventos.activities import DbActivities
 from eventos.contracts import EntityStatus, InterruptTurn
 from eventos.db import Conn
+from eventos.deliverer import Deliverer
 from eventos.llm.activity import LlmActivities
 from eventos.llm.worker import llm_worker
 from eventos.payload_guard import connect
@@ -88,6 +89,7 @@ class Instance:
     pool: AsyncConnectionPool[Conn]
     relay: Relay
     llm: LlmActivities
+    deliverer: Deliverer
 
     async def chat(self, text: str) -> int:
         r = await self.api.post(f"/v1/employees/{self.name}/chat",
@@ -95,9 +97,11 @@ class Instance:
         assert r.status_code == 202, r.text
         return int(r.json()["message_id"])
 
-    async def reply(self, message_id: int, timeout: float = 30) -> str:
+    async def reply(self, message_id: int, timeout: float = 30, name: str | None = None) -> str:
+        """The reply to an owner message (of this instance's employee unless `name`)."""
+
         async def answered() -> str | None:
-            r = await self.api.get(f"/v1/employees/{self.name}/chat/{message_id}")
+            r = await self.api.get(f"/v1/employees/{name or self.name}/chat/{message_id}")
             return r.json()["reply"]  # type: ignore[no-any-return]
 
         return await wait_for(
@@ -105,12 +109,13 @@ class Instance:
         )
 
 
-async def pump(pool: AsyncConnectionPool[Conn], relay: Relay) -> None:
-    """The router's and the relay's loops, tightened for tests."""
+async def pump(pool: AsyncConnectionPool[Conn], relay: Relay, deliverer: Deliverer) -> None:
+    """The router's, the relay's and the intent deliverer's loops, tightened for tests."""
     while True:
         async with pool.connection() as conn:
             await route_pass(conn)
         await relay.pass_once()
+        await deliverer.pass_once()
         await asyncio.sleep(0.05)
 
 
@@ -129,14 +134,15 @@ async def instance(
         workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
         relay = Relay(pool, TemporalConnection(temporal_settings), "relay-t", task_queue=queue,
                       entity_roll_after=ROLL_AFTER, entity_idle_s=IDLE_S)  # fmt: skip
+        deliverer = Deliverer(pool, TemporalConnection(temporal_settings), workflow_queue=queue)
         async with contextlib.AsyncExitStack() as stack:
             for w in workers:
                 await stack.enter_async_context(w)
-            pumping = asyncio.create_task(pump(pool, relay))
+            pumping = asyncio.create_task(pump(pool, relay, deliverer))
             headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
             async with httpx.AsyncClient(base_url=ingress_url, headers=headers, timeout=10) as api:
                 try:
-                    yield Instance(name, client, api, pool, relay, llm)
+                    yield Instance(name, client, api, pool, relay, llm, deliverer)
                 finally:
                     pumping.cancel()
                     with contextlib.suppress(asyncio.CancelledError):

@@ -72,9 +72,7 @@ class Deliverer:
             cur = await conn.execute(Q["intents_claim"], {"limit": CLAIM_LIMIT})
             for row in await cur.fetchall():
                 try:
-                    client = await self.temporal.get()
-                    outcome = await asyncio.wait_for(self._apply(conn, client, row),
-                                                     self.attempt_s)  # fmt: skip
+                    outcome = await asyncio.wait_for(self._attempt(conn, row), self.attempt_s)
                 except IntentFailed as exc:
                     await self._settle(conn, row, names.INTENT_FAILED, str(exc))
                     settled += 1
@@ -86,7 +84,7 @@ class Deliverer:
                     log.warning(
                         "intent %s (%s) not applied yet: %s", row["id"], row["kind"], reason
                     )
-                    if isinstance(exc, RPCError | OSError) or "connect" in str(exc).lower():
+                    if _unreachable(exc):
                         self.temporal.client = None
                         break  # Temporal is unreachable: the rest waits for the next pass
                 else:
@@ -101,6 +99,10 @@ class Deliverer:
         log.info(
             "intent %s (%s %s) %s: %s", row["id"], row["kind"], row["employee"], state, outcome
         )
+
+    async def _attempt(self, conn: Conn, row: dict[str, Any]) -> str:
+        """One attempt, under the caller's deadline (connecting included)."""
+        return await self._apply(conn, await self.temporal.get(), row)
 
     async def _apply(self, conn: Conn, client: Client, row: dict[str, Any]) -> str:
         kind = row["kind"]
@@ -168,6 +170,13 @@ class Deliverer:
         except WorkflowUpdateFailedError as exc:
             return f"nothing to interrupt: {exc.cause or exc}"
         return f"turn {status.turn_id} stops at its next merge point"
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Temporal did not answer at all (as opposed to answering no)."""
+    if isinstance(exc, RPCError):
+        return exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
+    return isinstance(exc, TimeoutError | OSError) or "connect" in str(exc).lower()
 
 
 async def _describe(client: Client, workflow_id: str) -> WorkflowExecutionStatus | None:

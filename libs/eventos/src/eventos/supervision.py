@@ -201,8 +201,8 @@ class Effects:
         """Each running turn stops at its next merge point; its inputs stay pending."""
         for row in await self._rows("generation_running_turns", employee, generation):
             handle = self.client.get_workflow_handle(row["entity_id"])
-            req = InterruptTurn(row["turn_id"], by_class=len(names.CLASSES) + 1,
-                                reason=STOP_REASON)  # fmt: skip
+            # by_class 0 outranks every class: any running turn stops.
+            req = InterruptTurn(row["turn_id"], by_class=0, reason=STOP_REASON)
             try:
                 await asyncio.wait_for(
                     handle.execute_update(names.UPDATE_INTERRUPT, req,

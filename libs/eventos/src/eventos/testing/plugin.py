@@ -32,16 +32,18 @@ TEMPLATE = "eventos_template"
 _counter = itertools.count(1)
 # A test still running after this long prints its pending asyncio tasks' stacks, shortly
 # before pytest-timeout (pyproject: timeout) fails it with the threads' stacks.
-HANG_DUMP_S = 240.0
+HANG_DUMP_S = float(os.environ.get("EVENTOS_TEST_HANG_DUMP_S", "240"))
 
 
 def _dump_tasks(name: str) -> None:
-    """Every pending asyncio task's stack (read-only, from a timer thread: diagnostics only)."""
+    """Every pending asyncio task's stack (read-only, from a timer thread: diagnostics only),
+    on the real stderr (pytest captures sys.stderr during a test)."""
+    err = sys.__stderr__ or sys.stderr
     tasks = [o for o in gc.get_objects() if isinstance(o, asyncio.Task) and not o.done()]
-    sys.stderr.write(f"\n=== {name} still running after {HANG_DUMP_S:.0f} s: "
-                     f"{len(tasks)} pending tasks\n")  # fmt: skip
+    err.write(f"\n=== {name} still running after {HANG_DUMP_S:.0f} s: {len(tasks)} tasks\n")
     for task in tasks:
-        task.print_stack(file=sys.stderr)
+        task.print_stack(file=err)
+    err.flush()
 
 
 @pytest.hookimpl(hookwrapper=True)

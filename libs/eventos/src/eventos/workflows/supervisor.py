@@ -128,6 +128,9 @@ class EmployeeSupervisorWorkflow:
         if not arg.continued:
             async with self.lock:
                 await self._apply(self.control.state, first=True)
+                c = self.control
+                if c.state == names.GEN_STARTING:  # the first run activated the generation
+                    self.control = Control(names.GEN_RUNNING, c.revision, c.limits)
         self.deadlines["roll"] = workflow.now() + ROLL_EVERY
         while True:
             due = []
