@@ -10,7 +10,13 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 from test_router import append_all, driver_event, query
-from test_turns import Instance, instance, local_spec, two_classes  # noqa: F401 (a fixture)
+from test_turns import (  # noqa: F401 (`instance` is a fixture)
+    Instance,
+    instance,
+    local_spec,
+    slots_given_back,
+    two_classes,
+)
 
 from eventos import names
 from eventos.contracts import SetControl, SetLimits, SupervisorStatus
@@ -392,5 +398,4 @@ async def test_rearm_after_temporal_lost_everything_redelivers_and_ends_lost_tur
     turns = await query(instance.pool, "SELECT status FROM turns WHERE employee = %s "
                         "AND thread <> 'main' ORDER BY n", name)  # fmt: skip
     assert [t["status"] for t in turns] == ["cancelled", "done"]
-    slots = await query(instance.pool, "SELECT 1 FROM sched_leases WHERE employee = %s", name)
-    assert slots == []
+    await slots_given_back(instance, name)

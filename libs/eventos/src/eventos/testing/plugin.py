@@ -8,7 +8,6 @@ Temporal: TEMPORAL_ADDRESS if set, else the pinned dev server binary (started on
 from __future__ import annotations
 
 import asyncio
-import gc
 import itertools
 import os
 import sys
@@ -39,7 +38,9 @@ def _dump_tasks(name: str) -> None:
     """Every pending asyncio task's stack (read-only, from a timer thread: diagnostics only),
     on the real stderr (pytest captures sys.stderr during a test)."""
     err = sys.__stderr__ or sys.stderr
-    tasks = [o for o in gc.get_objects() if isinstance(o, asyncio.Task) and not o.done()]
+    # The registry behind asyncio.all_tasks(), read from this thread (the loop is elsewhere).
+    registry: set[asyncio.Task[object]] = getattr(asyncio.tasks, "_all_tasks", set())
+    tasks = [t for t in list(registry) if not t.done()]
     err.write(f"\n=== {name} still running after {HANG_DUMP_S:.0f} s: {len(tasks)} tasks\n")
     for task in tasks:
         task.print_stack(file=err)
