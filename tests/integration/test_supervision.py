@@ -4,10 +4,16 @@ deliverer, EmployeeSupervisorWorkflow, start-once, cron Schedules, rebuilds and 
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import (
+    ScheduleBackfill,
+    ScheduleOverlapPolicy,
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 from test_router import append_all, driver_event, query
 from test_turns import (  # noqa: F401 (`instance` is a fixture)
@@ -399,3 +405,47 @@ async def test_rearm_after_temporal_lost_everything_redelivers_and_ends_lost_tur
                         "AND thread <> 'main' ORDER BY n", name)  # fmt: skip
     assert [t["status"] for t in turns] == ["cancelled", "done"]
     await slots_given_back(instance, name)
+
+
+async def test_a_tick_while_its_triggers_turn_runs_is_skipped_with_a_reason(
+    instance: Instance,
+) -> None:
+    """`on_busy: skip` (the default): a cron tick arriving while a turn from the same trigger
+    runs is settled without a turn, with the reason."""
+
+    def slow_cron(name: str) -> str:
+        return local_spec(name, """    - {kind: cron, name: hourly, schedule: "0 * * * *",
+       text: "hourly chore\\nsleep: 3\\ncall: lookup {}"}
+""")  # fmt: skip
+
+    name = await new_employee(instance, slow_cron)
+    await applied(instance, name, "start")
+    schedule = instance.client.get_schedule_handle(names.schedule_id(name, 1, "hourly"))
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+
+    async def fire(at: datetime) -> None:
+        """The schedule's action for the nominal time `at` (a backfill of that hour)."""
+        window = ScheduleBackfill(at - timedelta(minutes=1), at + timedelta(minutes=1),
+                                  overlap=ScheduleOverlapPolicy.ALLOW_ALL)  # fmt: skip
+        await schedule.backfill(window)
+
+    await fire(hour - timedelta(hours=2))
+
+    async def running() -> str | None:
+        q = "SELECT id FROM turns WHERE employee = %s AND status = 'running'"
+        rows = await query(instance.pool, q, name)
+        return rows[0]["id"] if rows else None
+
+    turn_id = await wait_for(running, timeout=20, what="the cron turn running")
+    await fire(hour - timedelta(hours=1))  # the next scheduled time, while that turn runs
+
+    async def settled_ticks() -> list[dict[str, Any]] | None:
+        q = "SELECT seq, status, reason FROM bus_deliveries WHERE type = %s ORDER BY seq"
+        rows = await query(instance.pool, q, names.TYPE_TRIGGER_CRON)
+        return rows if len(rows) == 2 and all(r["status"] == "done" for r in rows) else None
+
+    first, second = await wait_for(settled_ticks, timeout=30, what="both ticks settled")
+    assert first["reason"] is None
+    assert second["reason"] == f"skipped: hourly was running (turn {turn_id})"
+    turns = await query(instance.pool, "SELECT status FROM turns WHERE employee = %s", name)
+    assert [t["status"] for t in turns] == ["done"]

@@ -26,6 +26,7 @@ from eventos.contracts import (
     RunEvent,
     Saved,
     SaveTurn,
+    SkipInputs,
     TerminateWorkflow,
     TurnInput,
 )
@@ -72,6 +73,10 @@ class DbActivities:
     async def load_inputs(self, req: ReloadInputs) -> list[DeliveryItem]:
         return await self._run(lambda conn: turns.reload_inputs(conn, req))
 
+    @activity.defn(name=names.ACT_SKIP_INPUTS)
+    async def skip_inputs(self, req: SkipInputs) -> None:
+        await self._run(lambda conn: turns.skip_inputs(conn, req))
+
     @activity.defn(name=names.ACT_RUN_EVENT)
     async def record_run_event(self, event: RunEvent) -> None:
         await self._run(lambda conn: turns.record_run_event(conn, event))
@@ -94,7 +99,7 @@ class DbActivities:
         return [
             self.admit_turn, self.release_turn, self.load_conversation, self.save_turn,
             self.dead_letter_inputs, self.load_inputs, self.record_run_event,
-            self.terminate_workflow,
+            self.terminate_workflow, self.skip_inputs,
         ]  # fmt: skip
 
     def egress_activities(self) -> list[Callable[..., Awaitable[object]]]:

@@ -279,6 +279,15 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
+class SkipInputs:
+    """Ticks settled without a turn: their trigger's turn was running (`on_busy: skip`)."""
+
+    stream_key: str
+    seqs: list[int]
+    reason: str
+
+
+@dataclass(frozen=True)
 class ReloadInputs:
     """Which delivered, unconsumed inputs a continued entity reads back."""
 
@@ -356,3 +365,4 @@ class ScheduleFire:
     generation: int
     trigger: str
     schedule_id: str
+    text: str = ""  # the trigger's text, what the tick says to the agent

@@ -89,6 +89,9 @@ def thread_for(thread_by: str | None, envelope: object, ingress_id: int) -> str:
     return "t_" + hashlib.sha256(str(value).encode()).hexdigest()[:16]
 
 
+TICK_KINDS = ("cron", "poll", "start")
+
+
 def entity_id(employee: str, generation: int, lane: str, thread: str) -> str:
     """The ConversationWorkflow id of a stream (SPEC §7)."""
     return f"conv-{employee}-g{generation}-{lane}-{thread}"
@@ -101,6 +104,8 @@ def _route_of(sub: dict[str, Any], envelope: object, thread: str) -> dict[str, A
     route["reply"] = bool(sub["reply_capable"])
     if sub.get("debounce"):
         route["debounce"] = sub["debounce"]  # the trigger's own window and cap
+    if sub["trigger_kind"] in TICK_KINDS:
+        route["on_busy"] = sub["on_busy"]  # a tick while this trigger's turn runs (SPEC §10)
     if sub["trigger_kind"] == "chat":
         session = lookup(envelope, "subject") if isinstance(envelope, dict) else None
         route["session"] = str(session or "owner")

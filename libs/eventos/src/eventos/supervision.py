@@ -107,12 +107,13 @@ def cron_interval(expr: str) -> timedelta:
     return CATCHUP_MAX
 
 
-def cron_schedule(employee: str, generation: int, name: str, expr: str, time_zone: str,
+def cron_schedule(employee: str, generation: int, name: str, trigger: Any, time_zone: str,
                   queue: str, *, paused: bool) -> Schedule:  # fmt: skip
     """A cron trigger's Schedule: its action appends a C4 tick (ScheduleFireWorkflow)."""
     sid = names.schedule_id(employee, generation, name)
+    expr = str(trigger.schedule)
     action = ScheduleActionStartWorkflow(
-        names.WF_SCHEDULE_FIRE, ScheduleFire(employee, generation, name, sid),
+        names.WF_SCHEDULE_FIRE, ScheduleFire(employee, generation, name, sid, trigger.text or ""),
         id=f"fire-{sid}", task_queue=queue,
         priority=Priority(priority_key=names.TRIGGER_PRIORITY, fairness_key=employee),
     )  # fmt: skip
@@ -163,8 +164,8 @@ class Effects:
         (row,) = await self._rows("generation_control", employee, generation)
         zone = str(row["spec"].get("spec", {}).get("timezone", "UTC"))
         for name, t in triggers_of(row["spec"], "cron"):
-            schedule = cron_schedule(employee, generation, name, str(t.schedule), zone,
-                                     self.queue, paused=paused)  # fmt: skip
+            schedule = cron_schedule(employee, generation, name, t, zone, self.queue,
+                                     paused=paused)  # fmt: skip
             sid = names.schedule_id(employee, generation, name)
             with contextlib.suppress(ScheduleAlreadyRunningError):
                 await self.client.create_schedule(sid, schedule, rpc_timeout=CALL_TIMEOUT)
@@ -228,7 +229,8 @@ async def fire_schedule(conn: Conn, req: ScheduleFire, scheduled_for: str) -> bo
     (outcome,) = await append(
         conn,
         [tick_record(req.employee, req.trigger, "cron", f"{req.schedule_id}:{scheduled_for}",
-                     {"text": f"[cron trigger {req.trigger} fired]", "trigger": req.trigger,
+                     {"text": req.text or f"[cron trigger {req.trigger} fired]",
+                      "trigger": req.trigger,
                       "scheduled_for": scheduled_for})],
     )  # fmt: skip
     return isinstance(outcome, Accepted)

@@ -29,6 +29,7 @@ from eventos.contracts import (
     RunEvent,
     Saved,
     SaveTurn,
+    SkipInputs,
     ToolCall,
     TurnInput,
 )
@@ -213,6 +214,14 @@ async def dead_letter(conn: Conn, req: DeadLetter) -> None:
             "ref": f"{req.stream_key}#{req.seqs[0]}-{req.seqs[-1]}",
             "detail": f"turn {req.turn_id} failed twice: {req.reason}"[:1000],
         })  # fmt: skip
+
+
+async def skip_inputs(conn: Conn, req: SkipInputs) -> None:
+    """Settle ticks that arrived while their trigger's turn ran (`on_busy: skip`)."""
+    async with conn.transaction():
+        params = {"stream_key": req.stream_key, "seqs": req.seqs, "reason": req.reason[:500]}
+        await conn.execute(Q["deliveries_skip"], params)
+        await conn.execute(Q["stream_consume"], {"stream_key": req.stream_key})
 
 
 async def reload_inputs(conn: Conn, req: ReloadInputs) -> list[DeliveryItem]:

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         OfferInputs,
         ReleaseTurn,
         ReloadInputs,
+        SkipInputs,
         StreamCursor,
         TerminateWorkflow,
         TurnInput,
@@ -187,8 +188,11 @@ class ConversationWorkflow:
         )
 
     def _offerable(self) -> list[DeliveryItem]:
-        """Pending inputs after those offered so far, on the turn's route (merge point B1)."""
+        """Pending inputs after those offered so far, on the turn's route (merge point B1);
+        a trigger's ticks merge only with `on_busy: merge`."""
         if not self.turn_inputs or self.interrupted is not None:
+            return []
+        if self.turn_inputs[0].route.get("on_busy", names.ON_BUSY_MERGE) != names.ON_BUSY_MERGE:
             return []
         return run_after(self.pending, self.turn_inputs[0], self.offered_through,
                          self.turn_bytes, self.turn_count)  # fmt: skip
@@ -234,8 +238,29 @@ class ConversationWorkflow:
         self.offered_through = inputs[-1].seq
         return ""
 
+    async def _skip_busy(self) -> bool:
+        """Settle ticks of the running turn's trigger that arrived meanwhile (`on_busy: skip`)."""
+        assert self.turn is not None
+        head, taken = self.turn_inputs[0], {i.seq for i in self.turn_inputs}
+        skip = [i for i in self.pending
+                if i.seq not in taken and route_key(i) == route_key(head)
+                and i.route.get("on_busy") == names.ON_BUSY_SKIP]  # fmt: skip
+        if not skip:
+            return False
+        reason = f"skipped: {head.route.get('trigger')} was running (turn {self.turn.id})"
+        req = SkipInputs(self.cursor.stream_key, [i.seq for i in skip], reason)
+        await workflow.execute_local_activity(
+            names.ACT_SKIP_INPUTS, req,
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+        gone = {i.seq for i in skip}
+        self.pending = [i for i in self.pending if i.seq not in gone]
+        return True
+
     async def _follow_turn(self) -> None:
         assert self.turn is not None
+        if not self.turn.done() and await self._skip_busy():
+            return
         offer = [] if self.turn.done() else self._offerable()
         if offer:
             self.offered_through = offer[-1].seq

@@ -61,7 +61,7 @@ WHERE id = %(id)s AND received_at = %(received_at)s;
 -- Subscriptions of routable generations listening to a source, with the generation locked
 -- (shared) so a concurrent activate/stop sees our streams.
 SELECT s.id, s.employee, s.generation, s.trigger_name, s.trigger_kind, s.event_types, s.filter,
-       s.class, s.thread_by, s.lane, s.agent, s.reply_capable, s.debounce,
+       s.class, s.thread_by, s.lane, s.agent, s.reply_capable, s.debounce, s.on_busy,
        g.state AS generation_state
 FROM bus_subscriptions s
 JOIN generations g ON g.employee = s.employee AND g.generation = s.generation

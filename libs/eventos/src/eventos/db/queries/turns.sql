@@ -159,6 +159,11 @@ WHERE id = %(id)s AND status = 'sending';
 UPDATE bus_deliveries SET status = 'dead', reason = %(reason)s, updated_at = now()
 WHERE stream_key = %(stream_key)s AND seq = ANY(%(seqs)s) AND status IN ('pending', 'delivered');
 
+-- name: deliveries_skip
+-- Ticks settled without a turn (on_busy: skip), with the reason.
+UPDATE bus_deliveries SET status = 'done', reason = %(reason)s, updated_at = now()
+WHERE stream_key = %(stream_key)s AND seq = ANY(%(seqs)s) AND status IN ('pending', 'delivered');
+
 -- name: chat_messages_dead
 -- Owner messages among them are marked dead too.
 UPDATE chat_messages SET status = 'dead'
