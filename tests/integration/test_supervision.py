@@ -386,7 +386,7 @@ async def test_rearm_after_temporal_lost_everything_redelivers_and_ends_lost_tur
     entity = (await query(instance.pool, "SELECT entity_id FROM bus_streams WHERE employee = %s "
                           "AND lane = 'worker' AND thread <> 'main'", name))[0]["entity_id"]  # fmt: skip
     # Temporal loses the entity, its turn and the supervisor (terminated with no cleanup).
-    for wid in (turn_id, entity, names.supervisor_id(name, 1)):
+    for wid in (entity, turn_id, names.supervisor_id(name, 1)):
         await instance.client.get_workflow_handle(wid).terminate("test: Temporal lost it")
     outcome = await rearm(instance.pool, instance.client, instance.deliverer.workflow_queue)
     assert "1 lost turn(s) ended" in outcome and "1 stream(s) to redeliver" in outcome
