@@ -18,8 +18,9 @@ class StreamCursor:
     lane: str
     thread: str
     applied_seq: int
-    # After continue-as-new: inputs delivered after this seq (through applied_seq) and not yet
-    # consumed are read back from the database instead of being carried (I7: cursors only).
+    # Inputs delivered after this seq (through applied_seq) and not yet consumed are read back
+    # from the database instead of being carried (I7: cursors only): after continue-as-new, and
+    # on a relay start (a run replacing a lost one starts with what its predecessor held).
     reload_after: int | None = None
     roll_after: int = names.ENTITY_ROLL_AFTER  # continue-as-new between turns past this many
     idle_s: float | None = None  # passivate after this idle time (None: the lane's default)

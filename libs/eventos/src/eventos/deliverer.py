@@ -25,7 +25,7 @@ from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from eventos import intents, names, turns
+from eventos import egress, intents, names, turns
 from eventos.contracts import (
     Control,
     EntityStatus,
@@ -239,10 +239,11 @@ async def ensure_supervisor(conn: Conn, client: Client, employee: str, generatio
 
 async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str) -> str:
     """Recreate from the database what should exist in Temporal (I10): every live generation's
-    supervisor and Schedules; turns Temporal lost are ended and their slots given back; a
-    stream whose entity is gone gets what it was sent back as pending, for the relay."""
+    supervisor and Schedules; turns Temporal lost are ended and their slots given back, and the
+    replies they queued but could not send are sent; a stream whose entity is gone gets what it
+    was sent back as pending, for the relay."""
     effects = Effects(pool, client, queue)
-    supervisors = schedules = lost_turns = streams = 0
+    supervisors = schedules = lost_turns = sends = streams = 0
     async with pool.connection() as conn:
         cur = await conn.execute(Q["generations_live_all"])
         for gen in await cur.fetchall():
@@ -261,6 +262,10 @@ async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str) -> 
             if await _describe(client, t["id"]) != WorkflowExecutionStatus.RUNNING:
                 await turns.release(conn, t["id"], names.TURN_CANCELLED, "lost by Temporal")
                 lost_turns += 1
+        cur = await conn.execute(Q["outbox_orphaned"])
+        for o in await cur.fetchall():
+            await egress.send(conn, int(o["id"]))  # once: the send claims the row first
+            sends += 1
         cur = await conn.execute(Q["streams_holding"])
         for s in await cur.fetchall():
             if await _describe(client, s["entity_id"]) != WorkflowExecutionStatus.RUNNING:
@@ -268,7 +273,8 @@ async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str) -> 
                 streams += 1
     return (
         f"re-armed: {supervisors} supervisor(s) started, {schedules} schedule set(s) checked, "
-        f"{lost_turns} lost turn(s) ended, {streams} stream(s) to redeliver"
+        f"{lost_turns} lost turn(s) ended, {sends} orphaned send(s) made, "
+        f"{streams} stream(s) to redeliver"
     )
 
 

@@ -330,12 +330,18 @@ class Relay:
             await conn.execute(Q["stream_hold_window"], params)
 
     async def _send(self, stream: dict[str, Any], batch: list[DeliveryItem]) -> bool:
-        """Signal-With-Start; True when Temporal accepted the batch."""
+        """Signal-With-Start; True when Temporal accepted the batch.
+
+        The cursor (used only when this call starts a new run) says the run has applied
+        everything delivered so far and reads back from the database what was delivered and
+        not consumed: a run that replaces a lost one (Temporal lost it, or it was terminated)
+        starts with the inputs its predecessor held, not only this batch."""
         cursor = StreamCursor(
             stream_key=stream["stream_key"], employee=stream["employee"],
             generation=int(stream["generation"]), lane=stream["lane"], thread=stream["thread"],
-            applied_seq=int(stream["consumed_seq"]), roll_after=self.entity_roll_after,
-            idle_s=self.entity_idle_s, cancel_grace_s=self.entity_cancel_grace_s,
+            applied_seq=int(stream["delivered_seq"]), reload_after=int(stream["consumed_seq"]),
+            roll_after=self.entity_roll_after, idle_s=self.entity_idle_s,
+            cancel_grace_s=self.entity_cancel_grace_s,
         )  # fmt: skip
         try:
             client: Client = await self.temporal.get()

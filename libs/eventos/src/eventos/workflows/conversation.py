@@ -349,7 +349,8 @@ class ConversationWorkflow:
         return self.last_activity + idle - workflow.now()
 
     async def _reload(self) -> None:
-        """After continue-as-new: read back the inputs carried only as a cursor."""
+        """Read back the inputs the cursor names instead of carrying (after continue-as-new, or
+        when the relay started this run to replace a lost one)."""
         after = self.cursor.reload_after
         if after is None or after >= self.cursor.applied_seq:
             return

@@ -127,3 +127,9 @@ RETURNING (SELECT count(*) FROM back) AS redelivered;
 -- name: turns_running_all
 -- Every turn the database says is running (re-arm checks each against Temporal).
 SELECT id FROM turns WHERE status = 'running';
+
+-- name: outbox_orphaned
+-- Queued replies whose turn no longer runs: the send that turn would have made is lost (re-arm).
+SELECT o.id FROM outbound_messages o JOIN turns t ON t.id = o.turn_id
+WHERE o.status = 'queued' AND t.status <> 'running'
+ORDER BY o.id;
