@@ -128,6 +128,10 @@ def test_a_30_s_dev_server_outage_loses_nothing_and_serves_the_owner_first(
     assert running
 
     temporal.stop()
+    # Owner intents written while Temporal is down answer at once and wait, `applying`.
+    limits = [owner.call("POST", f"/v1/employees/{NAME}/limits", json={"daily_usd": usd})
+              for usd in (9, 10)]  # fmt: skip
+    assert [(r.status_code, r.json()["intent"]["state"]) for r in limits] == [(202, "applying")] * 2
     keep_sending(send, OUTAGE_S)  # every answer 200 or 202, asserted as they come
     sent = len(send.hooks) + len(send.messages) - 2
     assert len(send.hooks) > 20 and len(send.messages) > 7
@@ -147,6 +151,15 @@ def test_a_30_s_dev_server_outage_loses_nothing_and_serves_the_owner_first(
           "the backlog drained", stack)  # fmt: skip
 
     assert_consumed_once(url, send)
+    # The intents applied once the server was back, in the order they were written.
+    ids = [r.json()["intent"]["id"] for r in limits]
+    until(lambda: [r["state"] for r in rows(url, "SELECT state FROM intents WHERE id = ANY(%(i)s)",
+                                            {"i": ids})] == ["applied"] * 2,
+          60, "the intents applied", stack)  # fmt: skip
+    applied = rows(url, "SELECT id FROM intents WHERE id = ANY(%(i)s) ORDER BY applied_at",
+                   {"i": ids})  # fmt: skip
+    assert [r["id"] for r in applied] == ids
+    assert owner.call("GET", f"/v1/employees/{NAME}").json()["limits"] == {"daily_usd": 10.0}
     assert_owner_served_first(url, restarted_at)
     # The server came back with its state: the owner's entity run from before carries on.
     assert run_async(entity_run(temporal, owner_entity)) == (owner_run, True)

@@ -24,8 +24,8 @@ from test_turns import (  # noqa: F401 (`instance` is a fixture)
     two_classes,
 )
 
-from eventos import names
-from eventos.contracts import SetControl, SetLimits, SupervisorStatus
+from eventos import intents, names, turns
+from eventos.contracts import AdmitRequest, SetControl, SetLimits, SupervisorStatus
 from eventos.deliverer import rearm
 from eventos.embedded_pg import free_port
 from eventos.settings import TemporalSettings
@@ -449,3 +449,18 @@ async def test_a_tick_while_its_triggers_turn_runs_is_skipped_with_a_reason(
     assert second["reason"] == f"skipped: hourly was running (turn {turn_id})"
     turns = await query(instance.pool, "SELECT status FROM turns WHERE employee = %s", name)
     assert [t["status"] for t in turns] == ["done"]
+
+
+async def test_admission_refuses_a_paused_or_retired_generation(instance: Instance) -> None:
+    """A Reset landing between the relay's generation check and its call is caught here: the
+    entity is told `retired` and closes without a turn; paused, it waits for `wake`."""
+    name = await new_employee(instance)
+    await applied(instance, name, "start")
+    req = AdmitRequest(name, 1, "front", "main", names.stream_key(name, 1, "talk", "main"), 1)
+    async with instance.pool.connection() as conn:
+        await intents.lifecycle(conn, name, names.INTENT_STOP)
+        paused = await turns.admit(conn, req)
+        await intents.lifecycle(conn, name, names.INTENT_RESET)
+        retired = await turns.admit(conn, req)
+    assert (paused.granted, paused.gate) == (False, names.GEN_PAUSED)
+    assert (retired.granted, retired.gate) == (False, names.GEN_RETIRED)

@@ -76,7 +76,8 @@ class Deliverer:
                 except IntentFailed as exc:
                     await self._settle(conn, row, names.INTENT_FAILED, str(exc))
                     settled += 1
-                except (RPCError, TimeoutError, OSError, RuntimeError) as exc:
+                except Exception as exc:  # Temporal unavailable, a deadline, or a bug: shown
+                    # as the intent's outcome and retried later; never stuck silently.
                     delay = min(2.0 ** int(row["attempts"]), RETRY_MAX_S)
                     reason = f"{type(exc).__name__}: {exc}"[:500]
                     retry = {"id": row["id"], "outcome": reason, "delay_s": delay}
