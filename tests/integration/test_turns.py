@@ -31,6 +31,7 @@ from eventos.llm.worker import llm_worker
 from eventos.payload_guard import connect
 from eventos.relay import Relay
 from eventos.routing import route_pass
+from eventos.service import cancel_and_wait
 from eventos.settings import SecretStore, TemporalSettings
 from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
@@ -77,6 +78,7 @@ def two_classes(name: str) -> str:
     )
 
 
+PUMP_STOP_S = 30.0
 ROLL_AFTER = 60  # tests make entities continue-as-new early
 IDLE_S = 3.0  # … and passivate after 3 s idle
 
@@ -144,9 +146,8 @@ async def instance(
                 try:
                     yield Instance(name, client, api, pool, relay, llm, deliverer)
                 finally:
-                    pumping.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await pumping
+                    await cancel_and_wait([pumping], PUMP_STOP_S)
+                    assert pumping.done(), "the pump did not stop"
 
 
 async def step_started(instance: Instance, turn_id: str) -> None:

@@ -9,7 +9,8 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Awaitable, Callable, Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 ReadinessCheck = Callable[[], Awaitable[None]]
 GrpcRegistrar = Callable[[grpc.aio.Server], None]
 READINESS_TIMEOUT_S = 2.0
+LOOP_STOP_S = 10.0  # a stopping service waits this long for its loops
+CANCEL_AGAIN_S = 0.5
 
 
 def health_routes(name: str, checks: dict[str, ReadinessCheck]) -> list[BaseRoute]:
@@ -64,6 +67,22 @@ def bind(host: str, port: int) -> socket.socket:
     sock.listen(1024)
     sock.set_inheritable(True)
     return sock
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]], grace_s: float) -> None:
+    """Cancel the tasks and wait for them, cancelling again every half second: Python 3.11's
+    `asyncio.wait_for` (used by libraries such as psycopg_pool) can swallow a cancellation
+    that races with its inner future finishing, and a task that missed one must still stop.
+    Tasks still running after `grace_s` are logged and left behind."""
+    pending = {t for t in tasks if not t.done()}
+    deadline = time.monotonic() + grace_s
+    while pending and time.monotonic() < deadline:
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
+    if pending:
+        log.warning("%d task(s) did not stop within %.0f s: %s", len(pending), grace_s,
+                    ", ".join(t.get_name() for t in pending))  # fmt: skip
 
 
 @dataclass
@@ -115,9 +134,7 @@ class Service:
         for t in done:
             if t is not stop_wait and t.exception() is not None:
                 log.error("%s: a loop failed", self.name, exc_info=t.exception())
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks, LOOP_STOP_S)
         stop_wait.cancel()
         http.should_exit = True
         if grpc_server is not None:
