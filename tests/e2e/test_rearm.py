@@ -92,8 +92,11 @@ def test_an_emptied_temporal_database_is_rearmed_and_loses_nothing(
     rearm_id = answer.json()["id"]
     until(lambda: one(url, "SELECT state FROM intents WHERE id = %(i)s", {"i": rearm_id})
           == "applied", 60, "the re-arm applied", stack)  # fmt: skip
-    until(lambda: all_done(url) and answered(owner, send.messages), 120,
-          "everything consumed after the re-arm", stack)  # fmt: skip
+    try:
+        until(lambda: all_done(url) and answered(owner, send.messages), 120,
+              "everything consumed after the re-arm", stack)  # fmt: skip
+    except AssertionError as exc:
+        raise AssertionError(f"{leftovers(url)}\n{exc}") from None
 
     ingress = rows(url, "SELECT id, status FROM bus_ingress WHERE source_key <> %(s)s ORDER BY id",
                    {"s": f"start:{NAME}/start"})  # fmt: skip
@@ -114,3 +117,15 @@ def test_an_emptied_temporal_database_is_rearmed_and_loses_nothing(
     assert rows(url, "SELECT * FROM sched_leases") == []
     assert start_ticks(url) == 1  # the rebuilt supervisor did not fire `start` again
     assert run_async(temporal_view(temporal)) == (True, True)
+
+
+def leftovers(url: str) -> str:
+    """What is not settled yet, for a failure message."""
+    return "\n".join(f"{q}: {rows(url, q)}" for q in (
+        "SELECT stream_key, seq, status FROM bus_deliveries WHERE status <> 'done'",
+        "SELECT stream_key, delivered_seq, consumed_seq, hold_reason FROM bus_streams",
+        "SELECT turn_id, class, state FROM sched_leases",
+        "SELECT id, status FROM turns ORDER BY started_at",
+        "SELECT id, status, turn_id FROM chat_messages WHERE status <> 'answered'",
+        "SELECT id, turn_id, status FROM outbound_messages WHERE status <> 'sent'",
+    ))  # fmt: skip

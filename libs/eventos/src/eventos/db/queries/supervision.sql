@@ -125,8 +125,11 @@ WHERE s.stream_key = %(stream_key)s
 RETURNING (SELECT count(*) FROM back) AS redelivered;
 
 -- name: turns_running_all
--- Every turn the database says is running (re-arm checks each against Temporal).
-SELECT id FROM turns WHERE status = 'running';
+-- Every turn the database says is running or that holds an admission slot (a turn whose save
+-- committed is `done` before its entity gives the slot back); re-arm checks each in Temporal.
+SELECT id FROM turns WHERE status = 'running'
+UNION
+SELECT turn_id FROM sched_leases;
 
 -- name: outbox_orphaned
 -- Queued replies whose turn no longer runs: the send that turn would have made is lost (re-arm).
