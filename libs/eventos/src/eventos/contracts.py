@@ -74,6 +74,7 @@ class EntityStatus:
     signals: int
     turn_id: str | None = None
     turn_class: int | None = None
+    slot_of: str | None = None  # the turn whose admission slot the entity still holds
 
 
 @dataclass(frozen=True)

@@ -238,6 +238,19 @@ async def ensure_supervisor(conn: Conn, client: Client, employee: str, generatio
     return ("rebuilt" if status in LOST else "started"), control.revision
 
 
+async def _turn_lost(client: Client, turn_id: str, entity_id: str) -> bool:
+    """Neither the turn runs nor does a running entity hold its slot (the entity gives the slot
+    back after the turn ends; a run that replaced a lost entity never had this turn)."""
+    running = WorkflowExecutionStatus.RUNNING
+    if await _describe(client, turn_id) == running:
+        return False
+    if await _describe(client, entity_id) != running:
+        return True
+    handle = client.get_workflow_handle(entity_id)
+    status: EntityStatus = await handle.query(names.QUERY_STATUS, result_type=EntityStatus)
+    return status.slot_of != turn_id
+
+
 async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str) -> str:
     """Recreate from the database what should exist in Temporal (I10): every live generation's
     supervisor and Schedules; turns Temporal lost are ended and their slots given back, and the
@@ -260,7 +273,7 @@ async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str) -> 
                 schedules += 1
         cur = await conn.execute(Q["turns_running_all"])
         for t in await cur.fetchall():
-            if await _describe(client, t["id"]) != WorkflowExecutionStatus.RUNNING:
+            if await _turn_lost(client, t["id"], t["entity_id"]):
                 await turns.release(conn, t["id"], names.TURN_CANCELLED, "lost by Temporal")
                 lost_turns += 1
         cur = await conn.execute(Q["outbox_orphaned"])

@@ -185,6 +185,7 @@ class ConversationWorkflow:
             signals=self.signals,
             turn_id=self.turn.id if running and self.turn else None,
             turn_class=min(i.klass for i in self.turn_inputs) if running else None,
+            slot_of=self.turn.id if self.turn is not None else None,
         )
 
     def _offerable(self) -> list[DeliveryItem]:

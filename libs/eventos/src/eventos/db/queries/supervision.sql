@@ -127,9 +127,8 @@ RETURNING (SELECT count(*) FROM back) AS redelivered;
 -- name: turns_running_all
 -- Every turn the database says is running or that holds an admission slot (a turn whose save
 -- committed is `done` before its entity gives the slot back); re-arm checks each in Temporal.
-SELECT id FROM turns WHERE status = 'running'
-UNION
-SELECT turn_id FROM sched_leases;
+SELECT t.id, s.entity_id FROM turns t JOIN bus_streams s ON s.stream_key = t.stream_key
+WHERE t.status = 'running' OR EXISTS (SELECT 1 FROM sched_leases l WHERE l.turn_id = t.id);
 
 -- name: outbox_orphaned
 -- Queued replies whose turn no longer runs: the send that turn would have made is lost (re-arm).
