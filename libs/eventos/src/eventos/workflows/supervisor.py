@@ -46,6 +46,7 @@ class EmployeeSupervisorWorkflow:
         self.control = arg.control
         self.updates = 0
         self.lock = asyncio.Lock()  # control changes take effect one at a time, in order
+        self.state_revision = arg.control.revision  # of the newest state change
         self.deadlines: dict[str, datetime] = {}
 
     def _check_revision(self, revision: int) -> None:
@@ -61,8 +62,9 @@ class EmployeeSupervisorWorkflow:
         """Move the generation to `req.state` (running, paused or retired)."""
         self.updates += 1
         self.control = Control(req.state, req.revision, self.control.limits, req.pause_reason)
+        self.state_revision = req.revision
         async with self.lock:
-            if self.control.revision == req.revision:  # not overtaken while waiting
+            if self.state_revision == req.revision:  # no newer state change overtook it
                 await self._apply(req.state)
         return self.status()
 
