@@ -17,6 +17,7 @@ from eventos.settings import AdminSettings, DatabaseSettings, SecretStore, Servi
 from eventos.spec import load_specs
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
+E2E_TIMEOUT_S = 900  # hang limit of an end-to-end test (pyproject's default is 300 s)
 SECRETS = {
     "EVENTOS_SECRET_STRIPE_WHSEC": "whsec_test_stripe",
     "EVENTOS_SECRET_GITHUB_HOOK": "github-secret",

@@ -11,14 +11,15 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from conftest import ADMIN_TOKEN, SECRETS, SPEC
+from conftest import ADMIN_TOKEN, E2E_TIMEOUT_S, SECRETS, SPEC
 from processes import Running
 from psycopg.rows import dict_row
 
 from eventos.settings import DatabaseSettings
 from eventos.testing import wait_for_sync
 
-pytestmark = pytest.mark.stack
+# Whole stacks of processes on a small shared machine: a longer hang limit than the default.
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 
 
 @pytest.fixture

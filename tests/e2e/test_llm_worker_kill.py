@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import E2E_TIMEOUT_S
 from fake_openai import KEY, Answer, FakeOpenAI
 from stack import Owner, Stack, base_env, one, reply_rows, rows, run_async, until
 from temporalio.api.enums.v1 import EventType, TimeoutType
@@ -25,7 +26,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from eventos.settings import DatabaseSettings, TemporalSettings
 
-pytestmark = pytest.mark.stack
+# Whole stacks of processes on a small shared machine: a longer hang limit than the default.
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 
 REPLY = "Hello from the fake."
 RETRY_S = 150.0  # heartbeat timeout (60 s) + retry + the rest of the turn, on a busy machine

@@ -18,12 +18,14 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import E2E_TIMEOUT_S
 
 from eventos import names
 from eventos.processes import pid_alive
 from eventos.testing import wait_for_sync
 
-pytestmark = pytest.mark.stack
+# Whole stacks of processes on a small shared machine: a longer hang limit than the default.
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 READY_S = 45.0

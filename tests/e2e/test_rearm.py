@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import E2E_TIMEOUT_S
 from stack import Owner, Stack, one, reply_rows, rows, run_async, until
 from temporalio.client import Client, WorkflowExecutionStatus
 from test_temporal_outage import SPEC, Sender, all_done, answered, stack, temporal  # noqa: F401
@@ -21,7 +22,8 @@ from eventos import names
 from eventos.settings import DatabaseSettings
 from eventos.temporal_dev import TemporalDevServer
 
-pytestmark = pytest.mark.stack
+# Whole stacks of processes on a small shared machine: a longer hang limit than the default.
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 
 NAME = "ops"
 SUPERVISED = (

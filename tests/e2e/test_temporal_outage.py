@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import SECRETS
+from conftest import E2E_TIMEOUT_S, SECRETS
 from signing import stripe
 from stack import Owner, Stack, base_env, one, reply_rows, rows, run_async, until
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -27,7 +27,8 @@ from eventos import names
 from eventos.settings import DatabaseSettings
 from eventos.temporal_dev import TemporalDevServer
 
-pytestmark = pytest.mark.stack
+# Whole stacks of processes on a small shared machine: a longer hang limit than the default.
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 
 NAME = "ops"
 OUTAGE_S = 30.0
