@@ -21,6 +21,7 @@ from test_turns import (  # noqa: F401 (`instance` is a fixture)
     instance,
     local_spec,
     slots_given_back,
+    step_started,
     two_classes,
 )
 
@@ -383,6 +384,7 @@ async def test_rearm_after_temporal_lost_everything_redelivers_and_ends_lost_tur
         return rows[0]["id"] if rows else None
 
     turn_id = await wait_for(running_turn, timeout=20, what="the turn running")
+    await step_started(instance, turn_id)  # the turn workflow exists (admission comes first)
     entity = (await query(instance.pool, "SELECT entity_id FROM bus_streams WHERE employee = %s "
                           "AND lane = 'worker' AND thread <> 'main'", name))[0]["entity_id"]  # fmt: skip
     # Temporal loses the entity, its turn and the supervisor (terminated with no cleanup).

@@ -124,6 +124,7 @@ class ConversationWorkflow:
         self.offered_through = 0
         self.interrupted: str | None = None  # the turn an Update is stopping
         self.retired = False  # admission said the generation is retired: close now
+        self.slot_of: str | None = None  # the turn whose admission slot we hold until released
 
     @workflow.signal(name=names.SIGNAL_DELIVER)
     def deliver(self, batch: DeliverBatch) -> None:
@@ -185,7 +186,7 @@ class ConversationWorkflow:
             signals=self.signals,
             turn_id=self.turn.id if running and self.turn else None,
             turn_class=min(i.klass for i in self.turn_inputs) if running else None,
-            slot_of=self.turn.id if self.turn is not None else None,
+            slot_of=self.slot_of,
         )
 
     def _offerable(self) -> list[DeliveryItem]:
@@ -224,6 +225,7 @@ class ConversationWorkflow:
         )  # fmt: skip
         if not grant.granted:
             return grant.gate or "busy"
+        self.slot_of = grant.turn_id
         turn = TurnInput(grant.turn_id, c.employee, c.generation, req.agent, c.thread,
                          c.stream_key, req.klass, dict(first.route), inputs)  # fmt: skip
         self.turn = await workflow.start_child_workflow(
@@ -304,6 +306,7 @@ class ConversationWorkflow:
             names.ACT_RELEASE, ReleaseTurn(turn_id, status, error),
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
+        self.slot_of = None
         self.last_activity = workflow.now()
 
     async def _after_failure(self, turn_id: str, inputs: list[DeliveryItem], error: str) -> None:
