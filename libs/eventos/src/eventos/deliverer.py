@@ -42,6 +42,7 @@ from eventos.temporal import TemporalConnection
 
 log = logging.getLogger(__name__)
 ATTEMPT_S = 15.0  # the deadline of one attempt to apply an intent
+REARM_S = 600.0  # a re-arm visits every live generation, turn and holding stream
 CLAIM_LIMIT = 20
 RETRY_MAX_S = 60.0
 SUPERVISOR_KINDS = (names.INTENT_START, names.INTENT_STOP, names.INTENT_RESUME,
@@ -72,7 +73,8 @@ class Deliverer:
             cur = await conn.execute(Q["intents_claim"], {"limit": CLAIM_LIMIT})
             for row in await cur.fetchall():
                 try:
-                    outcome = await asyncio.wait_for(self._attempt(conn, row), self.attempt_s)
+                    deadline = REARM_S if row["kind"] == names.INTENT_REARM else self.attempt_s
+                    outcome = await asyncio.wait_for(self._attempt(conn, row), deadline)
                 except IntentFailed as exc:
                     await self._settle(conn, row, names.INTENT_FAILED, str(exc))
                     settled += 1
