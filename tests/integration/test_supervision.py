@@ -14,6 +14,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowUpdateFailedError,
 )
+from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 from test_router import append_all, driver_event, query
 from test_turns import (  # noqa: F401 (`instance` is a fixture)
@@ -26,7 +27,14 @@ from test_turns import (  # noqa: F401 (`instance` is a fixture)
 )
 
 from eventos import intents, names, turns
-from eventos.contracts import AdmitRequest, SetControl, SetLimits, SupervisorStatus
+from eventos.contracts import (
+    AdmitRequest,
+    Control,
+    SetControl,
+    SetLimits,
+    SupervisorInput,
+    SupervisorStatus,
+)
 from eventos.deliverer import rearm
 from eventos.embedded_pg import free_port
 from eventos.settings import TemporalSettings
@@ -466,3 +474,38 @@ async def test_admission_refuses_a_paused_or_retired_generation(instance: Instan
         retired = await turns.admit(conn, req)
     assert (paused.granted, paused.gate) == (False, names.GEN_PAUSED)
     assert (retired.granted, retired.gate) == (False, names.GEN_RETIRED)
+
+
+async def test_the_supervisor_continues_as_new_carrying_its_control(instance: Instance) -> None:
+    """At its Update limit (1,800; 2 here) the supervisor continues as new with the same
+    control block, and a stale revision is still refused by the new run."""
+    name = await new_employee(instance)
+    await applied(instance, name, "start")
+    sid = names.supervisor_id(name, 1)
+    await instance.client.get_workflow_handle(sid).terminate("test: replaced by a short roll")
+    await instance.client.start_workflow(
+        names.WF_SUPERVISOR,
+        SupervisorInput(name, 1, Control("running", 1), continued=True, roll_after=2),
+        id=sid, task_queue=instance.deliverer.workflow_queue,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        priority=Priority(priority_key=names.SUPERVISOR_PRIORITY, fairness_key=name),
+    )  # fmt: skip
+    handle = instance.client.get_workflow_handle(sid)
+    first = (await handle.describe()).run_id
+    for revision, usd in ((2, 1), (3, 2)):
+        await handle.execute_update(
+            names.UPDATE_SET_LIMITS, SetLimits({"daily_usd": usd}, revision)
+        )
+
+    async def rolled() -> str | None:
+        run = (await handle.describe()).run_id
+        return run if run != first else None
+
+    await wait_for(rolled, timeout=15, what="the supervisor continued as new")
+    status = await supervisor_status(instance, name)
+    assert (status.state, status.revision, status.limits, status.updates) == (
+        "running", 3, {"daily_usd": 2.0}, 0,
+    )  # fmt: skip
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(names.UPDATE_SET_LIMITS, SetLimits({"daily_usd": 9}, 3))
+    assert "stale revision 3" in str(refused.value.cause)

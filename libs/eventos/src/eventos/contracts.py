@@ -317,6 +317,7 @@ class SupervisorInput:
     generation: int
     control: Control
     continued: bool = False  # a continue-as-new run: the world already matches the control
+    roll_after: int = names.SUPERVISOR_ROLL_UPDATES  # continue-as-new at this many Updates
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ class EmployeeSupervisorWorkflow:
 
     def _should_roll(self) -> bool:
         info = workflow.info()
-        return info.is_continue_as_new_suggested() or self.updates >= names.SUPERVISOR_ROLL_UPDATES
+        return info.is_continue_as_new_suggested() or self.updates >= self.arg.roll_after
 
     async def _sleep(self) -> list[str]:
         """The one live timer: until the earliest named deadline, a control change or a roll
@@ -144,5 +144,11 @@ class EmployeeSupervisorWorkflow:
                 if self.control.state == names.GEN_RETIRED:
                     return self.status()
                 workflow.continue_as_new(
-                    SupervisorInput(arg.employee, arg.generation, self.control, continued=True)
+                    SupervisorInput(
+                        arg.employee,
+                        arg.generation,
+                        self.control,
+                        continued=True,
+                        roll_after=arg.roll_after,
+                    )
                 )
