@@ -209,13 +209,10 @@ def _requested(args: argparse.Namespace, client: OwnerClient, ref: dict[str, Any
 def _wait_intent(args: argparse.Namespace, client: OwnerClient, intent: dict[str, Any]) -> int:
     if not args.wait:
         return 0
-    deadline = time.monotonic() + args.timeout
-    while intent["state"] == "applying":
-        if time.monotonic() > deadline:
-            last = f" (last attempt: {intent['outcome']})" if intent["outcome"] else ""
-            raise CliError(f"intent {intent['id']} still applying after {args.timeout:g}s{last}")
-        time.sleep(WAIT_POLL_S)
-        intent = client.intent(int(intent["id"]))
+    intent = client.wait_intent(intent, args.timeout, WAIT_POLL_S)
+    if intent["state"] == "applying":
+        last = f" (last attempt: {intent['outcome']})" if intent["outcome"] else ""
+        raise CliError(f"intent {intent['id']} still applying after {args.timeout:g}s{last}")
     emit(args, intent, f"intent {_intent_line(intent)}: {intent['outcome']}")
     return 0 if intent["state"] == "applied" else 1
 

@@ -168,10 +168,7 @@ async def start(conn: Conn, name: str) -> GenerationRef:
 async def _transition(
     conn: Conn, name: str, *, allowed: tuple[str, ...], to: str, pause_reason: str | None = None
 ) -> GenerationRef:
-    await _lock_employee(conn, name)
-    live = await _live(conn, name)
-    if live is None:
-        raise Conflict(f"{name!r} has no live generation")
+    live = await lock_live(conn, name)
     if live.state not in allowed:
         raise Conflict(f"{name!r} generation {live.generation} is {live.state}, not {allowed}")
     await conn.execute(

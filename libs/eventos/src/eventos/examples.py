@@ -9,7 +9,6 @@ and dropping `openai-main` into `.eventos/secrets/` is enough to bring the next 
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,13 +63,6 @@ def missing_secrets(spec: EmployeeSpec, store: SecretStore) -> list[str]:
     return missing
 
 
-def wait_applied(client: OwnerClient, intent_id: int, timeout_s: float = START_WAIT_S) -> None:
-    """Until the intent is no longer `applying` (or the deadline: it then shows `starting`)."""
-    deadline = time.monotonic() + timeout_s
-    while client.intent(intent_id)["state"] == "applying" and time.monotonic() < deadline:
-        time.sleep(0.2)
-
-
 def apply_one(client: OwnerClient, store: SecretStore, source: Path, doc: object) -> ExampleOutcome:
     """Apply one spec document and start it unless it already has a live generation."""
     try:
@@ -91,7 +83,8 @@ def apply_one(client: OwnerClient, store: SecretStore, source: Path, doc: object
         current = client.get(spec.name)
         if current["state"] == "stopped":
             started = client.lifecycle(spec.name, "start")
-            wait_applied(client, int(started["intent"]["id"]))
+            # The supervisor activates the generation; past the deadline it shows `starting`.
+            client.wait_intent(started["intent"], START_WAIT_S)
             current = client.get(spec.name)
     except OwnerApiError as exc:
         return ExampleOutcome(spec.name, source, "refused", str(exc))

@@ -128,12 +128,6 @@ async def rearm(conn: Conn) -> dict[str, Any]:
     return await _insert(conn, None, None, names.INTENT_REARM, None, {})
 
 
-async def latest(conn: Conn, name: str) -> dict[str, Any] | None:
-    """An employee's newest intent, or None."""
-    cur = await conn.execute(Q["intent_latest"], {"employee": name})
-    return await cur.fetchone()
-
-
 async def get(conn: Conn, intent_id: int) -> dict[str, Any]:
     cur = await conn.execute(Q["intent_get"], {"id": intent_id})
     row = await cur.fetchone()

@@ -6,6 +6,7 @@ Transport failures and refusals are translated once, here, into two errors the c
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +110,16 @@ class OwnerClient:
     def intent(self, intent_id: int) -> dict[str, Any]:
         """One intent: {id, kind, state, revision, outcome, created_at, applied_at}."""
         return dict(self._call("GET", f"/v1/intents/{intent_id}"))
+
+    def wait_intent(
+        self, intent: dict[str, Any], timeout_s: float, poll_s: float = 0.2
+    ) -> dict[str, Any]:
+        """The intent once it is no longer `applying`, or as it stands at the deadline."""
+        deadline = time.monotonic() + timeout_s
+        while intent["state"] == "applying" and time.monotonic() < deadline:
+            time.sleep(poll_s)
+            intent = self.intent(int(intent["id"]))
+        return intent
 
     def rearm(self) -> dict[str, Any]:
         """Ask for a re-arm of Temporal from the database; returns its intent."""

@@ -33,11 +33,6 @@ VALUES (%(employee)s, %(generation)s, %(kind)s, %(revision)s, %(payload)s)
 RETURNING id, employee, generation, kind, revision, payload, state, outcome, created_at,
           applied_at;
 
--- name: intent_latest
--- An employee's newest intent.
-SELECT id, employee, generation, kind, revision, payload, state, outcome, created_at, applied_at
-FROM intents WHERE employee = %(employee)s ORDER BY id DESC LIMIT 1;
-
 -- name: intent_get
 -- One intent.
 SELECT id, employee, generation, kind, revision, payload, state, outcome, attempts, created_at,
