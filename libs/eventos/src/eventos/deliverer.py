@@ -275,9 +275,11 @@ async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str) -> 
                 schedules += 1
         cur = await conn.execute(Q["turns_running_all"])
         for t in await cur.fetchall():
+            # Its entity may have given the slot back since the list was read: count only
+            # what this release changed.
             if await _turn_lost(client, t["id"], t["entity_id"]):
-                await turns.release(conn, t["id"], names.TURN_CANCELLED, "lost by Temporal")
-                lost_turns += 1
+                lost_turns += await turns.release(conn, t["id"], names.TURN_CANCELLED,
+                                                  "lost by Temporal")  # fmt: skip
         cur = await conn.execute(Q["outbox_orphaned"])
         for o in await cur.fetchall():
             await egress.send(conn, int(o["id"]))  # once: the send claims the row first

@@ -73,11 +73,15 @@ async def admit(conn: Conn, req: AdmitRequest) -> Admission:
     return Admission(granted=True, turn_id=tid, n=n)
 
 
-async def release(conn: Conn, tid: str, status: str, error: str | None = None) -> None:
-    """Give the slot back; a turn that did not save ends `failed` or `cancelled`."""
+async def release(conn: Conn, tid: str, status: str, error: str | None = None) -> bool:
+    """Give the slot back; a turn that did not save ends `failed` or `cancelled`. False when
+    both were done already (a repeated release changes nothing)."""
     async with conn.transaction():
-        await conn.execute(Q["admission_release"], {"turn_id": tid})
-        await conn.execute(Q["turn_finish"], {"turn_id": tid, "status": status, "error": error})
+        freed = await conn.execute(Q["admission_release"], {"turn_id": tid})
+        ended = await conn.execute(
+            Q["turn_finish"], {"turn_id": tid, "status": status, "error": error}
+        )
+    return freed.rowcount + ended.rowcount > 0
 
 
 def message_of(doc: dict[str, Any]) -> ChatMessage:
