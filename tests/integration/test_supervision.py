@@ -26,7 +26,7 @@ from test_turns import (  # noqa: F401 (`instance` is a fixture)
     two_classes,
 )
 
-from eventos import intents, names, turns
+from eventos import admission, intents, names
 from eventos.contracts import (
     AdmitRequest,
     Control,
@@ -37,6 +37,7 @@ from eventos.contracts import (
 )
 from eventos.deliverer import rearm
 from eventos.embedded_pg import free_port
+from eventos.scheduler import SchedConfig
 from eventos.settings import TemporalSettings
 from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
@@ -469,9 +470,9 @@ async def test_admission_refuses_a_paused_or_retired_generation(instance: Instan
     req = AdmitRequest(name, 1, "front", "main", names.stream_key(name, 1, "talk", "main"), 1)
     async with instance.pool.connection() as conn:
         await intents.lifecycle(conn, name, names.INTENT_STOP)
-        paused = await turns.admit(conn, req)
+        paused = (await admission.acquire(conn, req, SchedConfig())).admission
         await intents.lifecycle(conn, name, names.INTENT_RESET)
-        retired = await turns.admit(conn, req)
+        retired = (await admission.acquire(conn, req, SchedConfig())).admission
     assert (paused.granted, paused.gate) == (False, names.GEN_PAUSED)
     assert (retired.granted, retired.gate) == (False, names.GEN_RETIRED)
 

@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from eventos import egress, names, turns
+from eventos import admission, egress, names, turns
 from eventos.contracts import (
     Admission,
     AdmitRequest,
@@ -32,6 +32,8 @@ from eventos.contracts import (
 )
 from eventos.db import Conn
 from eventos.errors import Conflict, NotFound
+from eventos.scheduler import SchedConfig
+from eventos.temporal import wake_entities
 
 T = TypeVar("T")
 
@@ -39,8 +41,9 @@ T = TypeVar("T")
 class DbActivities:
     """Activities that need only the database."""
 
-    def __init__(self, pool: AsyncConnectionPool[Conn]) -> None:
+    def __init__(self, pool: AsyncConnectionPool[Conn], sched: SchedConfig | None = None) -> None:
         self.pool = pool
+        self.sched = sched or SchedConfig()
 
     async def _run(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         try:
@@ -51,11 +54,18 @@ class DbActivities:
 
     @activity.defn(name=names.ACT_ADMIT)
     async def admit_turn(self, req: AdmitRequest) -> Admission:
-        return await self._run(lambda conn: turns.admit(conn, req))
+        """A slot, or a place in the queue; entities offered a slot meanwhile are woken."""
+        answer = await self._run(lambda conn: admission.acquire(conn, req, self.sched))
+        await wake_entities(activity.client(), answer.wake)
+        return answer.admission
 
     @activity.defn(name=names.ACT_RELEASE)
     async def release_turn(self, req: ReleaseTurn) -> None:
-        await self._run(lambda conn: turns.release(conn, req.turn_id, req.status, req.error))
+        """Give the slot back and wake the entities it was offered to."""
+        _, wake = await self._run(
+            lambda conn: admission.release(conn, self.sched, req.turn_id, req.status, req.error)
+        )
+        await wake_entities(activity.client(), wake)
 
     @activity.defn(name=names.ACT_LOAD)
     async def load_conversation(self, turn: TurnInput) -> ConversationContext:

@@ -150,17 +150,20 @@ class AdmitRequest:
     thread: str
     stream_key: str
     klass: int
+    workflow_id: str = ""  # the entity to wake when a slot is offered
+    turn_id: str = ""  # a suspended turn taking its slot again
 
 
 @dataclass(frozen=True)
 class Admission:
-    """Admission's answer."""
+    """Admission's answer: granted, or queued (wait for `wake`), or refused by a gate."""
 
     granted: bool
     turn_id: str = ""
     n: int = 0
     reason: str = ""
-    gate: str = ""  # refused by the generation: "paused" (wait for `wake`) or "retired"
+    gate: str = ""  # "paused" / "budget" (wait for `wake`) or "retired" (close)
+    reserved: bool = False  # the employee's reserved owner slot
 
 
 @dataclass(frozen=True)

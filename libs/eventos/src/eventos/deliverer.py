@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -25,7 +25,7 @@ from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from eventos import egress, intents, names, turns
+from eventos import admission, egress, intents, names
 from eventos.contracts import (
     Control,
     EntityStatus,
@@ -37,8 +37,9 @@ from eventos.contracts import (
 )
 from eventos.db import Conn
 from eventos.db.sql import Q
+from eventos.scheduler import SchedConfig
 from eventos.supervision import Effects
-from eventos.temporal import TemporalConnection
+from eventos.temporal import TemporalConnection, wake_entities
 
 log = logging.getLogger(__name__)
 ATTEMPT_S = 15.0  # the deadline of one attempt to apply an intent
@@ -65,6 +66,7 @@ class Deliverer:
     temporal: TemporalConnection
     workflow_queue: str = names.WORKFLOW_QUEUE
     attempt_s: float = ATTEMPT_S
+    sched: SchedConfig = field(default_factory=SchedConfig)
 
     async def pass_once(self) -> int:
         """Try each employee's oldest due intent; returns how many settled."""
@@ -110,7 +112,7 @@ class Deliverer:
     async def _apply(self, conn: Conn, client: Client, row: dict[str, Any]) -> str:
         kind = row["kind"]
         if kind == names.INTENT_REARM:
-            return await rearm(self.pool, client, self.workflow_queue)
+            return await rearm(self.pool, client, self.workflow_queue, self.sched)
         if kind == names.INTENT_INTERRUPT:
             return await self._interrupt(client, row)
         employee, generation = str(row["employee"]), int(row["generation"])
@@ -253,7 +255,8 @@ async def _turn_lost(client: Client, turn_id: str, entity_id: str) -> bool:
     return status.slot_of != turn_id
 
 
-async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str) -> str:
+async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str,
+                sched: SchedConfig | None = None) -> str:  # fmt: skip
     """Recreate from the database what should exist in Temporal (I10): every live generation's
     supervisor and Schedules; turns Temporal lost are ended and their slots given back, and the
     replies they queued but could not send are sent; a stream whose entity is gone gets what it
@@ -278,8 +281,11 @@ async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str) -> 
             # Its entity may have given the slot back since the list was read: count only
             # what this release changed.
             if await _turn_lost(client, t["id"], t["entity_id"]):
-                lost_turns += await turns.release(conn, t["id"], names.TURN_CANCELLED,
-                                                  "lost by Temporal")  # fmt: skip
+                changed, wake = await admission.release(
+                    conn, sched or SchedConfig(), t["id"], names.TURN_CANCELLED, "lost by Temporal"
+                )
+                lost_turns += changed
+                await wake_entities(client, wake)
         cur = await conn.execute(Q["outbox_orphaned"])
         for o in await cur.fetchall():
             await egress.send(conn, int(o["id"]))  # once: the send claims the row first

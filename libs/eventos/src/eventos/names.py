@@ -124,6 +124,15 @@ TURN_CANCEL_GRACE_S: Final = 120.0  # a cancelled turn closes within this, else 
 TRANSCRIPT_MAX_BYTES: Final = 393_216
 EMPLOYEE_TURN_CAP: Final = 4  # plus one slot reserved for the owner (C1)
 
+# Budgets (SPEC §9): ledger states; admission's budget gate.
+BUDGET_NORMAL: Final = "normal"
+BUDGET_HIGH: Final = "high"  # ≥ 80% spent or reserved: C3/C4 held
+BUDGET_MAX: Final = "max"  # a reservation would pass 100%: the employee pauses
+BUDGET_HIGH_SHARE: Final = 0.8
+GATE_BUDGET: Final = "budget"
+ADMISSION_ASK_AGAIN_S: Final = 30.0  # a waiting entity asks again this often (wakes are hints)
+PAUSE_BUDGET: Final = "budget"
+
 
 def queue_for(base: str, workflow_queue: str) -> str:
     """An activity queue next to a workflow queue: the plain name on the instance's own

@@ -8,12 +8,20 @@ refuses payloads over 64 KB (I7; eventos.payload_guard).
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
+from eventos import names
 from eventos.payload_guard import connect
 from eventos.settings import TemporalSettings
+
+log = logging.getLogger(__name__)
+WAKE_TIMEOUT = timedelta(seconds=5)
 
 
 @dataclass
@@ -36,3 +44,15 @@ class TemporalConnection:
         ok = await client.service_client.check_health()
         if not ok:
             raise RuntimeError("Temporal frontend is not serving")
+
+
+async def wake_entities(client: Client, workflow_ids: Iterable[str]) -> None:
+    """Signal `wake` to entities admission offered a slot. A hint only (I1): a waiting entity
+    asks again on its own, so a failed Signal is logged and left."""
+    for workflow_id in workflow_ids:
+        handle = client.get_workflow_handle(workflow_id)
+        try:
+            await handle.signal(names.SIGNAL_WAKE, rpc_timeout=WAKE_TIMEOUT)
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                log.warning("wake %s failed: %s", workflow_id, exc)

@@ -1,4 +1,4 @@
-"""Turns, database side: admission, the conversation's context, the consuming save, the outbox.
+"""Turns, database side: the conversation's context, the consuming save, the outbox.
 
 The consuming save (SPEC §8 step 5) writes the transcript, settles the consumed deliveries,
 advances `consumed_seq` (the watermark below which every input is settled) and queues the
@@ -18,8 +18,6 @@ from psycopg.types.json import Jsonb
 
 from eventos import names
 from eventos.contracts import (
-    Admission,
-    AdmitRequest,
     ChatMessage,
     ConversationContext,
     DeadLetter,
@@ -38,50 +36,6 @@ from eventos.db.sql import Q
 from eventos.errors import Conflict, NotFound
 
 STORED_TRANSCRIPT_MAX_BYTES = 1_000_000
-
-
-def turn_id(req: AdmitRequest, n: int) -> str:
-    """`turn-<conversation>-<n>` (SPEC §7); thread ids carry no personal data."""
-    return f"turn-{req.employee}-g{req.generation}-{req.agent}-{req.thread}-{n}"
-
-
-async def admit(conn: Conn, req: AdmitRequest) -> Admission:
-    """Grant a slot (cap 4 per employee, plus one reserved for the owner) and a turn number,
-    only while the generation runs (paused: wait for `wake`; retired: the entity closes)."""
-    async with conn.transaction():
-        await conn.execute(Q["admission_lock"], {"employee": req.employee})
-        params = {"employee": req.employee, "generation": req.generation}
-        cur = await conn.execute(Q["admission_active"], params)
-        row = await cur.fetchone() or {}
-        state, active = row["generation_state"], int(row["n"])
-        if state != names.GEN_RUNNING:
-            gate = names.GEN_RETIRED if state in (None, names.GEN_RETIRED) else names.GEN_PAUSED
-            return Admission(granted=False, reason=f"generation {req.generation} is {state}",
-                             gate=gate)  # fmt: skip
-        cap = names.EMPLOYEE_TURN_CAP + (1 if req.klass == names.C1_OWNER else 0)
-        if active >= cap:
-            return Admission(granted=False, reason=f"employee cap: {active} turns running")
-        params = {
-            "employee": req.employee, "generation": req.generation, "agent": req.agent,
-            "thread": req.thread, "stream_key": req.stream_key, "class": req.klass,
-        }  # fmt: skip
-        cur = await conn.execute(Q["conversation_open"], params)
-        n = int((await cur.fetchone() or {})["n"])
-        tid = turn_id(req, n)
-        await conn.execute(Q["turn_insert"], {**params, "id": tid, "n": n})
-        await conn.execute(Q["admission_grant"], {**params, "id": tid})
-    return Admission(granted=True, turn_id=tid, n=n)
-
-
-async def release(conn: Conn, tid: str, status: str, error: str | None = None) -> bool:
-    """Give the slot back; a turn that did not save ends `failed` or `cancelled`. False when
-    both were done already (a repeated release changes nothing)."""
-    async with conn.transaction():
-        freed = await conn.execute(Q["admission_release"], {"turn_id": tid})
-        ended = await conn.execute(
-            Q["turn_finish"], {"turn_id": tid, "status": status, "error": error}
-        )
-    return freed.rowcount + ended.rowcount > 0
 
 
 def message_of(doc: dict[str, Any]) -> ChatMessage:

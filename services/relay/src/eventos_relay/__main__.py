@@ -9,6 +9,7 @@ import socket
 
 from eventos.deliverer import Deliverer, deliverer_loop
 from eventos.relay import Relay, relay_loop
+from eventos.scheduler import SchedConfig
 from eventos.service import configure_logging
 from eventos.wiring import ConnectedConfig, build_connected
 
@@ -19,7 +20,7 @@ async def main() -> None:
     relay_id = os.environ.get("EVENTOS_RELAY_ID") or f"{socket.gethostname()}:{os.getpid()}"
     relay = Relay(connected.pool, connected.temporal, relay_id)
     service.loops.append(lambda: relay_loop(relay, connected.signal, cfg.service.poll_interval_s))
-    deliverer = Deliverer(connected.pool, connected.temporal)
+    deliverer = Deliverer(connected.pool, connected.temporal, sched=SchedConfig.from_env())
     service.loops.append(lambda: deliverer_loop(deliverer, cfg.service.poll_interval_s))
     await service.run()
 

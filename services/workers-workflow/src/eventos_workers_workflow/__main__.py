@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from eventos.activities import DbActivities
+from eventos.scheduler import SchedConfig
 from eventos.service import configure_logging
 from eventos.wiring import ConnectedConfig, build_connected
 from eventos.workers import run_forever, workflow_worker
@@ -13,7 +14,7 @@ from eventos.workers import run_forever, workflow_worker
 async def main() -> None:
     cfg = ConnectedConfig.from_env("workers-workflow")
     service, connected = await build_connected(cfg)
-    db = DbActivities(connected.pool)
+    db = DbActivities(connected.pool, SchedConfig.from_env())
     service.loops.append(
         lambda: run_forever(connected.temporal, lambda c: workflow_worker(c, db=db))
     )

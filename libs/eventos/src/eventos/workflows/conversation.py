@@ -60,8 +60,8 @@ IDLE_BY_LANE = {
 # Debounce of an idle entity (SPEC §8): (window, cap); owner chat and background none.
 DEBOUNCE_BY_LANE = {names.LANE_CUSTOMER: (timedelta(seconds=2), timedelta(seconds=8))}
 DEBOUNCE_GROUP = (timedelta(seconds=3), timedelta(seconds=10))  # customer groups
-ADMISSION_RETRY = timedelta(seconds=5)
-PAUSED_RECHECK = timedelta(minutes=10)  # a paused generation's entity waits for `wake`
+ADMISSION_ASK_AGAIN = timedelta(seconds=names.ADMISSION_ASK_AGAIN_S)  # or until `wake`
+PAUSED_RECHECK = timedelta(minutes=10)  # paused, or held by the budget: wait for `wake`
 FAILED_TURN_BACKOFF = timedelta(seconds=10)
 
 
@@ -212,19 +212,20 @@ class ConversationWorkflow:
             )
 
     async def _start_turn(self) -> str:
-        """Admit and start the next turn: "" when it started, else why not (the generation's
-        gate, or "busy" when the employee's slots are taken)."""
+        """Admit and start the next turn: "" when it started, else why not (a gate, or
+        "queued": admission wakes us when a slot is ours)."""
         inputs = next_inputs(self.pending)
         first = inputs[0]
         c = self.cursor
         req = AdmitRequest(c.employee, c.generation, str(first.route.get("agent")), c.thread,
-                           c.stream_key, min(i.klass for i in inputs))  # fmt: skip
+                           c.stream_key, min(i.klass for i in inputs),
+                           workflow_id=workflow.info().workflow_id)  # fmt: skip
         grant = await workflow.execute_local_activity(
             names.ACT_ADMIT, req, result_type=Admission,
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
         if not grant.granted:
-            return grant.gate or "busy"
+            return grant.gate or "queued"
         self.slot_of = grant.turn_id
         turn = TurnInput(grant.turn_id, c.employee, c.generation, req.agent, c.thread,
                          c.stream_key, req.klass, dict(first.route), inputs)  # fmt: skip
@@ -438,10 +439,10 @@ class ConversationWorkflow:
                     # dead(reset) in the database; close without a turn.
                     self.dropped += len(self.pending)
                     self.pending, self.retired = [], True
-                elif refused == names.GEN_PAUSED:
-                    await self._wait(PAUSED_RECHECK)  # Resume wakes us
+                elif refused in (names.GEN_PAUSED, names.GATE_BUDGET):
+                    await self._wait(PAUSED_RECHECK)  # Resume or the budget's release wakes us
                 elif refused:
-                    await self._wait(ADMISSION_RETRY)
+                    await self._wait(ADMISSION_ASK_AGAIN)
                 continue
             left = self._idle_left()
             if left >= timedelta(seconds=1) and not self.retired:

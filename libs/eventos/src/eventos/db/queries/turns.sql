@@ -1,13 +1,3 @@
--- name: admission_lock
--- Serialize admissions of one employee.
-SELECT pg_advisory_xact_lock(hashtextextended('eventos.admit:' || %(employee)s, 0));
-
--- name: admission_active
--- Active turn slots of an employee, and the state of the asking generation.
-SELECT (SELECT count(*) FROM sched_leases WHERE employee = %(employee)s AND state = 'active') AS n,
-       (SELECT state FROM generations
-        WHERE employee = %(employee)s AND generation = %(generation)s) AS generation_state;
-
 -- name: conversation_open
 -- The conversation row (created on first use); its next turn number is taken.
 INSERT INTO conversations (employee, generation, agent, thread, stream_key, next_turn)
@@ -20,14 +10,6 @@ RETURNING next_turn - 1 AS n;
 -- A turn admitted.
 INSERT INTO turns (id, employee, generation, agent, thread, n, class, stream_key)
 VALUES (%(id)s, %(employee)s, %(generation)s, %(agent)s, %(thread)s, %(n)s, %(class)s, %(stream_key)s);
-
--- name: admission_grant
--- The turn holds a slot.
-INSERT INTO sched_leases (turn_id, employee, class) VALUES (%(id)s, %(employee)s, %(class)s);
-
--- name: admission_release
--- The turn gives its slot back.
-DELETE FROM sched_leases WHERE turn_id = %(turn_id)s;
 
 -- name: turn_finish
 -- A turn ended (unless the consuming save already recorded it).

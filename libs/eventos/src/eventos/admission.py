@@ -1,0 +1,145 @@
+"""Admission, database side (SPEC §9): `acquire` and `release` of turn slots, one
+transaction each, serialized instance-wide (capacity is shared).
+
+An entity that asks joins the waiters (or keeps its place), then free slots are offered by
+the policy in `scheduler`; if one is offered to the asker it is granted at once, otherwise the
+entity waits for `wake`. A release offers the freed slot the same way and names the entities
+to wake; an offered entity's next ask is granted. An offer not taken within `OFFER_TTL_S`
+lapses, and a waiter that stopped asking is forgotten (entities ask again every
+`names.ADMISSION_ASK_AGAIN_S` while they wait, since a Signal is only a hint).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eventos import names, scheduler
+from eventos.contracts import Admission, AdmitRequest
+from eventos.db import Conn
+from eventos.db.sql import Q
+from eventos.scheduler import Load, SchedConfig, Waiter
+
+OFFER_TTL_S = 60.0
+STALE_WAITER_S = 3 * names.ADMISSION_ASK_AGAIN_S
+WAITERS_READ = 2000  # waiters considered per serve (oldest first)
+BUDGET_HELD_CLASSES = (names.C3_INTERNAL, names.C4_BACKGROUND)  # held while the budget is high
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Admission's answer and the entities to wake (slots were offered to them)."""
+
+    admission: Admission
+    wake: list[str]
+
+
+def turn_id(req: AdmitRequest, n: int) -> str:
+    """`turn-<conversation>-<n>` (SPEC §7); thread ids carry no personal data."""
+    return f"turn-{req.employee}-g{req.generation}-{req.agent}-{req.thread}-{n}"
+
+
+async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
+    """Grant a slot and (for a new turn) a turn number, or queue the entity."""
+    async with conn.transaction():
+        await conn.execute(Q["sched_lock"])
+        cur = await conn.execute(Q["admission_gate"], {"employee": req.employee,
+                                                       "generation": req.generation})  # fmt: skip
+        row = await cur.fetchone() or {}
+        refusal = gate(req, row.get("generation_state"), row.get("budget_state"))
+        if refusal is not None:
+            await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
+            _, wake = await _serve(conn, cfg)
+            return Answer(refusal, wake)
+        if req.klass == names.C1_OWNER and not row["reserved_held"]:
+            return Answer(await _grant(conn, req, reserved=True), [])
+        await conn.execute(Q["waiter_upsert"], {
+            "stream_key": req.stream_key, "employee": req.employee, "generation": req.generation,
+            "agent": req.agent, "thread": req.thread, "class": req.klass,
+            "workflow_id": req.workflow_id, "turn_id": req.turn_id or None,
+        })  # fmt: skip
+        offered, wake = await _serve(conn, cfg, asker=req.stream_key)
+        if not offered:
+            return Answer(Admission(granted=False, reason="waiting for a slot"), wake)
+        await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
+        return Answer(await _grant(conn, req, reserved=False), wake)
+
+
+def gate(req: AdmitRequest, generation_state: str | None, budget_state: str | None
+         ) -> Admission | None:  # fmt: skip
+    """The generation, pause and budget gate: a refusal, or None to go on."""
+    if generation_state != names.GEN_RUNNING:
+        retired = generation_state in (None, names.GEN_RETIRED)
+        return Admission(granted=False, reason=f"generation {req.generation} is {generation_state}",
+                         gate=names.GEN_RETIRED if retired else names.GEN_PAUSED)  # fmt: skip
+    if budget_state not in (None, names.BUDGET_NORMAL) and req.klass in BUDGET_HELD_CLASSES:
+        return Admission(granted=False, reason=f"budget is {budget_state}",
+                         gate=names.GATE_BUDGET)  # fmt: skip
+    return None
+
+
+async def _grant(conn: Conn, req: AdmitRequest, *, reserved: bool) -> Admission:
+    params: dict[str, Any] = {
+        "employee": req.employee, "generation": req.generation, "agent": req.agent,
+        "thread": req.thread, "stream_key": req.stream_key, "class": req.klass,
+        "reserved": reserved,
+    }  # fmt: skip
+    await conn.execute(Q["round_served"], params)
+    if req.turn_id:  # a suspended turn takes its slot again under the same id
+        await conn.execute(Q["lease_resume"], {**params, "id": req.turn_id})
+        return Admission(granted=True, turn_id=req.turn_id, reserved=reserved)
+    cur = await conn.execute(Q["conversation_open"], params)
+    n = int((await cur.fetchone() or {})["n"])
+    tid = turn_id(req, n)
+    await conn.execute(Q["turn_insert"], {**params, "id": tid, "n": n})
+    await conn.execute(Q["lease_grant"], {**params, "id": tid})
+    return Admission(granted=True, turn_id=tid, n=n, reserved=reserved)
+
+
+async def _serve(conn: Conn, cfg: SchedConfig, asker: str | None = None) -> tuple[bool, list[str]]:
+    """Offer free slots to waiters: (whether the asker holds an offer, the other offered
+    entities' workflow ids, to wake)."""
+    await conn.execute(Q["waiters_expire"], {"offer_ttl_s": OFFER_TTL_S,
+                                             "stale_s": STALE_WAITER_S})  # fmt: skip
+    load = await _load(conn, cfg)
+    cur = await conn.execute(Q["waiters_list"], {"limit": WAITERS_READ})
+    rows = await cur.fetchall()
+    waiters = [_waiter(r) for r in rows]
+    offered = any(w.offered and w.stream_key == asker for w in waiters)
+    chosen = [w.stream_key for w in scheduler.offers(cfg, load, waiters)]
+    if chosen:
+        await conn.execute(Q["waiters_offer"], {"stream_keys": chosen})
+    workflow_of = {r["stream_key"]: r["workflow_id"] for r in rows}
+    return offered or asker in chosen, [workflow_of[s] for s in chosen if s != asker]
+
+
+def _waiter(r: dict[str, Any]) -> Waiter:
+    offered = r["offered_at"] is not None
+    return Waiter(r["stream_key"], r["employee"], int(r["class"]), r["requested_at"],
+                  r["served_at"], offered)  # fmt: skip
+
+
+async def _load(conn: Conn, cfg: SchedConfig) -> Load:
+    cur = await conn.execute(Q["sched_load"])
+    by_class: dict[int, int] = {}
+    by_employee: dict[str, int] = {}
+    for r in await cur.fetchall():
+        by_class[int(r["class"])] = by_class.get(int(r["class"]), 0) + int(r["n"])
+        by_employee[r["employee"]] = by_employee.get(r["employee"], 0) + int(r["n"])
+    cur = await conn.execute(Q["sched_admitted"], {"window_s": cfg.share_window_s})
+    admitted = {int(r["class"]): int(r["n"]) for r in await cur.fetchall()}
+    return Load(by_class, by_employee, admitted)
+
+
+async def release(conn: Conn, cfg: SchedConfig, tid: str, status: str,
+                  error: str | None = None) -> tuple[bool, list[str]]:  # fmt: skip
+    """Give the slot back (a turn that did not save ends `failed` or `cancelled`) and offer
+    it: (whether anything changed — a repeated release changes nothing, the entities to wake)."""
+    async with conn.transaction():
+        await conn.execute(Q["sched_lock"])
+        freed = await conn.execute(Q["slot_release"], {"turn_id": tid})
+        ended = await conn.execute(
+            Q["turn_finish"], {"turn_id": tid, "status": status, "error": error}
+        )
+        _, wake = await _serve(conn, cfg) if freed.rowcount else (False, [])
+    return freed.rowcount + ended.rowcount > 0, wake

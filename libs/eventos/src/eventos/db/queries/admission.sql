@@ -1,0 +1,88 @@
+-- name: sched_lock
+-- Admissions and releases of the whole instance take turns (capacity is shared).
+SELECT pg_advisory_xact_lock(hashtextextended('eventos.sched', 0));
+
+-- name: admission_gate
+-- The asking generation's state, the employee's budget state and its reserved owner slot use.
+SELECT g.state AS generation_state, coalesce(b.state, 'normal') AS budget_state,
+       (SELECT count(*) FROM sched_leases l
+        WHERE l.employee = %(employee)s AND l.reserved AND l.state = 'active') AS reserved_held
+FROM (SELECT %(employee)s::text AS employee) e
+LEFT JOIN generations g ON g.employee = e.employee AND g.generation = %(generation)s
+LEFT JOIN employee_budgets b ON b.employee = e.employee;
+
+-- name: waiter_upsert
+-- The entity waits for a slot (or asks again: it keeps its place in the queue).
+INSERT INTO sched_waiters (stream_key, employee, generation, agent, thread, class, workflow_id,
+    turn_id)
+VALUES (%(stream_key)s, %(employee)s, %(generation)s, %(agent)s, %(thread)s, %(class)s,
+    %(workflow_id)s, %(turn_id)s)
+ON CONFLICT (stream_key) DO UPDATE
+    SET generation = EXCLUDED.generation, agent = EXCLUDED.agent, thread = EXCLUDED.thread,
+        class = EXCLUDED.class, workflow_id = EXCLUDED.workflow_id, turn_id = EXCLUDED.turn_id,
+        asked_at = now();
+
+-- name: waiter_delete
+-- The entity no longer waits (granted, or refused by a gate).
+DELETE FROM sched_waiters WHERE stream_key = %(stream_key)s;
+
+-- name: waiters_expire
+-- An offer not taken within its time goes back to the pool; a waiter that stopped asking is
+-- gone (its entity closed or was lost).
+WITH lapsed AS (
+    UPDATE sched_waiters SET offered_at = NULL
+    WHERE offered_at < now() - make_interval(secs => %(offer_ttl_s)s)
+)
+DELETE FROM sched_waiters WHERE asked_at < now() - make_interval(secs => %(stale_s)s);
+
+-- name: sched_load
+-- Slots held now by class and employee: active leases (reserved owner slots count toward
+-- nothing) and slots kept for offered waiters.
+SELECT class, employee, count(*) AS n FROM (
+    SELECT class, employee FROM sched_leases WHERE state = 'active' AND NOT reserved
+    UNION ALL
+    SELECT class, employee FROM sched_waiters WHERE offered_at IS NOT NULL
+) held
+GROUP BY class, employee;
+
+-- name: sched_admitted
+-- Turns admitted per class in the share window (floors are shares of admitted turns).
+SELECT class, count(*) AS n FROM turns
+WHERE started_at > now() - make_interval(secs => %(window_s)s)
+GROUP BY class;
+
+-- name: waiters_list
+-- The waiting entities with when their employee was last served in their class.
+SELECT w.stream_key, w.employee, w.class, w.requested_at, w.offered_at, w.workflow_id,
+       r.served_at
+FROM sched_waiters w
+LEFT JOIN sched_rounds r ON r.class = w.class AND r.employee = w.employee
+ORDER BY w.requested_at
+LIMIT %(limit)s;
+
+-- name: waiters_offer
+-- Keep a slot for each of these waiters until they ask again.
+UPDATE sched_waiters SET offered_at = now()
+WHERE stream_key = ANY(%(stream_keys)s)
+RETURNING workflow_id;
+
+-- name: round_served
+-- Round-robin memory: the employee was served in this class now.
+INSERT INTO sched_rounds (class, employee, served_at) VALUES (%(class)s, %(employee)s, now())
+ON CONFLICT (class, employee) DO UPDATE SET served_at = now();
+
+-- name: lease_grant
+-- The turn holds a slot.
+INSERT INTO sched_leases (turn_id, employee, class, reserved, stream_key)
+VALUES (%(id)s, %(employee)s, %(class)s, %(reserved)s, %(stream_key)s);
+
+-- name: lease_resume
+-- A suspended turn holds its slot again (same turn id).
+UPDATE sched_leases
+SET state = 'active', class = %(class)s, reserved = %(reserved)s, suspended_reason = NULL,
+    granted_at = now()
+WHERE turn_id = %(id)s;
+
+-- name: slot_release
+-- The turn gives its slot back.
+DELETE FROM sched_leases WHERE turn_id = %(turn_id)s;

@@ -1,0 +1,162 @@
+"""Admission on PostgreSQL (SPEC §9): the reserved owner slot, waiters offered freed slots
+(below-floor classes first, employees in turn), the gates, and forgotten waiters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import apply_and_start
+from psycopg_pool import AsyncConnectionPool
+from test_router import query
+
+from eventos import admission, names
+from eventos.admission import Answer
+from eventos.contracts import AdmitRequest
+from eventos.db import Conn
+from eventos.routing import entity_id
+from eventos.scheduler import SchedConfig
+
+SPEC = """
+apiVersion: eventos/v1
+kind: Employee
+metadata: {name: NAME}
+spec:
+  agents:
+    - name: front
+      model: {provider: local, name: echo}
+  triggers:
+    - {kind: chat}
+"""
+ROOMY = {k: 10 for k in names.CLASSES}
+
+
+async def employees(pool: AsyncConnectionPool[Conn], *names_: str) -> None:
+    await apply_and_start(pool, "---\n".join(SPEC.replace("NAME", n) for n in names_))
+
+
+async def ask(pool: AsyncConnectionPool[Conn], cfg: SchedConfig, employee: str, thread: str,
+              klass: int, lane: str = names.LANE_WORKER) -> Answer:  # fmt: skip
+    """The entity of (employee, lane, thread) asks for a slot for a turn of `klass`."""
+    key = names.stream_key(employee, 1, lane, thread)
+    wf = entity_id(employee, 1, lane, thread)
+    async with pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO bus_streams (stream_key, employee, generation, lane, thread, entity_id)"
+            " VALUES (%s, %s, 1, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (key, employee, lane, thread, wf),
+        )
+        req = AdmitRequest(employee, 1, "front", thread, key, klass, workflow_id=wf)
+        return await admission.acquire(conn, req, cfg)
+
+
+async def release(pool: AsyncConnectionPool[Conn], cfg: SchedConfig, answer: Answer) -> list[str]:
+    async with pool.connection() as conn:
+        changed, wake = await admission.release(conn, cfg, answer.admission.turn_id, "done")
+    assert changed
+    return wake
+
+
+def granted(answer: Answer) -> bool:
+    return answer.admission.granted
+
+
+async def test_the_reserved_owner_slot_is_always_available(pool: AsyncConnectionPool[Conn]) -> None:
+    """Capacity and the employee's cap are both used up by background work: the owner still
+    gets a turn at once (the reserved slot), and only one at a time."""
+    await employees(pool, "busy")
+    cfg = SchedConfig(capacity=4, class_max=ROOMY)
+    for i in range(4):
+        assert granted(await ask(pool, cfg, "busy", f"bg{i}", names.C4_BACKGROUND))
+    assert not granted(await ask(pool, cfg, "busy", "bg9", names.C4_BACKGROUND))
+    owner = await ask(pool, cfg, "busy", "main", names.C1_OWNER, lane=names.LANE_TALK)
+    assert granted(owner) and owner.admission.reserved
+    second = await ask(pool, cfg, "busy", "other", names.C1_OWNER, lane=names.LANE_TALK)
+    assert not granted(second)  # the reserved slot is taken: this one queues like any other
+    await release(pool, cfg, owner)
+    again = await ask(pool, cfg, "busy", "main", names.C1_OWNER, lane=names.LANE_TALK)
+    assert granted(again) and again.admission.reserved
+
+
+async def test_a_freed_slot_goes_to_the_class_below_its_floor_and_is_kept_for_it(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    await employees(pool, "cust", "bg", "late")
+    cfg = SchedConfig(capacity=2, class_max=ROOMY)
+    first = await ask(pool, cfg, "cust", "t1", names.C2_CUSTOMER)
+    assert granted(first) and granted(await ask(pool, cfg, "cust", "t2", names.C2_CUSTOMER))
+    assert not granted(await ask(pool, cfg, "bg", "main", names.C4_BACKGROUND))
+    assert not granted(await ask(pool, cfg, "cust", "t3", names.C2_CUSTOMER))
+    # C2 holds 100% of admissions, C4 none: the freed slot is offered to C4 and it is woken.
+    assert await release(pool, cfg, first) == [entity_id("bg", 1, names.LANE_WORKER, "main")]
+    newcomer = await ask(pool, cfg, "late", "t1", names.C2_CUSTOMER)
+    assert not granted(newcomer)  # the slot is kept for the woken entity
+    background = await ask(pool, cfg, "bg", "main", names.C4_BACKGROUND)
+    assert granted(background) and background.admission.n == 1
+    waiting = await query(pool, "SELECT stream_key FROM sched_waiters ORDER BY requested_at")
+    assert [w["stream_key"] for w in waiting] == ["cust/g1/worker/t3", "late/g1/worker/t1"]
+
+
+async def test_employees_take_turns_within_a_class(pool: AsyncConnectionPool[Conn]) -> None:
+    await employees(pool, "a", "b", "c")
+    cfg = SchedConfig(capacity=1, class_max=ROOMY)
+    running = await ask(pool, cfg, "c", "x", names.C3_INTERNAL)
+    assert granted(running)
+    for i in range(3):
+        assert not granted(await ask(pool, cfg, "a", f"a{i}", names.C3_INTERNAL))
+    assert not granted(await ask(pool, cfg, "b", "b0", names.C3_INTERNAL))
+    served = []
+    for _ in range(3):
+        (woken,) = await release(pool, cfg, running)
+        served.append(woken.split("-")[1])
+        thread = woken.rsplit("-", 1)[1]
+        running = await ask(pool, cfg, woken.split("-")[1], thread, names.C3_INTERNAL)
+        assert granted(running)
+    assert served == ["a", "b", "a"]  # a asked first, then b gets its turn before a's second
+
+
+async def test_budget_and_pause_gates(pool: AsyncConnectionPool[Conn]) -> None:
+    await employees(pool, "spender")
+    cfg = SchedConfig(capacity=8, class_max=ROOMY)
+    async with pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO employee_budgets (employee, daily_usd, timezone, offset_s, period_start,"
+            " period_end, state) VALUES ('spender', 1, 'UTC', 0, now(), now() + interval '1 day',"
+            " 'high')"
+        )
+    held = await ask(pool, cfg, "spender", "cron", names.C4_BACKGROUND)
+    assert (held.admission.granted, held.admission.gate) == (False, names.GATE_BUDGET)
+    assert granted(await ask(pool, cfg, "spender", "t1", names.C2_CUSTOMER))
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE generations SET state = 'paused' WHERE employee = 'spender'")
+    paused = await ask(pool, cfg, "spender", "t2", names.C2_CUSTOMER)
+    assert (paused.admission.granted, paused.admission.gate) == (False, names.GEN_PAUSED)
+    assert await query(pool, "SELECT * FROM sched_waiters") == []  # gated askers do not wait
+
+
+async def test_lapsed_offers_and_silent_waiters(pool: AsyncConnectionPool[Conn]) -> None:
+    """An offer not taken lapses (the slot goes to the next waiter); a waiter that stopped
+    asking (its entity is gone) is forgotten."""
+    await employees(pool, "x", "y")
+    cfg = SchedConfig(capacity=1, class_max=ROOMY)
+    running = await ask(pool, cfg, "x", "run", names.C2_CUSTOMER)
+    assert not granted(await ask(pool, cfg, "y", "gone", names.C2_CUSTOMER))
+    assert not granted(await ask(pool, cfg, "x", "next", names.C2_CUSTOMER))
+    # y was never served in C2, x just was: y is offered the slot.
+    assert await release(pool, cfg, running) == [entity_id("y", 1, names.LANE_WORKER, "gone")]
+    assert not granted(await ask(pool, cfg, "x", "next", names.C2_CUSTOMER))
+    await age(pool, "y/g1/worker/gone", offered_s=admission.OFFER_TTL_S + 1,
+              asked_s=admission.STALE_WAITER_S + 1)  # fmt: skip
+    # x asks again: y's offer lapsed and y is forgotten, so x gets the slot.
+    assert granted(await ask(pool, cfg, "x", "next", names.C2_CUSTOMER))
+    assert await query(pool, "SELECT * FROM sched_waiters") == []
+
+
+async def age(pool: AsyncConnectionPool[Conn], stream_key: str, *, offered_s: float,
+              asked_s: float) -> None:  # fmt: skip
+    params: dict[str, Any] = {"k": stream_key, "o": offered_s, "a": asked_s}
+    async with pool.connection() as conn:
+        await conn.execute(
+            "UPDATE sched_waiters SET offered_at = now() - make_interval(secs => %(o)s),"
+            " asked_at = now() - make_interval(secs => %(a)s) WHERE stream_key = %(k)s",
+            params,
+        )
