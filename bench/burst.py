@@ -88,7 +88,7 @@ async def drain(db: DatabaseSettings, ts: TemporalSettings, messages: int) -> No
     client = await temporal_connect(ts.address, ts.namespace)
     acts = DbActivities(pool)
     async with httpx.AsyncClient() as http, contextlib.AsyncExitStack() as stack:
-        llm = LlmActivities(http, SecretStore(env={}))
+        llm = LlmActivities(http, SecretStore(env={}), pool)
         workers = [workflow_worker(client, db=acts), egress_worker(client, acts)]
         workers += [llm_worker(client, k, 8, llm) for k in names.CLASSES]
         for w in workers:

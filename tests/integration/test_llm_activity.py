@@ -15,6 +15,7 @@ import pytest
 from fake_openai import KEY, Answer, FakeOpenAI
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+from psycopg_pool import AsyncConnectionPool
 from temporalio import workflow
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import RetryPolicy
@@ -24,6 +25,7 @@ from temporalio.workflow import ActivityCancellationType
 
 from eventos import names
 from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ModelRef
+from eventos.db import Conn
 from eventos.llm import LlmActivities, llm_worker, run_llm_workers
 from eventos.llm.local import local_call_id
 from eventos.settings import SecretStore, TemporalSettings
@@ -111,7 +113,7 @@ async def fake_server() -> AsyncIterator[FakeOpenAI]:
 
 @pytest.fixture
 async def stack(
-    temporal_settings: TemporalSettings, fake_server: FakeOpenAI
+    temporal_settings: TemporalSettings, fake_server: FakeOpenAI, pool: AsyncConnectionPool[Conn]
 ) -> AsyncIterator[Stack]:
     """A workflow worker for the probe and a real LLM worker (class 2) on a fresh queue."""
     fake_server.reset()
@@ -119,7 +121,7 @@ async def stack(
     queue = f"test-{uuid.uuid4()}"
     secrets = SecretStore(env={"EVENTOS_SECRET_FAKE_OPENAI": KEY})
     async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as http:
-        activities = LlmActivities(http, secrets)
+        activities = LlmActivities(http, secrets, pool)
         async with (
             Worker(client, task_queue=queue, workflows=[LlmProbeWorkflow]),
             llm_worker(client, 2, 4, activities, workflow_queue=queue),
@@ -252,13 +254,13 @@ async def test_metrics_count_tokens_and_durations_without_content(stack: Stack) 
 
 
 async def test_run_llm_workers_polls_every_class_queue(
-    temporal_settings: TemporalSettings, fake_server: FakeOpenAI
+    temporal_settings: TemporalSettings, fake_server: FakeOpenAI, pool: AsyncConnectionPool[Conn]
 ) -> None:
     client = await Client.connect(temporal_settings.address, namespace=temporal_settings.namespace)
     queue = f"test-{uuid.uuid4()}"
     stack = Stack(client, queue, fake_server)
     async with httpx.AsyncClient() as http:
-        activities = LlmActivities(http, SecretStore(env={}))
+        activities = LlmActivities(http, SecretStore(env={}), pool)
         temporal = TemporalConnection(temporal_settings)
         slots = {1: 1, 2: 1, 3: 1, 4: 1}
         task = asyncio.create_task(

@@ -27,6 +27,7 @@ from eventos.contracts import EntityStatus, InterruptTurn
 from eventos.db import Conn
 from eventos.deliverer import Deliverer
 from eventos.llm.activity import LlmActivities
+from eventos.llm.prices import PriceTable
 from eventos.llm.worker import llm_worker
 from eventos.payload_guard import connect
 from eventos.relay import Relay
@@ -81,6 +82,8 @@ def two_classes(name: str) -> str:
 PUMP_STOP_S = 30.0
 ROLL_AFTER = 60  # tests make entities continue-as-new early
 IDLE_S = 3.0  # … and passivate after 3 s idle
+# The local model's price: a step with max_tokens 1024 reserves about 0.01 USD.
+PRICES = PriceTable.from_doc({"local/*": {"input_per_mtok": 1.0, "output_per_mtok": 10.0}})
 
 
 @dataclass
@@ -131,7 +134,7 @@ async def instance(
     queue = f"wf-{uuid.uuid4().hex[:8]}"
     db = DbActivities(pool)
     async with httpx.AsyncClient() as http:
-        llm = LlmActivities(http, SecretStore(env={}))
+        llm = LlmActivities(http, SecretStore(env={}), pool, PRICES)
         workers = [workflow_worker(client, queue, db), egress_worker(client, db, queue)]
         workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
         relay = Relay(pool, TemporalConnection(temporal_settings), "relay-t", task_queue=queue,

@@ -27,6 +27,7 @@ from eventos.contracts import (
     Saved,
     SaveTurn,
     SkipInputs,
+    SuspendTurn,
     TerminateWorkflow,
     TurnInput,
 )
@@ -64,6 +65,14 @@ class DbActivities:
         """Give the slot back and wake the entities it was offered to."""
         _, wake = await self._run(
             lambda conn: admission.release(conn, self.sched, req.turn_id, req.status, req.error)
+        )
+        await wake_entities(activity.client(), wake)
+
+    @activity.defn(name=names.ACT_SUSPEND)
+    async def suspend_turn(self, req: SuspendTurn) -> None:
+        """The turn gives its slot back while it waits for the budget; waiters are woken."""
+        wake = await self._run(
+            lambda conn: admission.suspend(conn, self.sched, req.turn_id, req.reason)
         )
         await wake_entities(activity.client(), wake)
 
@@ -109,7 +118,7 @@ class DbActivities:
         return [
             self.admit_turn, self.release_turn, self.load_conversation, self.save_turn,
             self.dead_letter_inputs, self.load_inputs, self.record_run_event,
-            self.terminate_workflow, self.skip_inputs,
+            self.terminate_workflow, self.skip_inputs, self.suspend_turn,
         ]  # fmt: skip
 
     def egress_activities(self) -> list[Callable[..., Awaitable[object]]]:

@@ -143,3 +143,15 @@ async def release(conn: Conn, cfg: SchedConfig, tid: str, status: str,
         )
         _, wake = await _serve(conn, cfg) if freed.rowcount else (False, [])
     return freed.rowcount + ended.rowcount > 0, wake
+
+
+async def suspend(conn: Conn, cfg: SchedConfig, tid: str, reason: str) -> list[str]:
+    """The turn holds no slot until it is granted one again under the same id (a suspended
+    lease counts toward nothing); the freed slot is offered. The entities to wake."""
+    async with conn.transaction():
+        await conn.execute(Q["sched_lock"])
+        cur = await conn.execute(Q["lease_suspend"], {"turn_id": tid, "reason": reason})
+        if await cur.fetchone() is None:
+            return []  # already suspended (a retried activity)
+        _, wake = await _serve(conn, cfg)
+    return wake

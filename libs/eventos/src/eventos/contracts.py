@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from eventos import names
@@ -272,6 +273,14 @@ class ReleaseTurn:
 
 
 @dataclass(frozen=True)
+class SuspendTurn:
+    """A turn stops holding its slot (it keeps the lease, suspended, under its id)."""
+
+    turn_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class DeadLetter:
     """A turn's inputs that failed twice: settled as dead, with a reason the owner sees."""
 
@@ -361,6 +370,25 @@ class ApplyControl:
     generation: int
     state: str
     first: bool = False  # the supervisor's first run: activate, fire `start` once, make schedules
+    pause_reason: str | None = None  # a budget pause leaves running turns to suspend
+
+
+@dataclass(frozen=True)
+class BudgetRefresh:
+    """The supervisor asks the ledger to lower the budget's state (period end or top-up)."""
+
+    employee: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    """The ledger's answer: its state, the period's end (the supervisor's `budget` deadline)
+    and the control block when the budget pause was lifted."""
+
+    state: str
+    period_end: datetime
+    control: Control | None = None
 
 
 @dataclass(frozen=True)

@@ -203,12 +203,12 @@ async def activate_generation(conn: Conn, name: str, generation: int) -> bool:
     return True
 
 
-async def stop(conn: Conn, name: str) -> GenerationRef:
+async def stop(conn: Conn, name: str, pause_reason: str = names.PAUSE_OWNER) -> GenerationRef:
     """Pause the live generation: its streams are held `paused`."""
     async with conn.transaction():
         allowed = (names.GEN_STARTING, names.GEN_RUNNING)
         ref = await _transition(
-            conn, name, allowed=allowed, to=names.GEN_PAUSED, pause_reason="owner"
+            conn, name, allowed=allowed, to=names.GEN_PAUSED, pause_reason=pause_reason
         )
         await _set_holds(conn, ref, hold=names.HOLD_PAUSED)
     return ref

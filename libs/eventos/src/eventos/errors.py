@@ -48,3 +48,13 @@ class SignatureInvalid(EventOSError):
 
 class EventRejected(EventOSError):
     """The event is invalid."""
+
+
+class BudgetExceeded(EventOSError):
+    """The step would pass the employee's daily budget: the turn suspends and the employee
+    pauses until its next period or a top-up."""
+
+
+class BudgetHeld(EventOSError):
+    """The employee's budget is past 80%: background work waits for its next period or a
+    top-up."""

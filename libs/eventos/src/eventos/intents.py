@@ -61,10 +61,11 @@ async def _insert(conn: Conn, employee: str | None, generation: int | None, kind
     return row
 
 
-async def lifecycle(conn: Conn, name: str, kind: str) -> Requested:
+async def lifecycle(conn: Conn, name: str, kind: str,
+                    transition: Transition | None = None) -> Requested:  # fmt: skip
     """Start, Stop, Resume or Reset: the database change and its intent, one transaction."""
     async with conn.transaction():
-        ref = await LIFECYCLE[kind](conn, name)
+        ref = await (transition or LIFECYCLE[kind])(conn, name)
         cur = await conn.execute(
             Q["generation_bump_revision"], {"employee": name, "generation": ref.generation}
         )
@@ -74,6 +75,15 @@ async def lifecycle(conn: Conn, name: str, kind: str) -> Requested:
         intent = await _insert(conn, name, ref.generation, kind,
                                int(control["control_revision"]), payload)  # fmt: skip
     return Requested(name, ref.generation, ref.state, intent)
+
+
+async def pause_for_budget(conn: Conn, name: str) -> Requested:
+    """The ledger reached its maximum: Stop with `pause_reason=budget` (its own intent)."""
+
+    async def stop(c: Conn, n: str) -> employees.GenerationRef:
+        return await employees.stop(c, n, names.PAUSE_BUDGET)
+
+    return await lifecycle(conn, name, names.INTENT_STOP, stop)
 
 
 def checked_limits(body: dict[str, Any]) -> dict[str, Any]:

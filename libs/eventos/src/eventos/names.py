@@ -114,6 +114,8 @@ ACT_SAVE: Final = "save_turn"
 ACT_SEND: Final = "egress_send"
 ACT_RUN_EVENT: Final = "record_run_event"
 ACT_TERMINATE: Final = "terminate_workflow"
+ACT_SUSPEND: Final = "suspend_turn"
+SIGNAL_RELEASED: Final = "released"
 
 # Turns (SPEC §7, §8, I7).
 TURN_MAX_INPUTS: Final = 50
@@ -132,6 +134,10 @@ BUDGET_HIGH_SHARE: Final = 0.8
 GATE_BUDGET: Final = "budget"
 ADMISSION_ASK_AGAIN_S: Final = 30.0  # a waiting entity asks again this often (wakes are hints)
 PAUSE_BUDGET: Final = "budget"
+PAUSE_OWNER: Final = "owner"
+HOLD_BUDGET: Final = "budget"  # a stream of background work held while the budget is high
+ATTENTION_BUDGET_HIGH: Final = "budget_high"
+ATTENTION_BUDGET_MAX: Final = "budget_max"
 
 
 def queue_for(base: str, workflow_queue: str) -> str:
@@ -163,6 +169,8 @@ UPDATE_SET_LIMITS: Final = "set_limits"
 ACT_CONVERGE: Final = "converge_supervisor"
 ACT_APPLY_CONTROL: Final = "apply_control"
 ACT_FIRE_SCHEDULE: Final = "fire_schedule"
+ACT_BUDGET_REFRESH: Final = "budget_refresh"
+SIGNAL_BUDGET_CHANGED: Final = "budget_changed"
 ACT_SKIP_INPUTS: Final = "skip_inputs"
 ON_BUSY_SKIP: Final = "skip"
 ON_BUSY_MERGE: Final = "merge"

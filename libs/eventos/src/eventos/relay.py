@@ -1,7 +1,8 @@
 """The relay (SPEC §8 step 3): leased streams → Signal-With-Start → `delivered_seq`.
 
 Per claimed stream, gates in order: the generation runs (else its inputs are dead(reset)),
-no hold, room in the window (32 inputs or 512 KB delivered and unconsumed, else hold
+no hold, background work (C3, C4) only while the employee's budget is normal (else hold
+`budget`, lifted by the ledger), room in the window (32 inputs or 512 KB delivered and unconsumed, else hold
 `window`). Then batches of at most 16 inputs or 256 KB go to the entity by known id, one
 call in flight per stream, at most 4 per entity per second; `delivered_seq` is committed
 only after Temporal accepted, and only while our lease's fencing token is still current.
@@ -304,6 +305,12 @@ class Relay:
             if not rows:
                 if stream["top_pending_class"] is not None:  # nothing sendable: stop claiming it
                     await conn.execute(Q["stream_refresh_pending"], {"stream_key": stream_key})
+                return False, False
+            if stream["budget_state"] != names.BUDGET_NORMAL and min(
+                int(r["class"]) for r in rows
+            ) in (names.C3_INTERNAL, names.C4_BACKGROUND):
+                # Background work past 80% of the budget waits; the ledger lifts the hold.
+                await conn.execute(Q["stream_hold_budget"], {"stream_key": stream_key})
                 return False, False
             room_inputs = names.WINDOW_MAX_INPUTS - int(stream["window_inputs"])
             room_bytes = names.WINDOW_MAX_BYTES - int(stream["window_bytes"])

@@ -35,9 +35,16 @@ from temporalio.client import (
 from temporalio.common import Priority
 from temporalio.service import RPCError, RPCStatusCode
 
-from eventos import employees, names
+from eventos import employees, ledger, names
 from eventos.bus import Accepted, IngressRecord, append
-from eventos.contracts import ApplyControl, InterruptTurn, ScheduleFire
+from eventos.contracts import (
+    ApplyControl,
+    BudgetRefresh,
+    BudgetStatus,
+    Control,
+    InterruptTurn,
+    ScheduleFire,
+)
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.envelope import encoded_size, new_event_id
@@ -184,7 +191,8 @@ class Effects:
         e, g = req.employee, req.generation
         if req.state == names.GEN_PAUSED:
             await self._each_schedule(e, g, lambda h: h.pause(note=STOP_REASON))
-            await self.stop_turns(e, g)
+            if req.pause_reason != names.PAUSE_BUDGET:  # those turns suspend at their next step
+                await self.stop_turns(e, g)
         elif req.state == names.GEN_RUNNING:
             await self._each_schedule(e, g, lambda h: h.unpause(note="resumed"))
             await self.wake_entities(e, g)
@@ -252,5 +260,26 @@ class SupervisorActivities:
         async with self.pool.connection() as conn:
             return await fire_schedule(conn, req, scheduled_for)
 
+    @activity.defn(name=names.ACT_BUDGET_REFRESH)
+    async def budget_refresh(self, req: BudgetRefresh) -> BudgetStatus:
+        """Lower the budget's state if its period ended or the limit rose; make it true in
+        Temporal: a lifted budget pause resumes, held work is woken, suspended turns released."""
+        async with self.pool.connection() as conn:
+            done = await ledger.refresh(conn, req.employee)
+        effects = Effects(self.pool, activity.client(), activity.info().task_queue)
+        control = None
+        if done.resumed is not None:
+            c = done.resumed
+            control = Control(c["state"], int(c["control_revision"]), dict(c["limits"]),
+                              c["pause_reason"])  # fmt: skip
+            await effects.apply(ApplyControl(req.employee, req.generation, names.GEN_RUNNING))
+        elif done.state == names.BUDGET_NORMAL:
+            await effects.wake_entities(req.employee, req.generation)
+        for turn_id in done.released_turns:
+            handle = effects.client.get_workflow_handle(turn_id)
+            await _tolerate_missing(handle.signal(names.SIGNAL_RELEASED, names.PAUSE_BUDGET,
+                                                  rpc_timeout=CALL_TIMEOUT))  # fmt: skip
+        return BudgetStatus(done.state, done.period_end, control)
+
     def activities(self) -> list[Callable[..., Awaitable[object]]]:
-        return [self.apply_control, self.fire_schedule]
+        return [self.apply_control, self.fire_schedule, self.budget_refresh]

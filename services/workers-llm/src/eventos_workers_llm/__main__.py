@@ -7,6 +7,7 @@ import logging
 
 from eventos import names
 from eventos.llm import LlmActivities, llm_slots, provider_http_client, run_llm_workers
+from eventos.llm.prices import PriceTable
 from eventos.service import configure_logging
 from eventos.settings import SecretStore, llm_classes
 from eventos.wiring import ConnectedConfig, build_connected
@@ -19,7 +20,7 @@ async def main() -> None:
     slots = llm_slots()
     service, connected = await build_connected(ConnectedConfig.from_env("workers-llm"))
     http = provider_http_client(max_connections=sum(slots[c] for c in classes))
-    activities = LlmActivities(http, SecretStore.from_env())
+    activities = LlmActivities(http, SecretStore.from_env(), connected.pool, PriceTable.from_env())
     service.loops.append(lambda: run_llm_workers(connected.temporal, classes, activities, slots))
     service.on_stop.append(http.aclose)
     queues = ", ".join(f"{names.LLM_QUEUES[c]} ({slots[c]} slots)" for c in classes)

@@ -260,7 +260,7 @@ CREATE TABLE chat_events (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     employee     text NOT NULL,
     session      text NOT NULL,
-    kind         text NOT NULL CHECK (kind IN ('run.start', 'run.input_merged', 'reply')),
+    kind         text NOT NULL CHECK (kind IN ('run.start', 'run.input_merged', 'reply', 'notice')),
     turn_id      text NOT NULL,
     dedupe_key   text NOT NULL UNIQUE,
     outbound_id  bigint UNIQUE REFERENCES outbound_messages (id),

@@ -10,15 +10,21 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine
+from decimal import Decimal
 from typing import Any, TypeVar
 
 import httpx
 from prometheus_client import Histogram
+from psycopg_pool import AsyncConnectionPool
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from eventos import names
+from eventos import ledger, names
 from eventos.contracts import LlmStepInput, LlmStepOutput
+from eventos.db import Conn
+from eventos.errors import BudgetExceeded, BudgetHeld
+from eventos.ledger import Reservation
+from eventos.llm.prices import PriceTable
 from eventos.llm.providers import provider_for
 from eventos.settings import SecretStore
 
@@ -44,14 +50,29 @@ OPERATION_DURATION = Histogram(
 )  # fmt: skip
 
 
+def spend_key(info: activity.Info) -> str:
+    """`{workflow_id}:{activity_id}:{attempt}`: a call to the provider's own API is billed per
+    attempt (a gateway that deduplicates by key would drop the attempt). Activity ids are
+    unique across the chain (SPEC §7)."""
+    return f"{info.workflow_id}:{info.activity_id}:{info.attempt}"
+
+
 class LlmActivities:
     """The LLM activities, holding the clients they share."""
 
     def __init__(
-        self, http: httpx.AsyncClient, secrets: SecretStore, *, heartbeat_s: float = HEARTBEAT_S
+        self,
+        http: httpx.AsyncClient,
+        secrets: SecretStore,
+        pool: AsyncConnectionPool[Conn],
+        prices: PriceTable | None = None,
+        *,
+        heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
         self.http = http
         self.secrets = secrets
+        self.pool = pool
+        self.prices = prices or PriceTable()
         self.heartbeat_s = heartbeat_s
 
     @activity.defn(name=names.ACT_LLM_STEP)
@@ -59,6 +80,9 @@ class LlmActivities:
         """One model call; provider errors arrive as classified ApplicationErrors."""
         provider_label = step.model.provider if step.model.provider in KNOWN_PROVIDERS else "other"
         class_label = f"c{step.klass}"
+        key = spend_key(activity.info())
+        estimate = self.prices.estimate(step)
+        await self._reserve(step, key, estimate)
         started = time.monotonic()
         outcome = "retry"  # an unexpected exception is retried by Temporal
         try:
@@ -67,13 +91,19 @@ class LlmActivities:
             outcome = "ok"
         except ApplicationError as exc:
             outcome = "error" if exc.non_retryable else "retry"
+            # The provider answered with an error (nothing billed) or was never reached.
+            await self._settle(key, Decimal(0), released=True)
             raise
-        except asyncio.CancelledError:
+        except BaseException:
             outcome = "cancelled"
+            # Broken off mid-call: it may have been billed, so the estimate stands as spent.
+            await self._settle(key, estimate)
             raise
         finally:
             elapsed = time.monotonic() - started
             OPERATION_DURATION.labels(provider_label, class_label, outcome).observe(elapsed)
+        cost = self.prices.cost(step.model, out.input_tokens, out.output_tokens)
+        await self._settle(key, cost, out.input_tokens, out.output_tokens)
         TOKEN_USAGE.labels("input", provider_label, class_label).observe(out.input_tokens)
         TOKEN_USAGE.labels("output", provider_label, class_label).observe(out.output_tokens)
         log.info(
@@ -83,6 +113,29 @@ class LlmActivities:
             len(out.message.tool_calls), elapsed,
         )  # fmt: skip
         return out
+
+    async def _reserve(self, step: LlmStepInput, key: str, estimate: Decimal) -> None:
+        """Reserve the step's estimate; a refused budget ends the attempt, never retried."""
+        model = f"{step.model.provider}/{step.model.name}"
+        r = Reservation(key, step.employee, step.turn_id, step.klass, model, estimate)
+        try:
+            async with self.pool.connection() as conn:
+                await ledger.reserve(conn, r)
+        except (BudgetExceeded, BudgetHeld) as exc:
+            raise ApplicationError(
+                str(exc), type=type(exc).__name__, non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
+            ) from None  # fmt: skip
+
+    async def _settle(self, key: str, actual: Decimal, input_tokens: int = 0,
+                      output_tokens: int = 0, *, released: bool = False) -> None:  # fmt: skip
+        # Shielded: a cancelled attempt still settles what it reserved.
+        async def settle() -> None:
+            async with self.pool.connection() as conn:
+                await ledger.settle(conn, key, actual, input_tokens, output_tokens,
+                                    released=released)  # fmt: skip
+
+        await asyncio.shield(settle())
 
     async def _heartbeating(self, work: Coroutine[Any, Any, T]) -> T:
         """Await `work`, heartbeating meanwhile: heartbeats carry cancellation to the activity."""

@@ -7,9 +7,13 @@ in Temporal by an activity (schedules paused or deleted, running turns stopped a
 merge point, entities woken or cancelled); the database side of the change was committed with
 the intent. Its first run (a start, a rebuild or a re-arm: the argument comes from the
 database) converges the world on the control block: the generation runs, the `start` trigger
-fires once, the cron Schedules exist. One live timer serves every named absolute deadline
-(today only the daily roll). It continues as new when the server suggests it, daily, or at
-1,800 Updates, and completes once the generation is retired.
+fires once, the cron Schedules exist. One live timer serves every named absolute deadline:
+the daily roll and the budget period's end (the owner's midnight plus the employee's offset,
+read from the ledger). At the period's end, after a limit change, or on `budget_changed`, the
+ledger lowers the budget's state: a budget pause is lifted (the supervisor adopts the control
+block the ledger wrote), held work is woken and suspended turns are released. It continues
+as new when the server suggests it, daily, or at 1,800 Updates, and completes once the
+generation is retired.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ with workflow.unsafe.imports_passed_through():
     from eventos import names
     from eventos.contracts import (
         ApplyControl,
+        BudgetRefresh,
+        BudgetStatus,
         Control,
         SetControl,
         SetLimits,
@@ -48,6 +54,7 @@ class EmployeeSupervisorWorkflow:
         self.lock = asyncio.Lock()  # control changes take effect one at a time, in order
         self.state_revision = arg.control.revision  # of the newest state change
         self.deadlines: dict[str, datetime] = {}
+        self.budget_due = True  # ask the ledger (first run, period end, top-up, Signal)
 
     def _check_revision(self, revision: int) -> None:
         if revision <= self.control.revision:
@@ -81,11 +88,17 @@ class EmployeeSupervisorWorkflow:
         self.updates += 1
         c = self.control
         self.control = Control(c.state, req.revision, dict(req.limits), c.pause_reason)
+        self.budget_due = True  # a top-up may lower the budget's state
         return self.status()
 
     @set_limits.validator
     def _check_limits(self, req: SetLimits) -> None:
         self._check_revision(req.revision)
+
+    @workflow.signal(name=names.SIGNAL_BUDGET_CHANGED)
+    def budget_changed(self) -> None:
+        """The budget's limit or period changed outside an Update: ask the ledger again."""
+        self.budget_due = True
 
     @workflow.query(name=names.QUERY_STATUS)
     def status(self) -> SupervisorStatus:
@@ -97,11 +110,27 @@ class EmployeeSupervisorWorkflow:
         )  # fmt: skip
 
     async def _apply(self, state: str, *, first: bool = False) -> None:
-        req = ApplyControl(self.arg.employee, self.arg.generation, state, first=first)
+        req = ApplyControl(self.arg.employee, self.arg.generation, state, first=first,
+                           pause_reason=self.control.pause_reason)  # fmt: skip
         await workflow.execute_activity(
             names.ACT_APPLY_CONTROL, req,
             start_to_close_timeout=policies.CONTROL_TIMEOUT, retry_policy=policies.CONTROL_RETRY,
         )  # fmt: skip
+
+    async def _budget(self) -> None:
+        """Let the ledger lower the budget's state; adopt a lifted pause; next deadline."""
+        self.budget_due = False
+        req = BudgetRefresh(self.arg.employee, self.arg.generation)
+        async with self.lock:
+            done = await workflow.execute_activity(
+                names.ACT_BUDGET_REFRESH, req, result_type=BudgetStatus,
+                start_to_close_timeout=policies.CONTROL_TIMEOUT,
+                retry_policy=policies.CONTROL_RETRY,
+            )  # fmt: skip
+            if done.control is not None and done.control.revision > self.control.revision:
+                self.control = done.control
+                self.state_revision = done.control.revision
+        self.deadlines["budget"] = done.period_end
 
     def _should_roll(self) -> bool:
         info = workflow.info()
@@ -118,6 +147,7 @@ class EmployeeSupervisorWorkflow:
                     lambda: (
                         self.control.revision != revision
                         or self.control.state == names.GEN_RETIRED
+                        or self.budget_due
                         or self._should_roll()
                     ),
                     timeout=max(wake_at - now, timedelta(seconds=1)),
@@ -137,7 +167,10 @@ class EmployeeSupervisorWorkflow:
         while True:
             due = []
             if self.control.state != names.GEN_RETIRED and not self._should_roll():
+                if self.budget_due:
+                    await self._budget()
                 due = await self._sleep()
+                self.budget_due = self.budget_due or "budget" in due
             if self.control.state == names.GEN_RETIRED or self._should_roll() or "roll" in due:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 # No await between this check and the close: a late Update is handled first.

@@ -8,23 +8,32 @@ answer is saved with the consumed inputs in one transaction (the consuming save)
 is told which inputs are gone (`inputs_consumed`), and the reply is sent through the outbox.
 
 An owner Interrupt stops the turn at its next merge point, before anything is saved: its
-inputs return to the entity's pending list. A cancelled turn cancels its running activity and
-waits for it (the LLM step heartbeats, so that takes well under 2 minutes); a save already
-under way finishes and is reported, so consumed inputs are never run twice.
+inputs return to the entity's pending list. A step the budget refuses (`BudgetHeld` for
+background work past 80%, `BudgetExceeded` past 100%) suspends the turn: it gives its slot
+back and waits for `released` (the budget's period ended or a top-up) or `wake` (a slot is
+offered), then takes its slot again under the same turn id and retries the step. A
+cancelled turn cancels its running activity and waits for it (the LLM step heartbeats, so
+that takes well under 2 minutes); a save already under way finishes and is reported, so
+consumed inputs are never run twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import asdict
+from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from eventos import names
     from eventos.contracts import (
+        Admission,
+        AdmitRequest,
         ChatMessage,
         ConversationContext,
         DeliveryItem,
@@ -35,10 +44,15 @@ with workflow.unsafe.imports_passed_through():
         RunEvent,
         Saved,
         SaveTurn,
+        SuspendTurn,
         TurnInput,
         TurnResult,
     )
     from eventos.workflows import policies
+
+
+BUDGET_REFUSALS = ("BudgetExceeded", "BudgetHeld")
+SUSPENDED_RECHECK = timedelta(minutes=10)  # a suspended turn asks again (Signals are hints)
 
 
 def user_message(item: DeliveryItem) -> ChatMessage:
@@ -83,6 +97,8 @@ class TurnWorkflow:
         self.merged = 0
         self.drafts = 0  # B2 uses
         self.stop_reason: str | None = None
+        self.resumes = 0  # suspensions left behind (each retries its step under a new id)
+        self.nudges = 0  # `released` and `wake` Signals
 
     @workflow.signal(name=names.SIGNAL_OFFER)
     def offer_inputs(self, offer: OfferInputs) -> None:
@@ -93,10 +109,20 @@ class TurnWorkflow:
         """Interrupt: end at the next merge point without saving (the entity validated it)."""
         self.stop_reason = reason or "interrupted"
 
+    @workflow.signal(name=names.SIGNAL_RELEASED)
+    def released(self, reason: str) -> None:
+        """The budget lets the suspended turn go on (a hint: it asks admission)."""
+        self.nudges += 1
+
+    @workflow.signal(name=names.SIGNAL_WAKE)
+    def wake(self) -> None:
+        """Admission offers the suspended turn a slot."""
+        self.nudges += 1
+
     @workflow.query(name=names.QUERY_STATUS)
     def status(self) -> dict[str, int]:
         return {"offered": len(self.offered), "merged": self.merged, "drafts": self.drafts,
-                "stopping": int(self.stop_reason is not None)}  # fmt: skip
+                "stopping": int(self.stop_reason is not None), "resumes": self.resumes}  # fmt: skip
 
     async def _merged(self, turn: TurnInput, step: int, items: list[DeliveryItem]) -> None:
         """Tell the owner's session that its messages joined the running turn."""
@@ -110,16 +136,62 @@ class TurnWorkflow:
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
 
+    async def _step_or_suspend(self, turn: TurnInput, step: int, ctx: ConversationContext,
+                               messages: list[ChatMessage]) -> LlmStepOutput | None:  # fmt: skip
+        """The step; refused by the budget, suspend and retry it. None: stopped meanwhile."""
+        while True:
+            try:
+                return await self._step(turn, step, ctx, messages)
+            except ActivityError as exc:
+                cause = exc.cause
+                if not isinstance(cause, ApplicationError) or cause.type not in BUDGET_REFUSALS:
+                    raise
+            if not await self._suspended(turn):
+                return None
+            self.resumes += 1
+
+    async def _suspended(self, turn: TurnInput) -> bool:
+        """Hold no slot until admission grants it again: True to go on, False when stopped
+        (an Interrupt or Stop) or the generation was retired."""
+        await workflow.execute_local_activity(
+            names.ACT_SUSPEND, SuspendTurn(turn.turn_id, names.PAUSE_BUDGET),
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+        ask = AdmitRequest(turn.employee, turn.generation, turn.agent, turn.thread, turn.stream_key,
+                           turn.klass, workflow_id=turn.turn_id, turn_id=turn.turn_id)  # fmt: skip
+        while True:
+            await self._nudged(self.nudges)
+            if self.stop_reason is not None:
+                return False
+            grant = await workflow.execute_local_activity(
+                names.ACT_ADMIT, ask, result_type=Admission,
+                start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+            )  # fmt: skip
+            if grant.granted:
+                return True
+            if grant.gate == names.GEN_RETIRED:
+                return False
+
+    async def _nudged(self, seen: int) -> None:
+        """Until a `released` or `wake` Signal, a stop, or the re-check deadline."""
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: self.nudges != seen or self.stop_reason is not None,
+                timeout=SUSPENDED_RECHECK,
+            )
+
     async def _step(self, turn: TurnInput, step: int, ctx: ConversationContext,
                     messages: list[ChatMessage]) -> LlmStepOutput:  # fmt: skip
         queue = workflow.info().task_queue
+        # A step retried after a suspension gets its own id: ids feed the spend keys.
+        again = f"-r{self.resumes}" if self.resumes else ""
         out: LlmStepOutput = await workflow.execute_activity(
             names.ACT_LLM_STEP,
             LlmStepInput(turn.employee, turn.turn_id, step, turn.klass, ctx.model, messages,
                          ctx.tools),
             result_type=LlmStepOutput,
             task_queue=names.queue_for(names.LLM_QUEUES[turn.klass], queue),
-            activity_id=f"{turn.turn_id}:step-{step}",
+            activity_id=f"{turn.turn_id}:step-{step}{again}",
             start_to_close_timeout=policies.LLM_ATTEMPT_TIMEOUT,
             schedule_to_close_timeout=policies.LLM_STEP_BUDGET,
             heartbeat_timeout=policies.LLM_HEARTBEAT,
@@ -171,7 +243,10 @@ class TurnWorkflow:
                 new += [user_message(i) for i in merged]
                 await self._merged(turn, step, merged)
             system = [ChatMessage("system", ctx.system)] if ctx.system else []
-            out = await self._step(turn, step, ctx, bounded(system + ctx.transcript + new))
+            out = await self._step_or_suspend(turn, step, ctx,
+                                              bounded(system + ctx.transcript + new))  # fmt: skip
+            if out is None:  # stopped while suspended: nothing is saved
+                return TurnResult(turn.turn_id, names.TURN_INTERRUPTED, [], None)
             new.append(out.message)
             if out.message.tool_calls:  # the whole batch is answered before the next step
                 new += [tool_unavailable(c.id, c.name) for c in out.message.tool_calls]

@@ -69,3 +69,8 @@ CREATE TABLE spend_events (
     settled_at     timestamptz
 );
 CREATE INDEX spend_events_turn ON spend_events (turn_id);
+
+-- The owner's chat shows notices (budget paused, resumed) besides runs and replies.
+ALTER TABLE chat_events DROP CONSTRAINT chat_events_kind_check;
+ALTER TABLE chat_events ADD CONSTRAINT chat_events_kind_check
+    CHECK (kind IN ('run.start', 'run.input_merged', 'reply', 'notice'));

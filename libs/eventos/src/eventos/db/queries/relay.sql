@@ -37,11 +37,13 @@ FROM unnest(%(stream_keys)s::text[], %(tokens)s::bigint[]) AS g(stream_key, toke
 WHERE l.name = 'relay:' || g.stream_key AND l.owner = %(owner)s AND l.fencing_token = g.token;
 
 -- name: stream_next_batch
--- A leased stream with its generation's state, its window use (inputs delivered to the
+-- A leased stream with its generation's and budget's state, its window use (inputs delivered to the
 -- entity and not yet consumed) and its next pending inputs in seq order: one row per input,
 -- or one row with a NULL seq when none is pending. One round trip per batch.
 SELECT s.stream_key, s.employee, s.generation, s.lane, s.thread, s.delivered_seq, s.consumed_seq,
        s.hold_reason, s.entity_id, s.top_pending_class, g.state AS generation_state,
+       coalesce((SELECT b.state FROM employee_budgets b WHERE b.employee = s.employee),
+                'normal') AS budget_state,
        w.inputs AS window_inputs, w.bytes AS window_bytes,
        d.seq, d.ingress_id, d.class, d.type, d.route, d.chain_id, d.hop, d.causation_id, d.size,
        d.payload, d.body_ref, d.attempts

@@ -1,0 +1,94 @@
+-- name: budget_source
+-- The live generation's daily limit (the owner's limits block wins over the spec) and zone.
+SELECT g.generation, g.state, g.pause_reason,
+       coalesce((g.limits ->> 'daily_usd')::numeric,
+                (g.spec -> 'spec' -> 'budget' ->> 'daily_usd')::numeric) AS daily_usd,
+       coalesce(g.spec -> 'spec' ->> 'timezone', 'UTC') AS timezone
+FROM generations g
+WHERE g.employee = %(employee)s AND g.state <> 'retired'
+ORDER BY g.generation DESC LIMIT 1;
+
+-- name: budget_lock
+-- The employee's budget row, locked for the rest of the transaction.
+SELECT employee, daily_usd, timezone, offset_s, period_start, period_end, state
+FROM employee_budgets WHERE employee = %(employee)s FOR UPDATE;
+
+-- name: budget_insert
+-- The employee's first budget period.
+INSERT INTO employee_budgets (employee, daily_usd, timezone, offset_s, period_start, period_end)
+VALUES (%(employee)s, %(daily_usd)s, %(timezone)s, %(offset_s)s, %(period_start)s, %(period_end)s)
+ON CONFLICT (employee) DO NOTHING;
+
+-- name: budget_update
+-- The limit, the period and the state of an employee's budget.
+UPDATE employee_budgets
+SET daily_usd = %(daily_usd)s, timezone = %(timezone)s, period_start = %(period_start)s,
+    period_end = %(period_end)s, state = %(state)s, updated_at = now()
+WHERE employee = %(employee)s;
+
+-- name: spend_open
+-- The period's spend row (created on first use).
+INSERT INTO employee_spend (employee, period_start) VALUES (%(employee)s, %(period_start)s)
+ON CONFLICT (employee, period_start) DO UPDATE SET employee = EXCLUDED.employee
+RETURNING reserved_usd, spent_usd;
+
+-- name: spend_event_get
+-- A reservation already made under this key (a retried call counts once).
+SELECT state FROM spend_events WHERE key = %(key)s;
+
+-- name: spend_event_insert
+-- Reserve the step's upper estimate.
+INSERT INTO spend_events (key, employee, period_start, turn_id, class, model, estimate_usd)
+VALUES (%(key)s, %(employee)s, %(period_start)s, %(turn_id)s, %(class)s, %(model)s,
+    %(estimate)s);
+
+-- name: spend_reserve
+-- Count the reservation in the period.
+UPDATE employee_spend SET reserved_usd = reserved_usd + %(estimate)s
+WHERE employee = %(employee)s AND period_start = %(period_start)s;
+
+-- name: spend_event_settle
+-- The actual cost replaces the estimate (once: only a reserved event settles).
+UPDATE spend_events
+SET state = %(state)s, actual_usd = %(actual)s, input_tokens = %(input_tokens)s,
+    output_tokens = %(output_tokens)s, settled_at = now()
+WHERE key = %(key)s AND state = 'reserved'
+RETURNING employee, period_start, estimate_usd;
+
+-- name: spend_settle
+-- Move the settled event from reserved to spent.
+UPDATE employee_spend
+SET reserved_usd = greatest(reserved_usd - %(estimate)s, 0), spent_usd = spent_usd + %(actual)s
+WHERE employee = %(employee)s AND period_start = %(period_start)s;
+
+-- name: streams_release_budget
+-- The budget is normal again: the employee's streams held for it go back to the relay.
+UPDATE bus_streams SET hold_reason = NULL, updated_at = now()
+WHERE employee = %(employee)s AND hold_reason = 'budget';
+
+-- name: stream_hold_budget
+-- Hold a stream whose pending input is all background work while the budget is high.
+UPDATE bus_streams SET hold_reason = 'budget', updated_at = now()
+WHERE stream_key = %(stream_key)s AND hold_reason IS NULL;
+
+-- name: leases_suspended
+-- The employee's suspended turns, with the class each runs at.
+SELECT turn_id, class FROM sched_leases
+WHERE employee = %(employee)s AND state = 'suspended';
+
+-- name: lease_suspend
+-- The turn stops holding a slot until it is released (same turn id when it resumes).
+UPDATE sched_leases SET state = 'suspended', suspended_reason = %(reason)s
+WHERE turn_id = %(turn_id)s AND state = 'active'
+RETURNING employee;
+
+-- name: attention_resolve
+-- Close an open attention item (its cause went away).
+UPDATE attention_items SET state = 'resolved', last_seen = now()
+WHERE kind = %(kind)s AND ref = %(ref)s AND state = 'open';
+
+-- name: chat_notice_insert
+-- A notice in the owner's chat (once per dedupe key).
+INSERT INTO chat_events (employee, session, kind, turn_id, dedupe_key, text)
+VALUES (%(employee)s, %(session)s, 'notice', '', %(dedupe_key)s, %(text)s)
+ON CONFLICT (dedupe_key) DO NOTHING;
