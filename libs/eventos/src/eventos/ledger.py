@@ -110,7 +110,10 @@ async def _budget(conn: Conn, employee: str, now: datetime) -> dict[str, Any] | 
     row["pause_reason"] = source["pause_reason"]
     row["generation_state"] = source["state"]
     if now >= row["period_end"]:
-        row.update(period_start=start, period_end=end, state=names.BUDGET_NORMAL)
+        # The new period starts where the last one ended (its boundaries are data: a test or
+        # an operator may move the end), or at the last boundary after a long outage.
+        row.update(period_start=max(row["period_end"], start), period_end=end,
+                   state=names.BUDGET_NORMAL)  # fmt: skip
     return row
 
 

@@ -78,7 +78,10 @@ class PriceTable:
 
     def estimate(self, step: LlmStepInput) -> Decimal:
         """The step's upper estimate: prompt tokens * input price + max_tokens * output price."""
-        size = sum(len(m.content.encode()) + len(str(m.tool_calls)) for m in step.messages)
+        size = sum(
+            len(m.content.encode()) + sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
+            for m in step.messages
+        )
         prompt = math.ceil(size / BYTES_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS * len(step.messages)
         return self.cost(step.model, prompt, step.max_tokens)
 
