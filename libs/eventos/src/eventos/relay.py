@@ -4,8 +4,9 @@ Per claimed stream, gates in order: the generation runs (else its inputs are dea
 no hold, background work (C3, C4) only while the employee's budget is normal (else hold
 `budget`, lifted by the ledger), room in the window (32 inputs or 512 KB delivered and
 unconsumed, else hold `window`). Then batches of at most 16 inputs or 256 KB go to the
-entity by known id, one call in flight per stream, at most 4 per entity per second; `delivered_seq` is committed
-only after Temporal accepted, and only while our lease's fencing token is still current.
+entity by known id, one call in flight per stream, at most 4 per entity per second;
+`delivered_seq` is committed only after Temporal accepted, and only while our lease's
+fencing token is still current.
 A repeat after a crash between accept and commit is dropped by the entity (seq ≤ applied).
 
 Claimed streams are served class by class, owner first. When Temporal pushes back
