@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 
 import httpx
 import pytest
@@ -22,12 +23,14 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.worker import Worker
 from temporalio.workflow import ActivityCancellationType
+from test_router import query
 
 from eventos import names
 from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ModelRef
 from eventos.db import Conn
 from eventos.llm import LlmActivities, llm_worker, run_llm_workers
 from eventos.llm.local import local_call_id
+from eventos.llm.prices import PriceTable
 from eventos.settings import SecretStore, TemporalSettings
 from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
@@ -103,6 +106,9 @@ class Stack:
         return await asyncio.wait_for(handle.result(), 30)
 
 
+PRICES = PriceTable.from_doc({"openai/*": {"input_per_mtok": 2.0, "output_per_mtok": 8.0}})
+
+
 @pytest.fixture(scope="module")
 async def fake_server() -> AsyncIterator[FakeOpenAI]:
     server = FakeOpenAI()
@@ -121,7 +127,7 @@ async def stack(
     queue = f"test-{uuid.uuid4()}"
     secrets = SecretStore(env={"EVENTOS_SECRET_FAKE_OPENAI": KEY})
     async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as http:
-        activities = LlmActivities(http, secrets, pool)
+        activities = LlmActivities(http, secrets, pool, PRICES)
         async with (
             Worker(client, task_queue=queue, workflows=[LlmProbeWorkflow]),
             llm_worker(client, 2, 4, activities, workflow_queue=queue),
@@ -165,6 +171,29 @@ async def test_a_429_with_retry_after_is_retried_by_temporal_after_the_delay(sta
     assert 0.9 <= second.at - first.at < 10  # the Retry-After, not the 60 s retry interval
     assert time.monotonic() - started < 15
     assert second.headers["authorization"] == f"Bearer {KEY}"
+
+
+async def test_spend_counts_each_attempt_once(
+    stack: Stack, started: str, pool: AsyncConnectionPool[Conn]
+) -> None:
+    """A refused attempt reserves and releases; the attempt that answers settles its actual
+    cost; each under its own key (`{workflow_id}:{activity_id}:{attempt}`)."""
+    model = ModelRef("openai", "gpt-4o-mini", "fake-openai", stack.fake.base_url)
+    stack.fake.queue(
+        Answer(status=429, headers={"retry-after": "1"}, code="rate_limit_exceeded"),
+        Answer(content="fine", usage=(1000, 100)),
+    )
+    step = LlmStepInput(started, "turn-spend", 0, 2, model, [ChatMessage("user", "x" * 300)])
+    await stack.run(step)
+    rows = await query(pool, "SELECT key, state, estimate_usd, actual_usd FROM spend_events "
+                       "ORDER BY key")  # fmt: skip
+    assert [(r["key"].rsplit(":", 1)[1], r["state"], r["actual_usd"]) for r in rows] == [
+        ("1", "released", Decimal(0)),
+        ("2", "settled", Decimal("0.0028")),  # 1000 x 2 + 100 x 8 per million
+    ]
+    assert rows[0]["estimate_usd"] == PRICES.estimate(step)
+    (spend,) = await query(pool, "SELECT reserved_usd, spent_usd FROM employee_spend")
+    assert (spend["reserved_usd"], spend["spent_usd"]) == (0, Decimal("0.0028"))
 
 
 async def test_a_local_fail_line_is_retried_then_succeeds(stack: Stack) -> None:

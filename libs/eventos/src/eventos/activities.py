@@ -30,6 +30,7 @@ from eventos.contracts import (
     SuspendTurn,
     TerminateWorkflow,
     TurnInput,
+    UpgradeLease,
 )
 from eventos.db import Conn
 from eventos.errors import Conflict, NotFound
@@ -76,6 +77,11 @@ class DbActivities:
         )
         await wake_entities(activity.client(), wake)
 
+    @activity.defn(name=names.ACT_UPGRADE_LEASE)
+    async def upgrade_lease(self, req: UpgradeLease) -> None:
+        """Priority inheritance: the turn's admission lease counts in the higher class."""
+        await self._run(lambda conn: admission.upgrade(conn, req.turn_id, req.klass))
+
     @activity.defn(name=names.ACT_LOAD)
     async def load_conversation(self, turn: TurnInput) -> ConversationContext:
         return await self._run(lambda conn: turns.load(conn, turn))
@@ -118,7 +124,7 @@ class DbActivities:
         return [
             self.admit_turn, self.release_turn, self.load_conversation, self.save_turn,
             self.dead_letter_inputs, self.load_inputs, self.record_run_event,
-            self.terminate_workflow, self.skip_inputs, self.suspend_turn,
+            self.terminate_workflow, self.skip_inputs, self.suspend_turn, self.upgrade_lease,
         ]  # fmt: skip
 
     def egress_activities(self) -> list[Callable[..., Awaitable[object]]]:

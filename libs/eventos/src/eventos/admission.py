@@ -155,3 +155,10 @@ async def suspend(conn: Conn, cfg: SchedConfig, tid: str, reason: str) -> list[s
             return []  # already suspended (a retried activity)
         _, wake = await _serve(conn, cfg)
     return wake
+
+
+async def upgrade(conn: Conn, tid: str, klass: int) -> None:
+    """Priority inheritance: the lease counts in `klass` from now on (only ever upward)."""
+    async with conn.transaction():
+        await conn.execute(Q["sched_lock"])
+        await conn.execute(Q["lease_upgrade"], {"turn_id": tid, "class": klass})

@@ -281,6 +281,14 @@ class SuspendTurn:
 
 
 @dataclass(frozen=True)
+class UpgradeLease:
+    """Priority inheritance: the turn's lease moves up to `klass`."""
+
+    turn_id: str
+    klass: int
+
+
+@dataclass(frozen=True)
 class DeadLetter:
     """A turn's inputs that failed twice: settled as dead, with a reason the owner sees."""
 

@@ -115,6 +115,7 @@ ACT_SEND: Final = "egress_send"
 ACT_RUN_EVENT: Final = "record_run_event"
 ACT_TERMINATE: Final = "terminate_workflow"
 ACT_SUSPEND: Final = "suspend_turn"
+ACT_UPGRADE_LEASE: Final = "upgrade_lease"
 SIGNAL_RELEASED: Final = "released"
 
 # Turns (SPEC §7, §8, I7).

@@ -6,6 +6,8 @@ next step (a batch is never split). On customer channels a final answer that mor
 overtook is kept as a draft and the turn takes one more step (B2, at most twice). The final
 answer is saved with the consumed inputs in one transaction (the consuming save), the entity
 is told which inputs are gone (`inputs_consumed`), and the reply is sent through the outbox.
+A merged input of a higher class moves the rest of the turn to its class (priority
+inheritance: queue, priority key and admission lease).
 
 An owner Interrupt stops the turn at its next merge point, before anything is saved: its
 inputs return to the entity's pending list. A step the budget refuses (`BudgetHeld` for
@@ -26,6 +28,7 @@ from dataclasses import asdict
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import Priority
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ActivityCancellationType
 
@@ -47,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         SuspendTurn,
         TurnInput,
         TurnResult,
+        UpgradeLease,
     )
     from eventos.workflows import policies
 
@@ -99,6 +103,7 @@ class TurnWorkflow:
         self.stop_reason: str | None = None
         self.resumes = 0  # suspensions left behind (each retries its step under a new id)
         self.nudges = 0  # `released` and `wake` Signals
+        self.klass = turn.klass  # raised by a merged input of a higher class
 
     @workflow.signal(name=names.SIGNAL_OFFER)
     def offer_inputs(self, offer: OfferInputs) -> None:
@@ -136,6 +141,17 @@ class TurnWorkflow:
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
 
+    async def _inherit(self, turn: TurnInput, klass: int) -> None:
+        """Priority inheritance: a merged input of a higher class moves the rest of the turn
+        to that class's queue and priority key, and upgrades its admission lease."""
+        if klass >= self.klass:
+            return
+        await workflow.execute_local_activity(
+            names.ACT_UPGRADE_LEASE, UpgradeLease(turn.turn_id, klass),
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+        self.klass = klass
+
     async def _step_or_suspend(self, turn: TurnInput, step: int, ctx: ConversationContext,
                                messages: list[ChatMessage]) -> LlmStepOutput | None:  # fmt: skip
         """The step; refused by the budget, suspend and retry it. None: stopped meanwhile."""
@@ -158,7 +174,7 @@ class TurnWorkflow:
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
         ask = AdmitRequest(turn.employee, turn.generation, turn.agent, turn.thread, turn.stream_key,
-                           turn.klass, workflow_id=turn.turn_id, turn_id=turn.turn_id)  # fmt: skip
+                           self.klass, workflow_id=turn.turn_id, turn_id=turn.turn_id)  # fmt: skip
         while True:
             await self._nudged(self.nudges)
             if self.stop_reason is not None:
@@ -187,10 +203,11 @@ class TurnWorkflow:
         again = f"-r{self.resumes}" if self.resumes else ""
         out: LlmStepOutput = await workflow.execute_activity(
             names.ACT_LLM_STEP,
-            LlmStepInput(turn.employee, turn.turn_id, step, turn.klass, ctx.model, messages,
+            LlmStepInput(turn.employee, turn.turn_id, step, self.klass, ctx.model, messages,
                          ctx.tools),
             result_type=LlmStepOutput,
-            task_queue=names.queue_for(names.LLM_QUEUES[turn.klass], queue),
+            task_queue=names.queue_for(names.LLM_QUEUES[self.klass], queue),
+            priority=Priority(priority_key=self.klass, fairness_key=turn.employee),
             activity_id=f"{turn.turn_id}:step-{step}{again}",
             start_to_close_timeout=policies.LLM_ATTEMPT_TIMEOUT,
             schedule_to_close_timeout=policies.LLM_STEP_BUDGET,
@@ -242,6 +259,7 @@ class TurnWorkflow:
                 consumed += merged
                 new += [user_message(i) for i in merged]
                 await self._merged(turn, step, merged)
+                await self._inherit(turn, min(i.klass for i in merged))
             system = [ChatMessage("system", ctx.system)] if ctx.system else []
             out = await self._step_or_suspend(turn, step, ctx,
                                               bounded(system + ctx.transcript + new))  # fmt: skip

@@ -86,3 +86,7 @@ WHERE turn_id = %(id)s;
 -- name: slot_release
 -- The turn gives its slot back.
 DELETE FROM sched_leases WHERE turn_id = %(turn_id)s;
+
+-- name: lease_upgrade
+-- Priority inheritance: the turn's lease moves up to a higher class (a lower number).
+UPDATE sched_leases SET class = %(class)s WHERE turn_id = %(turn_id)s AND class > %(class)s;
