@@ -27,7 +27,7 @@ variable "instance_id" {
 }
 
 variable "database_url" {
-  description = "PostgreSQL URL of the instance's database (postgresql://user:password@host:5432/eventos); stored in a Secret."
+  description = "PostgreSQL URL of the instance's database (user, password, host, port and database eventos); stored in a Secret."
   type        = string
   sensitive   = true
 }
