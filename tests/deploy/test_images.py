@@ -1,0 +1,66 @@
+"""The service images: a Dockerfile per service, built from the lock file, multi-stage, non-root;
+`make images` refuses clearly where no Docker engine answers."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+from charts import ROOT
+
+SERVICES = ["ingress", "router", "relay", "workers-workflow", "workers-llm", "egress"]
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_service_has_a_locked_multi_stage_non_root_dockerfile(service: str) -> None:
+    text = (ROOT / "services" / service / "Dockerfile").read_text()
+    package = f"eventos-{service}"
+    module = "eventos_" + service.replace("-", "_")
+    assert len(re.findall(r"^FROM ", text, re.M)) == 2, "a build stage and a runtime stage"
+    assert "python:3.11-slim" in text
+    syncs = re.findall(r"^RUN uv sync (.*)$", text, re.M)
+    assert syncs and all("--frozen" in s and f"--package {package}" in s for s in syncs)
+    assert all("--no-dev" in s for s in syncs)
+    (user,) = re.findall(r"^USER (\S+)", text, re.M)
+    uid = user.split(":")[0]
+    assert uid.isdigit() and int(uid) != 0, "a numeric non-root user (runAsNonRoot can check it)"
+    assert f'CMD ["python", "-m", "{module}"]' in text
+    assert 'ENTRYPOINT ["/app/entrypoint.sh"]' in text
+    assert (ROOT / "services" / service / "src" / module / "__main__.py").is_file()
+
+
+def test_the_build_context_leaves_out_local_state() -> None:
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    for path in [".venv", ".tools", ".eventos", ".git", "tests"]:
+        assert path in ignored
+
+
+def test_the_entrypoint_reads_secrets_from_files(tmp_path: os.PathLike[str]) -> None:
+    url = os.path.join(tmp_path, "url")
+    with open(url, "w") as f:
+        f.write("postgresql://u:p@db:5432/eventos\n")
+    done = subprocess.run(
+        ["sh", str(ROOT / "deploy/docker/entrypoint.sh"), "sh", "-c",
+         'printf "%s|%s" "$EVENTOS_DATABASE_URL" "${EVENTOS_DATABASE_URL_FILE:-gone}"'],
+        env={"PATH": os.environ["PATH"], "EVENTOS_DATABASE_URL_FILE": url},
+        capture_output=True, text=True, timeout=10, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "postgresql://u:p@db:5432/eventos|gone")
+    missing = subprocess.run(
+        ["sh", str(ROOT / "deploy/docker/entrypoint.sh"), "true"],
+        env={"PATH": os.environ["PATH"], "EVENTOS_ADMIN_TOKEN_FILE": "/nonexistent"},
+        capture_output=True, text=True, timeout=10, check=False,
+    )  # fmt: skip
+    assert missing.returncode == 1 and "EVENTOS_ADMIN_TOKEN_FILE" in missing.stderr
+
+
+def test_make_images_fails_clearly_without_a_docker_engine() -> None:
+    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    done = subprocess.run(
+        ["make", "-s", "-C", str(ROOT), "images"],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "no Docker engine answers" in done.stderr

@@ -1,0 +1,133 @@
+"""The Terraform: formatted (`terraform fmt -check`), every file parses, and the modules'
+interfaces hold: every variable documented, credentials sensitive, the example environment
+passing every required variable of each module and outputting each instance's endpoints."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import hcl2
+import pytest
+from charts import ROOT
+
+TF = ROOT / "deploy/terraform"
+MODULES = {"instance": TF / "modules/instance", "collector": TF / "modules/collector"}
+EXAMPLE = TF / "envs/example"
+CREDENTIALS = {"database_url", "admin_token", "temporal_sql_password", "employee_secrets"}
+
+
+def unquote(value: Any) -> Any:
+    """python-hcl2 keeps HCL's quotes around names and strings."""
+    return value.strip('"') if isinstance(value, str) else value
+
+
+def load(folder: Path) -> dict[str, list[Any]]:
+    merged: dict[str, list[Any]] = {}
+    for path in sorted(folder.glob("*.tf")):
+        with path.open() as f:
+            for key, blocks in hcl2.load(f).items():
+                if not key.startswith("__"):
+                    merged.setdefault(key, []).extend(blocks)
+    return merged
+
+
+def blocks(folder: Path, kind: str) -> dict[str, dict[str, Any]]:
+    return {unquote(k): v for block in load(folder).get(kind, []) for k, v in block.items()}
+
+
+def test_terraform_is_formatted() -> None:
+    terraform = shutil.which("terraform") or "/usr/local/bin/terraform"
+    assert Path(terraform).is_file(), "terraform (v1.11) is needed for `terraform fmt -check`"
+    done = subprocess.run(
+        [terraform, "fmt", "-check", "-recursive", "-diff", str(TF)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_tf_file_parses() -> None:
+    files = sorted(TF.rglob("*.tf"))
+    assert len(files) >= 10
+    for path in files:
+        with path.open() as f:
+            assert hcl2.load(f), path
+
+
+@pytest.mark.parametrize("module", list(MODULES))
+def test_module_variables_are_documented_and_credentials_sensitive(module: str) -> None:
+    variables = blocks(MODULES[module], "variable")
+    assert variables
+    for name, spec in variables.items():
+        assert unquote(spec.get("description", "")).strip(), f"{module}.{name} has no description"
+        assert "type" in spec, f"{module}.{name} has no type"
+        if name in CREDENTIALS or name == "exporter_env":
+            assert spec.get("sensitive") is True, f"{module}.{name} must be sensitive"
+
+
+def test_example_variables_are_documented_and_secrets_sensitive() -> None:
+    variables = blocks(EXAMPLE, "variable")
+    for name, spec in variables.items():
+        assert unquote(spec.get("description", "")).strip(), name
+    assert variables["instance_secrets"]["sensitive"] is True
+    assert variables["collector_exporter_env"]["sensitive"] is True
+
+
+def test_the_example_provisions_every_instance_and_one_collector() -> None:
+    modules = blocks(EXAMPLE, "module")
+    assert set(modules) == {"instance", "collector"}
+    assert modules["instance"]["for_each"] == "${var.instances}"
+    assert "for_each" not in modules["collector"] and "count" not in modules["collector"]
+    for name, call in modules.items():
+        source = (EXAMPLE / unquote(call["source"])).resolve()
+        assert source == MODULES[name].resolve()
+        variables = blocks(MODULES[name], "variable")
+        required = {v for v, spec in variables.items() if "default" not in spec}
+        passed = {k for k in call if not k.startswith("__")}
+        passed -= {"source", "for_each", "count", "providers", "depends_on"}
+        assert required <= passed, f"module {name} misses {required - passed}"
+        assert passed <= set(variables), f"module {name} has no variables {passed - set(variables)}"
+    instance = modules["instance"]
+    assert instance["otlp_endpoint"] == "${module.collector.otlp_grpc_endpoint}"
+    for credential in ("database_url", "admin_token"):
+        assert instance[credential].startswith("${var.instance_secrets[each.key]")
+
+
+def test_outputs_give_each_instance_its_endpoints() -> None:
+    outputs = blocks(MODULES["instance"], "output")
+    assert {"namespace", "http_endpoint", "grpc_endpoint", "public_url", "temporal_address"} <= (
+        set(outputs)
+    )
+    assert {"otlp_grpc_endpoint", "otlp_http_endpoint"} <= set(
+        blocks(MODULES["collector"], "output")
+    )
+    example = blocks(EXAMPLE, "output")
+    value = example["instance_endpoints"]["value"]
+    assert "module.instance" in value and "http_endpoint" in value and "grpc_endpoint" in value
+
+
+def test_the_instance_module_installs_the_chart_at_the_chosen_tier() -> None:
+    resources = load(MODULES["instance"])["resource"]
+    kinds = {unquote(k) for block in resources for k in block}
+    assert {"kubernetes_namespace", "kubernetes_secret", "helm_release"} <= kinds
+    text = (MODULES["instance"] / "main.tf").read_text()
+    assert "values-tier-${lower(var.tier)}.yaml" in text
+    assert (ROOT / "deploy/helm/eventos/values-tier-s.yaml").is_file()
+    assert (ROOT / "deploy/helm/eventos/values-tier-l.yaml").is_file()
+
+
+def test_no_credential_is_written_in_a_tf_file() -> None:
+    for path in TF.rglob("*.tf"):
+        text = path.read_text()
+        assert "postgresql://" not in text and "BEGIN PRIVATE KEY" not in text, path
+        with path.open() as f:
+            for block in hcl2.load(f).get("variable", []):
+                for name, spec in block.items():
+                    if unquote(name) in CREDENTIALS:
+                        default = spec.get("default")
+                        assert default in (None, "", {}, '""'), f"{path}: {name} has a default"
