@@ -207,6 +207,8 @@ async def settle(conn: Conn, key: str, actual_usd: Decimal, input_tokens: int = 
             "employee": event["employee"], "period_start": event["period_start"],
             "estimate": event["estimate_usd"], "actual": actual_usd,
         })  # fmt: skip
+        if not released:
+            await conn.execute(Q["turn_stepped"], {"turn_id": event["turn_id"]})
 
 
 async def refresh(conn: Conn, employee: str, now: datetime | None = None) -> Refreshed:

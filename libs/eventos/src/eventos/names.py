@@ -139,6 +139,7 @@ PAUSE_OWNER: Final = "owner"
 HOLD_BUDGET: Final = "budget"  # a stream of background work held while the budget is high
 ATTENTION_BUDGET_HIGH: Final = "budget_high"
 ATTENTION_BUDGET_MAX: Final = "budget_max"
+ATTENTION_SLOW_TURN: Final = "slow_turn"
 
 
 def queue_for(base: str, workflow_queue: str) -> str:

@@ -1,5 +1,5 @@
-"""`python -m eventos_relay`: deliver streams to their entities, apply owner intents and
-re-arm Temporal from the database at boot."""
+"""`python -m eventos_relay`: deliver streams to their entities, apply owner intents,
+re-arm Temporal from the database at boot, and watch running turns."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from eventos.deliverer import Deliverer, deliverer_loop
 from eventos.relay import Relay, relay_loop
 from eventos.scheduler import SchedConfig
 from eventos.service import configure_logging
+from eventos.watchdog import watchdog_loop
 from eventos.wiring import ConnectedConfig, build_connected
 
 
@@ -22,6 +23,7 @@ async def main() -> None:
     service.loops.append(lambda: relay_loop(relay, connected.signal, cfg.service.poll_interval_s))
     deliverer = Deliverer(connected.pool, connected.temporal, sched=SchedConfig.from_env())
     service.loops.append(lambda: deliverer_loop(deliverer, cfg.service.poll_interval_s))
+    service.loops.append(lambda: watchdog_loop(connected.pool, connected.temporal))
     await service.run()
 
 

@@ -213,8 +213,15 @@ CREATE TABLE turns (
     started_at    timestamptz NOT NULL DEFAULT now(),
     ended_at      timestamptz,
     error         text,
+    -- The watchdog's view: the last completed step, the time held without a slot (suspended or
+    -- parked), what the watchdog already did.
+    last_step_at     timestamptz,
+    held_s           double precision NOT NULL DEFAULT 0,
+    slow_alerted_at  timestamptz,
+    backstop_at      timestamptz,
     UNIQUE (employee, generation, agent, thread, n)
 );
+CREATE INDEX turns_running ON turns (started_at) WHERE status = 'running';
 
 -- Admission (SPEC §9): one row per admitted turn while it holds a slot.
 CREATE TABLE sched_leases (
@@ -225,7 +232,8 @@ CREATE TABLE sched_leases (
     granted_at  timestamptz NOT NULL DEFAULT now(),
     reserved    boolean NOT NULL DEFAULT false,  -- the employee's reserved owner slot
     stream_key  text,
-    suspended_reason text
+    suspended_reason text,
+    suspended_at timestamptz
 );
 CREATE INDEX sched_leases_active ON sched_leases (employee) WHERE state = 'active';
 
@@ -378,3 +386,21 @@ CREATE TABLE spend_events (
     settled_at     timestamptz
 );
 CREATE INDEX spend_events_turn ON spend_events (turn_id);
+
+-- Provider rate limits (SPEC §9): a token bucket per credential and class (requests and tokens
+-- per minute from configuration), shared by every LLM worker; a credential paused by a 429
+-- with Retry-After waits for every class.
+CREATE TABLE provider_buckets (
+    credential   text NOT NULL,
+    class        smallint NOT NULL,
+    requests     double precision NOT NULL,
+    tokens       double precision NOT NULL,
+    refilled_at  timestamptz NOT NULL,
+    PRIMARY KEY (credential, class)
+);
+
+CREATE TABLE provider_pauses (
+    credential  text PRIMARY KEY,
+    until       timestamptz NOT NULL,
+    reason      text NOT NULL
+);

@@ -4,7 +4,17 @@
 ALTER TABLE sched_leases
     ADD COLUMN reserved boolean NOT NULL DEFAULT false,  -- the employee's reserved owner slot
     ADD COLUMN stream_key text,
-    ADD COLUMN suspended_reason text;
+    ADD COLUMN suspended_reason text,
+    ADD COLUMN suspended_at timestamptz;
+
+-- The watchdog's view of a turn: its last completed step, the time it held no slot (suspended
+-- or parked: not counted toward slowness), and what the watchdog already did.
+ALTER TABLE turns
+    ADD COLUMN last_step_at timestamptz,
+    ADD COLUMN held_s double precision NOT NULL DEFAULT 0,
+    ADD COLUMN slow_alerted_at timestamptz,
+    ADD COLUMN backstop_at timestamptz;
+CREATE INDEX turns_running ON turns (started_at) WHERE status = 'running';
 
 -- An entity waiting for a slot (one per stream: an entity asks for one turn at a time).
 -- Release offers slots to waiters; an offered waiter's next ask is granted.
@@ -74,3 +84,21 @@ CREATE INDEX spend_events_turn ON spend_events (turn_id);
 ALTER TABLE chat_events DROP CONSTRAINT chat_events_kind_check;
 ALTER TABLE chat_events ADD CONSTRAINT chat_events_kind_check
     CHECK (kind IN ('run.start', 'run.input_merged', 'reply', 'notice'));
+
+-- Provider rate limits (SPEC §9): a token bucket per credential and class (requests and tokens
+-- per minute from configuration), shared by every LLM worker; a credential paused by a 429
+-- with Retry-After waits for every class.
+CREATE TABLE provider_buckets (
+    credential   text NOT NULL,
+    class        smallint NOT NULL,
+    requests     double precision NOT NULL,
+    tokens       double precision NOT NULL,
+    refilled_at  timestamptz NOT NULL,
+    PRIMARY KEY (credential, class)
+);
+
+CREATE TABLE provider_pauses (
+    credential  text PRIMARY KEY,
+    until       timestamptz NOT NULL,
+    reason      text NOT NULL
+);

@@ -77,11 +77,19 @@ INSERT INTO sched_leases (turn_id, employee, class, reserved, stream_key)
 VALUES (%(id)s, %(employee)s, %(class)s, %(reserved)s, %(stream_key)s);
 
 -- name: lease_resume
--- A suspended turn holds its slot again (same turn id).
-UPDATE sched_leases
-SET state = 'active', class = %(class)s, reserved = %(reserved)s, suspended_reason = NULL,
-    granted_at = now()
-WHERE turn_id = %(id)s;
+-- A suspended turn holds its slot again (same turn id); the time it held none is not counted
+-- toward its slowness.
+WITH resumed AS (
+    UPDATE sched_leases l
+    SET state = 'active', class = %(class)s, reserved = %(reserved)s, suspended_reason = NULL,
+        suspended_at = NULL, granted_at = now()
+    FROM (SELECT turn_id, suspended_at FROM sched_leases WHERE turn_id = %(id)s FOR UPDATE) old
+    WHERE l.turn_id = old.turn_id
+    RETURNING old.suspended_at
+)
+UPDATE turns t
+SET held_s = t.held_s + coalesce((SELECT extract(epoch FROM now() - suspended_at) FROM resumed), 0)
+WHERE t.id = %(id)s;
 
 -- name: slot_release
 -- The turn gives its slot back.

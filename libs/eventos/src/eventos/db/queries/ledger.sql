@@ -53,7 +53,11 @@ UPDATE spend_events
 SET state = %(state)s, actual_usd = %(actual)s, input_tokens = %(input_tokens)s,
     output_tokens = %(output_tokens)s, settled_at = now()
 WHERE key = %(key)s AND state = 'reserved'
-RETURNING employee, period_start, estimate_usd;
+RETURNING employee, period_start, estimate_usd, turn_id;
+
+-- name: turn_stepped
+-- The turn completed a step (the watchdog's 24-hour backstop counts from the last one).
+UPDATE turns SET last_step_at = now() WHERE id = %(turn_id)s;
 
 -- name: spend_settle
 -- Move the settled event from reserved to spent.
@@ -78,7 +82,7 @@ WHERE employee = %(employee)s AND state = 'suspended';
 
 -- name: lease_suspend
 -- The turn stops holding a slot until it is released (same turn id when it resumes).
-UPDATE sched_leases SET state = 'suspended', suspended_reason = %(reason)s
+UPDATE sched_leases SET state = 'suspended', suspended_reason = %(reason)s, suspended_at = now()
 WHERE turn_id = %(turn_id)s AND state = 'active'
 RETURNING employee;
 
