@@ -80,6 +80,7 @@ class Stack:
     client: Client
     queue: str  # the test's workflow queue; LLM queues are namespaced by it
     fake: FakeOpenAI
+    activities: LlmActivities | None = None
 
     def step(self, text: str, *, klass: int = 2, model: ModelRef = LOCAL) -> LlmStepInput:
         turn = f"turn-{uuid.uuid4().hex[:8]}"
@@ -132,7 +133,7 @@ async def stack(
             Worker(client, task_queue=queue, workflows=[LlmProbeWorkflow]),
             llm_worker(client, 2, 4, activities, workflow_queue=queue),
         ):
-            yield Stack(client, queue, fake_server)
+            yield Stack(client, queue, fake_server, activities)
 
 
 def sample(name: str, **labels: str) -> float:
@@ -194,6 +195,31 @@ async def test_spend_counts_each_attempt_once(
     assert rows[0]["estimate_usd"] == PRICES.estimate(step)
     (spend,) = await query(pool, "SELECT reserved_usd, spent_usd FROM employee_spend")
     assert (spend["reserved_usd"], spend["spent_usd"]) == (0, Decimal("0.0028"))
+
+
+async def test_a_429_with_retry_after_pauses_the_credential_for_every_class(
+    stack: Stack, pool: AsyncConnectionPool[Conn]
+) -> None:
+    """A C2 step gets a 429 with Retry-After: 3; a C4 step on the same credential, started
+    just after, reaches the provider only after the pause (it waited without a worker slot)."""
+    assert stack.activities is not None
+    model = ModelRef("openai", "gpt-4o-mini", "fake-openai", stack.fake.base_url)
+    stack.fake.queue(Answer(status=429, headers={"retry-after": "3"}, code="rate_limit_exceeded"))
+    async with llm_worker(stack.client, 4, 1, stack.activities, workflow_queue=stack.queue):
+        customer = await stack.start(stack.step(f"customer {MARKER}", model=model))
+        await wait_for(lambda: _seen(stack, 1), timeout=10, what="the 429")
+        refused_at = stack.fake.requests[0].at
+        background = await stack.start(stack.step(f"bg {MARKER}", klass=4, model=model))
+        for handle in (customer, background):
+            assert (await asyncio.wait_for(handle.result(), 30)).message.content
+    later = [r.at - refused_at for r in stack.fake.requests[1:]]
+    assert len(later) == 2 and min(later) >= 2.9, later  # both after the pause, neither before
+    (pause,) = await query(pool, "SELECT credential, reason FROM provider_pauses")
+    assert pause == {"credential": "fake-openai", "reason": "429 Retry-After"}
+
+
+async def _seen(stack: Stack, n: int) -> bool:
+    return len(stack.fake.requests) >= n
 
 
 async def test_a_local_fail_line_is_retried_then_succeeds(stack: Stack) -> None:

@@ -10,11 +10,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, TypeVar
 
 import httpx
-from prometheus_client import Histogram
+from prometheus_client import Counter, Histogram
 from psycopg_pool import AsyncConnectionPool
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -24,7 +25,9 @@ from eventos.contracts import LlmStepInput, LlmStepOutput
 from eventos.db import Conn
 from eventos.errors import BudgetExceeded, BudgetHeld
 from eventos.ledger import Reservation
-from eventos.llm.prices import PriceTable
+from eventos.llm import buckets
+from eventos.llm.buckets import RateLimits, credential_of
+from eventos.llm.prices import PriceTable, prompt_tokens
 from eventos.llm.providers import provider_for
 from eventos.settings import SecretStore
 
@@ -57,6 +60,14 @@ def spend_key(info: activity.Info) -> str:
     return f"{info.workflow_id}:{info.activity_id}:{info.attempt}"
 
 
+RATE_LIMITED = "ProviderRateLimited"
+RATE_WAITS = Counter(
+    "eventos_llm_rate_waits_total",
+    "LLM step attempts that waited for their credential's bucket or pause, by class.",
+    ["llm_class"],
+)
+
+
 class LlmActivities:
     """The LLM activities, holding the clients they share."""
 
@@ -66,6 +77,7 @@ class LlmActivities:
         secrets: SecretStore,
         pool: AsyncConnectionPool[Conn],
         prices: PriceTable | None = None,
+        limits: RateLimits | None = None,
         *,
         heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
@@ -73,6 +85,7 @@ class LlmActivities:
         self.secrets = secrets
         self.pool = pool
         self.prices = prices or PriceTable()
+        self.limits = limits or RateLimits()
         self.heartbeat_s = heartbeat_s
 
     @activity.defn(name=names.ACT_LLM_STEP)
@@ -80,6 +93,8 @@ class LlmActivities:
         """One model call; provider errors arrive as classified ApplicationErrors."""
         provider_label = step.model.provider if step.model.provider in KNOWN_PROVIDERS else "other"
         class_label = f"c{step.klass}"
+        credential = credential_of(step.model)
+        await self._take_tokens(step, credential)
         key = spend_key(activity.info())
         estimate = self.prices.estimate(step)
         await self._reserve(step, key, estimate)
@@ -93,6 +108,8 @@ class LlmActivities:
             outcome = "error" if exc.non_retryable else "retry"
             # The provider answered with an error (nothing billed) or was never reached.
             await self._settle(key, Decimal(0), released=True)
+            if exc.type == RATE_LIMITED:
+                await self._rate_limited(exc, credential, step.klass)
             raise
         except BaseException:
             outcome = "cancelled"
@@ -113,6 +130,31 @@ class LlmActivities:
             len(out.message.tool_calls), elapsed,
         )  # fmt: skip
         return out
+
+    async def _take_tokens(self, step: LlmStepInput, credential: str) -> None:
+        """A request and the step's tokens from its credential's bucket; else the attempt ends
+        at once and is retried after the wait (BENIGN: no worker slot is held meanwhile)."""
+        tokens = prompt_tokens(step) + step.max_tokens
+        async with self.pool.connection() as conn:
+            wait = await buckets.take(conn, self.limits, credential, step.klass, tokens,
+                                      datetime.now(UTC))  # fmt: skip
+        if wait > 0:
+            RATE_WAITS.labels(f"c{step.klass}").inc()
+            raise ApplicationError(
+                f"CredentialRateLimited: credential {credential!r} has no room for {wait:.1f} s",
+                {"wait_s": wait}, type="CredentialRateLimited",
+                category=ApplicationErrorCategory.BENIGN,
+                next_retry_delay=timedelta(seconds=max(wait, 1.0)),
+            )  # fmt: skip
+
+    async def _rate_limited(self, exc: ApplicationError, credential: str, klass: int) -> None:
+        """A 429 drains the class's bucket; with Retry-After it pauses the credential for
+        every class."""
+        details = exc.details[0] if exc.details and isinstance(exc.details[0], dict) else {}
+        retry_after = details.get("retry_after_s")
+        async with self.pool.connection() as conn:
+            await buckets.rate_limited(conn, self.limits, credential, klass, retry_after,
+                                       datetime.now(UTC))  # fmt: skip
 
     async def _reserve(self, step: LlmStepInput, key: str, estimate: Decimal) -> None:
         """Reserve the step's estimate; a refused budget ends the attempt, never retried."""

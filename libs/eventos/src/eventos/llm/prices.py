@@ -78,16 +78,20 @@ class PriceTable:
 
     def estimate(self, step: LlmStepInput) -> Decimal:
         """The step's upper estimate: prompt tokens * input price + max_tokens * output price."""
-        size = sum(
-            len(m.content.encode()) + sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
-            for m in step.messages
-        )
-        prompt = math.ceil(size / BYTES_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS * len(step.messages)
-        return self.cost(step.model, prompt, step.max_tokens)
+        return self.cost(step.model, prompt_tokens(step), step.max_tokens)
 
     def cost(self, model: ModelRef, input_tokens: int, output_tokens: int) -> Decimal:
         p = self.price(model)
         return (input_tokens * p.input_per_mtok + output_tokens * p.output_per_mtok) / PER_MTOK
+
+
+def prompt_tokens(step: LlmStepInput) -> int:
+    """An upper estimate of a step's prompt tokens from its size."""
+    size = sum(
+        len(m.content.encode()) + sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
+        for m in step.messages
+    )
+    return math.ceil(size / BYTES_PER_TOKEN) + MESSAGE_OVERHEAD_TOKENS * len(step.messages)
 
 
 def _price(value: Any, where: str) -> Price:
