@@ -72,9 +72,7 @@ class DbActivities:
     @activity.defn(name=names.ACT_SUSPEND)
     async def suspend_turn(self, req: SuspendTurn) -> None:
         """The turn gives its slot back while it waits for the budget; waiters are woken."""
-        wake = await self._run(
-            lambda conn: admission.suspend(conn, self.sched, req.turn_id, req.reason)
-        )
+        wake = await self._run(lambda conn: admission.suspend(conn, self.sched, req))
         await wake_entities(activity.client(), wake)
 
     @activity.defn(name=names.ACT_UPGRADE_LEASE)

@@ -14,8 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import Counter
+
 from eventos import names, scheduler
-from eventos.contracts import Admission, AdmitRequest
+from eventos.contracts import Admission, AdmitRequest, SuspendTurn
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.scheduler import Load, SchedConfig, Waiter
@@ -24,6 +26,10 @@ OFFER_TTL_S = 60.0
 STALE_WAITER_S = 3 * names.ADMISSION_ASK_AGAIN_S
 WAITERS_READ = 2000  # waiters considered per serve (oldest first)
 BUDGET_HELD_CLASSES = (names.C3_INTERNAL, names.C4_BACKGROUND)  # held while the budget is high
+
+PARKED_TURNS = Counter(
+    "eventos_turns_parked_total", "Turns parked (no slot held) by reason.", ["reason"]
+)
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,8 @@ async def _grant(conn: Conn, req: AdmitRequest, *, reserved: bool) -> Admission:
     await conn.execute(Q["round_served"], params)
     if req.turn_id:  # a suspended turn takes its slot again under the same id
         await conn.execute(Q["lease_resume"], {**params, "id": req.turn_id})
+        await conn.execute(Q["attention_resolve"], {"kind": names.ATTENTION_PARKED_TURN,
+                                                    "ref": req.turn_id})  # fmt: skip
         return Admission(granted=True, turn_id=req.turn_id, reserved=reserved)
     cur = await conn.execute(Q["conversation_open"], params)
     n = int((await cur.fetchone() or {})["n"])
@@ -145,14 +153,24 @@ async def release(conn: Conn, cfg: SchedConfig, tid: str, status: str,
     return freed.rowcount + ended.rowcount > 0, wake
 
 
-async def suspend(conn: Conn, cfg: SchedConfig, tid: str, reason: str) -> list[str]:
+async def suspend(conn: Conn, cfg: SchedConfig, req: SuspendTurn) -> list[str]:
     """The turn holds no slot until it is granted one again under the same id (a suspended
-    lease counts toward nothing); the freed slot is offered. The entities to wake."""
+    lease counts toward nothing); the freed slot is offered. A parked turn raises an attention
+    item with its reason. The entities to wake."""
     async with conn.transaction():
         await conn.execute(Q["sched_lock"])
-        cur = await conn.execute(Q["lease_suspend"], {"turn_id": tid, "reason": reason})
+        cur = await conn.execute(Q["lease_suspend"], {"turn_id": req.turn_id,
+                                                      "reason": req.reason})  # fmt: skip
         if await cur.fetchone() is None:
             return []  # already suspended (a retried activity)
+        if req.reason.startswith(names.PARKED):
+            PARKED_TURNS.labels(req.reason.split(":", 1)[-1].strip()).inc()
+            await conn.execute(Q["attention_raise"], {
+                "employee": req.employee, "kind": names.ATTENTION_PARKED_TURN,
+                "severity": "warning", "ref": req.turn_id,
+                "detail": f"{req.reason}: the turn waits (no slot held), probing every 15 "
+                "minutes; Resume, a top-up or a fixed key release it",
+            })  # fmt: skip
         _, wake = await _serve(conn, cfg)
     return wake
 

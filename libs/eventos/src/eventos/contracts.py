@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from eventos import names
 
@@ -116,6 +118,19 @@ class ModelRef:
     credential: str | None = None
     base_url: str | None = None
 
+    def is_local(self) -> bool:
+        """A local endpoint (the local provider, or one on this host or a private network):
+        its steps get the longer outage budget (SPEC §9: 30 min, not 10)."""
+        if self.provider == "local":
+            return True
+        host = urlsplit(self.base_url or "").hostname or ""
+        if host == "localhost" or host.endswith(".local"):
+            return True
+        try:
+            return ipaddress.ip_address(host).is_private
+        except ValueError:
+            return False
+
 
 @dataclass(frozen=True)
 class LlmStepInput:
@@ -197,6 +212,7 @@ class TurnResult:
     status: str
     consumed: list[int]
     outbound_id: int | None
+    dead_letter: str | None = None  # parked too long: its inputs are dead-lettered at once
 
 
 @dataclass(frozen=True)
@@ -274,10 +290,13 @@ class ReleaseTurn:
 
 @dataclass(frozen=True)
 class SuspendTurn:
-    """A turn stops holding its slot (it keeps the lease, suspended, under its id)."""
+    """A turn stops holding its slot (it keeps the lease, suspended, under its id): for the
+    budget, or parked (`parked: <why>`) with an attention item."""
 
     turn_id: str
     reason: str
+    employee: str = ""
+    detail: str = ""
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,9 @@ HOLD_BUDGET: Final = "budget"  # a stream of background work held while the budg
 ATTENTION_BUDGET_HIGH: Final = "budget_high"
 ATTENTION_BUDGET_MAX: Final = "budget_max"
 ATTENTION_SLOW_TURN: Final = "slow_turn"
+ATTENTION_PARKED_TURN: Final = "parked_turn"
+PARKED: Final = "parked"  # a suspension's reason is `parked: <why>` (SPEC §9 parking)
+PROVIDER_OUTAGE: Final = "ProviderOutage"
 
 
 def queue_for(base: str, workflow_queue: str) -> str:

@@ -55,6 +55,7 @@ CALL_TIMEOUT = timedelta(seconds=10)  # each Temporal call these effects make
 CRON_JITTER = timedelta(seconds=60)
 CATCHUP_MAX = timedelta(hours=1)
 STOP_REASON = "the employee was stopped"
+RELEASED_BY_RESUME = "resume"
 
 
 def tick_record(employee: str, trigger: str, kind: str, dedupe_key: str,
@@ -196,6 +197,7 @@ class Effects:
         elif req.state == names.GEN_RUNNING:
             await self._each_schedule(e, g, lambda h: h.unpause(note="resumed"))
             await self.wake_entities(e, g)
+            await self.release_suspended(e)
         elif req.state == names.GEN_RETIRED:
             await self.retire(e, g)
 
@@ -223,6 +225,20 @@ class Effects:
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise
+
+    async def release_suspended(self, employee: str) -> None:
+        """Suspended and parked turns ask admission again (Resume releases a park)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(Q["leases_suspended"], {"employee": employee})
+            turns = [str(r["turn_id"]) for r in await cur.fetchall()]
+        await self.release_turns(turns, RELEASED_BY_RESUME)
+
+    async def release_turns(self, turn_ids: list[str], reason: str) -> None:
+        """`released{reason}` to these suspended turns (a hint: each asks admission)."""
+        for turn_id in turn_ids:
+            handle = self.client.get_workflow_handle(turn_id)
+            await _tolerate_missing(handle.signal(names.SIGNAL_RELEASED, reason,
+                                                  rpc_timeout=CALL_TIMEOUT))  # fmt: skip
 
     async def wake_entities(self, employee: str, generation: int) -> None:
         """Entities holding inputs ask admission again (it refused them while paused)."""
@@ -275,10 +291,7 @@ class SupervisorActivities:
             await effects.apply(ApplyControl(req.employee, req.generation, names.GEN_RUNNING))
         elif done.state == names.BUDGET_NORMAL:
             await effects.wake_entities(req.employee, req.generation)
-        for turn_id in done.released_turns:
-            handle = effects.client.get_workflow_handle(turn_id)
-            await _tolerate_missing(handle.signal(names.SIGNAL_RELEASED, names.PAUSE_BUDGET,
-                                                  rpc_timeout=CALL_TIMEOUT))  # fmt: skip
+        await effects.release_turns(done.released_turns, names.PAUSE_BUDGET)
         return BudgetStatus(done.state, done.period_end, control)
 
     def activities(self) -> list[Callable[..., Awaitable[object]]]:

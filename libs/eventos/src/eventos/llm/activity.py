@@ -61,6 +61,24 @@ def spend_key(info: activity.Info) -> str:
 
 
 RATE_LIMITED = "ProviderRateLimited"
+# Retryable failures that mean the endpoint is down; past 10 minutes (30 for local endpoints)
+# of them the step gives up and the turn parks (SPEC §9).
+OUTAGE_TYPES = frozenset({"ProviderServerError", "ProviderUnavailable", "ProviderTimeout",
+                          "ProviderUnreachable", "ProviderBadResponse"})  # fmt: skip
+OUTAGE_AFTER = timedelta(minutes=10)
+OUTAGE_AFTER_LOCAL = timedelta(minutes=30)
+
+
+def outage_after(step: LlmStepInput) -> timedelta:
+    return OUTAGE_AFTER_LOCAL if step.model.is_local() else OUTAGE_AFTER
+
+
+def _outage_long(step: LlmStepInput) -> bool:
+    """The step has been failing since its first attempt for longer than its outage time."""
+    first = activity.info().scheduled_time
+    return datetime.now(UTC) - first >= outage_after(step)
+
+
 RATE_WAITS = Counter(
     "eventos_llm_rate_waits_total",
     "LLM step attempts that waited for their credential's bucket or pause, by class.",
@@ -110,6 +128,12 @@ class LlmActivities:
             await self._settle(key, Decimal(0), released=True)
             if exc.type == RATE_LIMITED:
                 await self._rate_limited(exc, credential, step.klass)
+            if not exc.non_retryable and exc.type in OUTAGE_TYPES and _outage_long(step):
+                raise ApplicationError(
+                    f"{names.PROVIDER_OUTAGE}: failing for over {outage_after(step)} ({exc})",
+                    type=names.PROVIDER_OUTAGE, non_retryable=True,
+                    category=ApplicationErrorCategory.BENIGN,
+                ) from exc  # fmt: skip
             raise
         except BaseException:
             outcome = "cancelled"

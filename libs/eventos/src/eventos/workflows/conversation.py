@@ -278,10 +278,12 @@ class ConversationWorkflow:
             await self._wait(IDLE_BY_LANE[names.LANE_TALK], turn_done=True)
             return
         turn_id, inputs = self.turn.id, self.turn_inputs
-        status, error, consumed = names.TURN_DONE, None, []
+        status, error, consumed, final = names.TURN_DONE, None, [], False
         try:
             result = await self.turn
             status, consumed = result.status, result.consumed
+            if result.dead_letter:  # parked too long: no second try
+                error, final = result.dead_letter, True
         except ChildWorkflowError as exc:
             if isinstance(exc.cause, CancelledError):
                 status = names.TURN_CANCELLED
@@ -294,7 +296,7 @@ class ConversationWorkflow:
             left = {i.seq for i in self.pending}  # inputs a save consumed are not retried
             inputs = [i for i in inputs if i.seq in left]
             if inputs:
-                await self._after_failure(turn_id, inputs, error or "failed")
+                await self._after_failure(turn_id, inputs, error or "failed", final=final)
 
     async def _turn_ended(self, turn_id: str, status: str, error: str | None,
                           consumed: list[int]) -> None:  # fmt: skip
@@ -310,17 +312,20 @@ class ConversationWorkflow:
         self.slot_of = None
         self.last_activity = workflow.now()
 
-    async def _after_failure(self, turn_id: str, inputs: list[DeliveryItem], error: str) -> None:
-        """Retry a failed turn's inputs once; then dead-letter them so the stream goes on."""
+    async def _after_failure(self, turn_id: str, inputs: list[DeliveryItem], error: str, *,
+                             final: bool = False) -> None:  # fmt: skip
+        """Retry a failed turn's inputs once (unless `final`); then dead-letter them so the
+        stream goes on."""
         first = inputs[0].seq
         self.failures[first] = self.failures.get(first, 0) + 1
-        if self.failures[first] < names.TURN_ATTEMPTS:
+        if self.failures[first] < names.TURN_ATTEMPTS and not final:
             await self._wait(FAILED_TURN_BACKOFF)
             return
         del self.failures[first]
+        reason = error if final else f"turn_failed: {error}"
         letter = DeadLetter(self.cursor.employee, self.cursor.stream_key, turn_id,
                             [i.seq for i in inputs], [i.ingress_id for i in inputs],
-                            f"turn_failed: {error}")  # fmt: skip
+                            reason)  # fmt: skip
         await workflow.execute_local_activity(
             names.ACT_DEAD_LETTER, letter,
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,

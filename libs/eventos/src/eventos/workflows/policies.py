@@ -18,6 +18,7 @@ LLM_RETRY = RetryPolicy(
 )
 LLM_ATTEMPT_TIMEOUT = timedelta(minutes=5)
 LLM_STEP_BUDGET = timedelta(minutes=15)  # cloud endpoints (SPEC §9 parking: 15 min)
+LLM_STEP_BUDGET_LOCAL = timedelta(minutes=45)  # local endpoints (45 min)
 LLM_HEARTBEAT = timedelta(seconds=60)
 
 # Sends are made at-most-once by their claim, so they may retry without limit.

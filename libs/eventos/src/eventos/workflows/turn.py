@@ -25,11 +25,12 @@ import asyncio
 import contextlib
 import json
 from dataclasses import asdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import Priority
 from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -56,7 +57,24 @@ with workflow.unsafe.imports_passed_through():
 
 
 BUDGET_REFUSALS = ("BudgetExceeded", "BudgetHeld")
+# Failures that may clear: the turn parks instead of failing (SPEC §9).
+PARK_TYPES = ("ProviderQuotaExceeded", "ProviderAuthError", "ProviderCredentialMissing",
+              names.PROVIDER_OUTAGE)  # fmt: skip
 SUSPENDED_RECHECK = timedelta(minutes=10)  # a suspended turn asks again (Signals are hints)
+PARK_PROBE = timedelta(minutes=15)
+PARK_MAX = timedelta(days=7)
+
+
+def hold_reason(exc: ActivityError) -> str | None:
+    """Why a failed step holds the turn instead of failing it: the budget, or a park."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError) and cause.type in BUDGET_REFUSALS:
+        return names.PAUSE_BUDGET
+    if isinstance(cause, ApplicationError) and cause.type in PARK_TYPES:
+        return f"{names.PARKED}: {cause.type}"
+    if isinstance(cause, ActivityTimeout):  # the step's whole time budget went by: an outage
+        return f"{names.PARKED}: {names.PROVIDER_OUTAGE}"
+    return None
 
 
 def user_message(item: DeliveryItem) -> ChatMessage:
@@ -104,6 +122,7 @@ class TurnWorkflow:
         self.resumes = 0  # suspensions left behind (each retries its step under a new id)
         self.nudges = 0  # `released` and `wake` Signals
         self.klass = turn.klass  # raised by a merged input of a higher class
+        self.parked_since: datetime | None = None
 
     @workflow.signal(name=names.SIGNAL_OFFER)
     def offer_inputs(self, offer: OfferInputs) -> None:
@@ -153,47 +172,57 @@ class TurnWorkflow:
         self.klass = klass
 
     async def _step_or_suspend(self, turn: TurnInput, step: int, ctx: ConversationContext,
-                               messages: list[ChatMessage]) -> LlmStepOutput | None:  # fmt: skip
-        """The step; refused by the budget, suspend and retry it. None: stopped meanwhile."""
+                               messages: list[ChatMessage]) -> LlmStepOutput | str:  # fmt: skip
+        """The step. Refused by the budget, or failing for a reason that may clear (billing,
+        auth, an outage past the step's budget), the turn suspends or parks, then retries the
+        step; a string says why it ends instead (stopped, retired, parked too long)."""
         while True:
             try:
-                return await self._step(turn, step, ctx, messages)
+                out = await self._step(turn, step, ctx, messages)
+                self.parked_since = None
+                return out
             except ActivityError as exc:
-                cause = exc.cause
-                if not isinstance(cause, ApplicationError) or cause.type not in BUDGET_REFUSALS:
+                why = hold_reason(exc)
+                if why is None:
                     raise
-            if not await self._suspended(turn):
-                return None
+            ended = await self._suspended(turn, why)
+            if ended:
+                return ended
             self.resumes += 1
 
-    async def _suspended(self, turn: TurnInput) -> bool:
-        """Hold no slot until admission grants it again: True to go on, False when stopped
-        (an Interrupt or Stop) or the generation was retired."""
+    async def _suspended(self, turn: TurnInput, why: str) -> str:
+        """Hold no slot until admission grants it again: "" to go on, else why the turn ends
+        (an Interrupt or Stop, a retired generation, 7 days parked)."""
+        parked = why.startswith(names.PARKED)
+        if parked and self.parked_since is None:
+            self.parked_since = workflow.now()
         await workflow.execute_local_activity(
-            names.ACT_SUSPEND, SuspendTurn(turn.turn_id, names.PAUSE_BUDGET),
+            names.ACT_SUSPEND, SuspendTurn(turn.turn_id, why, turn.employee),
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
         ask = AdmitRequest(turn.employee, turn.generation, turn.agent, turn.thread, turn.stream_key,
                            self.klass, workflow_id=turn.turn_id, turn_id=turn.turn_id)  # fmt: skip
         while True:
-            await self._nudged(self.nudges)
+            # A park probes every 15 minutes (the provider may be back, the key changed).
+            await self._nudged(self.nudges, PARK_PROBE if parked else SUSPENDED_RECHECK)
             if self.stop_reason is not None:
-                return False
+                return names.TURN_INTERRUPTED
+            if self.parked_since is not None and workflow.now() - self.parked_since > PARK_MAX:
+                return f"parked for 7 days ({why})"
             grant = await workflow.execute_local_activity(
                 names.ACT_ADMIT, ask, result_type=Admission,
                 start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
             )  # fmt: skip
             if grant.granted:
-                return True
+                return ""
             if grant.gate == names.GEN_RETIRED:
-                return False
+                return names.TURN_INTERRUPTED
 
-    async def _nudged(self, seen: int) -> None:
+    async def _nudged(self, seen: int, timeout: timedelta) -> None:
         """Until a `released` or `wake` Signal, a stop, or the re-check deadline."""
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
-                lambda: self.nudges != seen or self.stop_reason is not None,
-                timeout=SUSPENDED_RECHECK,
+                lambda: self.nudges != seen or self.stop_reason is not None, timeout=timeout
             )
 
     async def _step(self, turn: TurnInput, step: int, ctx: ConversationContext,
@@ -210,7 +239,9 @@ class TurnWorkflow:
             priority=Priority(priority_key=self.klass, fairness_key=turn.employee),
             activity_id=f"{turn.turn_id}:step-{step}{again}",
             start_to_close_timeout=policies.LLM_ATTEMPT_TIMEOUT,
-            schedule_to_close_timeout=policies.LLM_STEP_BUDGET,
+            schedule_to_close_timeout=(
+                policies.LLM_STEP_BUDGET_LOCAL if ctx.model.is_local() else policies.LLM_STEP_BUDGET
+            ),
             heartbeat_timeout=policies.LLM_HEARTBEAT,
             retry_policy=policies.LLM_RETRY,
             # A cancelled turn waits for the provider call to stop (it heartbeats).
@@ -263,8 +294,10 @@ class TurnWorkflow:
             system = [ChatMessage("system", ctx.system)] if ctx.system else []
             out = await self._step_or_suspend(turn, step, ctx,
                                               bounded(system + ctx.transcript + new))  # fmt: skip
-            if out is None:  # stopped while suspended: nothing is saved
+            if out == names.TURN_INTERRUPTED:  # stopped while suspended: nothing is saved
                 return TurnResult(turn.turn_id, names.TURN_INTERRUPTED, [], None)
+            if isinstance(out, str):  # parked too long: the entity dead-letters the inputs
+                return TurnResult(turn.turn_id, names.TURN_FAILED, [], None, dead_letter=out)
             new.append(out.message)
             if out.message.tool_calls:  # the whole batch is answered before the next step
                 new += [tool_unavailable(c.id, c.name) for c in out.message.tool_calls]

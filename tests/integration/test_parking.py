@@ -1,0 +1,95 @@
+"""Parking (SPEC §9): a step failing for a reason that may clear (a missing key, billing or
+quota) parks its turn instead of failing it: no slot held, an attention item with the reason;
+a top-up or Resume releases it and the turn goes on."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import cast
+
+import pytest
+from fake_openai import KEY, Answer, FakeOpenAI
+from test_budget import chat
+from test_router import query
+from test_supervision import applied, new_employee, post
+from test_turns import Instance, instance  # noqa: F401 (`instance` is a fixture)
+
+from eventos import names
+from eventos.testing import wait_for
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    server = FakeOpenAI()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+def on(fake: FakeOpenAI):  # type: ignore[no-untyped-def]
+    def spec(name: str) -> str:
+        model = (f"{{provider: openai, name: gpt-4o-mini, credential: key-{name}, "
+                 f"base_url: '{fake.base_url}'}}")  # fmt: skip
+        return f"""
+apiVersion: eventos/v1
+kind: Employee
+metadata: {{name: {name}}}
+spec:
+  agents: [{{name: front, model: {model}}}]
+  triggers:
+    - {{kind: chat}}
+"""
+
+    return spec
+
+
+async def parked(instance: Instance, name: str, why: str) -> dict[str, object]:
+    """The employee's turn holds a suspended lease parked for `why`, with an attention item."""
+
+    async def check() -> dict[str, object] | None:
+        q = ("SELECT l.turn_id, l.suspended_reason, a.detail FROM sched_leases l "
+             "JOIN attention_items a ON a.ref = l.turn_id AND a.kind = %s AND a.state = 'open' "
+             "WHERE l.employee = %s AND l.state = 'suspended'")  # fmt: skip
+        rows = await query(instance.pool, q, names.ATTENTION_PARKED_TURN, name)
+        return rows[0] if rows else None
+
+    row = await wait_for(check, timeout=20, what=f"a turn parked for {why}")
+    assert row["suspended_reason"] == f"parked: {why}"
+    return row
+
+
+async def test_a_missing_key_parks_the_turn_and_a_top_up_releases_it(
+    instance: Instance, fake: FakeOpenAI
+) -> None:
+    name = await new_employee(instance, on(fake))
+    await applied(instance, name, "start")
+    message = await chat(instance, name, "hello")
+    row = await parked(instance, name, "ProviderCredentialMissing")
+    assert fake.requests == []
+    # The key arrives (a mounted Secret updated), then a top-up releases the parked turn.
+    cast(dict[str, str], instance.llm.secrets.env)[f"EVENTOS_SECRET_KEY_{name.upper()}"] = KEY
+    await post(instance, f"/v1/employees/{name}/limits", json={"daily_usd": 5})
+    assert await instance.reply(message, timeout=30, name=name) == "Hello from the fake."
+    turns = await query(instance.pool, "SELECT id, status FROM turns WHERE employee = %s", name)
+    assert turns == [{"id": row["turn_id"], "status": "done"}]  # the same turn went on
+    items = await query(instance.pool, "SELECT state FROM attention_items WHERE ref = %s",
+                        row["turn_id"])  # fmt: skip
+    assert items == [{"state": "resolved"}]
+
+
+async def test_exhausted_quota_parks_the_turn_and_resume_runs_its_input(
+    instance: Instance, fake: FakeOpenAI
+) -> None:
+    name = await new_employee(instance, on(fake))
+    cast(dict[str, str], instance.llm.secrets.env)[f"EVENTOS_SECRET_KEY_{name.upper()}"] = KEY
+    await applied(instance, name, "start")
+    fake.queue(Answer(status=429, code="insufficient_quota"))
+    message = await chat(instance, name, "hello")
+    await parked(instance, name, "ProviderQuotaExceeded")
+    assert len(fake.requests) == 1  # billing is not retried
+    await applied(instance, name, "stop")
+    await applied(instance, name, "resume")
+    assert await instance.reply(message, timeout=30, name=name) == "Hello from the fake."
+    q = "SELECT status FROM turns WHERE employee = %s ORDER BY started_at"
+    statuses = [r["status"] for r in await query(instance.pool, q, name)]
+    assert statuses[-1] == "done" and "failed" not in statuses
