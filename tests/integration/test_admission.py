@@ -92,6 +92,10 @@ async def test_a_freed_slot_goes_to_the_class_below_its_floor_and_is_kept_for_it
     assert not granted(newcomer)  # the slot is kept for the woken entity
     background = await ask(pool, cfg, "bg", "main", names.C4_BACKGROUND)
     assert granted(background) and background.admission.n == 1
+    q = "SELECT id, admission_wait_s FROM turns ORDER BY started_at"
+    waits = {r["id"]: r["admission_wait_s"] for r in await query(pool, q)}
+    assert waits[first.admission.turn_id] == 0.0  # granted at its first ask
+    assert waits[background.admission.turn_id] > 0.0  # queued until the release
     waiting = await query(pool, "SELECT stream_key FROM sched_waiters ORDER BY requested_at")
     assert [w["stream_key"] for w in waiting] == ["cust/g1/worker/t3", "late/g1/worker/t1"]
 

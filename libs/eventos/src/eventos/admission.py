@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
 from eventos import names, scheduler
 from eventos.contracts import Admission, AdmitRequest, SuspendTurn
@@ -27,6 +27,12 @@ STALE_WAITER_S = 3 * names.ADMISSION_ASK_AGAIN_S
 WAITERS_READ = 2000  # waiters considered per serve (oldest first)
 BUDGET_HELD_CLASSES = (names.C3_INTERNAL, names.C4_BACKGROUND)  # held while the budget is high
 
+ADMISSION_WAIT = Histogram(
+    "eventos_admission_wait_seconds",
+    "From an entity's first ask for a turn slot to the grant, by class.",
+    ["llm_class"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
 PARKED_TURNS = Counter(
     "eventos_turns_parked_total", "Turns parked (no slot held) by reason.", ["reason"]
 )
@@ -58,7 +64,9 @@ async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
             _, wake = await _serve(conn, cfg)
             return Answer(refusal, wake)
         if req.klass == names.C1_OWNER and not row["reserved_held"]:
-            return Answer(await _grant(conn, req, reserved=True), [])
+            cur = await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
+            # It may have queued while its reserved slot was taken.
+            return Answer(await _grant(conn, req, True, _waited(await cur.fetchone())), [])
         await conn.execute(Q["waiter_upsert"], {
             "stream_key": req.stream_key, "employee": req.employee, "generation": req.generation,
             "agent": req.agent, "thread": req.thread, "class": req.klass,
@@ -67,8 +75,12 @@ async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
         offered, wake = await _serve(conn, cfg, asker=req.stream_key)
         if not offered:
             return Answer(Admission(granted=False, reason="waiting for a slot"), wake)
-        await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
-        return Answer(await _grant(conn, req, reserved=False), wake)
+        cur = await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
+        return Answer(await _grant(conn, req, False, _waited(await cur.fetchone())), wake)
+
+
+def _waited(row: dict[str, Any] | None) -> float:
+    return float(row["waited_s"]) if row else 0.0
 
 
 def gate(req: AdmitRequest, generation_state: str | None, budget_state: str | None
@@ -84,11 +96,12 @@ def gate(req: AdmitRequest, generation_state: str | None, budget_state: str | No
     return None
 
 
-async def _grant(conn: Conn, req: AdmitRequest, *, reserved: bool) -> Admission:
+async def _grant(conn: Conn, req: AdmitRequest, reserved: bool, waited_s: float) -> Admission:
+    ADMISSION_WAIT.labels(f"c{req.klass}").observe(waited_s)
     params: dict[str, Any] = {
         "employee": req.employee, "generation": req.generation, "agent": req.agent,
         "thread": req.thread, "stream_key": req.stream_key, "class": req.klass,
-        "reserved": reserved,
+        "reserved": reserved, "waited_s": waited_s,
     }  # fmt: skip
     await conn.execute(Q["round_served"], params)
     if req.turn_id:  # a suspended turn takes its slot again under the same id

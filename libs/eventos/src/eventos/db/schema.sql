@@ -219,6 +219,7 @@ CREATE TABLE turns (
     held_s           double precision NOT NULL DEFAULT 0,
     slow_alerted_at  timestamptz,
     backstop_at      timestamptz,
+    admission_wait_s double precision,  -- from the entity's first ask to the grant
     UNIQUE (employee, generation, agent, thread, n)
 );
 CREATE INDEX turns_running ON turns (started_at) WHERE status = 'running';

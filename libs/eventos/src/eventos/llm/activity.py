@@ -79,6 +79,12 @@ def _outage_long(step: LlmStepInput) -> bool:
     return datetime.now(UTC) - first >= outage_after(step)
 
 
+SLOT_WAIT = Histogram(
+    "eventos_llm_slot_wait_seconds",
+    "From an LLM step attempt's scheduling to a worker slot taking it (schedule-to-start).",
+    ["llm_class"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
 RATE_WAITS = Counter(
     "eventos_llm_rate_waits_total",
     "LLM step attempts that waited for their credential's bucket or pause, by class.",
@@ -111,6 +117,9 @@ class LlmActivities:
         """One model call; provider errors arrive as classified ApplicationErrors."""
         provider_label = step.model.provider if step.model.provider in KNOWN_PROVIDERS else "other"
         class_label = f"c{step.klass}"
+        info = activity.info()
+        waited = (info.started_time - info.current_attempt_scheduled_time).total_seconds()
+        SLOT_WAIT.labels(class_label).observe(max(waited, 0.0))
         credential = credential_of(step.model)
         await self._take_tokens(step, credential)
         key = spend_key(activity.info())

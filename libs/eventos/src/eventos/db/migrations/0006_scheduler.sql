@@ -13,7 +13,8 @@ ALTER TABLE turns
     ADD COLUMN last_step_at timestamptz,
     ADD COLUMN held_s double precision NOT NULL DEFAULT 0,
     ADD COLUMN slow_alerted_at timestamptz,
-    ADD COLUMN backstop_at timestamptz;
+    ADD COLUMN backstop_at timestamptz,
+    ADD COLUMN admission_wait_s double precision;
 CREATE INDEX turns_running ON turns (started_at) WHERE status = 'running';
 
 -- An entity waiting for a slot (one per stream: an entity asks for one turn at a time).

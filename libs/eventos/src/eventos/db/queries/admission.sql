@@ -23,8 +23,9 @@ ON CONFLICT (stream_key) DO UPDATE
         asked_at = now();
 
 -- name: waiter_delete
--- The entity no longer waits (granted, or refused by a gate).
-DELETE FROM sched_waiters WHERE stream_key = %(stream_key)s;
+-- The entity no longer waits (granted, or refused by a gate); how long it waited.
+DELETE FROM sched_waiters WHERE stream_key = %(stream_key)s
+RETURNING extract(epoch FROM now() - requested_at) AS waited_s;
 
 -- name: waiters_expire
 -- An offer not taken within its time goes back to the pool; a waiter that stopped asking is

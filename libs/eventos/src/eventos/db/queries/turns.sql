@@ -7,9 +7,11 @@ ON CONFLICT (employee, generation, agent, thread) DO UPDATE
 RETURNING next_turn - 1 AS n;
 
 -- name: turn_insert
--- A turn admitted.
-INSERT INTO turns (id, employee, generation, agent, thread, n, class, stream_key)
-VALUES (%(id)s, %(employee)s, %(generation)s, %(agent)s, %(thread)s, %(n)s, %(class)s, %(stream_key)s);
+-- A turn admitted, with how long its entity waited for the slot.
+INSERT INTO turns (id, employee, generation, agent, thread, n, class, stream_key,
+    admission_wait_s)
+VALUES (%(id)s, %(employee)s, %(generation)s, %(agent)s, %(thread)s, %(n)s, %(class)s,
+    %(stream_key)s, %(waited_s)s);
 
 -- name: turn_finish
 -- A turn ended (unless the consuming save already recorded it).
