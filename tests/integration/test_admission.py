@@ -1,5 +1,6 @@
 """Admission on PostgreSQL (SPEC §9): the reserved owner slot, waiters offered freed slots
-(below-floor classes first, employees in turn), the gates, and forgotten waiters."""
+(below-floor classes first, employees in turn), the gates, forgotten waiters, and priority
+inheritance on the real stack."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from typing import Any
 
 from conftest import apply_and_start
 from psycopg_pool import AsyncConnectionPool
+from temporalio.common import Priority
 from test_router import query
+from test_turns import Instance, instance, step_started  # noqa: F401 (`instance` is a fixture)
 
 from eventos import admission, names
 from eventos.admission import Answer
-from eventos.contracts import AdmitRequest
+from eventos.contracts import AdmitRequest, DeliveryItem, OfferInputs, TurnInput
 from eventos.db import Conn
 from eventos.routing import entity_id
 from eventos.scheduler import SchedConfig
@@ -164,3 +167,38 @@ async def age(pool: AsyncConnectionPool[Conn], stream_key: str, *, offered_s: fl
             " asked_at = now() - make_interval(secs => %(a)s) WHERE stream_key = %(k)s",
             params,
         )
+
+
+async def test_a_merged_higher_class_input_moves_the_turn_up(instance: Instance) -> None:
+    """Priority inheritance: a C1 input merged (B1) into a running C4 turn moves its next
+    steps to `llm-c1` with priority 1 and upgrades its admission lease to C1."""
+    name = instance.name
+    answer = await ask(instance.pool, SchedConfig(), name, "chores", names.C4_BACKGROUND)
+    tid = answer.admission.turn_id
+    key = names.stream_key(name, 1, names.LANE_WORKER, "chores")
+    route = {"agent": "front", "kind": "grpc", "trigger": "chores"}
+
+    def item(seq: int, klass: int, text: str) -> DeliveryItem:
+        return DeliveryItem(seq, seq, klass, "msg", route, f"chain-{seq}", 0, 10,
+                            payload={"data": {"text": text}})  # fmt: skip
+
+    turn = TurnInput(tid, name, 1, "front", "chores", key, names.C4_BACKGROUND, route,
+                     [item(1, names.C4_BACKGROUND, "chore\nsleep: 2\ncall: lookup {}")])  # fmt: skip
+    handle = await instance.client.start_workflow(
+        names.WF_TURN, turn, id=tid, task_queue=instance.relay.task_queue,
+        priority=Priority(priority_key=names.C4_BACKGROUND, fairness_key=name),
+    )  # fmt: skip
+    await step_started(instance, tid)
+    await handle.signal(names.SIGNAL_OFFER, OfferInputs([item(2, names.C1_OWNER, "urgent")]))
+    await handle.result()
+    queues = [
+        (e.activity_task_scheduled_event_attributes.task_queue.name,
+         e.activity_task_scheduled_event_attributes.priority.priority_key)
+        async for e in handle.fetch_history_events()
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]  # fmt: skip
+    c4 = names.queue_for("llm-c4", instance.relay.task_queue)
+    c1 = names.queue_for("llm-c1", instance.relay.task_queue)
+    assert queues == [(c4, 4), (c1, 1)]  # step 0 before the merge, step 1 after it
+    (lease,) = await query(instance.pool, "SELECT class FROM sched_leases WHERE turn_id = %s", tid)
+    assert lease == {"class": names.C1_OWNER}

@@ -63,7 +63,7 @@ async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
             await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
             _, wake = await _serve(conn, cfg)
             return Answer(refusal, wake)
-        if req.klass == names.C1_OWNER and not row["reserved_held"]:
+        if owners(req) and not row["reserved_held"]:
             cur = await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
             # It may have queued while its reserved slot was taken.
             return Answer(await _grant(conn, req, True, _waited(await cur.fetchone())), [])
@@ -81,6 +81,12 @@ async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
 
 def _waited(row: dict[str, Any] | None) -> float:
     return float(row["waited_s"]) if row else 0.0
+
+
+def owners(req: AdmitRequest) -> bool:
+    """The owner's own conversation (owner chat, class C1): the reserved slot is for it only,
+    not for other work an operator put in C1."""
+    return req.klass == names.C1_OWNER and names.lane_of(req.stream_key) == names.LANE_TALK
 
 
 def gate(req: AdmitRequest, generation_state: str | None, budget_state: str | None

@@ -84,6 +84,11 @@ def stream_key(employee: str, generation: int, lane: str, thread: str) -> str:
     return f"{employee}/g{generation}/{lane}/{thread}"
 
 
+def lane_of(stream: str) -> str:
+    """The lane of a stream key (employee names and lanes hold no `/`)."""
+    return stream.split("/")[2]
+
+
 # Temporal workflow, signal and query names (used by name across services).
 WF_CONVERSATION: Final = "ConversationWorkflow"
 SIGNAL_DELIVER: Final = "deliver"
@@ -136,7 +141,6 @@ GATE_BUDGET: Final = "budget"
 ADMISSION_ASK_AGAIN_S: Final = 30.0  # a waiting entity asks again this often (wakes are hints)
 PAUSE_BUDGET: Final = "budget"
 PAUSE_OWNER: Final = "owner"
-HOLD_BUDGET: Final = "budget"  # a stream of background work held while the budget is high
 ATTENTION_BUDGET_HIGH: Final = "budget_high"
 ATTENTION_BUDGET_MAX: Final = "budget_max"
 ATTENTION_SLOW_TURN: Final = "slow_turn"

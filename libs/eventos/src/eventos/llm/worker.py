@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 from eventos import names
 from eventos.errors import ConfigError
 from eventos.llm.activity import HEARTBEAT_S, LlmActivities
+from eventos.scheduler import DEFAULT_CLASS_MAX
 from eventos.temporal import TemporalConnection
 
 log = logging.getLogger(__name__)
@@ -22,13 +23,9 @@ RECONNECT_S = 2.0
 # Steps in flight get this long to finish on shutdown; then they are cancelled and retried
 # elsewhere by Temporal.
 SHUTDOWN_GRACE = timedelta(seconds=5)
-# Concurrent steps per class queue in one process; EVENTOS_LLM_SLOTS_C<N> overrides.
-DEFAULT_SLOTS: Final = {
-    names.C1_OWNER: 8,
-    names.C2_CUSTOMER: 16,
-    names.C3_INTERNAL: 8,
-    names.C4_BACKGROUND: 4,
-}
+# Concurrent steps per class queue in one process; EVENTOS_LLM_SLOTS_C<N> overrides. The
+# defaults equal admission's class ceilings, so a granted turn's step never waits for a slot.
+DEFAULT_SLOTS: Final = dict(DEFAULT_CLASS_MAX)
 
 
 def llm_slots(env: Mapping[str, str] | None = None) -> dict[int, int]:

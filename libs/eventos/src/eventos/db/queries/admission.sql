@@ -99,3 +99,14 @@ DELETE FROM sched_leases WHERE turn_id = %(turn_id)s;
 -- name: lease_upgrade
 -- Priority inheritance: the turn's lease moves up to a higher class (a lower number).
 UPDATE sched_leases SET class = %(class)s WHERE turn_id = %(turn_id)s AND class > %(class)s;
+
+-- name: lease_suspend
+-- The turn stops holding a slot until it is released (same turn id when it resumes).
+UPDATE sched_leases SET state = 'suspended', suspended_reason = %(reason)s, suspended_at = now()
+WHERE turn_id = %(turn_id)s AND state = 'active'
+RETURNING employee;
+
+-- name: leases_suspended
+-- The employee's suspended turns, with the class each runs at.
+SELECT turn_id, class FROM sched_leases
+WHERE employee = %(employee)s AND state = 'suspended';

@@ -70,22 +70,6 @@ WHERE employee = %(employee)s AND period_start = %(period_start)s;
 UPDATE bus_streams SET hold_reason = NULL, updated_at = now()
 WHERE employee = %(employee)s AND hold_reason = 'budget';
 
--- name: stream_hold_budget
--- Hold a stream whose pending input is all background work while the budget is high.
-UPDATE bus_streams SET hold_reason = 'budget', updated_at = now()
-WHERE stream_key = %(stream_key)s AND hold_reason IS NULL;
-
--- name: leases_suspended
--- The employee's suspended turns, with the class each runs at.
-SELECT turn_id, class FROM sched_leases
-WHERE employee = %(employee)s AND state = 'suspended';
-
--- name: lease_suspend
--- The turn stops holding a slot until it is released (same turn id when it resumes).
-UPDATE sched_leases SET state = 'suspended', suspended_reason = %(reason)s, suspended_at = now()
-WHERE turn_id = %(turn_id)s AND state = 'active'
-RETURNING employee;
-
 -- name: attention_resolve
 -- Close an open attention item (its cause went away).
 UPDATE attention_items SET state = 'resolved', last_seen = now()

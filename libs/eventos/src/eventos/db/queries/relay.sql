@@ -131,3 +131,8 @@ RETURNING attempts;
 -- An input Temporal keeps refusing is dead-lettered so the stream goes on.
 UPDATE bus_deliveries SET status = 'dead', reason = %(reason)s, updated_at = now()
 WHERE stream_key = %(stream_key)s AND seq = %(seq)s AND status = 'pending';
+
+-- name: stream_hold_budget
+-- Hold a stream whose pending input is all background work while the budget is high.
+UPDATE bus_streams SET hold_reason = 'budget', updated_at = now()
+WHERE stream_key = %(stream_key)s AND hold_reason IS NULL;

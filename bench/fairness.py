@@ -1,0 +1,251 @@
+"""Scheduler fairness (SPEC §9): every class backlogged, capacity for 8 concurrent turns.
+
+    .venv/bin/python bench/fairness.py [--seconds 300] [--delay 1.0] [--capacity 8]
+
+Starts an embedded PostgreSQL and the Temporal dev server (tier S flags) and runs the router,
+the relay and the workers (workflows, LLM steps, egress) in this process, with admission capacity
+`--capacity`. Two employees on the local provider, whose steps each take `--delay` seconds.
+
+1. Baseline: only the owners chat (a message every 5 s each), nothing else waits; the owner's
+   admission wait.
+2. Load (`--seconds`): every class is backlogged: conversations of classes C1 to C4 (gRPC
+   drivers threaded by subject; 60 background conversations per employee) are kept holding input
+   by a feeder, while the owners keep chatting. Printed: the share of the turns admitted in the
+   window per class against its floor (target: within ±5 points), how many background
+   conversations waited, and the owner's admission wait p50/p99 (target: p99 under 1 s while
+   100 background turns wait) with its ratio to the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+from harness import exit_on_signals, progress, run_in_temp_folder
+from psycopg_pool import AsyncConnectionPool
+
+from eventos import chat, employees, names
+from eventos.activities import DbActivities
+from eventos.bus import IngressRecord, append
+from eventos.db import Conn, connect, open_pool
+from eventos.db.migrate import migrate
+from eventos.embedded_pg import EmbeddedPostgres
+from eventos.llm.activity import LlmActivities
+from eventos.llm.worker import llm_worker
+from eventos.payload_guard import connect as temporal_connect
+from eventos.relay import Relay
+from eventos.routing import route_pass
+from eventos.scheduler import DEFAULT_CLASS_MAX, SchedConfig
+from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
+from eventos.spec import load_specs
+from eventos.temporal import TemporalConnection
+from eventos.temporal_dev import TemporalDevServer
+from eventos.workers import egress_worker, workflow_worker
+
+EMPLOYEES = ("alpha", "beta")
+# Conversations per employee and class kept holding input (C1 also has the owner's chat).
+CONVERSATIONS = {names.C1_OWNER: 6, names.C2_CUSTOMER: 12, names.C3_INTERNAL: 12,
+                 names.C4_BACKGROUND: 60}  # fmt: skip
+BASELINE_S = 20.0
+FEED_EVERY_S = 2.0
+OWNER_EVERY_S = 5.0  # each owner chats this often (their turns are C1 too, on reserved slots)
+
+
+def spec(name: str) -> str:
+    drivers = "\n".join(
+        f"    - {{kind: grpc, name: c{k}, driver: {name}-c{k}, class: C{k}, thread_by: subject}}"
+        for k in names.CLASSES
+    )
+    return f"""
+apiVersion: eventos/v1
+kind: Employee
+metadata: {{name: {name}}}
+spec:
+  agents: [{{name: front, model: {{provider: local, name: scripted}}}}]
+  triggers:
+    - {{kind: chat}}
+{drivers}
+"""
+
+
+def event(employee: str, klass: int, subject: str, delay: float) -> IngressRecord:
+    event_id = uuid.uuid4().hex
+    envelope = {"specversion": "1.0", "id": event_id, "source": "/bench", "type": "msg",
+                "subject": subject, "data": {"text": f"work\nsleep: {delay}"}}  # fmt: skip
+    return IngressRecord(f"grpc:{employee}-c{klass}", event_id, "msg", event_id, envelope,
+                         len(json.dumps(envelope)))  # fmt: skip
+
+
+async def run(folder: Path, seconds: float, delay: float, capacity: int) -> None:
+    pg = EmbeddedPostgres(folder / "pg", durable=False)
+    temporal = TemporalDevServer(folder / "temporal")
+    pg.start()
+    temporal.start()
+    try:
+        db = DatabaseSettings(url=pg.create_database("eventos"), pool_max=30)
+        async with await connect(db) as conn:
+            await migrate(conn)
+            for spec_doc in load_specs("---".join(spec(e) for e in EMPLOYEES)):
+                await employees.apply(conn, spec_doc)
+                await employees.start(conn, spec_doc.name)
+                await employees.activate(conn, spec_doc.name)
+        ts = TemporalSettings(address=temporal.address)
+        await measure(db, ts, seconds, delay, capacity)
+    finally:
+        temporal.stop()
+        pg.stop()
+
+
+async def measure(db: DatabaseSettings, ts: TemporalSettings, seconds: float, delay: float,
+                  capacity: int) -> None:  # fmt: skip
+    pool = await open_pool(db)
+    client = await temporal_connect(ts.address, ts.namespace)
+    cfg = SchedConfig(capacity=capacity, class_max={k: capacity for k in names.CLASSES})
+    acts = DbActivities(pool, cfg)
+    async with httpx.AsyncClient() as http, contextlib.AsyncExitStack() as stack:
+        llm = LlmActivities(http, SecretStore(env={}), pool)
+        workers = [workflow_worker(client, db=acts), egress_worker(client, acts)]
+        slots = max(capacity + len(EMPLOYEES), max(DEFAULT_CLASS_MAX.values()))
+        workers += [llm_worker(client, k, slots, llm) for k in names.CLASSES]
+        for w in workers:
+            await stack.enter_async_context(w)
+        relay = Relay(pool, TemporalConnection(ts), "fairness-relay")
+        loops = [asyncio.create_task(forever(lambda: pump(pool, relay)))]
+        loops.append(asyncio.create_task(forever(lambda: owners_chat(pool, delay))))
+        try:
+            t0 = datetime.now(UTC)
+            progress(f"baseline: only the owners chat for {BASELINE_S:.0f} s")
+            await asyncio.sleep(BASELINE_S)
+            baseline = await owner_waits(pool, t0)
+            loops.append(asyncio.create_task(forever(lambda: feed(pool, delay))))
+            t1 = datetime.now(UTC)
+            progress(f"load: every class backlogged for {seconds:.0f} s (capacity {capacity})")
+            waiting = await watch(pool, seconds)
+            await report(pool, t1, baseline, waiting)
+        finally:
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+    await pool.close()
+
+
+async def forever(step: Callable[[], Awaitable[float]]) -> None:
+    """Run `step` again and again, pausing as long as it asks."""
+    while True:
+        pause = await step()
+        await asyncio.sleep(pause)
+
+
+async def pump(pool: AsyncConnectionPool[Conn], relay: Relay) -> float:
+    async with pool.connection() as conn:
+        await route_pass(conn)
+    await relay.pass_once()
+    return 0.05
+
+
+async def owners_chat(pool: AsyncConnectionPool[Conn], delay: float) -> float:
+    """Each owner sends a message every 5 s once the last one was answered."""
+    async with pool.connection() as conn:
+        for name in EMPLOYEES:
+            cur = await conn.execute(
+                "SELECT count(*) AS n FROM chat_messages WHERE employee = %s"
+                " AND status IN ('queued', 'delivered')", (name,))  # fmt: skip
+            if int((await cur.fetchone() or {})["n"]) == 0:
+                await chat.send(conn, name, uuid.uuid4().hex, f"hello\nsleep: {delay}")
+    return OWNER_EVERY_S
+
+
+async def feed(pool: AsyncConnectionPool[Conn], delay: float) -> float:
+    """Keep every conversation holding input: one more message to each, every 2 s (a turn
+    takes all of its conversation's pending input, so the backlog stays bounded)."""
+    records = [event(e, k, f"c{k}-s{i}", delay) for e in EMPLOYEES
+               for k, n in CONVERSATIONS.items() for i in range(n)]  # fmt: skip
+    async with pool.connection() as conn:
+        for start in range(0, len(records), 200):
+            await append(conn, records[start : start + 200])
+    return FEED_EVERY_S
+
+
+async def watch(pool: AsyncConnectionPool[Conn], seconds: float) -> int:
+    """Wait out the load window; the most background conversations seen waiting at once."""
+    most, until = 0, time.monotonic() + seconds
+    while time.monotonic() < until:
+        async with pool.connection() as conn:
+            cur = await conn.execute(
+                "SELECT count(*) FILTER (WHERE class = 4) AS bg, count(*) AS n FROM sched_waiters"
+            )
+            row = await cur.fetchone() or {}
+            cur = await conn.execute("SELECT class, count(*) AS n FROM turns GROUP BY class")
+            turns = {int(r["class"]): int(r["n"]) for r in await cur.fetchall()}
+        most = max(most, int(row["bg"]))
+        progress(f"waiting {row['n']} ({row['bg']} background); turns by class {turns}")
+        await asyncio.sleep(min(15.0, max(until - time.monotonic(), 0.1)))
+    return most
+
+
+async def owner_waits(pool: AsyncConnectionPool[Conn], since: datetime) -> list[float]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT admission_wait_s FROM turns WHERE thread = 'main' AND class = 1"
+            " AND started_at >= %s ORDER BY admission_wait_s", (since,))  # fmt: skip
+        return [float(r["admission_wait_s"]) for r in await cur.fetchall()]
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def report(pool: AsyncConnectionPool[Conn], since: datetime, baseline: list[float],
+                 waiting: int) -> None:  # fmt: skip
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT class, count(*) AS n FROM turns WHERE started_at >= %s GROUP BY class",
+            (since,))  # fmt: skip
+        admitted = {int(r["class"]): int(r["n"]) for r in await cur.fetchall()}
+    total = sum(admitted.values()) or 1
+    print(f"turns admitted in the load window: {total}")
+    print(f"{'class':<6} {'turns':>6} {'share':>7} {'floor':>6} {'off':>6}  target ±5 points")
+    for k in names.CLASSES:
+        share = admitted.get(k, 0) / total
+        floor = names.CLASS_FLOORS[k]
+        off = (share - floor) * 100
+        verdict = "ok" if abs(off) <= 5 else "MISS"
+        print(
+            f"C{k:<5} {admitted.get(k, 0):>6} {share:>7.1%} {floor:>6.0%} {off:>+6.1f}  {verdict}"
+        )
+    load = await owner_waits(pool, since)
+    p99, base99 = pct(load, 0.99), pct(baseline, 0.99)
+    verdict = "ok" if p99 < 1.0 and waiting >= 100 else "MISS"
+    print(
+        f"owner admission wait: baseline p99 {base99 * 1000:.0f} ms ({len(baseline)} turns); "
+        f"under load p50 {pct(load, 0.5) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms "
+        f"({len(load)} turns, up to {waiting} background conversations waiting): {verdict}"
+    )
+    if base99 > 0:
+        print(f"owner p99 under load / baseline p99: {p99 / base99:.2f}")
+
+
+def main() -> int:
+    exit_on_signals()  # SIGTERM unwinds too, so the servers this started are stopped
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=300.0)
+    parser.add_argument("--delay", type=float, default=1.0, help="seconds per LLM step")
+    parser.add_argument("--capacity", type=int, default=8)
+    args = parser.parse_args()
+    return run_in_temp_folder(
+        "eventos-fairness-", lambda f: run(f, args.seconds, args.delay, args.capacity)
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
