@@ -115,3 +115,10 @@ def workloads(docs: list[Doc]) -> list[Doc]:
 
 def env_of(container: Doc) -> dict[str, Doc]:
     return {e["name"]: e for e in container.get("env", [])}
+
+
+def values(tier: str) -> Doc:
+    """The instance chart's values at a tier: values.yaml with the tier file's top-level keys
+    over it (enough for checks that read whole blocks, such as llmClasses)."""
+    base: Doc = yaml.safe_load((INSTANCE_CHART / "values.yaml").read_text())
+    return {**base, **yaml.safe_load(TIER_FILES[tier].read_text())}

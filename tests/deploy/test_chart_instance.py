@@ -287,6 +287,24 @@ def test_every_service_gets_the_collector_instance_tier_and_release(tier: str) -
         assert container["envFrom"] == [{"configMapRef": {"name": f"{P}-config"}}]
 
 
+@pytest.mark.parametrize(("tier", "capacity", "class_max"),
+                         [("S", "24", ["8", "16", "8", "4"]), ("L", "240", ["72", "160", "48", "24"])])  # fmt: skip
+def test_admission_capacity_per_tier_fits_the_llm_slots(
+    tier: str, capacity: str, class_max: list[str]
+) -> None:
+    """The scheduler's settings reach every service, and each class ceiling fits within its
+    LLM workers' slots (tier L: slots x maxReplicas), so a granted turn never waits for one."""
+    docs = charts.instance(tier)
+    config = named(docs, "ConfigMap", f"{P}-config")["data"]
+    assert config["EVENTOS_SCHED_CAPACITY"] == capacity
+    assert [config[f"EVENTOS_SCHED_CLASS_MAX_{c.upper()}"] for c in CLASSES] == class_max
+    values = charts.values(tier)
+    for c, ceiling in zip(CLASSES, class_max, strict=True):
+        llm = values["llmClasses"][c]
+        room = llm["slots"] * (llm["maxReplicas"] if tier == "L" else 1)
+        assert int(ceiling) <= room, (c, ceiling, room)
+
+
 # NetworkPolicies --------------------------------------------------------------------------
 
 
