@@ -93,3 +93,34 @@ async def test_exhausted_quota_parks_the_turn_and_resume_runs_its_input(
     q = "SELECT status FROM turns WHERE employee = %s ORDER BY started_at"
     statuses = [r["status"] for r in await query(instance.pool, q, name)]
     assert statuses[-1] == "done" and "failed" not in statuses
+
+
+async def test_a_turn_parked_for_7_days_dead_letters_its_inputs(
+    instance: Instance, fake: FakeOpenAI
+) -> None:
+    """The park's age is the database's (a clock the test moves): asking again after 7 days
+    parked, the turn ends and its inputs are dead-lettered at once, without a second try."""
+    name = await new_employee(instance, on(fake))
+    await applied(instance, name, "start")
+    message = await chat(instance, name, "hello")
+    row = await parked(instance, name, "ProviderCredentialMissing")
+    async with instance.pool.connection() as conn:
+        await conn.execute("UPDATE turns SET parked_at = now() - interval '8 days' WHERE id = %s",
+                           (row["turn_id"],))  # fmt: skip
+    await post(instance, f"/v1/employees/{name}/limits", json={"daily_usd": 5})  # releases it
+
+    async def dead() -> dict[str, object] | None:
+        q = ("SELECT d.status, d.reason FROM bus_deliveries d JOIN bus_streams s "
+             "ON s.stream_key = d.stream_key WHERE s.employee = %s AND d.status = 'dead'")  # fmt: skip
+        rows = await query(instance.pool, q, name)
+        return rows[0] if rows else None
+
+    delivery = await wait_for(dead, timeout=30, what="the input dead-lettered")
+    assert delivery["reason"] == "parked for 7 days (parked: ProviderCredentialMissing)"
+    turns = await query(instance.pool, "SELECT status FROM turns WHERE employee = %s", name)
+    assert turns == [{"status": "failed"}]  # no second turn tried it
+    q = "SELECT status FROM chat_messages WHERE employee = %s AND id = %s"
+    assert await query(instance.pool, q, name, message) == [{"status": "dead"}]
+    kinds = await query(instance.pool, "SELECT kind FROM attention_items WHERE employee = %s "
+                        "AND state = 'open'", name)  # fmt: skip
+    assert {"kind": names.ATTENTION_DEAD_INPUT} in kinds

@@ -59,6 +59,8 @@ async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
                                                        "generation": req.generation})  # fmt: skip
         row = await cur.fetchone() or {}
         refusal = gate(req, row.get("generation_state"), row.get("budget_state"))
+        if refusal is None and req.turn_id:
+            refusal = await _parked_too_long(conn, req.turn_id)
         if refusal is not None:
             await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
             _, wake = await _serve(conn, cfg)
@@ -81,6 +83,16 @@ async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
 
 def _waited(row: dict[str, Any] | None) -> float:
     return float(row["waited_s"]) if row else 0.0
+
+
+async def _parked_too_long(conn: Conn, tid: str) -> Admission | None:
+    """A parked turn asking again after 7 days parked (by the database's clock) ends: its
+    inputs are dead-lettered."""
+    cur = await conn.execute(Q["turn_parked_for"], {"turn_id": tid})
+    row = await cur.fetchone()
+    if row is None or row["parked_s"] is None or row["parked_s"] <= names.PARK_MAX_S:
+        return None
+    return Admission(granted=False, reason="parked for 7 days", gate=names.GATE_PARKED_TOO_LONG)
 
 
 def owners(req: AdmitRequest) -> bool:
@@ -183,6 +195,7 @@ async def suspend(conn: Conn, cfg: SchedConfig, req: SuspendTurn) -> list[str]:
         if await cur.fetchone() is None:
             return []  # already suspended (a retried activity)
         if req.reason.startswith(names.PARKED):
+            await conn.execute(Q["turn_parked"], {"turn_id": req.turn_id})
             PARKED_TURNS.labels(req.reason.split(":", 1)[-1].strip()).inc()
             await conn.execute(Q["attention_raise"], {
                 "employee": req.employee, "kind": names.ATTENTION_PARKED_TURN,

@@ -220,6 +220,7 @@ CREATE TABLE turns (
     slow_alerted_at  timestamptz,
     backstop_at      timestamptz,
     admission_wait_s double precision,  -- from the entity's first ask to the grant
+    parked_at        timestamptz,  -- first park since its last completed step
     UNIQUE (employee, generation, agent, thread, n)
 );
 CREATE INDEX turns_running ON turns (started_at) WHERE status = 'running';

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import json
 from dataclasses import asdict
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import Priority
@@ -62,7 +62,6 @@ PARK_TYPES = ("ProviderQuotaExceeded", "ProviderAuthError", "ProviderCredentialM
               names.PROVIDER_OUTAGE)  # fmt: skip
 SUSPENDED_RECHECK = timedelta(minutes=10)  # a suspended turn asks again (Signals are hints)
 PARK_PROBE = timedelta(minutes=15)
-PARK_MAX = timedelta(days=7)
 
 
 def hold_reason(exc: ActivityError) -> str | None:
@@ -122,7 +121,6 @@ class TurnWorkflow:
         self.resumes = 0  # suspensions left behind (each retries its step under a new id)
         self.nudges = 0  # `released` and `wake` Signals
         self.klass = turn.klass  # raised by a merged input of a higher class
-        self.parked_since: datetime | None = None
 
     @workflow.signal(name=names.SIGNAL_OFFER)
     def offer_inputs(self, offer: OfferInputs) -> None:
@@ -178,9 +176,7 @@ class TurnWorkflow:
         step; a string says why it ends instead (stopped, retired, parked too long)."""
         while True:
             try:
-                out = await self._step(turn, step, ctx, messages)
-                self.parked_since = None
-                return out
+                return await self._step(turn, step, ctx, messages)
             except ActivityError as exc:
                 why = hold_reason(exc)
                 if why is None:
@@ -194,8 +190,6 @@ class TurnWorkflow:
         """Hold no slot until admission grants it again: "" to go on, else why the turn ends
         (an Interrupt or Stop, a retired generation, 7 days parked)."""
         parked = why.startswith(names.PARKED)
-        if parked and self.parked_since is None:
-            self.parked_since = workflow.now()
         await workflow.execute_local_activity(
             names.ACT_SUSPEND, SuspendTurn(turn.turn_id, why, turn.employee),
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
@@ -207,8 +201,6 @@ class TurnWorkflow:
             await self._nudged(self.nudges, PARK_PROBE if parked else SUSPENDED_RECHECK)
             if self.stop_reason is not None:
                 return names.TURN_INTERRUPTED
-            if self.parked_since is not None and workflow.now() - self.parked_since > PARK_MAX:
-                return f"parked for 7 days ({why})"
             grant = await workflow.execute_local_activity(
                 names.ACT_ADMIT, ask, result_type=Admission,
                 start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
@@ -217,6 +209,8 @@ class TurnWorkflow:
                 return ""
             if grant.gate == names.GEN_RETIRED:
                 return names.TURN_INTERRUPTED
+            if grant.gate == names.GATE_PARKED_TOO_LONG:  # since its first park, by the database
+                return f"{grant.reason} ({why})"
 
     async def _nudged(self, seen: int, timeout: timedelta) -> None:
         """Until a `released` or `wake` Signal, a stop, or the re-check deadline."""

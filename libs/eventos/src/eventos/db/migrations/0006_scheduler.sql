@@ -14,7 +14,8 @@ ALTER TABLE turns
     ADD COLUMN held_s double precision NOT NULL DEFAULT 0,
     ADD COLUMN slow_alerted_at timestamptz,
     ADD COLUMN backstop_at timestamptz,
-    ADD COLUMN admission_wait_s double precision;
+    ADD COLUMN admission_wait_s double precision,
+    ADD COLUMN parked_at timestamptz;
 CREATE INDEX turns_running ON turns (started_at) WHERE status = 'running';
 
 -- An entity waiting for a slot (one per stream: an entity asks for one turn at a time).

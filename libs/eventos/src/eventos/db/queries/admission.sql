@@ -106,6 +106,14 @@ UPDATE sched_leases SET state = 'suspended', suspended_reason = %(reason)s, susp
 WHERE turn_id = %(turn_id)s AND state = 'active'
 RETURNING employee;
 
+-- name: turn_parked
+-- The turn parked: since when (its first park until a step completes again).
+UPDATE turns SET parked_at = coalesce(parked_at, now()) WHERE id = %(turn_id)s;
+
+-- name: turn_parked_for
+-- How long a suspended turn asking again has been parked (NULL: not parked).
+SELECT extract(epoch FROM now() - parked_at) AS parked_s FROM turns WHERE id = %(turn_id)s;
+
 -- name: leases_suspended
 -- The employee's suspended turns, with the class each runs at.
 SELECT turn_id, class FROM sched_leases

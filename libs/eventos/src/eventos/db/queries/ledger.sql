@@ -57,7 +57,7 @@ RETURNING employee, period_start, estimate_usd, turn_id;
 
 -- name: turn_stepped
 -- The turn completed a step (the watchdog's 24-hour backstop counts from the last one).
-UPDATE turns SET last_step_at = now() WHERE id = %(turn_id)s;
+UPDATE turns SET last_step_at = now(), parked_at = NULL WHERE id = %(turn_id)s;
 
 -- name: spend_settle
 -- Move the settled event from reserved to spent.
