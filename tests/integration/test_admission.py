@@ -133,6 +133,10 @@ async def test_budget_and_pause_gates(pool: AsyncConnectionPool[Conn]) -> None:
     held = await ask(pool, cfg, "spender", "cron", names.C4_BACKGROUND)
     assert (held.admission.granted, held.admission.gate) == (False, names.GATE_BUDGET)
     assert granted(await ask(pool, cfg, "spender", "t1", names.C2_CUSTOMER))
+    async with pool.connection() as conn:  # at `max` every class waits, the owner's too
+        await conn.execute("UPDATE employee_budgets SET state = 'max'")
+    owner = await ask(pool, cfg, "spender", "main", names.C1_OWNER, lane=names.LANE_TALK)
+    assert (owner.admission.granted, owner.admission.gate) == (False, names.GATE_BUDGET)
     async with pool.connection() as conn:
         await conn.execute("UPDATE generations SET state = 'paused' WHERE employee = 'spender'")
     paused = await ask(pool, cfg, "spender", "t2", names.C2_CUSTOMER)

@@ -120,7 +120,7 @@ async def test_a_top_up_lifts_the_pause_and_releases_held_work(
         await intents.set_limits(conn, "spender", {"daily_usd": 11})  # 9.5 is 86%: high
         high = await ledger.refresh(conn, "spender")
     assert high.state == names.BUDGET_HIGH and high.released_turns == ["turn-chat"]
-    assert high.resumed is not None and high.resumed["state"] == names.GEN_RUNNING
+    assert high.resumed is not None and high.resumed.state == names.GEN_RUNNING
     async with pool.connection() as conn:
         await intents.set_limits(conn, "spender", {"daily_usd": 20})
         normal = await ledger.refresh(conn, "spender")

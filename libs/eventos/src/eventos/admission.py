@@ -108,7 +108,12 @@ def gate(req: AdmitRequest, generation_state: str | None, budget_state: str | No
         retired = generation_state in (None, names.GEN_RETIRED)
         return Admission(granted=False, reason=f"generation {req.generation} is {generation_state}",
                          gate=names.GEN_RETIRED if retired else names.GEN_PAUSED)  # fmt: skip
-    if budget_state not in (None, names.BUDGET_NORMAL) and req.klass in BUDGET_HELD_CLASSES:
+    # At `high` background work waits; at `max` everything does (even after a plain Resume:
+    # only the period's end or a top-up lowers it), so a turn never starts just to suspend.
+    held = budget_state == names.BUDGET_MAX or (
+        budget_state == names.BUDGET_HIGH and req.klass in BUDGET_HELD_CLASSES
+    )
+    if held:
         return Admission(granted=False, reason=f"budget is {budget_state}",
                          gate=names.GATE_BUDGET)  # fmt: skip
     return None

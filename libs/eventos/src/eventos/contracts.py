@@ -346,6 +346,12 @@ class Control:
     limits: dict[str, Any] = field(default_factory=dict)
     pause_reason: str | None = None
 
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Control:
+        """From a generation's row (`state`, `control_revision`, `limits`, `pause_reason`)."""
+        return cls(str(row["state"]), int(row["control_revision"]), dict(row["limits"]),
+                   row["pause_reason"])  # fmt: skip
+
 
 @dataclass(frozen=True)
 class SupervisorInput:

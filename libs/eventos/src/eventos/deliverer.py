@@ -229,8 +229,7 @@ async def ensure_supervisor(conn: Conn, client: Client, employee: str, generatio
     row = await cur.fetchone()
     if row is None:
         raise IntentFailed(f"no generation {generation} of {employee!r}")
-    control = Control(str(row["state"]), int(row["control_revision"]), dict(row["limits"]),
-                      row["pause_reason"])  # fmt: skip
+    control = Control.from_row(row)
     try:
         await client.start_workflow(
             names.WF_SUPERVISOR, SupervisorInput(employee, generation, control), id=sid,

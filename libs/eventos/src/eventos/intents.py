@@ -8,6 +8,7 @@ Interrupt targets one conversation's entity; re-arm is instance-wide.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -79,10 +80,7 @@ async def lifecycle(conn: Conn, name: str, kind: str,
 
 async def pause_for_budget(conn: Conn, name: str) -> Requested:
     """The ledger reached its maximum: Stop with `pause_reason=budget` (its own intent)."""
-
-    async def stop(c: Conn, n: str) -> employees.GenerationRef:
-        return await employees.stop(c, n, names.PAUSE_BUDGET)
-
+    stop = functools.partial(employees.stop, pause_reason=names.PAUSE_BUDGET)
     return await lifecycle(conn, name, names.INTENT_STOP, stop)
 
 

@@ -24,6 +24,7 @@ from prometheus_client import Counter
 
 from eventos import employees, intents, names
 from eventos.chat import DEFAULT_SESSION
+from eventos.contracts import Control
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import BudgetExceeded, BudgetHeld
@@ -59,7 +60,7 @@ class Refreshed:
 
     state: str
     period_end: datetime
-    resumed: dict[str, Any] | None
+    resumed: Control | None
     released_turns: list[str]
 
 
@@ -173,9 +174,9 @@ async def _pause(conn: Conn, employee: str, row: dict[str, Any], limit: Decimal)
     """At `max`: Stop with `pause_reason=budget`, an attention item and a notice with Resume."""
     if row["generation_state"] == names.GEN_RUNNING:
         await intents.pause_for_budget(conn, employee)
-    how = (f"Resume with `eventosctl resume {employee}` or raise the limit with "
-           f"`eventosctl limits {employee} --daily-usd N`; it resumes by itself at "
-           f"{row['period_end'].isoformat()}")  # fmt: skip
+    # Resume means raising the limit: a plain Resume would meet the same full budget.
+    how = (f"Resume it by raising the limit (`eventosctl limits {employee} --daily-usd N`); "
+           f"it resumes by itself at {row['period_end'].isoformat()}")  # fmt: skip
     await _raise(conn, employee, names.ATTENTION_BUDGET_MAX, "error",
                  f"daily budget of {limit:.2f} USD reached: paused. {how}")  # fmt: skip
     await conn.execute(Q["chat_notice_insert"], {
@@ -246,7 +247,7 @@ async def refresh(conn: Conn, employee: str, now: datetime | None = None) -> Ref
     return Refreshed(state, row["period_end"], resumed, released)
 
 
-async def _resume(conn: Conn, employee: str, row: dict[str, Any]) -> dict[str, Any] | None:
+async def _resume(conn: Conn, employee: str, row: dict[str, Any]) -> Control | None:
     """Resume a generation the budget paused; its new control block (the caller is its
     supervisor, so no intent is written)."""
     if row["generation_state"] != names.GEN_PAUSED or row["pause_reason"] != names.PAUSE_BUDGET:
@@ -254,4 +255,4 @@ async def _resume(conn: Conn, employee: str, row: dict[str, Any]) -> dict[str, A
     ref = await employees.resume(conn, employee)
     params = {"employee": employee, "generation": ref.generation}
     cur = await conn.execute(Q["generation_bump_revision"], params)
-    return dict(await cur.fetchone() or {})
+    return Control.from_row(await cur.fetchone() or {})

@@ -41,7 +41,6 @@ from eventos.contracts import (
     ApplyControl,
     BudgetRefresh,
     BudgetStatus,
-    Control,
     InterruptTurn,
     ScheduleFire,
 )
@@ -283,16 +282,12 @@ class SupervisorActivities:
         async with self.pool.connection() as conn:
             done = await ledger.refresh(conn, req.employee)
         effects = Effects(self.pool, activity.client(), activity.info().task_queue)
-        control = None
         if done.resumed is not None:
-            c = done.resumed
-            control = Control(c["state"], int(c["control_revision"]), dict(c["limits"]),
-                              c["pause_reason"])  # fmt: skip
             await effects.apply(ApplyControl(req.employee, req.generation, names.GEN_RUNNING))
-        elif done.state == names.BUDGET_NORMAL:
+        elif done.state != names.BUDGET_MAX:  # the work the budget held may ask again
             await effects.wake_entities(req.employee, req.generation)
         await effects.release_turns(done.released_turns, names.PAUSE_BUDGET)
-        return BudgetStatus(done.state, done.period_end, control)
+        return BudgetStatus(done.state, done.period_end, done.resumed)
 
     def activities(self) -> list[Callable[..., Awaitable[object]]]:
         return [self.apply_control, self.fire_schedule, self.budget_refresh]

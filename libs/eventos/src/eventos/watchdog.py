@@ -15,7 +15,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import Any, Final
 
 from prometheus_client import Counter
 from psycopg_pool import AsyncConnectionPool
@@ -96,12 +96,12 @@ async def watch_once(pool: AsyncConnectionPool[Conn], client: Client,
     return done
 
 
-async def _alert(conn: Conn, t: dict[str, object], now: datetime) -> bool:
+async def _alert(conn: Conn, t: dict[str, Any], now: datetime) -> bool:
     async with conn.transaction():
         cur = await conn.execute(Q["turn_slow_alerted"], {"turn_id": t["id"], "now": now})
         if await cur.fetchone() is None:
             return False
-        limit = SLOW_AFTER[int(str(t["class"]))]
+        limit = SLOW_AFTER[int(t["class"])]
         await conn.execute(Q["attention_raise"], {
             "employee": t["employee"], "kind": names.ATTENTION_SLOW_TURN, "severity": "warning",
             "ref": t["id"], "detail": f"C{t['class']} turn running for more than "

@@ -121,15 +121,15 @@ class LlmActivities:
         waited = (info.started_time - info.current_attempt_scheduled_time).total_seconds()
         SLOT_WAIT.labels(class_label).observe(max(waited, 0.0))
         credential = credential_of(step.model)
-        await self._take_tokens(step, credential)
-        key = spend_key(activity.info())
-        estimate = self.prices.estimate(step)
-        await self._reserve(step, key, estimate)
+        key, estimate = spend_key(info), self.prices.estimate(step)
+        async with self.pool.connection() as conn:  # one checkout for the bucket and the ledger
+            await self._take_tokens(conn, step, credential)
+            await self._reserve(conn, step, key, estimate)
         started = time.monotonic()
         outcome = "retry"  # an unexpected exception is retried by Temporal
         try:
             provider = provider_for(step.model, self.secrets, self.http)
-            out = await self._heartbeating(provider.complete(step, activity.info().attempt))
+            out = await self._heartbeating(provider.complete(step, info.attempt))
             outcome = "ok"
         except ApplicationError as exc:
             outcome = "error" if exc.non_retryable else "retry"
@@ -144,8 +144,9 @@ class LlmActivities:
                     category=ApplicationErrorCategory.BENIGN,
                 ) from exc  # fmt: skip
             raise
-        except BaseException:
-            outcome = "cancelled"
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                outcome = "cancelled"
             # Broken off mid-call: it may have been billed, so the estimate stands as spent.
             await self._settle(key, estimate)
             raise
@@ -164,13 +165,12 @@ class LlmActivities:
         )  # fmt: skip
         return out
 
-    async def _take_tokens(self, step: LlmStepInput, credential: str) -> None:
+    async def _take_tokens(self, conn: Conn, step: LlmStepInput, credential: str) -> None:
         """A request and the step's tokens from its credential's bucket; else the attempt ends
         at once and is retried after the wait (BENIGN: no worker slot is held meanwhile)."""
         tokens = prompt_tokens(step) + step.max_tokens
-        async with self.pool.connection() as conn:
-            wait = await buckets.take(conn, self.limits, credential, step.klass, tokens,
-                                      datetime.now(UTC))  # fmt: skip
+        wait = await buckets.take(conn, self.limits, credential, step.klass, tokens,
+                                  datetime.now(UTC))  # fmt: skip
         if wait > 0:
             RATE_WAITS.labels(f"c{step.klass}").inc()
             raise ApplicationError(
@@ -189,13 +189,12 @@ class LlmActivities:
             await buckets.rate_limited(conn, self.limits, credential, klass, retry_after,
                                        datetime.now(UTC))  # fmt: skip
 
-    async def _reserve(self, step: LlmStepInput, key: str, estimate: Decimal) -> None:
+    async def _reserve(self, conn: Conn, step: LlmStepInput, key: str, estimate: Decimal) -> None:
         """Reserve the step's estimate; a refused budget ends the attempt, never retried."""
         model = f"{step.model.provider}/{step.model.name}"
         r = Reservation(key, step.employee, step.turn_id, step.klass, model, estimate)
         try:
-            async with self.pool.connection() as conn:
-                await ledger.reserve(conn, r)
+            await ledger.reserve(conn, r)
         except (BudgetExceeded, BudgetHeld) as exc:
             raise ApplicationError(
                 str(exc), type=type(exc).__name__, non_retryable=True,
