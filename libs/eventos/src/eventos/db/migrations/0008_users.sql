@@ -1,0 +1,2 @@
+-- Users and audiences (issue 11).
+SELECT 1;
