@@ -7,6 +7,7 @@ transaction; no caller is answered before the transaction holding its row commit
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from eventos import names
 from eventos.db import Conn, translate
 from eventos.db.sql import Q
-from eventos.errors import DatabaseUnavailable
+from eventos.errors import DatabaseUnavailable, QueueFull, RecordInvalid
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,28 @@ class Rejected:
 Outcome = Accepted | Duplicate | Rejected
 
 
+def bounded_dedupe_key(key: str) -> str:
+    """The key itself, or a stable hash of it when it is longer than DEDUPE_KEY_MAX_BYTES or
+    holds text PostgreSQL cannot store (no index overflows; a resend of the same key hashes to
+    the same value, so it is still a duplicate)."""
+    raw = key.encode("utf-8", "surrogatepass")
+    if len(raw) <= names.DEDUPE_KEY_MAX_BYTES and "\x00" not in key and key_is_utf8(key):
+        return key
+    return names.LONG_KEY_PREFIX + hashlib.sha256(raw).hexdigest()
+
+
+def key_is_utf8(key: str) -> bool:
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _params(rec: IngressRecord, now: datetime) -> dict[str, object]:
     return {
         "source_key": rec.source_key,
-        "dedupe_key": rec.dedupe_key,
+        "dedupe_key": bounded_dedupe_key(rec.dedupe_key),
         "type": rec.type,
         "class": rec.klass,
         "received_at": now,
@@ -122,6 +141,20 @@ async def append(conn: Conn, records: Sequence[IngressRecord]) -> list[Outcome]:
         return [await _outcome(conn, p, row) for p, row in zip(params, rows, strict=True)]
 
 
+async def append_isolated(conn: Conn, records: Sequence[IngressRecord]) -> list[Outcome]:
+    """Append like `append`, but a record whose own data cannot be stored is `Rejected` alone:
+    a failed batch is split in halves and each half retried in its own transaction (one bad
+    record costs about 2·log2(n) extra transactions). Connection errors still raise."""
+    try:
+        return await append(conn, records)
+    except RecordInvalid as exc:
+        if len(records) == 1:
+            return [Rejected(str(exc))]
+    half = len(records) // 2
+    return [*await append_isolated(conn, records[:half]),
+            *await append_isolated(conn, records[half:])]  # fmt: skip
+
+
 @dataclass
 class _Pending:
     record: IngressRecord
@@ -130,13 +163,22 @@ class _Pending:
 
 @dataclass
 class GroupCommitter:
-    """Coalesces concurrent appends into few transactions (group commit)."""
+    """Coalesces concurrent appends into few transactions (group commit).
+
+    Bounded (I3): past `max_queue` waiting records `submit` raises QueueFull at once (the
+    caller answers 503 with Retry-After). A record whose own data cannot be stored never fails
+    its neighbours (`append_isolated`); a connection error fails the whole batch.
+    """
 
     pool: AsyncConnectionPool[Conn]
     max_batch: int = 128
     workers: int = 4
-    _queue: asyncio.Queue[_Pending] = field(default_factory=asyncio.Queue)
+    max_queue: int = names.COMMIT_QUEUE_MAX
+    _queue: asyncio.Queue[_Pending] = field(init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._queue = asyncio.Queue(self.max_queue)
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._run()) for _ in range(self.workers)]
@@ -148,10 +190,18 @@ class GroupCommitter:
         while not self._queue.empty():
             self._queue.get_nowait().future.set_exception(asyncio.CancelledError())
 
+    @property
+    def depth(self) -> int:
+        """Records waiting for a transaction."""
+        return self._queue.qsize()
+
     async def submit(self, record: IngressRecord) -> Outcome:
         """Append one record; returns after the transaction holding it commits."""
         fut: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(record, fut))
+        try:
+            self._queue.put_nowait(_Pending(record, fut))
+        except asyncio.QueueFull:
+            raise QueueFull(f"the commit queue is full ({self.max_queue} records)") from None
         return await fut
 
     async def _run(self) -> None:
@@ -164,17 +214,19 @@ class GroupCommitter:
     async def _commit(self, batch: list[_Pending]) -> None:
         try:
             async with self.pool.connection() as conn:
-                outcomes = await append(conn, [p.record for p in batch])
+                outcomes = await append_isolated(conn, [p.record for p in batch])
         except Exception as exc:
-            if len(batch) > 1 and not isinstance(exc, DatabaseUnavailable):
-                # One bad record must not fail its neighbours: retry them one by one.
-                for p in batch:
-                    await self._commit([p])
-                return
-            for p in batch:
-                if not p.future.done():
-                    p.future.set_exception(exc)
+            if not isinstance(exc, DatabaseUnavailable):
+                log.warning("append failed: %r", exc)
+                exc = DatabaseUnavailable(f"append failed: {type(exc).__name__}")
+            _fail(batch, exc)
             return
         for p, outcome in zip(batch, outcomes, strict=True):
             if not p.future.done():
                 p.future.set_result(outcome)
+
+
+def _fail(batch: list[_Pending], exc: Exception) -> None:
+    for p in batch:
+        if not p.future.done():
+            p.future.set_exception(exc)

@@ -18,6 +18,10 @@ class DatabaseUnavailable(EventOSError):
     """The database is unavailable."""
 
 
+class RecordInvalid(EventOSError):
+    """The record cannot be stored (its own data is at fault, not the database)."""
+
+
 class SecretUnavailable(EventOSError):
     """A referenced secret cannot be resolved."""
 

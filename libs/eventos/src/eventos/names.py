@@ -67,6 +67,14 @@ PUBLISH_IN_FLIGHT_MAX: Final = 1000
 DEDUPE_TTL_DAYS: Final = 7
 BODY_HASH_DEDUPE_SECONDS: Final = 600
 INGRESS_RETENTION_DAYS: Final = 7
+# Dedupe keys longer than this (UTF-8 bytes) are stored as LONG_KEY_PREFIX + their sha256, so
+# no provider key (a WhatsApp batch of 60 statuses makes 4.6 KB) can overflow the index.
+DEDUPE_KEY_MAX_BYTES: Final = 512
+LONG_KEY_PREFIX: Final = "key-sha256:"
+# JSON bodies and envelopes nested deeper than this are malformed (SPEC §6.1).
+JSON_MAX_DEPTH: Final = 64
+# Records waiting for a group-commit transaction per ingress process; beyond it, 503.
+COMMIT_QUEUE_MAX: Final = 4096
 
 # Source keys: "<kind>:<scope>" (SPEC §5 source_key).
 SOURCE_WEBHOOK: Final = "webhook"

@@ -11,7 +11,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from eventos.db.sql import Queries, load_queries
-from eventos.errors import DatabaseUnavailable
+from eventos.errors import DatabaseUnavailable, RecordInvalid
 from eventos.settings import DatabaseSettings
 
 __all__ = ["Queries", "connect", "connection_options", "load_queries", "open_pool", "translate"]
@@ -65,12 +65,35 @@ async def open_pool(
     return pool
 
 
+# SQLSTATE classes that say "this record cannot be stored" (its own fault), not "the database
+# is unavailable": data exceptions (22: an untranslatable character, a value out of range),
+# integrity violations (23) and program limits (54: an index row over its size).
+# psycopg files class 54 under OperationalError, so the class is read from the SQLSTATE.
+RECORD_ERROR_CLASSES = ("22", "23", "54")
+
+
+def is_record_error(exc: BaseException) -> bool:
+    """Whether a driver error is the fault of the data sent, not of the connection."""
+    if isinstance(exc, UnicodeEncodeError | RecursionError):
+        return True  # a lone surrogate cannot be encoded for the wire; JSON nested too deep
+    sqlstate = getattr(exc, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate[:2] in RECORD_ERROR_CLASSES
+
+
 @asynccontextmanager
 async def translate() -> AsyncIterator[None]:
-    """Translate driver connection errors into DatabaseUnavailable."""
+    """Translate driver errors: a record's own fault into RecordInvalid, connection errors and
+    timeouts into DatabaseUnavailable."""
     try:
         yield
-    except (psycopg.OperationalError, psycopg.errors.AdminShutdown) as exc:
-        raise DatabaseUnavailable(str(exc).strip() or "database unavailable") from exc
-    except psycopg.errors.QueryCanceled as exc:
-        raise DatabaseUnavailable("statement timeout") from exc
+    except (psycopg.Error, UnicodeEncodeError, RecursionError) as exc:
+        if is_record_error(exc):
+            reason = getattr(exc, "sqlstate", None) or type(exc).__name__
+            raise RecordInvalid(f"unstorable ({reason})") from exc
+        if isinstance(exc, psycopg.errors.TransactionRollback):  # deadlock, serialization
+            raise DatabaseUnavailable("transaction rolled back; retry") from exc
+        if isinstance(exc, psycopg.errors.QueryCanceled):
+            raise DatabaseUnavailable("statement timeout") from exc
+        if isinstance(exc, psycopg.OperationalError | psycopg.errors.AdminShutdown):
+            raise DatabaseUnavailable(str(exc).strip() or "database unavailable") from exc
+        raise
