@@ -260,7 +260,7 @@ def start_ingress(
         "EVENTOS_ADMIN_TOKEN": ADMIN_TOKEN,
         "EVENTOS_INGRESS_HTTP_PORT": str(http),
         "EVENTOS_INGRESS_GRPC_PORT": str(grpc_port),
-        "EVENTOS_BLOB_DIR": str(stack.workdir / "blobs"),
+        "EVENTOS_INGRESS_SPOOL_DIR": str(stack.workdir / "spool"),
         **env,
     }
     if router is not None:

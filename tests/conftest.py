@@ -50,6 +50,7 @@ spec:
     - {kind: webhook, path: internal, verify: {scheme: none}, dedupe_header: X-Event-Id}
     - {kind: webhook, path: small, verify: {scheme: none}, dedupe_header: X-Event-Id, max_body: 1000}
     - {kind: webhook, path: big, verify: {scheme: none}, dedupe_header: X-Event-Id, max_body: 1048576}
+    - {kind: webhook, path: huge, verify: {scheme: none}, dedupe_header: X-Event-Id, max_body: 10485760}
     - {kind: webhook, path: missing-secret, verify: {scheme: header, secret: not-configured, header: X-T}}
     - {kind: grpc, driver: drv-1, thread_by: subject}
 """
@@ -93,7 +94,7 @@ async def ingress(db_settings: DatabaseSettings, tmp_path: Path) -> AsyncIterato
         service=ServiceSettings("ingress", http_port=0, grpc_port=0),
         admin=AdminSettings(ADMIN_TOKEN),
         secrets=SecretStore(env=SECRETS),
-        blob_dir=tmp_path / "blobs",
+        spool_dir=tmp_path / "spool",
     )
     service = await build(cfg)
     task = await run_service(service)

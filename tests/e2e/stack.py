@@ -96,7 +96,7 @@ def base_env(database_url: str, address: str, namespace: str, blobs: Path) -> di
         "TEMPORAL_ADDRESS": address,
         "TEMPORAL_NAMESPACE": namespace,
         "EVENTOS_ADMIN_TOKEN": ADMIN_TOKEN,
-        "EVENTOS_BLOB_DIR": str(blobs),
+        "EVENTOS_INGRESS_SPOOL_DIR": str(blobs),
         "PYTHONUNBUFFERED": "1",
     }
 

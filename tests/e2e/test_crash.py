@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 @pytest.fixture
 def env(db_settings: DatabaseSettings, tmp_path: Path) -> dict[str, str]:
     return {"EVENTOS_DATABASE_URL": db_settings.url, "EVENTOS_ADMIN_TOKEN": ADMIN_TOKEN,
-            "EVENTOS_BLOB_DIR": str(tmp_path / "blobs"), "EVENTOS_HOOKS_GENERIC_RATE": "100000",
+            "EVENTOS_INGRESS_SPOOL_DIR": str(tmp_path / "spool"), "EVENTOS_HOOKS_GENERIC_RATE": "100000",
             **SECRETS}  # fmt: skip
 
 

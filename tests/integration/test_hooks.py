@@ -199,7 +199,7 @@ async def test_verified_but_malformed_is_200_and_dead(
     r = await client.post("/hooks/stripe", content=body, headers=signing.stripe(body))
     assert r.status_code == 200
     (row,) = await rows(pool, "webhook:stripe")
-    assert (row["status"], row["error"]) == ("dead", "malformed")
+    assert (row["status"], row["error"]) == ("dead", "malformed: not JSON")
 
 
 async def test_owner_api_needs_the_bearer_token(client: httpx.AsyncClient) -> None:

@@ -17,6 +17,7 @@ import signing
 from psycopg_pool import AsyncConnectionPool
 from test_hooks import event_body, rows
 
+from eventos import blobs
 from eventos.db import Conn
 
 
@@ -165,8 +166,34 @@ async def test_body_over_64kb_travels_by_reference(
         blob = await cur.fetchone()
     assert blob is not None
     assert blob["sha256"] == hashlib.sha256(body).hexdigest()
-    assert Path(blob["storage_path"]).read_bytes() == body
+    assert blob["storage_path"] is None  # held in the database, not on a pod's disk
     assert blob["size"] == len(body)
+    async with pool.connection() as conn:
+        assert await blobs.read(conn, ref) == body
+        cur = await conn.execute("SELECT count(*) AS n FROM event_blob_chunks WHERE blob_id = %s",
+                                 (ref,))  # fmt: skip
+        assert (await cur.fetchone() or {})["n"] == 1  # 100 KB: one chunk of 256 KiB
+
+
+async def test_a_10_mib_body_is_stored_in_chunks_and_read_back_whole(
+    client: httpx.AsyncClient, pool: AsyncConnectionPool[Conn]
+) -> None:
+    body = json.dumps({"blob": "z" * (10 * 1024 * 1024 - 20)}).encode()
+
+    async def slowly() -> AsyncIterator[bytes]:
+        for i in range(0, len(body), 64 * 1024):
+            yield body[i : i + 64 * 1024]
+
+    r = await client.post("/hooks/huge", content=slowly(), headers={"X-Event-Id": "huge-1",
+                          "content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 200, r.text
+    (row,) = await rows(pool, "webhook:huge")
+    assert row["status"] == "accepted" and row["size"] == len(body)
+    async with pool.connection() as conn:
+        assert await blobs.read(conn, row["body_ref"]) == body
+        cur = await conn.execute("SELECT count(*) AS n FROM event_blob_chunks WHERE blob_id = %s",
+                                 (row["body_ref"],))  # fmt: skip
+        assert (await cur.fetchone() or {})["n"] == 40
     assert len(json.dumps(row["envelope"]).encode()) < 64 * 1024
 
 

@@ -78,7 +78,7 @@ async def stack(
         service=ServiceSettings("ingress", kick_targets=(f"127.0.0.1:{router.bound_grpc_port}",)),
         admin=AdminSettings(ADMIN_TOKEN),
         secrets=SecretStore(env=SECRETS),
-        blob_dir=tmp_path / "blobs",
+        spool_dir=tmp_path / "spool",
     )
     ingress = await s.add(await build_ingress(ingress_cfg))
     try:

@@ -12,7 +12,13 @@ import pytest
 from standardwebhooks import Webhook
 
 from eventos.errors import ConfigError, SecretUnavailable, SignatureInvalid
-from eventos.verify import VerifyConfig, provider_dedupe_key, secret_headers, verify
+from eventos.verify import (
+    VerifyConfig,
+    provider_dedupe_key,
+    secret_headers,
+    start_check,
+    verify,
+)
 
 NOW = 1_700_000_000
 BODY = b'{"id": "evt_1NqXyZ", "type": "invoice.paid", "amount": 1200}'
@@ -287,9 +293,27 @@ def test_standard_webhooks_whsec_secret_that_is_not_base64_is_unavailable() -> N
         verify(cfg, sw_headers(SW_SECRET, BODY, NOW), BODY, NOW)
 
 
-def test_standard_webhooks_non_utf8_body_is_rejected() -> None:
-    headers = sw_headers(SW_SECRET, BODY, NOW)
-    assert rejects(SW_CFG, headers, b"\xff\xfe") == "body is not UTF-8"
+def test_standard_webhooks_checks_the_raw_bytes() -> None:
+    # The HMAC runs over the bytes as they arrive (never a decoded copy): a body that is not
+    # UTF-8 passes only when those exact bytes were signed.
+    raw = b"\xff\xfe{}"
+    mac = hmac.new(SW_KEY, f"msg_2abc.{NOW}.".encode() + raw, hashlib.sha256).digest()
+    signed = {"webhook-id": "msg_2abc", "webhook-timestamp": str(NOW),
+              "webhook-signature": "v1," + base64.b64encode(mac).decode()}  # fmt: skip
+    verify(SW_CFG, signed, raw, NOW)
+    assert rejects(SW_CFG, sw_headers(SW_SECRET, BODY, NOW), raw) == "no v1 signature matches"
+
+
+def test_a_check_fed_in_chunks_equals_one_fed_whole() -> None:
+    body = BODY * 1000
+    check = start_check(SW_CFG, sw_headers(SW_SECRET, body, NOW), NOW)
+    for i in range(0, len(body), 777):
+        check.update(body[i : i + 777])
+    check.finish()
+    wrong = start_check(SW_CFG, sw_headers(SW_SECRET, body, NOW), NOW)
+    wrong.update(body[:-1])
+    with pytest.raises(SignatureInvalid):
+        wrong.finish()
 
 
 # --- whatsapp-business -------------------------------------------------------------------------

@@ -5,7 +5,8 @@ tier S flags (unless TEMPORAL_ADDRESS is set), migrations, and the six services 
 processes, each in its own process group and health-checked on /readyz before the instance
 says "ready". State lives under `.eventos/` of the working directory: `stack.json` (every
 address, written once ready, removed on a clean stop), `pids.json` (what a later run stops
-after a crash), `admin-token`, `logs/`, `pg/`, `temporal/`, `blobs/`, `secrets/`.
+after a crash), `admin-token`, `logs/`, `pg/`, `temporal/`, `spool/` (webhook bodies while
+they arrive), `secrets/`.
 
 `LocalStack` is the programmatic form the tests use; `python -m eventos.localstack` wraps it
 with signal handling, a summary and one command to try.
@@ -266,7 +267,7 @@ class LocalStack:
                 "TEMPORAL_NAMESPACE": self.temporal_namespace,
                 "EVENTOS_ADMIN_TOKEN": self.admin_token,
                 "EVENTOS_BIND_HOST": HOST,
-                "EVENTOS_BLOB_DIR": str(self.state_dir / "blobs"),
+                "EVENTOS_INGRESS_SPOOL_DIR": str(self.state_dir / "spool"),
                 "EVENTOS_SECRETS_DIR": str(self.secrets_dir),
                 "PYTHONUNBUFFERED": "1",
             }

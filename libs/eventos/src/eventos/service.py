@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from eventos.http_bounds import HttpBounds, InFlightCap, bounded_protocol
 from eventos.metrics import watch_event_loop_lag
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class Service:
     grpc_registrars: list[GrpcRegistrar] = field(default_factory=list)
     loops: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    http_bounds: HttpBounds = field(default_factory=HttpBounds)
     bound_http_port: int = 0
     bound_grpc_port: int = 0
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -123,7 +125,15 @@ class Service:
         grpc_server = await self._start_grpc()
         sock = bind(self.host, self.http_port)
         self.bound_http_port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app(), log_level="warning", lifespan="off", access_log=False)
+        b = self.http_bounds
+        config = uvicorn.Config(
+            InFlightCap(self.app(), b.max_in_flight),
+            http=bounded_protocol(b),
+            limit_concurrency=b.max_connections,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+        )
         http = uvicorn.Server(config)
         http_task = asyncio.create_task(http.serve(sockets=[sock]))
         tasks = [asyncio.create_task(fn()) for fn in [watch_event_loop_lag, *self.loops]]

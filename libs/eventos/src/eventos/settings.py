@@ -30,6 +30,14 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
 
 
+def env_int(env: Mapping[str, str], name: str, default: int) -> int:
+    """A positive integer setting; ConfigError naming the variable otherwise."""
+    value = _int(env, name, default)
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive, got {value}")
+    return value
+
+
 def _redact_url(url: str) -> str:
     if "@" not in url or "://" not in url:
         return url

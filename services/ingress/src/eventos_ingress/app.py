@@ -9,11 +9,18 @@ from pathlib import Path
 from psycopg_pool import AsyncConnectionPool
 from starlette.routing import Route
 
-from eventos.blobs import BlobStore
+from eventos import names
 from eventos.bus import GroupCommitter
 from eventos.db import Conn, open_pool
+from eventos.http_bounds import HttpBounds
 from eventos.service import Service
-from eventos.settings import AdminSettings, DatabaseSettings, SecretStore, ServiceSettings
+from eventos.settings import (
+    AdminSettings,
+    DatabaseSettings,
+    SecretStore,
+    ServiceSettings,
+    env_int,
+)
 from eventos.spec import PROVIDER_SCHEMES
 from eventos.v1 import ingress_pb2_grpc
 from eventos.wake import Kicker
@@ -35,8 +42,10 @@ class IngressConfig:
     service: ServiceSettings
     admin: AdminSettings
     secrets: SecretStore
-    blob_dir: Path
+    spool_dir: Path | None = None  # large bodies while they arrive; default: the system's tmp
     hook_limits: HookLimits = field(default_factory=HookLimits)
+    http_bounds: HttpBounds = field(default_factory=HttpBounds)
+    commit_queue_max: int = names.COMMIT_QUEUE_MAX
     driver_token: str | None = field(default=None, repr=False)
     group_commit_workers: int = 4
 
@@ -47,22 +56,39 @@ class IngressConfig:
             service=ServiceSettings.from_env(NAME),
             admin=AdminSettings.from_env(),
             secrets=SecretStore.from_env(),
-            blob_dir=Path(os.environ.get("EVENTOS_BLOB_DIR", ".eventos/blobs")),
+            spool_dir=Path(spool)
+            if (spool := os.environ.get("EVENTOS_INGRESS_SPOOL_DIR"))
+            else None,
             hook_limits=HookLimits.from_env(),
+            http_bounds=HttpBounds.from_env(),
+            commit_queue_max=env_int(
+                os.environ, "EVENTOS_INGRESS_COMMIT_QUEUE_MAX", names.COMMIT_QUEUE_MAX
+            ),
             driver_token=os.environ.get("EVENTOS_DRIVER_TOKEN") or None,
         )
 
 
 async def build(cfg: IngressConfig) -> Service:
     """The ingress service, ready to run."""
+    if cfg.spool_dir is not None:
+        cfg.spool_dir.mkdir(parents=True, exist_ok=True)
     pool: AsyncConnectionPool[Conn] = await open_pool(cfg.database, wait=False)
-    committer = GroupCommitter(pool, workers=cfg.group_commit_workers)
+    committer = GroupCommitter(
+        pool, workers=cfg.group_commit_workers, max_queue=cfg.commit_queue_max
+    )
     kicker = (
         Kicker(cfg.service.kick_targets, reason="ingress") if cfg.service.kick_targets else None
     )
     routes = RouteTable(pool, PROVIDER_SCHEMES)
     hooks = Hooks(
-        pool, committer, cfg.secrets, BlobStore(cfg.blob_dir), routes, kicker, cfg.hook_limits
+        pool,
+        committer,
+        cfg.secrets,
+        routes,
+        kicker,
+        cfg.hook_limits,
+        body_idle_timeout_s=cfg.http_bounds.body_idle_timeout_s,
+        spool_dir=str(cfg.spool_dir) if cfg.spool_dir else None,
     )
     owner = OwnerApi(pool, cfg.admin.token, kicker)
     servicer = EventIngressServicer(pool, committer, kicker, cfg.driver_token)
@@ -92,4 +118,5 @@ async def build(cfg: IngressConfig) -> Service:
         ],
         loops=[routes.refresh_loop],
         on_stop=[stop],
+        http_bounds=cfg.http_bounds,
     )

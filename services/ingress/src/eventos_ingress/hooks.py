@@ -1,27 +1,41 @@
-"""`POST /hooks/{path}` (SPEC §6.1): resolve, cap, verify, normalize, append, commit, answer."""
+"""`POST /hooks/{path}` (SPEC §6.1): resolve, cap, verify, normalize, append, commit, answer.
+
+The body is streamed: the signature's HMAC is computed as it arrives and the bytes go to a
+spool (memory up to 64 KiB, a temporary file past that), so no request holds a large body in
+memory. A verified body PostgreSQL cannot store as JSON (a NUL, a lone surrogate, nesting past
+the limit, not JSON at all where JSON is due) is still answered 200 and stored once as
+`dead(malformed: <why>)`, its raw bytes kept as a blob for an operator to read.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from eventos import names
-from eventos.blobs import BlobStore
+from eventos import blobs, names
+from eventos.blobs import Spool
 from eventos.bus import Accepted, GroupCommitter, IngressRecord, Rejected
 from eventos.db import Conn
-from eventos.envelope import encoded_size, http_envelope, kept_headers, new_event_id
-from eventos.errors import DatabaseUnavailable, SecretUnavailable, SignatureInvalid
+from eventos.envelope import (
+    HEADER_VALUE_MAX,
+    encoded_size,
+    http_envelope,
+    kept_headers,
+    new_event_id,
+)
+from eventos.errors import QueueFull, SecretUnavailable, SignatureInvalid
+from eventos.jsonsafe import REASON_NUL, loads_storable, safe_text
 from eventos.metrics import INGRESS_ANSWERS, INGRESS_APPEND_SECONDS
 from eventos.settings import SecretStore
-from eventos.verify import VerifyConfig, provider_dedupe_key, secret_headers, verify
+from eventos.verify import VerifyConfig, provider_dedupe_key, secret_headers, start_check
 from eventos.wake import Kicker
 from eventos_ingress.limits import HookLimits, SourceLimits
 from eventos_ingress.routes import Endpoint, RouteTable
@@ -30,10 +44,15 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_UNAVAILABLE = "5"
 # Below this a body's envelope stays under 64 KB even if JSON re-encoding triples it.
 INLINE_CHECK_FROM = 16 * 1024
+MALFORMED = "malformed"
 
 
 class BodyTooLarge(Exception):
     """The body passed the endpoint's cap."""
+
+
+class BodyStalled(Exception):
+    """No part of the body arrived within the read timeout."""
 
 
 def _answer(code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
@@ -45,29 +64,34 @@ def _unavailable(reason: str) -> Response:
     return _answer(503, {"error": reason}, {"Retry-After": RETRY_AFTER_UNAVAILABLE})
 
 
-async def read_capped(request: Request, cap: int) -> bytes:
-    """The body, refusing as soon as it passes `cap` (whatever Content-Length claimed)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > cap:
+async def receive_body(
+    request: Request, cap: int, spool: Spool, feed: list[Any], idle_timeout_s: float
+) -> None:
+    """Stream the body into `spool` (and each check in `feed`), refusing as soon as it passes
+    `cap` (whatever Content-Length claimed) or stalls for `idle_timeout_s`."""
+    stream = request.stream().__aiter__()
+    while True:
+        try:
+            async with asyncio.timeout(idle_timeout_s):
+                chunk = await anext(stream)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise BodyStalled() from None
+        if spool.size + len(chunk) > cap:
             raise BodyTooLarge()
-        chunks.append(chunk)
-    return b"".join(chunks)
+        for check in feed:
+            check.update(chunk)
+        await spool.write(chunk)
 
 
-def _decode_body(
-    endpoint: Endpoint, headers: dict[str, str], body: bytes
-) -> tuple[object, str | None]:
-    """The body as JSON (or text), and a reason when a verified body is malformed."""
+def _decode(endpoint: Endpoint, headers: dict[str, str], body: bytes) -> tuple[object, str | None]:
+    """The body as JSON (or text), and why a verified body is malformed."""
     wants_json = endpoint.signed or "json" in headers.get("content-type", "")
-    if not wants_json:
-        return body.decode("utf-8", errors="replace"), None
-    try:
-        return json.loads(body), None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return body[: names.PREVIEW_BYTES].decode("utf-8", errors="replace"), "malformed"
+    if wants_json:
+        return loads_storable(body)
+    text = body.decode("utf-8", errors="replace")
+    return (None, REASON_NUL) if "\x00" in text else (text, None)
 
 
 @dataclass
@@ -77,11 +101,15 @@ class Hooks:
     pool: AsyncConnectionPool[Conn]
     committer: GroupCommitter
     secrets: SecretStore
-    blobs: BlobStore
     routes: RouteTable
     kicker: Kicker | None = None
     hook_limits: HookLimits = field(default_factory=HookLimits)
     limits: SourceLimits = field(default_factory=SourceLimits)
+    body_idle_timeout_s: float = 30.0
+    spool_dir: str | None = None
+    # Decoding a large body (for its provider id and to know it is well-formed) holds it
+    # whole in memory: one at a time per process.
+    _large_decodes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
 
     async def handle(self, request: Request) -> Response:
         started = time.perf_counter()
@@ -90,10 +118,8 @@ class Hooks:
             return _answer(401, {"error": "an empty path never matches"})
         try:
             endpoint = await self.routes.resolve(path)
-        except DatabaseUnavailable:
-            return _unavailable("database unavailable")
-        except Exception:
-            log.exception("endpoint lookup failed")
+        except Exception as exc:
+            log.warning("endpoint lookup failed: %s", exc)
             return _unavailable("database unavailable")
         if endpoint is None:
             return _answer(404, {"error": f"no running employee declares /hooks/{path}"})
@@ -109,19 +135,41 @@ class Hooks:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > endpoint.max_body:
             return _answer(413, {"error": f"body over {endpoint.max_body} bytes"})
-        try:
-            body = await read_capped(request, endpoint.max_body)
-        except BodyTooLarge:
-            return _answer(413, {"error": f"body over {endpoint.max_body} bytes"})
-        except ClientDisconnect:
-            return _answer(400, {"error": "client disconnected"})
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:
             secret = self.secrets.resolve(endpoint.secret_ref) if endpoint.secret_ref else None
             cfg = VerifyConfig(endpoint.scheme, secret, endpoint.header, endpoint.tolerance_s)
-            verify(cfg, headers, body, time.time())
+            check = start_check(cfg, headers, time.time())
         except SecretUnavailable:
             return _unavailable("secret unavailable")
+        except SignatureInvalid as exc:
+            return _answer(401, {"error": str(exc)})
+        spool = Spool(self.spool_dir)
+        try:
+            return await self._receive(request, endpoint, cfg, check, headers, spool)
+        finally:
+            spool.close()
+
+    async def _receive(
+        self,
+        request: Request,
+        endpoint: Endpoint,
+        cfg: VerifyConfig,
+        check: Any,
+        headers: dict[str, str],
+        spool: Spool,
+    ) -> Response:
+        try:
+            await receive_body(request, endpoint.max_body, spool, [check],
+                               self.body_idle_timeout_s)  # fmt: skip
+            check.finish()
+        except BodyTooLarge:
+            return _answer(413, {"error": f"body over {endpoint.max_body} bytes"})
+        except BodyStalled:
+            return _answer(408, {"error": f"no body data for {self.body_idle_timeout_s:g} s"},
+                           {"Connection": "close"})  # fmt: skip
+        except ClientDisconnect:
+            return _answer(400, {"error": "client disconnected"})
         except SignatureInvalid as exc:
             return _answer(401, {"error": str(exc)})
         limit = self.hook_limits.signed if endpoint.signed else self.hook_limits.generic
@@ -131,69 +179,88 @@ class Hooks:
         try:
             if await self.routes.backlog(endpoint.source_key, limit.high_water) >= limit.high_water:
                 return _answer(429, {"error": "backlog over high water"}, {"Retry-After": "10"})
-            record = await self._record(endpoint, cfg, headers, body)
+            record = await self._record(endpoint, cfg, headers, spool)
             outcome = await self.committer.submit(record)
+            if isinstance(outcome, Rejected):
+                # Stored dead with its raw bytes, so the provider stops retrying (SPEC §6.1).
+                record = await self._dead(record, spool, f"{MALFORMED}: {outcome.reason}")
+                outcome = await self.committer.submit(record)
+        except QueueFull as exc:
+            return _unavailable(str(exc))
         except Exception as exc:
             log.warning("append failed: %s", exc)
             return _unavailable("append failed")
         if isinstance(outcome, Rejected):
-            return _answer(400, {"error": outcome.reason})
+            log.warning("a dead record was refused too: %s", outcome.reason)
+            return _unavailable("append failed")
         if self.kicker is not None:
             self.kicker.kick()
         status = "accepted" if isinstance(outcome, Accepted) else "duplicate"
         return _answer(200, {"status": status, "id": outcome.id})
 
     async def _record(
-        self,
-        endpoint: Endpoint,
-        cfg: VerifyConfig,
-        headers: dict[str, str],
-        body: bytes,
+        self, endpoint: Endpoint, cfg: VerifyConfig, headers: dict[str, str], spool: Spool
     ) -> IngressRecord:
-        decoded, malformed = _decode_body(endpoint, headers, body)
-        dedupe_key, ttl = self._dedupe(endpoint, headers, body)
+        if spool.in_memory:
+            body = spool.value()
+            decoded, malformed = _decode(endpoint, headers, body)
+            dedupe_key, ttl = self._dedupe(endpoint, headers, body)
+        else:
+            async with self._large_decodes:
+                body = await spool.read_all()
+                _, malformed = await asyncio.to_thread(_decode, endpoint, headers, body)
+                dedupe_key, ttl = self._dedupe(endpoint, headers, body, spool.sha256)
+            decoded = None
         kept = kept_headers(
             headers,
             extra=[endpoint.dedupe_header] if endpoint.dedupe_header else [],
             secret=secret_headers(cfg),
         )
-        event_id = new_event_id()
-
-        def build(body_ref: str | None) -> dict[str, Any]:
-            shown = (
-                decoded
-                if body_ref is None
-                else body[: names.PREVIEW_BYTES].decode("utf-8", "replace")
-            )
-            return http_envelope(path=endpoint.path, event_type=names.TYPE_WEBHOOK, headers=kept,
-                                 body=shown, event_id=event_id, body_ref=body_ref)  # fmt: skip
-
-        body_ref = None
-        envelope = build(None)
-        # Nothing over 64 KB enters the bus inline (I7). Small bodies cannot get there (header
-        # values are capped), so only larger ones pay for measuring the encoded envelope.
-        if len(body) > names.ENVELOPE_MAX_BYTES or (
-            len(body) > INLINE_CHECK_FROM and encoded_size(envelope) > names.ENVELOPE_MAX_BYTES
-        ):
-            async with self.pool.connection() as conn:
-                body_ref = await self.blobs.record(conn, body)
-            envelope = build(body_ref)
-        return IngressRecord(
+        record = IngressRecord(
             source_key=endpoint.source_key,
             dedupe_key=dedupe_key,
             type=names.TYPE_WEBHOOK,
-            chain_id=event_id,
-            envelope=envelope,
-            size=len(body),
+            chain_id=new_event_id(),
+            envelope=None,
+            size=spool.size,
             klass=endpoint.klass,
-            body_ref=body_ref,
             path=endpoint.path,
-            status=names.INGRESS_DEAD if malformed else names.INGRESS_ACCEPTED,
-            error=malformed,
             dedupe_ttl_s=ttl,
         )
+        if malformed:
+            return await self._by_reference(record, kept, spool, f"{MALFORMED}: {malformed}")
+        envelope = _envelope(record, kept, decoded, None)
+        # Nothing over 64 KB enters the bus inline (I7). Small bodies cannot get there (header
+        # values are capped), so only larger ones pay for measuring the encoded envelope.
+        if not spool.in_memory or (
+            spool.size > INLINE_CHECK_FROM and encoded_size(envelope) > names.ENVELOPE_MAX_BYTES
+        ):
+            return await self._by_reference(record, kept, spool)
+        return replace(record, envelope=envelope)
 
-    def _dedupe(self, endpoint: Endpoint, headers: dict[str, str], body: bytes) -> tuple[str, int]:
+    async def _by_reference(
+        self, record: IngressRecord, kept: dict[str, str], spool: Spool, error: str | None = None
+    ) -> IngressRecord:
+        """The record with its body written to the blob store and a 4 KB preview inline; with
+        an `error`, stored `dead` with it."""
+        async with self.pool.connection() as conn:
+            body_ref = await blobs.store(conn, spool if not spool.in_memory else spool.value())
+        preview = safe_text(spool.head(names.PREVIEW_BYTES), names.PREVIEW_BYTES)
+        status = names.INGRESS_DEAD if error else names.INGRESS_ACCEPTED
+        envelope = _envelope(record, kept, preview, body_ref)
+        return replace(record, envelope=envelope, body_ref=body_ref, status=status, error=error)
+
+    async def _dead(self, record: IngressRecord, spool: Spool, error: str) -> IngressRecord:
+        """A record PostgreSQL refused, as `dead(malformed)`: its raw bytes as a blob and only
+        text that can be stored inline (the bus stores its dedupe key safely)."""
+        data = (record.envelope or {}).get("data", {})
+        kept = {str(k): safe_text(str(v).encode("utf-8", "replace"), HEADER_VALUE_MAX)
+                for k, v in data.get("headers", {}).items()}  # fmt: skip
+        return await self._by_reference(replace(record, body_ref=None), kept, spool, error)
+
+    def _dedupe(
+        self, endpoint: Endpoint, headers: dict[str, str], body: bytes, digest: str | None = None
+    ) -> tuple[str, int]:
         """Provider id, else the configured header, else a body hash for 10 minutes."""
         week = names.DEDUPE_TTL_DAYS * 86400
         key = provider_dedupe_key(endpoint.scheme, headers, body)
@@ -203,4 +270,12 @@ class Hooks:
             value = headers.get(endpoint.dedupe_header.lower())
             if value:
                 return f"h:{value}", week
-        return "sha256:" + hashlib.sha256(body).hexdigest(), names.BODY_HASH_DEDUPE_SECONDS
+        digest = digest or hashlib.sha256(body).hexdigest()
+        return "sha256:" + digest, names.BODY_HASH_DEDUPE_SECONDS
+
+
+def _envelope(
+    record: IngressRecord, kept: dict[str, str], shown: object, body_ref: str | None
+) -> dict[str, Any]:
+    return http_envelope(path=str(record.path), event_type=record.type, headers=kept,
+                         body=shown, event_id=record.chain_id, body_ref=body_ref)  # fmt: skip

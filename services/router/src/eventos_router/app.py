@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import names
+from eventos import blobs, names
 from eventos.db import Conn, open_pool
 from eventos.db.migrate import drop_expired_partitions, ensure_partitions
 from eventos.db.sql import Q
@@ -63,7 +63,7 @@ async def route_loop(
 
 
 async def upkeep_loop(pool: AsyncConnectionPool[Conn]) -> None:
-    """Partitions ahead, expired partitions and dedupe keys gone (SPEC §5, §15)."""
+    """Partitions ahead; expired partitions, dedupe keys and bodies gone (SPEC §5, §15)."""
     while True:
         try:
             async with pool.connection() as conn:
@@ -74,6 +74,8 @@ async def upkeep_loop(pool: AsyncConnectionPool[Conn]) -> None:
                     conn, today, retention_days=names.INGRESS_RETENTION_DAYS
                 )
                 await conn.execute(Q["dedupe_expire"])
+                while await blobs.expire(conn) > 0:
+                    pass
         except Exception:
             log.exception("upkeep failed; next try in an hour")
         await asyncio.sleep(UPKEEP_INTERVAL_S)

@@ -54,12 +54,22 @@ CREATE TABLE bus_subscriptions (
 );
 CREATE INDEX bus_subscriptions_source ON bus_subscriptions (source_key);
 
+-- Bodies over 64 KB (SPEC §5): in the database by default, in chunks; `storage_path` is for
+-- an external store (NULL for bodies held here).
 CREATE TABLE event_blobs (
     id            text PRIMARY KEY,
     sha256        text NOT NULL,
-    storage_path  text NOT NULL,
+    storage_path  text,
     size          bigint NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX event_blobs_created ON event_blobs (created_at);
+
+CREATE TABLE event_blob_chunks (
+    blob_id  text NOT NULL REFERENCES event_blobs (id) ON DELETE CASCADE,
+    n        integer NOT NULL CHECK (n >= 0),
+    content  bytea NOT NULL,
+    PRIMARY KEY (blob_id, n)
 );
 
 CREATE TABLE bus_ingress (
@@ -149,6 +159,8 @@ CREATE TABLE bus_deliveries (
 );
 CREATE INDEX bus_deliveries_open ON bus_deliveries (stream_key, seq)
     WHERE status IN ('pending', 'held');
+-- The retention sweep keeps a blob 90 days while a dead delivery refers to it (replayable).
+CREATE INDEX bus_deliveries_body_ref ON bus_deliveries (body_ref) WHERE body_ref IS NOT NULL;
 
 CREATE TABLE bus_leases (
     name           text PRIMARY KEY,

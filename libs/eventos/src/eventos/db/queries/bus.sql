@@ -95,12 +95,37 @@ VALUES (%(stream_key)s, %(seq)s, %(ingress_id)s, %(ingress_received_at)s, %(subs
 DELETE FROM bus_dedupe WHERE expires_at < now();
 
 -- name: blob_insert
--- Record a body stored by reference.
-INSERT INTO event_blobs (id, sha256, storage_path, size) VALUES (%(id)s, %(sha256)s, %(path)s, %(size)s);
+-- A body's row; its content follows as chunks in the same transaction.
+INSERT INTO event_blobs (id, sha256, size) VALUES (%(id)s, %(sha256)s, %(size)s);
+
+-- name: blob_chunks_copy
+-- The content of one body, streamed in chunks (binary COPY: blob_id, n, content).
+COPY event_blob_chunks (blob_id, n, content) FROM STDIN (FORMAT BINARY);
 
 -- name: blob_exists
--- Whether a body reference exists.
+-- Whether a body reference is valid.
 SELECT 1 AS found FROM event_blobs WHERE id = %(id)s;
+
+-- name: blob_get
+-- A body's row.
+SELECT id, sha256, size, storage_path FROM event_blobs WHERE id = %(id)s;
+
+-- name: blob_chunks
+-- A body's content, in order.
+SELECT content FROM event_blob_chunks WHERE blob_id = %(id)s ORDER BY n;
+
+-- name: blob_expire
+-- Bodies past their retention (SPEC §15): 7 days, or 90 while a dead delivery refers to them
+-- (dead letters stay replayable). In batches, oldest first.
+DELETE FROM event_blobs WHERE id IN (
+    SELECT b.id FROM event_blobs b
+    WHERE b.created_at < now() - make_interval(days => %(retention_days)s)
+      AND (b.created_at < now() - make_interval(days => %(dead_retention_days)s)
+           OR NOT EXISTS (SELECT 1 FROM bus_deliveries d
+                          WHERE d.body_ref = b.id AND d.status = 'dead'))
+    ORDER BY b.created_at
+    LIMIT %(limit)s
+);
 
 -- name: known_source
 -- Whether a routable generation listens to a source.
