@@ -25,6 +25,7 @@ from eventos.errors import ConfigError
 # Probes and scrapes are never refused for load: a busy process is alive and says so.
 UNCAPPED_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 RETRY_AFTER_BUSY = "1"
+LINGER_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,7 @@ def bounded_protocol(bounds: HttpBounds) -> type[HttpToolsProtocol]:
         _header_bytes = 0
         _in_headers = True
         _header_timer: asyncio.TimerHandle | None = None
+        _refused = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -83,6 +85,8 @@ def bounded_protocol(bounds: HttpBounds) -> type[HttpToolsProtocol]:
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return  # lingering after a refusal: what still arrives is dropped
             if not self._in_headers:
                 super().data_received(data)
                 return
@@ -124,10 +128,16 @@ def bounded_protocol(bounds: HttpBounds) -> type[HttpToolsProtocol]:
                 self._refuse(b"408 Request Timeout", "request headers timed out")
 
         def _refuse(self, status: bytes, text: str) -> None:
+            """Answer, half-close, and drop further input for a moment before closing: closing
+            with unread input would reset the connection and lose the answer."""
             self._disarm()
-            if not self.transport.is_closing():
-                self.transport.write(_raw_answer(status, text))
-                self.transport.close()
+            if self._refused or self.transport.is_closing():
+                return
+            self._refused = True
+            self.transport.write(_raw_answer(status, text))
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(LINGER_S, self.transport.close)
 
     return BoundedHttpToolsProtocol
 
