@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import os
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,6 +149,38 @@ def test_sigkill_of_the_router_under_load_routes_everything_exactly_once(
     assert [d["seq"] for d in deliveries] == list(range(1, len(deliveries) + 1))
     assert sorted(d["ingress_id"] for d in deliveries) == sorted(r["id"] for r in ingress_rows)
     assert [d["ingress_id"] for d in deliveries] == sorted(d["ingress_id"] for d in deliveries)
+
+
+def test_a_body_over_64_kb_survives_the_ingress_that_took_it(
+    ingress: Running, router: Running, db_settings: DatabaseSettings, env: dict[str, str]
+) -> None:
+    """SIGKILL the ingress right after it answered, wipe its disk (a new pod has none), start
+    another: the body is whole in the database and a resend is a duplicate."""
+    body = json.dumps({"items": [os.urandom(512).hex() for _ in range(400)]}).encode()
+    assert len(body) > 64 * 1024
+    post = {"content": body, "headers": {"X-Event-Id": "durable-1",
+                                         "content-type": "application/json"}}  # fmt: skip
+    first = httpx.post(f"{ingress.url}/hooks/big", timeout=30, **post)  # type: ignore[arg-type]
+    assert first.status_code == 200 and first.json()["status"] == "accepted"
+    ingress.kill()
+    shutil.rmtree(env["EVENTOS_INGRESS_SPOOL_DIR"], ignore_errors=True)
+    ingress.start()
+    again = httpx.post(f"{ingress.url}/hooks/big", timeout=30, **post)  # type: ignore[arg-type]
+    assert again.json() == {"status": "duplicate", "id": first.json()["id"]}
+    (row,) = rows(
+        db_settings.url, f"SELECT body_ref FROM bus_ingress WHERE id = {first.json()['id']}"
+    )
+    with psycopg.connect(db_settings.url) as conn:
+        chunks = conn.execute(
+            "SELECT content FROM event_blob_chunks WHERE blob_id = %s ORDER BY n",
+            (row["body_ref"],),
+        ).fetchall()
+        (digest,) = conn.execute(
+            "SELECT sha256 FROM event_blobs WHERE id = %s", (row["body_ref"],)
+        ).fetchone() or ("",)
+    stored = b"".join(bytes(c[0]) for c in chunks)
+    assert stored == body
+    assert digest == hashlib.sha256(body).hexdigest()
 
 
 def test_sigterm_stops_each_service_cleanly(ingress: Running, router: Running) -> None:
