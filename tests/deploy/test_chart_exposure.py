@@ -98,6 +98,48 @@ def test_an_empty_http_peer_list_leaves_http_to_the_namespace() -> None:
     assert by_port == {"http": [SAME_NAMESPACE], "grpc": [SAME_NAMESPACE]}
 
 
+def selects(selector: Doc, labels: dict[str, str]) -> bool:
+    """Whether a label selector (matchLabels, matchExpressions with In) selects these labels."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expr in selector.get("matchExpressions", []):
+        assert expr["operator"] == "In", expr
+        if labels.get(expr["key"]) not in expr["values"]:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("tier", ["S", "L"])
+def test_every_serving_pod_has_exactly_one_policy_covering_each_of_its_ports(tier: str) -> None:
+    docs = charts.instance(tier, "postgresql.bundled.enabled=true", "postgresql.existingSecret=pg")
+    policies = of_kind(docs, "NetworkPolicy")
+    checked = []
+    for workload in [d for d in charts.workloads(docs) if d["kind"] != "Job"]:
+        name = workload["metadata"]["name"]
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        (policy,) = [p for p in policies if selects(p["spec"]["podSelector"], labels)] or [None]
+        assert policy is not None, f"{name} has no NetworkPolicy"
+        rules = policy["spec"]["ingress"]
+        open_ports = {p["port"] for r in rules for p in r.get("ports", [])}
+        every_port = any("ports" not in r for r in rules)
+        for port in container(workload).get("ports", []):
+            assert every_port or port["name"] in open_ports, (name, port["name"])
+        checked.append(name)
+    assert len(checked) == (8 if tier == "S" else 11)
+
+
+def test_router_relay_and_workers_answer_kicks_only_from_the_release() -> None:
+    docs = charts.instance(
+        "L",
+        "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring",
+    )  # fmt: skip
+    policy = named(docs, "NetworkPolicy", f"{P}-services")
+    release = {"podSelector": {"matchLabels": {"app.kubernetes.io/instance": "acme"}}}
+    assert rules_by_port(policy) == {"http": [SAME_NAMESPACE, MONITORING], "grpc": [release]}
+    ingress = named(docs, "Deployment", f"{P}-ingress")["spec"]["template"]["metadata"]["labels"]
+    assert not selects(policy["spec"]["podSelector"], ingress), "ingress has its own policy"
+
+
 def test_network_policies_can_be_turned_off_together() -> None:
     assert not of_kind(charts.instance("S", "networkPolicy.enabled=false"), "NetworkPolicy")
 
