@@ -146,7 +146,9 @@ def test_network_policies_can_be_turned_off_together() -> None:
 
 def test_a_malformed_peer_fails_the_render() -> None:
     message = render_error("ingress.networkPolicy.grpcFrom[0].namespace=drivers")
-    assert "grpcFrom" in message and "namespace" in message
+    assert (
+        "ingress.networkPolicy.grpcFrom.0: Additional property namespace is not allowed" in message
+    )
 
 
 # gRPC TLS, or the explicit insecure switch -----------------------------------------------
@@ -268,9 +270,19 @@ def test_without_endpoints_the_allowlist_is_empty() -> None:
 
 
 def test_a_bad_llm_endpoint_fails_the_render() -> None:
-    assert "base_url" in render_error("llm.endpoints.openai.base_url=api.openai.com")
-    assert "base_url" in render_error("llm.endpoints.openai.credentials={openai-main}")
-    assert "key" in render_error("llm.endpoints.openai.base_url=https://x", "llm.endpoints.openai.key=sk-1")  # fmt: skip
+    assert "llm.endpoints.openai.base_url: Does not match pattern" in render_error(
+        "llm.endpoints.openai.base_url=api.openai.com"
+    )
+    assert "llm.endpoints.openai: base_url is required" in render_error(
+        "llm.endpoints.openai.credentials={openai-main}"
+    )
+    ok = "llm.endpoints.openai.base_url=https://api.openai.com/v1"
+    assert "Additional property key is not allowed" in render_error(
+        ok, "llm.endpoints.openai.key=sk-1"
+    ), "a credential's value never goes in the allowlist, only its reference"
+    assert "llm.endpoints.openai.credentials.0: Does not match pattern" in render_error(
+        ok, "llm.endpoints.openai.credentials={sk-live key}"
+    )
 
 
 # Durable bodies live in PostgreSQL: no per-pod blob volume -----------------------------------
