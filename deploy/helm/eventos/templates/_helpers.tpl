@@ -363,7 +363,7 @@ spec:
             defaultMode: 0400
             items:
               {{- range .items }}
-              - {key: {{ .key }}, path: {{ .path }}}
+              - {key: {{ .key | quote }}, path: {{ .path | quote }}}
               {{- end }}
         {{- end }}
         {{- if and .employeeSecrets $v.secrets.employees.existingSecret }}
