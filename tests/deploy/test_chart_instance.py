@@ -263,12 +263,19 @@ def test_size_presets_and_explicit_resources() -> None:
     assert relay["resources"] == {"requests": {"cpu": 3}}
 
 
-def test_the_optional_ingress_routes_to_ingress_http() -> None:
-    docs = charts.instance("S", "ingress.enabled=true", "ingress.host=acme.example.com")
-    ingress = named(docs, "Ingress", f"{P}-ingress")
-    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
-    assert backend == {"name": f"{P}-ingress", "port": {"name": "http"}}
-    assert not of_kind(charts.instance("S"), "Ingress")
+@pytest.mark.parametrize("tier", ["S", "L"])
+def test_the_optional_ingress_routes_only_hooks_the_owner_api_and_openapi(tier: str) -> None:
+    docs = charts.instance(tier, "ingress.enabled=true", "ingress.host=acme.example.com")
+    (rule,) = named(docs, "Ingress", f"{P}-ingress")["spec"]["rules"]
+    paths = rule["http"]["paths"]
+    assert sorted((p["path"], p["pathType"]) for p in paths) == [
+        ("/hooks", "Prefix"),
+        ("/openapi.json", "Exact"),
+        ("/v1", "Prefix"),
+    ], "never /, so /metrics, /readyz and /livez stay inside the cluster"
+    for path in paths:
+        assert path["backend"]["service"] == {"name": f"{P}-ingress", "port": {"name": "http"}}
+    assert not of_kind(charts.instance(tier), "Ingress")
 
 
 @pytest.mark.parametrize("tier", ["S", "L"])
@@ -359,8 +366,10 @@ def test_no_container_runs_as_root(tier: str) -> None:
 
 SECRET_SETS = (
     *BUNDLED,
-    "secrets.driver.existingSecret=acme-driver",
+    "secrets.internal.existingSecret=acme-internal",
+    "secrets.outbox.existingSecret=acme-outbox",
     "secrets.employees.existingSecret=acme-employees",
+    "ingress.grpc.tls.secretName=acme-grpc-tls",
 )
 
 
@@ -390,8 +399,10 @@ def test_every_secret_is_mounted_as_a_file_and_none_is_inlined(tier: str) -> Non
     expected = {
         "acme-database",
         "acme-admin",
-        "acme-driver",
+        "acme-internal",
+        "acme-outbox",
         "acme-employees",
+        "acme-grpc-tls",
         "acme-postgresql",
     }
     if tier == "L":

@@ -56,6 +56,29 @@ def test_the_entrypoint_reads_secrets_from_files(tmp_path: os.PathLike[str]) -> 
     assert missing.returncode == 1 and "EVENTOS_ADMIN_TOKEN_FILE" in missing.stderr
 
 
+def test_the_entrypoint_reads_the_internal_token_and_the_outbox_keys(
+    tmp_path: os.PathLike[str],
+) -> None:
+    files = {
+        "EVENTOS_INTERNAL_TOKEN": "internal-0123456789",
+        "EVENTOS_OUTBOX_KEYS": "k1:AAAA,k0:BBBB",
+    }
+    env = {"PATH": os.environ["PATH"]}
+    for var, value in files.items():
+        path = os.path.join(tmp_path, var)
+        with open(path, "w") as f:
+            f.write(value + "\n")
+        env[f"{var}_FILE"] = path
+    env["EVENTOS_DRIVER_TOKEN_FILE"] = os.path.join(tmp_path, "EVENTOS_INTERNAL_TOKEN")
+    done = subprocess.run(
+        ["sh", str(ROOT / "deploy/docker/entrypoint.sh"), "sh", "-c",
+         'printf "%s|%s|%s" "$EVENTOS_INTERNAL_TOKEN" "$EVENTOS_OUTBOX_KEYS" "${EVENTOS_DRIVER_TOKEN:-none}"'],
+        env=env, capture_output=True, text=True, timeout=10, check=False,
+    )  # fmt: skip
+    # Driver tokens are the employees' secret references now: the entrypoint no longer reads one.
+    assert (done.returncode, done.stdout) == (0, "internal-0123456789|k1:AAAA,k0:BBBB|none")
+
+
 def test_make_images_fails_clearly_without_a_docker_engine() -> None:
     env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
     done = subprocess.run(

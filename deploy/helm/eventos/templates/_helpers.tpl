@@ -195,9 +195,44 @@ EVENTOS_SCHED_CAPACITY: {{ .Values.scheduler.capacity | toString | quote }}
 {{- include "eventos.configData" . | sha256sum -}}
 {{- end -}}
 
+{{/* The Secrets a role reads as files, as a YAML list: one entry per volume (name, secret) with
+its items (key in the Secret, file name, and the env var naming the file's path). The image's
+entrypoint turns EVENTOS_ADMIN_TOKEN_FILE, EVENTOS_INTERNAL_TOKEN_FILE and
+EVENTOS_OUTBOX_KEYS_FILE into the variables without _FILE; the gRPC TLS files are read by
+ingress itself. Arguments: root and the flags admin, internal, outbox, grpcTls. */}}
+{{- define "eventos.secretFiles" -}}
+{{- $s := .root.Values.secrets -}}
+{{- $files := list -}}
+{{- if .admin -}}
+{{- $files = append $files (dict "name" "admin" "secret" $s.admin.existingSecret "items" (list (dict "key" $s.admin.tokenKey "path" "token" "env" "EVENTOS_ADMIN_TOKEN_FILE"))) -}}
+{{- end -}}
+{{- if and .internal $s.internal.existingSecret -}}
+{{- $files = append $files (dict "name" "internal" "secret" $s.internal.existingSecret "items" (list (dict "key" $s.internal.tokenKey "path" "token" "env" "EVENTOS_INTERNAL_TOKEN_FILE"))) -}}
+{{- end -}}
+{{- if and .outbox $s.outbox.existingSecret -}}
+{{- $files = append $files (dict "name" "outbox" "secret" $s.outbox.existingSecret "items" (list (dict "key" $s.outbox.keysKey "path" "keys" "env" "EVENTOS_OUTBOX_KEYS_FILE"))) -}}
+{{- end -}}
+{{- with .root.Values.ingress.grpc.tls.secretName -}}
+{{- if $.grpcTls -}}
+{{- $files = append $files (dict "name" "grpc-tls" "secret" . "items" (list
+  (dict "key" "tls.crt" "path" "tls.crt" "env" "EVENTOS_INGRESS_GRPC_TLS_CERT_FILE")
+  (dict "key" "tls.key" "path" "tls.key" "env" "EVENTOS_INGRESS_GRPC_TLS_KEY_FILE"))) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $files -}}
+{{- end -}}
+
+{{/* The operator's allowlist of LLM endpoints as the JSON the services read
+(EVENTOS_LLM_ENDPOINTS); `{}` when none is listed, which allows none. */}}
+{{- define "eventos.llmEndpoints" -}}
+{{- toJson (default dict .Values.llm.endpoints) -}}
+{{- end -}}
+
 {{/* One service Deployment. Arguments: root, key (the roles.<key> entry), component (resource
 name suffix), service (image and Python module suffix), grpc (serves gRPC), employeeSecrets
-(mounts the employees' secrets), env (extra env list), replicas (overrides the role's). */}}
+(mounts the employees' secrets), the secret files of eventos.secretFiles (admin, internal,
+outbox, grpcTls), llmEndpoints (sets EVENTOS_LLM_ENDPOINTS), env (extra env list), replicas
+(overrides the role's). */}}
 {{- define "eventos.deployment" -}}
 {{- $root := .root -}}
 {{- $v := $root.Values -}}
@@ -205,6 +240,7 @@ name suffix), service (image and Python module suffix), grpc (serves gRPC), empl
 {{- $ctx := dict "root" $root "component" .component -}}
 {{- $secrets := include "eventos.secretsRoot" $root -}}
 {{- $envPrefix := printf "EVENTOS_%s" (.service | upper | replace "-" "_") -}}
+{{- $files := include "eventos.secretFiles" (dict "root" $root "admin" .admin "internal" .internal "outbox" .outbox "grpcTls" .grpcTls) | fromYamlArray -}}
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -270,6 +306,15 @@ spec:
             - {name: EVENTOS_SECRETS_DIR, value: {{ printf "%s/employees" $secrets | quote }}}
             {{- end }}
             {{- end }}
+            {{- range $files }}
+            {{- $dir := printf "%s/%s" $secrets .name }}
+            {{- range .items }}
+            - {name: {{ .env }}, value: {{ printf "%s/%s" $dir .path | quote }}}
+            {{- end }}
+            {{- end }}
+            {{- if .llmEndpoints }}
+            - {name: EVENTOS_LLM_ENDPOINTS, value: {{ include "eventos.llmEndpoints" $root | quote }}}
+            {{- end }}
             {{- with .env }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -297,12 +342,8 @@ spec:
           volumeMounts:
             - {name: tmp, mountPath: /tmp}
             - {name: database, mountPath: {{ printf "%s/database" $secrets }}, readOnly: true}
-            {{- if .admin }}
-            - {name: admin, mountPath: {{ printf "%s/admin" $secrets }}, readOnly: true}
-            {{- if $v.secrets.driver.existingSecret }}
-            - {name: driver, mountPath: {{ printf "%s/driver" $secrets }}, readOnly: true}
-            {{- end }}
-            - {name: blobs, mountPath: /var/lib/eventos/blobs}
+            {{- range $files }}
+            - {name: {{ .name }}, mountPath: {{ printf "%s/%s" $secrets .name }}, readOnly: true}
             {{- end }}
             {{- if and .employeeSecrets $v.secrets.employees.existingSecret }}
             - {name: employees, mountPath: {{ printf "%s/employees" $secrets }}, readOnly: true}
@@ -315,25 +356,15 @@ spec:
             secretName: {{ $v.secrets.database.existingSecret }}
             defaultMode: 0400
             items: [{key: {{ $v.secrets.database.urlKey }}, path: url}]
-        {{- if .admin }}
-        - name: admin
+        {{- range $files }}
+        - name: {{ .name }}
           secret:
-            secretName: {{ $v.secrets.admin.existingSecret }}
+            secretName: {{ .secret }}
             defaultMode: 0400
-            items: [{key: {{ $v.secrets.admin.tokenKey }}, path: token}]
-        {{- if $v.secrets.driver.existingSecret }}
-        - name: driver
-          secret:
-            secretName: {{ $v.secrets.driver.existingSecret }}
-            defaultMode: 0400
-            items: [{key: {{ $v.secrets.driver.tokenKey }}, path: token}]
-        {{- end }}
-        - name: blobs
-          {{- if $v.blobs.existingClaim }}
-          persistentVolumeClaim: {claimName: {{ $v.blobs.existingClaim }}}
-          {{- else }}
-          emptyDir: {}
-          {{- end }}
+            items:
+              {{- range .items }}
+              - {key: {{ .key | quote }}, path: {{ .path | quote }}}
+              {{- end }}
         {{- end }}
         {{- if and .employeeSecrets $v.secrets.employees.existingSecret }}
         - name: employees

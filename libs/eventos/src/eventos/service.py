@@ -31,12 +31,28 @@ log = logging.getLogger(__name__)
 ReadinessCheck = Callable[[], Awaitable[None]]
 GrpcRegistrar = Callable[[grpc.aio.Server], None]
 READINESS_TIMEOUT_S = 2.0
+READINESS_LOG_EVERY_S = 60.0  # a failing check logs its exception at warning this often
 LOOP_STOP_S = 10.0  # a stopping service waits this long for its loops
 CANCEL_AGAIN_S = 0.5
 
 
 def health_routes(name: str, checks: dict[str, ReadinessCheck]) -> list[BaseRoute]:
     """The three routes every service serves."""
+    last_logged: dict[str, float] = {}
+
+    def failure(check_name: str, exc: Exception) -> str:
+        # /readyz is reachable by probes and scrapers: it names the dependency with a fixed
+        # word and never carries exception text (hosts, users, SQL); the log keeps the detail,
+        # at warning at most once a minute per check (probes ask every few seconds).
+        word = "timeout" if isinstance(exc, TimeoutError) else "unavailable"
+        now = time.monotonic()
+        level = logging.DEBUG
+        if now - last_logged.get(check_name, -READINESS_LOG_EVERY_S) >= READINESS_LOG_EVERY_S:
+            last_logged[check_name] = now
+            level = logging.WARNING
+        log.log(level, "%s: readiness check %s %s: %s: %s", name, check_name, word,
+                type(exc).__name__, exc)  # fmt: skip
+        return word
 
     async def livez(request: Request) -> Response:
         return JSONResponse({"service": name, "status": "alive"})
@@ -47,7 +63,7 @@ def health_routes(name: str, checks: dict[str, ReadinessCheck]) -> list[BaseRout
             try:
                 await asyncio.wait_for(check(), READINESS_TIMEOUT_S)
             except Exception as exc:
-                failed[check_name] = f"{type(exc).__name__}: {exc}"[:200]
+                failed[check_name] = failure(check_name, exc)
         status = 503 if failed else 200
         body = {"service": name, "ready": not failed, "failed": failed}
         return JSONResponse(body, status_code=status)
