@@ -84,6 +84,7 @@ bench: install ## run the load drivers in bench/ and print their figures
 	$(PY) bench/burst.py
 	$(PY) bench/relay.py
 	$(PY) bench/fairness.py
+	$(PY) bench/soak.py
 
 clean: ## remove the local instance state and the virtualenvs
 	rm -rf .eventos $(VENV) $(TOOLS)

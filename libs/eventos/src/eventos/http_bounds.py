@@ -31,12 +31,13 @@ LINGER_S = 2.0
 @dataclass(frozen=True)
 class HttpBounds:
     """Defaults pass real traffic untouched: headers of 32 KiB (providers send a few KiB),
-    10 s for them, 30 s of silence within a body, 256 requests in flight, 1,024 connections."""
+    10 s for them, 30 s of silence within a body, 512 requests in flight (300 slow 10 MiB
+    uploads and normal traffic beside them: bench/soak.py), 1,024 connections."""
 
     max_header_bytes: int = 32 * 1024
     header_timeout_s: float = 10.0
     body_idle_timeout_s: float = 30.0
-    max_in_flight: int = 256
+    max_in_flight: int = 512
     max_connections: int = 1024
 
     @classmethod
