@@ -5,7 +5,7 @@ The header bounds live in the protocol (a subclass of uvicorn's httptools protoc
 the time an ASGI app sees a request its headers are already in memory: a connection whose
 headers pass `max_header_bytes` is answered 431 and closed as the bytes arrive, and one whose
 headers are not complete `header_timeout_s` after its first byte (or after it connected) is
-answered 408 and closed.
+answered 408 and closed (one that sent nothing is closed without an answer).
 """
 
 from __future__ import annotations
@@ -125,7 +125,13 @@ def bounded_protocol(bounds: HttpBounds) -> type[HttpToolsProtocol]:
 
         def _timed_out(self) -> None:
             self._header_timer = None
-            if self._in_headers:
+            if not self._in_headers:
+                return
+            if self._header_bytes == 0:
+                # Nothing of a request arrived: an idle connection is closed without an answer
+                # (a client that opened it ahead of time sees a plain close, as at keep-alive's).
+                self.transport.close()
+            else:
                 self._refuse(b"408 Request Timeout", "request headers timed out")
 
         def _refuse(self, status: bytes, text: str) -> None:

@@ -85,10 +85,13 @@ async def receive_body(
         await spool.write(chunk)
 
 
+def _wants_json(endpoint: Endpoint, headers: dict[str, str]) -> bool:
+    return endpoint.signed or "json" in headers.get("content-type", "")
+
+
 def _decode(endpoint: Endpoint, headers: dict[str, str], body: bytes) -> tuple[object, str | None]:
     """The body as JSON (or text), and why a verified body is malformed."""
-    wants_json = endpoint.signed or "json" in headers.get("content-type", "")
-    if wants_json:
+    if _wants_json(endpoint, headers):
         return loads_storable(body)
     text = body.decode("utf-8", errors="replace")
     return (None, REASON_NUL) if "\x00" in text else (text, None)
@@ -110,6 +113,9 @@ class Hooks:
     # Decoding a large body (for its provider id and to know it is well-formed) holds it
     # whole in memory: one at a time per process.
     _large_decodes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(1))
+    # Blob writes share the pool with the group commit: a few at a time, so a wave of large
+    # uploads never starves small webhooks of connections (the waiting bodies are on disk).
+    _blob_writes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
 
     async def handle(self, request: Request) -> Response:
         started = time.perf_counter()
@@ -206,11 +212,8 @@ class Hooks:
             decoded, malformed = _decode(endpoint, headers, body)
             dedupe_key, ttl = self._dedupe(endpoint, headers, body)
         else:
-            async with self._large_decodes:
-                body = await spool.read_all()
-                _, malformed = await asyncio.to_thread(_decode, endpoint, headers, body)
-                dedupe_key, ttl = self._dedupe(endpoint, headers, body, spool.sha256)
-            decoded = None
+            decoded = None  # stored by reference: only a preview goes inline
+            malformed, dedupe_key, ttl = await self._inspect_large(endpoint, headers, spool)
         kept = kept_headers(
             headers,
             extra=[endpoint.dedupe_header] if endpoint.dedupe_header else [],
@@ -238,12 +241,27 @@ class Hooks:
             return await self._by_reference(record, kept, spool)
         return replace(record, envelope=envelope)
 
+    async def _inspect_large(
+        self, endpoint: Endpoint, headers: dict[str, str], spool: Spool
+    ) -> tuple[str | None, str, int]:
+        """Why a large body is malformed, and its dedupe key. Only a body due to be JSON is read
+        whole (to know it is well-formed and to find a provider's id), one at a time, and
+        dropped before anything else waits; any other body stays in its spool."""
+        if not _wants_json(endpoint, headers):
+            return None, *self._dedupe(endpoint, headers, b"", spool.sha256)
+        async with self._large_decodes:
+            body = await spool.read_all()
+            _, malformed = await asyncio.to_thread(_decode, endpoint, headers, body)
+            dedupe_key, ttl = self._dedupe(endpoint, headers, body, spool.sha256)
+            del body
+        return malformed, dedupe_key, ttl
+
     async def _by_reference(
         self, record: IngressRecord, kept: dict[str, str], spool: Spool, error: str | None = None
     ) -> IngressRecord:
         """The record with its body written to the blob store and a 4 KB preview inline; with
         an `error`, stored `dead` with it."""
-        async with self.pool.connection() as conn:
+        async with self._blob_writes, self.pool.connection() as conn:
             body_ref = await blobs.store(conn, spool if not spool.in_memory else spool.value())
         preview = safe_text(spool.head(names.PREVIEW_BYTES), names.PREVIEW_BYTES)
         status = names.INGRESS_DEAD if error else names.INGRESS_ACCEPTED
