@@ -13,9 +13,9 @@ import asyncio
 import hashlib
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Protocol
 
 from eventos import names
 from eventos.db import Conn, translate
@@ -25,6 +25,10 @@ CHUNK_BYTES = 256 * 1024
 # A spool keeps this much in memory; past it the body goes to a temporary file.
 SPOOL_MEMORY_BYTES = names.ENVELOPE_MAX_BYTES
 BLOB_PREFIX = "blob_"
+
+
+class ChunkSink(Protocol):
+    def update(self, chunk: bytes, /) -> None: ...
 
 
 def new_blob_id() -> str:
@@ -53,13 +57,21 @@ class Spool:
     def in_memory(self) -> bool:
         return self.size <= SPOOL_MEMORY_BYTES
 
-    async def write(self, chunk: bytes) -> None:
-        self._sha.update(chunk)
-        self.size += len(chunk)
-        if self.in_memory:
-            self._file.write(chunk)
+    async def write(self, chunk: bytes, feed: Sequence[ChunkSink] = ()) -> None:
+        """Append a chunk, feeding it to each sink (a signature check) in order first. Past the
+        memory part, hashing and writing run in a worker thread: hashlib lets go of the GIL on
+        large buffers, so the event loop serves other requests meanwhile."""
+        if self.size + len(chunk) <= SPOOL_MEMORY_BYTES:
+            self._absorb(chunk, feed)
         else:
-            await asyncio.to_thread(self._file.write, chunk)
+            await asyncio.to_thread(self._absorb, chunk, feed)
+        self.size += len(chunk)
+
+    def _absorb(self, chunk: bytes, feed: Sequence[ChunkSink]) -> None:
+        for sink in feed:
+            sink.update(chunk)
+        self._sha.update(chunk)
+        self._file.write(chunk)
 
     def head(self, limit: int) -> bytes:
         """The first `limit` bytes."""

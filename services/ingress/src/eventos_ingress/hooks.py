@@ -35,7 +35,13 @@ from eventos.errors import QueueFull, SecretUnavailable, SignatureInvalid
 from eventos.jsonsafe import REASON_NUL, loads_storable, safe_text
 from eventos.metrics import INGRESS_ANSWERS, INGRESS_APPEND_SECONDS
 from eventos.settings import SecretStore
-from eventos.verify import VerifyConfig, provider_dedupe_key, secret_headers, start_check
+from eventos.verify import (
+    BodyCheck,
+    VerifyConfig,
+    provider_dedupe_key,
+    secret_headers,
+    start_check,
+)
 from eventos.wake import Kicker
 from eventos_ingress.limits import HookLimits, SourceLimits
 from eventos_ingress.routes import Endpoint, RouteTable
@@ -65,7 +71,7 @@ def _unavailable(reason: str) -> Response:
 
 
 async def receive_body(
-    request: Request, cap: int, spool: Spool, feed: list[Any], idle_timeout_s: float
+    request: Request, cap: int, spool: Spool, feed: list[BodyCheck], idle_timeout_s: float
 ) -> None:
     """Stream the body into `spool` (and each check in `feed`), refusing as soon as it passes
     `cap` (whatever Content-Length claimed) or stalls for `idle_timeout_s`."""
@@ -80,9 +86,7 @@ async def receive_body(
             raise BodyStalled() from None
         if spool.size + len(chunk) > cap:
             raise BodyTooLarge()
-        for check in feed:
-            check.update(chunk)
-        await spool.write(chunk)
+        await spool.write(chunk, feed)
 
 
 def _wants_json(endpoint: Endpoint, headers: dict[str, str]) -> bool:
@@ -161,7 +165,7 @@ class Hooks:
         request: Request,
         endpoint: Endpoint,
         cfg: VerifyConfig,
-        check: Any,
+        check: BodyCheck,
         headers: dict[str, str],
         spool: Spool,
     ) -> Response:
