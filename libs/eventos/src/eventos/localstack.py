@@ -5,7 +5,7 @@ tier S flags (unless TEMPORAL_ADDRESS is set), migrations, and the six services 
 processes, each in its own process group and health-checked on /readyz before the instance
 says "ready". State lives under `.eventos/` of the working directory: `stack.json` (every
 address, written once ready, removed on a clean stop), `pids.json` (what a later run stops
-after a crash), `admin-token`, `logs/`, `pg/`, `temporal/`, `blobs/`, `secrets/`.
+after a crash), `admin-token`, `internal-token`, `logs/`, `pg/`, `temporal/`, `blobs/`, `secrets/`.
 
 `LocalStack` is the programmatic form the tests use; `python -m eventos.localstack` wraps it
 with signal handling, a summary and one command to try.
@@ -88,6 +88,7 @@ class LocalStack:
     temporal_address: str = ""
     temporal_namespace: str = "default"
     admin_token: str = field(default="", repr=False)
+    internal_token: str = field(default="", repr=False)
     services: dict[str, ServiceProcess] = field(default_factory=dict)
     employees: list[ExampleOutcome] = field(default_factory=list)
     postgres: EmbeddedPostgres | None = None
@@ -155,7 +156,8 @@ class LocalStack:
             for step in (self._start_database, self._migrate, self._start_temporal):
                 self._check_stop()
                 step()
-            self.admin_token = self._token()
+            self.admin_token = self._token("EVENTOS_ADMIN_TOKEN", "admin-token")
+            self.internal_token = self._token("EVENTOS_INTERNAL_TOKEN", "internal-token")
             self._check_stop()
             self._spawn_services()
             self._wait_ready()
@@ -224,12 +226,12 @@ class LocalStack:
             link.unlink(missing_ok=True)
             link.symlink_to(os.path.relpath(target, self.logs_dir))
 
-    def _token(self) -> str:
-        """EVENTOS_ADMIN_TOKEN if set, else the one generated on the first run."""
-        given = self.env.get("EVENTOS_ADMIN_TOKEN")
+    def _token(self, variable: str, filename: str) -> str:
+        """The token `variable` if set, else the one generated on the first run."""
+        given = self.env.get(variable)
         if given:
             return given
-        path = self.state_dir / "admin-token"
+        path = self.state_dir / filename
         if path.exists():
             return path.read_text().strip()
         token = secrets.token_urlsafe(32)
@@ -265,7 +267,8 @@ class LocalStack:
                 "TEMPORAL_ADDRESS": self.temporal_address,
                 "TEMPORAL_NAMESPACE": self.temporal_namespace,
                 "EVENTOS_ADMIN_TOKEN": self.admin_token,
-                "EVENTOS_BIND_HOST": HOST,
+                "EVENTOS_INTERNAL_TOKEN": self.internal_token,
+                "EVENTOS_BIND_HOST": HOST,  # loopback: plaintext gRPC is allowed here
                 "EVENTOS_BLOB_DIR": str(self.state_dir / "blobs"),
                 "EVENTOS_SECRETS_DIR": str(self.secrets_dir),
                 "PYTHONUNBUFFERED": "1",
@@ -354,6 +357,7 @@ class LocalStack:
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "ingress_url": self.ingress_url,
             "admin_token": self.admin_token,
+            "internal_token": self.internal_token,
             "database": database,
             "temporal": temporal,
             "services": {n: s.to_json() for n, s in self.services.items()},
@@ -433,7 +437,9 @@ class LocalStack:
             lines.append(f"  {svc.name:<17} {svc.http_url}{grpc}")
         lines.append(f"  {'PostgreSQL':<17} {self.database_url}")
         lines.append(f"  {'Temporal':<17} {self.temporal_address} ({self.temporal_namespace})")
-        lines.append(f"  {'addresses':<17} {STATE_DIR}/stack.json (admin token inside)")
+        lines.append(
+            f"  {'addresses':<17} {STATE_DIR}/stack.json (admin and internal tokens inside)"
+        )
         for outcome in self.employees:
             lines.append(f"  {'employee':<17} {outcome.describe()}")
         lines += ["", f"Try:  {self.command_to_try()}", "Ctrl-C stops everything."]
