@@ -33,7 +33,12 @@ from eventos.bus import (
 from eventos.db import Conn
 from eventos.envelope import check_driver_envelope
 from eventos.errors import DatabaseUnavailable, EventRejected, QueueFull
-from eventos.metrics import PUBLISH_ACKS
+from eventos.metrics import (
+    PUBLISH_ACKS,
+    PUBLISH_READ_AHEAD_BYTES,
+    PUBLISH_READ_AHEAD_EVENTS,
+    PUBLISH_STREAMS,
+)
 from eventos.settings import GrpcIngressSettings
 from eventos.v1 import ingress_pb2, ingress_pb2_grpc
 from eventos.wake import Kicker
@@ -148,7 +153,6 @@ class ReadAhead:
     max_bytes: int
     events: int = 0
     bytes: int = 0
-    peak_bytes: int = 0
     _queue: deque[tuple[Event, int] | None] = field(default_factory=deque)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
@@ -165,7 +169,8 @@ class ReadAhead:
             self._queue.append((ev, size))
             self.events += 1
             self.bytes += size
-            self.peak_bytes = max(self.peak_bytes, self.bytes)
+            PUBLISH_READ_AHEAD_BYTES.inc(size)
+            PUBLISH_READ_AHEAD_EVENTS.inc()
             self._changed.notify_all()
 
     async def end(self) -> None:
@@ -186,10 +191,19 @@ class ReadAhead:
             return taken, False
 
     async def release(self, taken: list[tuple[Event, int]]) -> None:
+        size = sum(size for _, size in taken)
         async with self._changed:
             self.events -= len(taken)
-            self.bytes -= sum(size for _, size in taken)
+            self.bytes -= size
+            PUBLISH_READ_AHEAD_BYTES.dec(size)
+            PUBLISH_READ_AHEAD_EVENTS.dec(len(taken))
             self._changed.notify_all()
+
+    def close(self) -> None:
+        """The stream is over: what it still held is no longer read ahead."""
+        PUBLISH_READ_AHEAD_BYTES.dec(self.bytes)
+        PUBLISH_READ_AHEAD_EVENTS.dec(self.events)
+        self.events = self.bytes = 0
 
 
 @dataclass
@@ -201,9 +215,7 @@ class EventIngressServicer(ingress_pb2_grpc.EventIngressServicer):
     credentials: DriverTable
     settings: GrpcIngressSettings = field(default_factory=GrpcIngressSettings)
     kicker: Kicker | None = None
-    # Test hooks and health: open Publish streams, the most bytes one stream read ahead.
     streams_open: int = 0
-    read_ahead_peak_bytes: int = 0
 
     async def _authenticate(self, context: Context) -> Principal:
         given = bearer_token(context.invocation_metadata())
@@ -263,11 +275,13 @@ class EventIngressServicer(ingress_pb2_grpc.EventIngressServicer):
                 f"at most {self.settings.max_streams} Publish streams per ingress process",
             )
         self.streams_open += 1
+        PUBLISH_STREAMS.inc()
         try:
             async for ack in self._publish(principal, request_iterator, context):
                 yield ack
         finally:
             self.streams_open -= 1
+            PUBLISH_STREAMS.dec()
 
     async def _publish(
         self, principal: Principal, request_iterator: AsyncIterator[Event], context: Context
@@ -278,7 +292,6 @@ class EventIngressServicer(ingress_pb2_grpc.EventIngressServicer):
             try:
                 async for ev in request_iterator:
                     await ahead.put(ev)
-                    self.read_ahead_peak_bytes = max(self.read_ahead_peak_bytes, ahead.peak_bytes)
             finally:
                 await ahead.end()
 
@@ -300,6 +313,7 @@ class EventIngressServicer(ingress_pb2_grpc.EventIngressServicer):
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+            ahead.close()
 
     async def _abort_unavailable(self, context: Context, exc: Exception) -> NoReturn:
         if not isinstance(exc, DatabaseUnavailable):
