@@ -3,7 +3,7 @@
 # each VAR below whose VAR_FILE is set, VAR is exported from the file, so no secret is ever
 # written into a pod spec. Then the command runs as PID 1.
 set -eu
-for var in EVENTOS_DATABASE_URL EVENTOS_ADMIN_TOKEN EVENTOS_DRIVER_TOKEN; do
+for var in EVENTOS_DATABASE_URL EVENTOS_ADMIN_TOKEN EVENTOS_INTERNAL_TOKEN; do
   eval "file=\${${var}_FILE:-}"
   if [ -n "$file" ]; then
     if [ ! -r "$file" ]; then

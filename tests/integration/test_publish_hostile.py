@@ -5,6 +5,8 @@ I3, I8): who may publish what, poison that must not stall a stream, and every bo
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -20,6 +22,10 @@ from conftest import (
     apply_and_start,
     run_service,
 )
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from eventos_ingress.app import IngressConfig, build
 from eventos_ingress.publish import driver_chain_id
 from prometheus_client import REGISTRY
@@ -27,6 +33,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from eventos import employees
 from eventos.db import Conn, connect
+from eventos.driver import Backoff, DriverClient, DriverOutbox
+from eventos.errors import ConfigError
 from eventos.service import Service
 from eventos.settings import (
     AdminSettings,
@@ -493,3 +501,82 @@ async def test_an_idle_connection_is_closed_by_the_server(
             return channel.get_state() == grpc.ChannelConnectivity.IDLE
 
         await wait_for(idle, timeout=10, what="the server closed the idle connection")
+
+
+# --- TLS ---------------------------------------------------------------------------------
+
+
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and localhost, and its key (PEM files)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "eventos-test-ingress")])
+    now = datetime.datetime.now(datetime.UTC)
+    alt = x509.SubjectAlternativeName(
+        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(alt, critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_file, key_file
+
+
+async def test_a_driver_publishes_over_tls_with_its_token(
+    ingress_with: Callable[..., Awaitable[str]], tmp_path: Path, observer: Conn
+) -> None:
+    cert_file, key_file = self_signed(tmp_path)
+    env = {
+        "EVENTOS_INGRESS_GRPC_TLS_CERT_FILE": str(cert_file),
+        "EVENTOS_INGRESS_GRPC_TLS_KEY_FILE": str(key_file),
+    }
+    tls = GrpcIngressSettings.from_env(env)
+    target = await ingress_with(tls_cert=tls.tls_cert, tls_key=tls.tls_key)
+    outbox = DriverOutbox(tmp_path / "tls-outbox.sqlite")
+    try:
+        client = DriverClient(target, "drv-1", outbox, 60.0, ack_timeout_s=10.0,
+                              token=DRIVER_TOKEN, root_certificates=cert_file.read_bytes(),
+                              backoff=Backoff(initial_s=0.05, max_s=0.5))  # fmt: skip
+        async with client:
+            seq = await client.enqueue(SOURCE, "over-tls", "message", envelope("over-tls"))
+            await client.wait_acked(seq, timeout=30)
+        assert outbox.pending_count() == 0 and outbox.rejected() == []
+    finally:
+        outbox.close()
+    assert sorted(r["t"] for r in await stored(observer, "over-tls")) == ["dedupe", "ingress"]
+
+    # Plaintext against the TLS port never gets an answer.
+    with pytest.raises(grpc.aio.AioRpcError) as plain:
+        await publish(target, [event(1, "plaintext")])
+    assert plain.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert await stored(observer, "plaintext") == []
+
+
+async def test_the_ingress_refuses_to_boot_serving_plaintext_off_loopback(
+    db_settings: DatabaseSettings, tmp_path: Path
+) -> None:
+    cfg = IngressConfig(
+        database=db_settings,
+        service=ServiceSettings("ingress", host="0.0.0.0", http_port=0, grpc_port=0),
+        admin=AdminSettings("test-admin-token-hostile-0123"),
+        secrets=SecretStore(env=SECRETS),
+        blob_dir=tmp_path / "blobs",
+    )
+    with pytest.raises(ConfigError, match="EVENTOS_INGRESS_GRPC_INSECURE=true"):
+        await build(cfg)
