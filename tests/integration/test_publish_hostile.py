@@ -580,3 +580,66 @@ async def test_the_ingress_refuses_to_boot_serving_plaintext_off_loopback(
     )
     with pytest.raises(ConfigError, match="EVENTOS_INGRESS_GRPC_INSECURE=true"):
         await build(cfg)
+
+
+class FreezableProxy:
+    """A TCP proxy in front of the ingress that can go silent both ways: a peer that died
+    without closing its connection (a pulled cable, a crashed NAT)."""
+
+    def __init__(self, target: str) -> None:
+        self.host, port = target.rsplit(":", 1)
+        self.port = int(port)
+        self.frozen = asyncio.Event()
+        self.server: asyncio.Server | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+        return f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        while chunk := await src.read(65536):
+            if self.frozen.is_set():
+                await asyncio.Event().wait()  # swallow everything from now on
+            dst.write(chunk)
+            await dst.drain()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        for task in (self._pipe(reader, up_writer), self._pipe(up_reader, writer)):
+            t = asyncio.create_task(task)
+            self.tasks.add(t)
+
+    async def stop(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.server is not None:
+            self.server.close()
+
+
+async def test_a_dead_peers_stream_is_dropped_by_keepalive(
+    ingress_with: Callable[..., Awaitable[str]],
+) -> None:
+    target = await ingress_with(keepalive_time_s=1, keepalive_timeout_s=1)
+    proxy = FreezableProxy(target)
+    via = await proxy.start()
+    release = asyncio.Event()
+    before = gauge("eventos_publish_streams")
+    channel, call = await open_stream(via, release)
+    try:
+        opened = await wait_for(
+            lambda: asyncio.sleep(0, gauge("eventos_publish_streams") - before == 1),
+            what="the stream open",
+        )
+        assert opened
+        proxy.frozen.set()
+        await wait_for(
+            lambda: asyncio.sleep(0, gauge("eventos_publish_streams") == before),
+            timeout=15,
+            what="the server dropped the dead peer's stream",
+        )
+    finally:
+        call.cancel()
+        await channel.close()
+        await proxy.stop()

@@ -60,6 +60,7 @@ FLUSH_ON_STOP_S = 5.0
 CHANNEL_OPTIONS = (
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.http2.ping_timeout_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
 )

@@ -288,8 +288,11 @@ class GrpcIngressSettings:
             ("grpc.max_receive_message_length", self.max_message_bytes),
             ("grpc.keepalive_time_ms", int(self.keepalive_time_s * ms)),
             ("grpc.keepalive_timeout_ms", int(self.keepalive_timeout_s * ms)),
+            # Newer gRPC cores time a sent ping out by this one (default 60 s).
+            ("grpc.http2.ping_timeout_ms", int(self.keepalive_timeout_s * ms)),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.http2.min_sent_ping_interval_without_data_ms", int(self.keepalive_time_s * ms)),
             # Drivers ping every 30 s or more (eventos.driver); faster pings are refused.
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 10 * ms),
             ("grpc.max_connection_idle_ms", int(self.max_connection_idle_s * ms)),
