@@ -643,3 +643,77 @@ async def test_a_dead_peers_stream_is_dropped_by_keepalive(
         call.cancel()
         await channel.close()
         await proxy.stop()
+
+
+async def test_one_driver_cannot_take_every_stream(
+    ingress_with: Callable[..., Awaitable[str]], courier: str
+) -> None:
+    target = await ingress_with(max_streams_per_driver=2)
+    release = asyncio.Event()
+    before = gauge("eventos_publish_streams")
+    held = [await open_stream(target, release) for _ in range(2)]
+    try:
+        await wait_for(
+            lambda: asyncio.sleep(0, gauge("eventos_publish_streams") - before == 2),
+            what="two streams of drv-1 open",
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await publish(target, [event(1, "third-of-drv-1")])
+        other = event(1, "while-drv-1-is-full", driver_id="drv-2", source_key="grpc:drv-2")
+        (ack,) = await publish(target, [other], COURIER_DRIVER_TOKEN)
+    finally:
+        release.set()
+        for channel, call in held:
+            assert [a async for a in call] == []
+            await channel.close()
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "drv-1" in str(refused.value.details())
+    assert ack.status == ACCEPTED
+
+
+async def test_a_connection_past_its_maximum_age_is_closed(
+    ingress_with: Callable[..., Awaitable[str]],
+) -> None:
+    target = await ingress_with(max_connection_age_s=1, max_connection_age_grace_s=0.5)
+    release = asyncio.Event()
+    before = gauge("eventos_publish_streams")
+    channel, call = await open_stream(target, release)
+    try:
+        await wait_for(
+            lambda: asyncio.sleep(0, gauge("eventos_publish_streams") - before == 1),
+            what="the stream open",
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await asyncio.wait_for(call.read(), 15)
+        assert gauge("eventos_publish_streams") == before
+        assert ended.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+    finally:
+        release.set()
+        await channel.close()
+
+
+async def test_a_message_that_does_not_parse_ends_only_its_own_call(
+    started: str, ingress_grpc: str
+) -> None:
+    not_utf8 = b"\x0a\x02\xff\xfe"  # DriverEvent.driver_id = two bytes that are not UTF-8
+    async with grpc.aio.insecure_channel(ingress_grpc) as channel:
+        raw = channel.stream_stream(
+            "/eventos.v1.EventIngress/Publish",
+            request_serializer=lambda b: b,
+            response_deserializer=ingress_pb2.Ack.FromString,
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as broken:
+            async for _ in raw(iter([not_utf8]), metadata=bearer(DRIVER_TOKEN), timeout=CALL_S):
+                pass
+        unary = channel.unary_unary(
+            "/eventos.v1.EventIngress/Append",
+            request_serializer=lambda b: b,
+            response_deserializer=ingress_pb2.Ack.FromString,
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as unary_broken:
+            await unary(not_utf8, metadata=bearer(DRIVER_TOKEN), timeout=CALL_S)
+    assert broken.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "could not be read" in str(broken.value.details())
+    assert unary_broken.value.code() == grpc.StatusCode.UNKNOWN  # gRPC's own answer
+    (ack,) = await publish(ingress_grpc, [event(1, "after-unparseable")])
+    assert ack.status == ACCEPTED

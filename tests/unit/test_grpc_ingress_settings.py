@@ -16,12 +16,13 @@ def test_defaults_let_a_64_kb_envelope_through_and_bound_the_rest() -> None:
     s = GrpcIngressSettings.from_env({})
     assert s.max_message_bytes == 80 * 1024 > names.ENVELOPE_MAX_BYTES
     assert (s.read_ahead_events, s.read_ahead_bytes) == (1000, 4 * 1024 * 1024)
-    assert (s.max_streams, s.max_concurrent_rpcs) == (64, 256)
+    assert (s.max_streams, s.max_streams_per_driver, s.max_concurrent_rpcs) == (64, 4, 256)
     assert s.internal_token is None and not s.tls and not s.insecure
     options = dict(s.server_options())
     assert options["grpc.max_receive_message_length"] == 80 * 1024
     assert options["grpc.keepalive_time_ms"] == 30_000
     assert options["grpc.max_connection_idle_ms"] == 300_000
+    assert options["grpc.max_connection_age_ms"] == 1_800_000
 
 
 def test_every_variable_is_read() -> None:
@@ -36,13 +37,17 @@ def test_every_variable_is_read() -> None:
         "EVENTOS_INGRESS_GRPC_KEEPALIVE_TIME_S": "45",
         "EVENTOS_INGRESS_GRPC_KEEPALIVE_TIMEOUT_S": "5",
         "EVENTOS_INGRESS_GRPC_MAX_CONNECTION_IDLE_S": "60",
+        "EVENTOS_INGRESS_PUBLISH_MAX_STREAMS_PER_DRIVER": "2",
+        "EVENTOS_INGRESS_GRPC_MAX_CONNECTION_AGE_S": "900",
+        "EVENTOS_INGRESS_GRPC_MAX_CONNECTION_AGE_GRACE_S": "30",
     }
     s = GrpcIngressSettings.from_env(env)
     assert s == GrpcIngressSettings(
         internal_token="internal-token-0123456789", insecure=True, max_message_bytes=100_000,
         read_ahead_events=500, read_ahead_bytes=1_048_576, max_streams=8,
         max_concurrent_rpcs=16, keepalive_time_s=45, keepalive_timeout_s=5,
-        max_connection_idle_s=60,
+        max_connection_idle_s=60, max_streams_per_driver=2, max_connection_age_s=900,
+        max_connection_age_grace_s=30,
     )  # fmt: skip
     assert "internal-token" not in repr(s)
 

@@ -217,10 +217,17 @@ class GrpcIngressSettings:
     read_ahead_events: int = 1000
     read_ahead_bytes: int = 4 * MIB
     max_streams: int = 64
+    # A driver runs one stream at a time (eventos.driver); a few more cover a restart whose
+    # old connection keepalive has not yet dropped. No driver can take every stream.
+    max_streams_per_driver: int = 4
     max_concurrent_rpcs: int = 256
     keepalive_time_s: float = 30.0
     keepalive_timeout_s: float = 20.0
     max_connection_idle_s: float = 300.0
+    # Drivers rotate their stream before a 600 s deadline; past this age plus the grace a
+    # connection is closed whatever runs on it (its unacknowledged events are resent).
+    max_connection_age_s: float = 1800.0
+    max_connection_age_grace_s: float = 120.0
 
     @property
     def tls(self) -> bool:
@@ -246,6 +253,9 @@ class GrpcIngressSettings:
             read_ahead_events=_int(env, p + "PUBLISH_READ_AHEAD_EVENTS", cls.read_ahead_events),
             read_ahead_bytes=_int(env, p + "PUBLISH_READ_AHEAD_BYTES", cls.read_ahead_bytes),
             max_streams=_int(env, p + "PUBLISH_MAX_STREAMS", cls.max_streams),
+            max_streams_per_driver=_int(
+                env, p + "PUBLISH_MAX_STREAMS_PER_DRIVER", cls.max_streams_per_driver
+            ),
             max_concurrent_rpcs=_int(env, p + "GRPC_MAX_CONCURRENT_RPCS", cls.max_concurrent_rpcs),
             keepalive_time_s=_float(env, p + "GRPC_KEEPALIVE_TIME_S", cls.keepalive_time_s),
             keepalive_timeout_s=_float(
@@ -253,6 +263,12 @@ class GrpcIngressSettings:
             ),
             max_connection_idle_s=_float(
                 env, p + "GRPC_MAX_CONNECTION_IDLE_S", cls.max_connection_idle_s
+            ),
+            max_connection_age_s=_float(
+                env, p + "GRPC_MAX_CONNECTION_AGE_S", cls.max_connection_age_s
+            ),
+            max_connection_age_grace_s=_float(
+                env, p + "GRPC_MAX_CONNECTION_AGE_GRACE_S", cls.max_connection_age_grace_s
             ),
         )
         settings.check_bounds()
@@ -266,10 +282,14 @@ class GrpcIngressSettings:
         _bounded(p + "PUBLISH_READ_AHEAD_EVENTS", self.read_ahead_events, 1, 1000)
         _bounded(p + "PUBLISH_READ_AHEAD_BYTES", self.read_ahead_bytes, 64 * KIB, 1024 * MIB)
         _bounded(p + "PUBLISH_MAX_STREAMS", self.max_streams, 1, 100_000)
+        _bounded(p + "PUBLISH_MAX_STREAMS_PER_DRIVER", self.max_streams_per_driver, 1, 100_000)
         _bounded(p + "GRPC_MAX_CONCURRENT_RPCS", self.max_concurrent_rpcs, 1, 100_000)
         _bounded(p + "GRPC_KEEPALIVE_TIME_S", self.keepalive_time_s, 1, 86_400)
         _bounded(p + "GRPC_KEEPALIVE_TIMEOUT_S", self.keepalive_timeout_s, 1, 3600)
         _bounded(p + "GRPC_MAX_CONNECTION_IDLE_S", self.max_connection_idle_s, 0.1, 86_400)
+        _bounded(p + "GRPC_MAX_CONNECTION_AGE_S", self.max_connection_age_s, 0.1, 30 * 86_400)
+        grace = self.max_connection_age_grace_s
+        _bounded(p + "GRPC_MAX_CONNECTION_AGE_GRACE_S", grace, 0, 86_400)
 
     def check_transport(self, host: str) -> None:
         """Refuse plaintext gRPC off loopback unless the operator said so."""
@@ -296,6 +316,8 @@ class GrpcIngressSettings:
             # Drivers ping every 30 s or more (eventos.driver); faster pings are refused.
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 10 * ms),
             ("grpc.max_connection_idle_ms", int(self.max_connection_idle_s * ms)),
+            ("grpc.max_connection_age_ms", int(self.max_connection_age_s * ms)),
+            ("grpc.max_connection_age_grace_ms", int(self.max_connection_age_grace_s * ms)),
         )
 
 

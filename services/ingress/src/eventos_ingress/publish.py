@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import NoReturn, TypeAlias
@@ -216,6 +216,7 @@ class EventIngressServicer(ingress_pb2_grpc.EventIngressServicer):
     settings: GrpcIngressSettings = field(default_factory=GrpcIngressSettings)
     kicker: Kicker | None = None
     streams_open: int = 0
+    _driver_streams: Counter[str] = field(default_factory=Counter)
 
     async def _authenticate(self, context: Context) -> Principal:
         given = bearer_token(context.invocation_metadata())
@@ -274,13 +275,22 @@ class EventIngressServicer(ingress_pb2_grpc.EventIngressServicer):
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"at most {self.settings.max_streams} Publish streams per ingress process",
             )
+        who = principal.driver_id if isinstance(principal, Driver) else ""
+        if who and self._driver_streams[who] >= self.settings.max_streams_per_driver:
+            await abort(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"driver {who!r} has {self.settings.max_streams_per_driver} Publish streams open",
+            )
         self.streams_open += 1
+        self._driver_streams[who] += 1
         PUBLISH_STREAMS.inc()
         try:
             async for ack in self._publish(principal, request_iterator, context):
                 yield ack
         finally:
             self.streams_open -= 1
+            self._driver_streams[who] -= 1
             PUBLISH_STREAMS.dec()
 
     async def _publish(
@@ -288,10 +298,14 @@ class EventIngressServicer(ingress_pb2_grpc.EventIngressServicer):
     ) -> AsyncIterator[ingress_pb2.Ack]:
         ahead = ReadAhead(self.settings.read_ahead_events, self.settings.read_ahead_bytes)
 
+        unreadable: list[BaseException] = []
+
         async def read() -> None:
             try:
                 async for ev in request_iterator:
                     await ahead.put(ev)
+            except Exception as exc:  # a message that does not parse (not UTF-8, truncated)
+                unreadable.append(exc)
             finally:
                 await ahead.end()
 
@@ -310,6 +324,10 @@ class EventIngressServicer(ingress_pb2_grpc.EventIngressServicer):
                 for ack in acks:
                     yield ack
                 await ahead.release(batch)
+            if unreadable:
+                # Everything before it is answered; the driver sees why the stream ended.
+                await abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                            f"a message could not be read: {unreadable[0]!r}"[:500])  # fmt: skip
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
