@@ -48,6 +48,7 @@ from harness import (
     wait_routed,
 )
 
+from eventos import names
 from eventos.v1 import ingress_pb2, ingress_pb2_grpc
 
 STREAM_DEADLINE_S = 150.0  # every Publish call has a deadline; a phase cannot run longer
@@ -127,6 +128,20 @@ def envelope(driver: str, event_id: str, size: int) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
+def driver_token(driver: str) -> str:
+    """The bench's token of a driver (stable per driver id, so a rerun needs no state)."""
+    return f"bench-token-{driver}-0123456789"
+
+
+def driver_secrets(drivers: list[str]) -> dict[str, str]:
+    """Each driver's token under its default reference `driver-<id>` (SecretStore naming)."""
+    env = {}
+    for d in drivers:
+        ref = names.driver_token_ref(d)
+        env["EVENTOS_SECRET_" + ref.upper().replace("-", "_").replace(".", "_")] = driver_token(d)
+    return env
+
+
 async def publish_stream(
     target: str, driver: str, events: int, prefix: str, window: int, size: int
 ) -> StreamResult:
@@ -155,7 +170,8 @@ async def publish_stream(
 
     async with grpc.aio.insecure_channel(target) as channel:
         stub = ingress_pb2_grpc.EventIngressStub(channel)
-        call = stub.Publish(requests(), timeout=STREAM_DEADLINE_S)
+        auth = (("authorization", f"Bearer {driver_token(driver)}"),)
+        call = stub.Publish(requests(), timeout=STREAM_DEADLINE_S, metadata=auth)
         expected = 1
         try:
             async for ack in call:
@@ -220,7 +236,11 @@ class Bench:
         if not self.args.no_router:
             self.router = start_router(self.stack, self.url)
         self.ingress = start_ingress(
-            self.stack, self.url, router=self.router, env={}, profile_to=self.args.profile
+            self.stack,
+            self.url,
+            router=self.router,
+            env=driver_secrets(self.drivers),
+            profile_to=self.args.profile,
         )
         name = f"bench-{self.tag}"
         triggers = "\n".join(f"    - {{kind: grpc, driver: {d}}}" for d in self.drivers)

@@ -13,10 +13,19 @@ from psycopg_pool import AsyncConnectionPool
 from eventos import employees
 from eventos.db import Conn
 from eventos.service import Service
-from eventos.settings import AdminSettings, DatabaseSettings, SecretStore, ServiceSettings
+from eventos.settings import (
+    AdminSettings,
+    DatabaseSettings,
+    GrpcIngressSettings,
+    SecretStore,
+    ServiceSettings,
+)
 from eventos.spec import load_specs
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
+DRIVER_TOKEN = "test-driver-drv-1-token-0123"  # drv-1's token, by its default reference
+INTERNAL_TOKEN = "test-internal-token-0123456789"
+COURIER_DRIVER_TOKEN = "test-driver-drv-2-token-0123"  # drv-2's, by its `token:` reference
 E2E_TIMEOUT_S = 900  # hang limit of an end-to-end test (pyproject's default is 300 s)
 SECRETS = {
     "EVENTOS_SECRET_STRIPE_WHSEC": "whsec_test_stripe",
@@ -25,6 +34,8 @@ SECRETS = {
     "EVENTOS_SECRET_META_APP": "meta-app-secret",
     "EVENTOS_SECRET_DEPLOY_HOOK": "deploy-secret",
     "EVENTOS_SECRET_PLAIN_TOKEN": "plain-token-value",
+    "EVENTOS_SECRET_DRIVER_DRV_1": DRIVER_TOKEN,
+    "EVENTOS_SECRET_COURIER_DRIVER": COURIER_DRIVER_TOKEN,
 }
 
 SPEC = """
@@ -95,6 +106,7 @@ async def ingress(db_settings: DatabaseSettings, tmp_path: Path) -> AsyncIterato
         admin=AdminSettings(ADMIN_TOKEN),
         secrets=SecretStore(env=SECRETS),
         spool_dir=tmp_path / "spool",
+        grpc=GrpcIngressSettings(internal_token=INTERNAL_TOKEN),
     )
     service = await build(cfg)
     task = await run_service(service)

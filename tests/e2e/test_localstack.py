@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 from conftest import E2E_TIMEOUT_S
@@ -23,6 +24,7 @@ from conftest import E2E_TIMEOUT_S
 from eventos import names
 from eventos.processes import pid_alive
 from eventos.testing import wait_for_sync
+from eventos.v1 import ingress_pb2, ingress_pb2_grpc
 
 # Whole stacks of processes on a small shared machine: a longer hang limit than the default.
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
@@ -133,6 +135,17 @@ def employees(doc: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["state"] for e in found["employees"]}
 
 
+def internal_append(doc: dict[str, Any], key: str) -> Any:
+    """Append one internal event over gRPC with the instance's internal token."""
+    body = {"specversion": "1.0", "id": key, "source": "/e2e", "type": "eventos.e2e"}
+    ev = ingress_pb2.DriverEvent(driver_id="e2e", seq=1, source_key="internal:e2e",
+                                 dedupe_key=key, type="eventos.e2e",
+                                 envelope=json.dumps(body).encode())  # fmt: skip
+    auth = (("authorization", f"Bearer {doc['internal_token']}"),)
+    with grpc.insecure_channel(doc["services"]["ingress"]["grpc"]) as channel:
+        return ingress_pb2_grpc.EventIngressStub(channel).Append(ev, timeout=10, metadata=auth)
+
+
 def check_services(doc: dict[str, Any]) -> None:
     assert set(doc["services"]) == set(names.SERVICES)
     for name, svc in doc["services"].items():
@@ -152,6 +165,8 @@ def test_starts_serves_and_stops_on_ctrl_c(launch: Callable[..., Run]) -> None:
     assert doc["database"]["url"].endswith("/eventos") and doc["database"]["embedded"]
     assert doc["temporal"]["address"] and doc["temporal"]["namespace"] == "default"
     assert len(doc["admin_token"]) >= 32
+    assert len(doc["internal_token"]) >= 32 and doc["internal_token"] != doc["admin_token"]
+    assert internal_append(doc, "e2e-internal").status == ingress_pb2.Ack.ACCEPTED
     assert doc["ingress_url"] == doc["services"]["ingress"]["http"]
     check_services(doc)
     # hello needs nothing; support needs credentials nobody gave, so it was skipped.
@@ -199,6 +214,7 @@ def test_restarts_cleanly_after_the_launcher_is_killed(launch: Callable[..., Run
     assert employees(after) == {"hello": "running"}
     assert "hello: running (generation 1)" in second.log()
     assert after["admin_token"] == before["admin_token"]
+    assert after["internal_token"] == before["internal_token"]
 
     second.process.send_signal(signal.SIGTERM)
     assert second.process.wait(STOP_S) == 0, second.log()

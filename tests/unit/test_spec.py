@@ -140,3 +140,38 @@ def test_llm_class_setting() -> None:
     assert llm_classes({"LLM_CLASS": "llm-c3, 1"}) == (1, 3)
     with pytest.raises(ConfigError):
         llm_classes({"LLM_CLASS": "c5"})
+
+
+DRIVERS = """
+apiVersion: eventos/v1
+kind: Employee
+metadata: {name: courier}
+spec:
+  agents: [{name: main, model: {provider: local, name: scripted}}]
+  triggers:
+    - {kind: grpc, driver: drv-1}
+    - {kind: grpc, driver: drv-2, token: courier-driver}
+"""
+
+
+def test_a_grpc_trigger_names_its_drivers_token_by_reference() -> None:
+    (spec,) = load_specs(DRIVERS)
+    rows = compile_subscriptions(spec, 1)
+    assert [(r["source_key"], r["params"].obj["token"]) for r in rows] == [  # type: ignore[attr-defined]
+        ("grpc:drv-1", "driver-drv-1"),
+        ("grpc:drv-2", "courier-driver"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("trigger", "fragment"),
+    [
+        ("{kind: grpc, driver: drv-1, token: sk-live-pasted}", "secret reference"),
+        ("{kind: webhook, path: x, verify: {scheme: none}, dedupe_header: X, token: t}", "grpc"),
+    ],
+)
+def test_a_driver_token_is_a_reference_on_grpc_triggers_only(trigger: str, fragment: str) -> None:
+    text = DRIVERS.split("  triggers:")[0] + f"  triggers:\n    - {trigger}\n"
+    errors = errors_of(text)
+    assert any(path.startswith("spec.triggers[0]") and fragment in message
+               for path, message in errors.items()), errors  # fmt: skip

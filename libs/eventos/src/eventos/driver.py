@@ -55,6 +55,15 @@ ROTATE_DRAIN_MAX_S = 30.0
 # An idle sender still looks at the outbox this often, for events enqueued without notify().
 IDLE_POLL_S = 1.0
 FLUSH_ON_STOP_S = 5.0
+# Pings keep NATs and proxies from dropping a quiet stream and find a dead server; 30 s is
+# the ingress's keepalive too and above the 10 s it accepts (EVENTOS_INGRESS_GRPC_*).
+CHANNEL_OPTIONS = (
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.http2.ping_timeout_ms", 20_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+)
 
 
 class DriverStreamBroken(EventOSError):
@@ -118,9 +127,14 @@ class DriverClient:
         max_in_flight: int = names.PUBLISH_IN_FLIGHT_MAX,
         ack_timeout_s: float = 30.0,
         backoff: Backoff | None = None,
+        token: str | None = None,
+        root_certificates: bytes | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         metadata: Sequence[tuple[str, str]] = (),
     ) -> None:
+        """`token` is the driver's token (sent as `authorization: Bearer`); with
+        `root_certificates` (PEM) the channel is TLS and the server is verified against them.
+        `credentials` replaces both for other set-ups (mTLS)."""
         if not 1 <= max_in_flight <= names.PUBLISH_IN_FLIGHT_MAX:
             raise ValueError(f"max_in_flight must be in 1..{names.PUBLISH_IN_FLIGHT_MAX}")
         if deadline_s <= 0 or ack_timeout_s <= 0:
@@ -132,8 +146,11 @@ class DriverClient:
         self.max_in_flight = max_in_flight
         self.ack_timeout_s = ack_timeout_s
         self.backoff = backoff or Backoff()
+        if credentials is None and root_certificates is not None:
+            credentials = grpc.ssl_channel_credentials(root_certificates=root_certificates)
         self.credentials = credentials
-        self.metadata = tuple(metadata)
+        auth = (("authorization", f"Bearer {token}"),) if token else ()
+        self.metadata = (*auth, *metadata)
         # Test hooks and health: tests wait on these instead of sleeping.
         self.streams_opened = 0
         self.acks_received = 0
@@ -294,9 +311,9 @@ class DriverClient:
     @contextlib.asynccontextmanager
     async def _channel(self) -> AsyncIterator[Any]:
         if self.credentials is None:
-            channel = grpc.aio.insecure_channel(self.target)
+            channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
         else:
-            channel = grpc.aio.secure_channel(self.target, self.credentials)
+            channel = grpc.aio.secure_channel(self.target, self.credentials, CHANNEL_OPTIONS)
         async with channel:
             yield channel
 

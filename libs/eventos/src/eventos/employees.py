@@ -75,6 +75,8 @@ def compile_subscriptions(spec: EmployeeSpec, generation: int) -> list[dict[str,
             include={"verify", "max_body", "dedupe_header", "schedule", "interval_s", "text"},
             exclude_none=True,
         )
+        if t.token_ref is not None:
+            params["token"] = t.token_ref  # a reference, never the token (SPEC §5)
         rows.append(
             {
                 "employee": spec.name,

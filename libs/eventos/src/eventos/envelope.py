@@ -10,6 +10,7 @@ from typing import Any
 
 from eventos import names
 from eventos.errors import EventRejected
+from eventos.jsonsafe import REASON_NOT_JSON, loads_storable
 
 # Headers worth keeping; never authorization, cookie, proxy-authorization or a secret header.
 HEADER_ALLOWLIST = frozenset(
@@ -84,10 +85,12 @@ def check_driver_envelope(raw: bytes, *, by_reference: bool) -> dict[str, Any] |
     if len(raw) > names.ENVELOPE_MAX_BYTES:
         # Nothing over 64 KB enters the bus inline (I7); a larger body travels as body_ref.
         raise EventRejected(f"envelope is {len(raw)} bytes, over 64 KB")
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EventRejected(f"envelope is not JSON: {exc}") from None
+    # Storable or rejected here: NUL, a lone surrogate or deep nesting is this event's fault
+    # and must never fail the batch it travels in (iterative checks, no RecursionError).
+    doc, fault = loads_storable(raw)
+    if fault is not None:
+        raise EventRejected(f"envelope is {fault}" if fault == REASON_NOT_JSON else
+                            f"envelope {fault}")  # fmt: skip
     if not isinstance(doc, dict):
         raise EventRejected("envelope must be a JSON object")
     missing = [a for a in REQUIRED_ATTRIBUTES if not isinstance(doc.get(a), str) or not doc.get(a)]

@@ -5,8 +5,8 @@ tier S flags (unless TEMPORAL_ADDRESS is set), migrations, and the six services 
 processes, each in its own process group and health-checked on /readyz before the instance
 says "ready". State lives under `.eventos/` of the working directory: `stack.json` (every
 address, written once ready, removed on a clean stop), `pids.json` (what a later run stops
-after a crash), `admin-token`, `logs/`, `pg/`, `temporal/`, `spool/` (webhook bodies while
-they arrive), `secrets/`.
+after a crash), `admin-token`, `internal-token`, `logs/`, `pg/`, `temporal/`, `spool/` (webhook
+bodies while they arrive), `secrets/`.
 
 `LocalStack` is the programmatic form the tests use; `python -m eventos.localstack` wraps it
 with signal handling, a summary and one command to try.
@@ -89,6 +89,7 @@ class LocalStack:
     temporal_address: str = ""
     temporal_namespace: str = "default"
     admin_token: str = field(default="", repr=False)
+    internal_token: str = field(default="", repr=False)
     services: dict[str, ServiceProcess] = field(default_factory=dict)
     employees: list[ExampleOutcome] = field(default_factory=list)
     postgres: EmbeddedPostgres | None = None
@@ -156,7 +157,8 @@ class LocalStack:
             for step in (self._start_database, self._migrate, self._start_temporal):
                 self._check_stop()
                 step()
-            self.admin_token = self._token()
+            self.admin_token = self._token("EVENTOS_ADMIN_TOKEN", "admin-token")
+            self.internal_token = self._token("EVENTOS_INTERNAL_TOKEN", "internal-token")
             self._check_stop()
             self._spawn_services()
             self._wait_ready()
@@ -225,12 +227,12 @@ class LocalStack:
             link.unlink(missing_ok=True)
             link.symlink_to(os.path.relpath(target, self.logs_dir))
 
-    def _token(self) -> str:
-        """EVENTOS_ADMIN_TOKEN if set, else the one generated on the first run."""
-        given = self.env.get("EVENTOS_ADMIN_TOKEN")
+    def _token(self, variable: str, filename: str) -> str:
+        """The token `variable` if set, else the one generated on the first run."""
+        given = self.env.get(variable)
         if given:
             return given
-        path = self.state_dir / "admin-token"
+        path = self.state_dir / filename
         if path.exists():
             return path.read_text().strip()
         token = secrets.token_urlsafe(32)
@@ -266,7 +268,8 @@ class LocalStack:
                 "TEMPORAL_ADDRESS": self.temporal_address,
                 "TEMPORAL_NAMESPACE": self.temporal_namespace,
                 "EVENTOS_ADMIN_TOKEN": self.admin_token,
-                "EVENTOS_BIND_HOST": HOST,
+                "EVENTOS_INTERNAL_TOKEN": self.internal_token,
+                "EVENTOS_BIND_HOST": HOST,  # loopback: plaintext gRPC is allowed here
                 "EVENTOS_INGRESS_SPOOL_DIR": str(self.state_dir / "spool"),
                 "EVENTOS_SECRETS_DIR": str(self.secrets_dir),
                 "PYTHONUNBUFFERED": "1",
@@ -355,6 +358,7 @@ class LocalStack:
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "ingress_url": self.ingress_url,
             "admin_token": self.admin_token,
+            "internal_token": self.internal_token,
             "database": database,
             "temporal": temporal,
             "services": {n: s.to_json() for n, s in self.services.items()},
@@ -434,7 +438,9 @@ class LocalStack:
             lines.append(f"  {svc.name:<17} {svc.http_url}{grpc}")
         lines.append(f"  {'PostgreSQL':<17} {self.database_url}")
         lines.append(f"  {'Temporal':<17} {self.temporal_address} ({self.temporal_namespace})")
-        lines.append(f"  {'addresses':<17} {STATE_DIR}/stack.json (admin token inside)")
+        lines.append(
+            f"  {'addresses':<17} {STATE_DIR}/stack.json (admin and internal tokens inside)"
+        )
         for outcome in self.employees:
             lines.append(f"  {'employee':<17} {outcome.describe()}")
         lines += ["", f"Try:  {self.command_to_try()}", "Ctrl-C stops everything."]

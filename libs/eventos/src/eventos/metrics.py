@@ -17,6 +17,15 @@ INGRESS_ANSWERS = Counter(
     "eventos_ingress_answers_total", "HTTP answers of /hooks by status code.", ["code"]
 )
 PUBLISH_ACKS = Counter("eventos_publish_acks_total", "gRPC Publish acks by status.", ["status"])
+PUBLISH_STREAMS = Gauge("eventos_publish_streams", "Open gRPC Publish streams.")
+PUBLISH_READ_AHEAD_BYTES = Gauge(
+    "eventos_publish_read_ahead_bytes",
+    "Bytes of Publish events read and not yet acknowledged, over all streams.",
+)
+PUBLISH_READ_AHEAD_EVENTS = Gauge(
+    "eventos_publish_read_ahead_events",
+    "Publish events read and not yet acknowledged, over all streams.",
+)
 ROUTER_ROWS = Counter(
     "eventos_router_rows_total", "Ingress rows settled by the router.", ["outcome"]
 )

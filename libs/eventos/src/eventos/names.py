@@ -81,11 +81,36 @@ COMMIT_QUEUE_MAX: Final = 4096
 SOURCE_WEBHOOK: Final = "webhook"
 SOURCE_CHAT: Final = "chat"
 SOURCE_GRPC: Final = "grpc"
+# Internal producers (alarms, employee messaging, tools, the platform itself). No spec trigger
+# declares these kinds; over gRPC only the internal credential may publish them (SPEC §6.3).
+SOURCE_INTERNAL: Final = "internal"
+SOURCE_ALARM: Final = "alarm"
+SOURCE_IPC: Final = "ipc"
+SOURCE_TOOL: Final = "tool"
+INTERNAL_SOURCE_KINDS: Final = (SOURCE_INTERNAL, SOURCE_ALARM, SOURCE_IPC, SOURCE_TOOL)
+# Sources the HTTP edge owns: never publishable over gRPC, by anyone.
+HTTP_EDGE_SOURCE_KINDS: Final = (SOURCE_WEBHOOK, SOURCE_CHAT)
+# A grpc trigger without `token:` names the secret `driver-<driver id>`.
+DRIVER_TOKEN_REF_PREFIX: Final = "driver-"
+# Bounds of a DriverEvent's string fields (UTF-8 bytes). Dedupe keys may be longer: the bus
+# stores keys past DEDUPE_KEY_MAX_BYTES as their sha256.
+DRIVER_FIELD_MAX_BYTES: Final = 256
+DRIVER_DEDUPE_KEY_MAX_BYTES: Final = 8192
 
 
 def source_key(kind: str, scope: str) -> str:
     """The source key of a trigger kind and its scope (path, employee, driver id)."""
     return f"{kind}:{scope}"
+
+
+def source_kind(source: str) -> str:
+    """The kind of a source key (`webhook` of `webhook:stripe`)."""
+    return source.split(":", 1)[0]
+
+
+def driver_token_ref(driver: str) -> str:
+    """The default secret reference of a driver's token."""
+    return DRIVER_TOKEN_REF_PREFIX + driver
 
 
 def stream_key(employee: str, generation: int, lane: str, thread: str) -> str:

@@ -102,6 +102,15 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]], grace_s: float) ->
                     ", ".join(t.get_name() for t in pending))  # fmt: skip
 
 
+@dataclass(frozen=True)
+class GrpcServerOptions:
+    """How a service's gRPC server is bounded and secured (channel arguments, TLS, RPCs)."""
+
+    options: tuple[tuple[str, int], ...] = ()
+    credentials: grpc.ServerCredentials | None = None
+    max_concurrent_rpcs: int | None = None
+
+
 @dataclass
 class Service:
     """One running service: its HTTP app, gRPC server and background loops."""
@@ -113,6 +122,7 @@ class Service:
     routes: list[BaseRoute] = field(default_factory=list)
     checks: dict[str, ReadinessCheck] = field(default_factory=dict)
     grpc_registrars: list[GrpcRegistrar] = field(default_factory=list)
+    grpc_server: GrpcServerOptions = field(default_factory=GrpcServerOptions)
     loops: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     http_bounds: HttpBounds = field(default_factory=HttpBounds)
@@ -174,12 +184,19 @@ class Service:
     async def _start_grpc(self) -> grpc.aio.Server | None:
         if self.grpc_port is None:
             return None
-        server = grpc.aio.server()
+        opts = self.grpc_server
+        server = grpc.aio.server(
+            options=list(opts.options), maximum_concurrent_rpcs=opts.max_concurrent_rpcs
+        )
         servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
         for register in self.grpc_registrars:
             register(server)
-        self.bound_grpc_port = server.add_insecure_port(f"{self.host}:{self.grpc_port}")
+        address = f"{self.host}:{self.grpc_port}"
+        if opts.credentials is None:
+            self.bound_grpc_port = server.add_insecure_port(address)
+        else:
+            self.bound_grpc_port = server.add_secure_port(address, opts.credentials)
         await server.start()
         await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
         return server

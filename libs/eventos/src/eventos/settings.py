@@ -5,6 +5,7 @@ Bad values fail at boot; secrets never appear when a settings object is printed.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,52 @@ def env_int(env: Mapping[str, str], name: str, default: int) -> int:
     if value <= 0:
         raise ConfigError(f"{name} must be positive, got {value}")
     return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
+
+
+def _bounded(name: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low:g} and {high:g}, got {value:g}")
+
+
+def _file(env: Mapping[str, str], name: str) -> bytes | None:
+    path = env.get(name, "")
+    if not path:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{name}: cannot read {path!r} ({exc.strerror})") from None
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind host only listens on this machine (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _redact_url(url: str) -> str:
@@ -154,6 +201,132 @@ class AdminSettings:
         if len(token) < 16:
             raise ConfigError("EVENTOS_ADMIN_TOKEN must be at least 16 characters")
         return cls(token=token)
+
+
+KIB = 1024
+MIB = 1024 * 1024
+GRPC_TLS_VARS = "EVENTOS_INGRESS_GRPC_TLS_CERT_FILE/EVENTOS_INGRESS_GRPC_TLS_KEY_FILE"
+
+
+@dataclass(frozen=True)
+class GrpcIngressSettings:
+    """The gRPC EventIngress edge (SPEC §6.3): credentials, transport and every bound.
+
+    Defaults let real traffic (a 1,000-event Publish burst of 64 KB envelopes) through
+    untouched while one peer cannot hold more than a few MiB of the process's memory.
+    """
+
+    internal_token: str | None = field(default=None, repr=False)
+    tls_cert: bytes | None = field(default=None, repr=False)
+    tls_key: bytes | None = field(default=None, repr=False)
+    insecure: bool = False
+    # A 64 KB envelope plus the other fields and protobuf framing.
+    max_message_bytes: int = 64 * KIB + 16 * KIB
+    read_ahead_events: int = 1000
+    read_ahead_bytes: int = 4 * MIB
+    max_streams: int = 64
+    # A driver runs one stream at a time (eventos.driver); a few more cover a restart whose
+    # old connection keepalive has not yet dropped. No driver can take every stream.
+    max_streams_per_driver: int = 4
+    max_concurrent_rpcs: int = 256
+    keepalive_time_s: float = 30.0
+    keepalive_timeout_s: float = 20.0
+    max_connection_idle_s: float = 300.0
+    # Drivers rotate their stream before a 600 s deadline; past this age plus the grace a
+    # connection is closed whatever runs on it (its unacknowledged events are resent).
+    max_connection_age_s: float = 1800.0
+    max_connection_age_grace_s: float = 120.0
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> GrpcIngressSettings:
+        env = os.environ if env is None else env
+        token = env.get("EVENTOS_INTERNAL_TOKEN") or None
+        if token is not None and len(token) < 16:
+            raise ConfigError("EVENTOS_INTERNAL_TOKEN must be at least 16 characters")
+        cert = _file(env, "EVENTOS_INGRESS_GRPC_TLS_CERT_FILE")
+        key = _file(env, "EVENTOS_INGRESS_GRPC_TLS_KEY_FILE")
+        if (cert is None) != (key is None):
+            raise ConfigError(f"{GRPC_TLS_VARS}: set both or neither")
+        p = "EVENTOS_INGRESS_"
+        settings = cls(
+            internal_token=token,
+            tls_cert=cert,
+            tls_key=key,
+            insecure=_bool(env, p + "GRPC_INSECURE", False),
+            max_message_bytes=_int(env, p + "GRPC_MAX_MESSAGE_BYTES", cls.max_message_bytes),
+            read_ahead_events=_int(env, p + "PUBLISH_READ_AHEAD_EVENTS", cls.read_ahead_events),
+            read_ahead_bytes=_int(env, p + "PUBLISH_READ_AHEAD_BYTES", cls.read_ahead_bytes),
+            max_streams=_int(env, p + "PUBLISH_MAX_STREAMS", cls.max_streams),
+            max_streams_per_driver=_int(
+                env, p + "PUBLISH_MAX_STREAMS_PER_DRIVER", cls.max_streams_per_driver
+            ),
+            max_concurrent_rpcs=_int(env, p + "GRPC_MAX_CONCURRENT_RPCS", cls.max_concurrent_rpcs),
+            keepalive_time_s=_float(env, p + "GRPC_KEEPALIVE_TIME_S", cls.keepalive_time_s),
+            keepalive_timeout_s=_float(
+                env, p + "GRPC_KEEPALIVE_TIMEOUT_S", cls.keepalive_timeout_s
+            ),
+            max_connection_idle_s=_float(
+                env, p + "GRPC_MAX_CONNECTION_IDLE_S", cls.max_connection_idle_s
+            ),
+            max_connection_age_s=_float(
+                env, p + "GRPC_MAX_CONNECTION_AGE_S", cls.max_connection_age_s
+            ),
+            max_connection_age_grace_s=_float(
+                env, p + "GRPC_MAX_CONNECTION_AGE_GRACE_S", cls.max_connection_age_grace_s
+            ),
+        )
+        settings.check_bounds()
+        return settings
+
+    def check_bounds(self) -> None:
+        """ConfigError naming the variable of a bound out of its range."""
+        p = "EVENTOS_INGRESS_"
+        _bounded(p + "GRPC_MAX_MESSAGE_BYTES", self.max_message_bytes, 4 * KIB, 64 * MIB)
+        # SPEC §6.3: at most 1,000 events in flight per stream.
+        _bounded(p + "PUBLISH_READ_AHEAD_EVENTS", self.read_ahead_events, 1, 1000)
+        _bounded(p + "PUBLISH_READ_AHEAD_BYTES", self.read_ahead_bytes, 64 * KIB, 1024 * MIB)
+        _bounded(p + "PUBLISH_MAX_STREAMS", self.max_streams, 1, 100_000)
+        _bounded(p + "PUBLISH_MAX_STREAMS_PER_DRIVER", self.max_streams_per_driver, 1, 100_000)
+        _bounded(p + "GRPC_MAX_CONCURRENT_RPCS", self.max_concurrent_rpcs, 1, 100_000)
+        _bounded(p + "GRPC_KEEPALIVE_TIME_S", self.keepalive_time_s, 1, 86_400)
+        _bounded(p + "GRPC_KEEPALIVE_TIMEOUT_S", self.keepalive_timeout_s, 1, 3600)
+        _bounded(p + "GRPC_MAX_CONNECTION_IDLE_S", self.max_connection_idle_s, 0.1, 86_400)
+        _bounded(p + "GRPC_MAX_CONNECTION_AGE_S", self.max_connection_age_s, 0.1, 30 * 86_400)
+        grace = self.max_connection_age_grace_s
+        _bounded(p + "GRPC_MAX_CONNECTION_AGE_GRACE_S", grace, 0, 86_400)
+
+    def check_transport(self, host: str) -> None:
+        """Refuse plaintext gRPC off loopback unless the operator said so."""
+        if self.tls or self.insecure or is_loopback(host):
+            return
+        raise ConfigError(
+            f"the gRPC ingress would serve plaintext on {host!r} (EVENTOS_BIND_HOST): set "
+            f"{GRPC_TLS_VARS}, or EVENTOS_INGRESS_GRPC_INSECURE=true when a mesh or a "
+            "private network protects the port"
+        )
+
+    def server_options(self) -> tuple[tuple[str, int], ...]:
+        """grpc server channel arguments: message size, keepalive, idle connections."""
+        ms = 1000
+        return (
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.keepalive_time_ms", int(self.keepalive_time_s * ms)),
+            ("grpc.keepalive_timeout_ms", int(self.keepalive_timeout_s * ms)),
+            # Newer gRPC cores time a sent ping out by this one (default 60 s).
+            ("grpc.http2.ping_timeout_ms", int(self.keepalive_timeout_s * ms)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.http2.min_sent_ping_interval_without_data_ms", int(self.keepalive_time_s * ms)),
+            # Drivers ping every 30 s or more (eventos.driver); faster pings are refused.
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 10 * ms),
+            ("grpc.max_connection_idle_ms", int(self.max_connection_idle_s * ms)),
+            ("grpc.max_connection_age_ms", int(self.max_connection_age_s * ms)),
+            ("grpc.max_connection_age_grace_ms", int(self.max_connection_age_grace_s * ms)),
+        )
 
 
 def llm_classes(env: Mapping[str, str] | None = None) -> tuple[int, ...]:

@@ -118,6 +118,7 @@ class Trigger(_Strict):
     account: str | None = None
     # grpc
     driver: str | None = Field(default=None, pattern=REF_RE)
+    token: SecretRef | None = None  # the driver's token; default the reference driver-<driver>
     types: list[str] = Field(default_factory=list)
     # cron, poll, start
     schedule: str | None = None
@@ -125,6 +126,8 @@ class Trigger(_Strict):
     text: str | None = None
     # watch
     store: str | None = None
+
+    _token_ref = field_validator("token")(lambda cls, v: v if v is None else _check_ref(v))
 
     @field_validator("class_", mode="before")
     @classmethod
@@ -148,6 +151,8 @@ class Trigger(_Strict):
             assert self.verify is not None
             if self.verify.scheme == "none" and not self.dedupe_header:
                 raise ValueError("verify scheme none is only allowed with a dedupe_header")
+        if self.token is not None and self.kind != "grpc":
+            raise ValueError("only a grpc trigger takes a driver token")
         if self.schedule is not None and len(self.schedule.split()) != 5:
             raise ValueError("schedule must be a 5-field cron expression")
         return self
@@ -162,6 +167,13 @@ class Trigger(_Strict):
             provider = self.verify.scheme in PROVIDER_SCHEMES
             return names.C3_INTERNAL if provider else names.C4_BACKGROUND
         return DEFAULT_CLASS[self.kind]
+
+    @property
+    def token_ref(self) -> str | None:
+        """A grpc trigger's driver token reference: explicit, else `driver-<driver id>`."""
+        if self.kind != "grpc" or self.driver is None:
+            return None
+        return self.token or names.driver_token_ref(self.driver)
 
     @property
     def lane(self) -> str:

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 from psycopg_pool import AsyncConnectionPool
 from starlette.routing import Route
 
@@ -13,10 +14,11 @@ from eventos import names
 from eventos.bus import GroupCommitter
 from eventos.db import Conn, open_pool
 from eventos.http_bounds import HttpBounds
-from eventos.service import Service
+from eventos.service import GrpcServerOptions, Service
 from eventos.settings import (
     AdminSettings,
     DatabaseSettings,
+    GrpcIngressSettings,
     SecretStore,
     ServiceSettings,
     env_int,
@@ -24,6 +26,7 @@ from eventos.settings import (
 from eventos.spec import PROVIDER_SCHEMES
 from eventos.v1 import ingress_pb2_grpc
 from eventos.wake import Kicker
+from eventos_ingress.credentials import DriverTable
 from eventos_ingress.hooks import Hooks
 from eventos_ingress.limits import HookLimits
 from eventos_ingress.owner_api import OwnerApi
@@ -46,7 +49,7 @@ class IngressConfig:
     hook_limits: HookLimits = field(default_factory=HookLimits)
     http_bounds: HttpBounds = field(default_factory=HttpBounds)
     commit_queue_max: int = names.COMMIT_QUEUE_MAX
-    driver_token: str | None = field(default=None, repr=False)
+    grpc: GrpcIngressSettings = field(default_factory=GrpcIngressSettings)
     group_commit_workers: int = 4
 
     @classmethod
@@ -64,12 +67,25 @@ class IngressConfig:
             commit_queue_max=env_int(
                 os.environ, "EVENTOS_INGRESS_COMMIT_QUEUE_MAX", names.COMMIT_QUEUE_MAX
             ),
-            driver_token=os.environ.get("EVENTOS_DRIVER_TOKEN") or None,
+            grpc=GrpcIngressSettings.from_env(),
         )
+
+
+def grpc_server_options(settings: GrpcIngressSettings) -> GrpcServerOptions:
+    """The gRPC server's bounds and, with a certificate configured, its TLS."""
+    credentials = None
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        credentials = grpc.ssl_server_credentials([(settings.tls_key, settings.tls_cert)])
+    return GrpcServerOptions(
+        options=settings.server_options(),
+        credentials=credentials,
+        max_concurrent_rpcs=settings.max_concurrent_rpcs,
+    )
 
 
 async def build(cfg: IngressConfig) -> Service:
     """The ingress service, ready to run."""
+    cfg.grpc.check_transport(cfg.service.host)
     if cfg.spool_dir is not None:
         cfg.spool_dir.mkdir(parents=True, exist_ok=True)
     pool: AsyncConnectionPool[Conn] = await open_pool(cfg.database, wait=False)
@@ -91,7 +107,8 @@ async def build(cfg: IngressConfig) -> Service:
         spool_dir=str(cfg.spool_dir) if cfg.spool_dir else None,
     )
     owner = OwnerApi(pool, cfg.admin.token, kicker)
-    servicer = EventIngressServicer(pool, committer, kicker, cfg.driver_token)
+    drivers = DriverTable(pool, cfg.secrets, cfg.grpc.internal_token)
+    servicer = EventIngressServicer(pool, committer, drivers, cfg.grpc, kicker)
 
     async def database_ready() -> None:
         async with pool.connection(timeout=1.5) as conn:
@@ -116,7 +133,8 @@ async def build(cfg: IngressConfig) -> Service:
         grpc_registrars=[
             lambda s: ingress_pb2_grpc.add_EventIngressServicer_to_server(servicer, s)
         ],
-        loops=[routes.refresh_loop],
+        grpc_server=grpc_server_options(cfg.grpc),
+        loops=[routes.refresh_loop, drivers.refresh_loop],
         on_stop=[stop],
         http_bounds=cfg.http_bounds,
     )
