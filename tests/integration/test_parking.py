@@ -15,6 +15,7 @@ from test_supervision import applied, new_employee, post
 from test_turns import Instance, instance  # noqa: F401 (`instance` is a fixture)
 
 from eventos import names
+from eventos.llm.endpoints import Endpoint, LlmEndpoints
 from eventos.testing import wait_for
 
 
@@ -24,6 +25,12 @@ async def fake() -> AsyncIterator[FakeOpenAI]:
     await server.start()
     yield server
     await server.stop()
+
+
+@pytest.fixture
+def llm_endpoints(fake: FakeOpenAI) -> LlmEndpoints:
+    """The operator allows the fake, with any credential (the tests name one per employee)."""
+    return LlmEndpoints((Endpoint("fake", fake.base_url, ("*",)),))
 
 
 def on(fake: FakeOpenAI):  # type: ignore[no-untyped-def]

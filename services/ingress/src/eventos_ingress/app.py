@@ -12,6 +12,7 @@ from starlette.routing import Route
 from eventos.blobs import BlobStore
 from eventos.bus import GroupCommitter
 from eventos.db import Conn, open_pool
+from eventos.llm.endpoints import LlmEndpoints
 from eventos.service import Service
 from eventos.settings import AdminSettings, DatabaseSettings, SecretStore, ServiceSettings
 from eventos.spec import PROVIDER_SCHEMES
@@ -39,6 +40,7 @@ class IngressConfig:
     hook_limits: HookLimits = field(default_factory=HookLimits)
     driver_token: str | None = field(default=None, repr=False)
     group_commit_workers: int = 4
+    llm_endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)
 
     @classmethod
     def from_env(cls) -> IngressConfig:
@@ -50,6 +52,7 @@ class IngressConfig:
             blob_dir=Path(os.environ.get("EVENTOS_BLOB_DIR", ".eventos/blobs")),
             hook_limits=HookLimits.from_env(),
             driver_token=os.environ.get("EVENTOS_DRIVER_TOKEN") or None,
+            llm_endpoints=LlmEndpoints.from_env(),
         )
 
 
@@ -64,7 +67,7 @@ async def build(cfg: IngressConfig) -> Service:
     hooks = Hooks(
         pool, committer, cfg.secrets, BlobStore(cfg.blob_dir), routes, kicker, cfg.hook_limits
     )
-    owner = OwnerApi(pool, cfg.admin.token, kicker)
+    owner = OwnerApi(pool, cfg.admin.token, kicker, cfg.llm_endpoints)
     servicer = EventIngressServicer(pool, committer, kicker, cfg.driver_token)
 
     async def database_ready() -> None:
