@@ -40,8 +40,7 @@ def provider_for(
             endpoint = endpoints.resolve(model)
         except EndpointNotAllowed as exc:
             raise ApplicationError(
-                f"{ENDPOINT_NOT_ALLOWED}: model {model.name!r}: {exc.field}: {exc}; "
-                "nothing was sent",
+                f"model {model.name!r}: {exc.field}: {exc}; nothing was sent",
                 type=ENDPOINT_NOT_ALLOWED,
                 non_retryable=True,
             ) from None
