@@ -30,7 +30,9 @@ from eventos.db import connect, open_pool
 from eventos.db.migrate import migrate
 from eventos.embedded_pg import EmbeddedPostgres
 from eventos.llm.activity import LlmActivities
+from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.worker import llm_worker
+from eventos.outbox_keys import OutboxKeys, new_key_entry
 from eventos.payload_guard import connect as temporal_connect
 from eventos.relay import Relay
 from eventos.routing import route_pass
@@ -68,7 +70,7 @@ async def run(messages: int, folder: Path) -> None:
         async with await connect(db) as conn:
             await migrate(conn)
             (spec,) = load_specs(SPEC)
-            await employees.apply(conn, spec)
+            await employees.apply(conn, spec, LlmEndpoints())
             await employees.start(conn, "burst")
             await employees.activate(conn, "burst")
             t0 = time.perf_counter()
@@ -86,9 +88,9 @@ async def run(messages: int, folder: Path) -> None:
 async def drain(db: DatabaseSettings, ts: TemporalSettings, messages: int) -> None:
     pool = await open_pool(db)
     client = await temporal_connect(ts.address, ts.namespace)
-    acts = DbActivities(pool)
+    acts = DbActivities(pool, outbox=OutboxKeys.parse(new_key_entry("bench")))
     async with httpx.AsyncClient() as http, contextlib.AsyncExitStack() as stack:
-        llm = LlmActivities(http, SecretStore(env={}), pool)
+        llm = LlmActivities(http, SecretStore(env={}), pool, endpoints=LlmEndpoints())
         workers = [workflow_worker(client, db=acts), egress_worker(client, acts)]
         workers += [llm_worker(client, k, 8, llm) for k in names.CLASSES]
         for w in workers:

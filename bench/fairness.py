@@ -39,7 +39,9 @@ from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
 from eventos.embedded_pg import EmbeddedPostgres
 from eventos.llm.activity import LlmActivities
+from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.worker import llm_worker
+from eventos.outbox_keys import OutboxKeys, new_key_entry
 from eventos.payload_guard import connect as temporal_connect
 from eventos.relay import Relay
 from eventos.routing import route_pass
@@ -94,7 +96,7 @@ async def run(folder: Path, seconds: float, delay: float, capacity: int) -> None
         async with await connect(db) as conn:
             await migrate(conn)
             for spec_doc in load_specs("---".join(spec(e) for e in EMPLOYEES)):
-                await employees.apply(conn, spec_doc)
+                await employees.apply(conn, spec_doc, LlmEndpoints())
                 await employees.start(conn, spec_doc.name)
                 await employees.activate(conn, spec_doc.name)
         ts = TemporalSettings(address=temporal.address)
@@ -109,9 +111,9 @@ async def measure(db: DatabaseSettings, ts: TemporalSettings, seconds: float, de
     pool = await open_pool(db)
     client = await temporal_connect(ts.address, ts.namespace)
     cfg = SchedConfig(capacity=capacity, class_max={k: capacity for k in names.CLASSES})
-    acts = DbActivities(pool, cfg)
+    acts = DbActivities(pool, cfg, outbox=OutboxKeys.parse(new_key_entry("bench")))
     async with httpx.AsyncClient() as http, contextlib.AsyncExitStack() as stack:
-        llm = LlmActivities(http, SecretStore(env={}), pool)
+        llm = LlmActivities(http, SecretStore(env={}), pool, endpoints=LlmEndpoints())
         workers = [workflow_worker(client, db=acts), egress_worker(client, acts)]
         slots = max(capacity + len(EMPLOYEES), max(DEFAULT_CLASS_MAX.values()))
         workers += [llm_worker(client, k, slots, llm) for k in names.CLASSES]

@@ -28,6 +28,7 @@ from eventos.bus import IngressRecord, append
 from eventos.db import connect, open_pool
 from eventos.db.migrate import migrate
 from eventos.embedded_pg import EmbeddedPostgres
+from eventos.llm.endpoints import LlmEndpoints
 from eventos.payload_guard import connect as temporal_connect
 from eventos.relay import Relay
 from eventos.routing import route_pass
@@ -109,7 +110,7 @@ async def run(args: argparse.Namespace, folder: Path) -> None:
         async with await connect(db) as conn:
             await migrate(conn)
             (spec,) = load_specs(SPEC)
-            await employees.apply(conn, spec)
+            await employees.apply(conn, spec, LlmEndpoints())
             await employees.start(conn, "relaybench")
             await employees.activate(conn, "relaybench")
             for n in range(args.per_stream):

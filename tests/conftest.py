@@ -12,6 +12,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from eventos import employees
 from eventos.db import Conn
+from eventos.llm.endpoints import LlmEndpoints
 from eventos.service import Service
 from eventos.settings import (
     AdminSettings,
@@ -73,12 +74,16 @@ def spec_text() -> str:
 
 
 async def apply_and_start(
-    pool: AsyncConnectionPool[Conn], text: str, *, activate: bool = True
+    pool: AsyncConnectionPool[Conn],
+    text: str,
+    *,
+    activate: bool = True,
+    endpoints: LlmEndpoints | None = None,
 ) -> None:
     """Apply every spec in `text` and start each (running unless activate=False)."""
     async with pool.connection() as conn:
         for spec in load_specs(text):
-            await employees.apply(conn, spec)
+            await employees.apply(conn, spec, endpoints or LlmEndpoints())
             await employees.start(conn, spec.name)
             if activate:
                 await employees.activate(conn, spec.name)
@@ -98,7 +103,16 @@ async def run_service(service: Service) -> asyncio.Task[None]:
 
 
 @pytest.fixture
-async def ingress(db_settings: DatabaseSettings, tmp_path: Path) -> AsyncIterator[Service]:
+def llm_endpoints() -> LlmEndpoints:
+    """The LLM endpoints the test's services allow (EVENTOS_LLM_ENDPOINTS unset: the official
+    OpenAI endpoint); a module calling a fake provider overrides it with the fake's address."""
+    return LlmEndpoints()
+
+
+@pytest.fixture
+async def ingress(
+    db_settings: DatabaseSettings, tmp_path: Path, llm_endpoints: LlmEndpoints
+) -> AsyncIterator[Service]:
     """The ingress service in this process, on free ports, against the test database."""
     cfg = IngressConfig(
         database=db_settings,
@@ -107,6 +121,7 @@ async def ingress(db_settings: DatabaseSettings, tmp_path: Path) -> AsyncIterato
         secrets=SecretStore(env=SECRETS),
         spool_dir=tmp_path / "spool",
         grpc=GrpcIngressSettings(internal_token=INTERNAL_TOKEN),
+        llm_endpoints=llm_endpoints,
     )
     service = await build(cfg)
     task = await run_service(service)

@@ -20,6 +20,7 @@ from processes import Running
 from psycopg.rows import dict_row
 
 from eventos import names
+from eventos.outbox_keys import new_key_entry
 from eventos.testing import wait_for_sync
 
 T = TypeVar("T")
@@ -28,6 +29,7 @@ T = TypeVar("T")
 ORDER = ("relay", "router", "ingress", "workers-workflow", "egress", "workers-llm")
 KICKS = {"ingress": "router", "router": "relay"}
 READY_S = 60.0  # six Python processes booting at once on a small, shared machine
+OUTBOX_KEYS = new_key_entry("e2e-1")  # relay, workers-workflow and egress refuse to start without
 
 
 @dataclass
@@ -97,6 +99,7 @@ def base_env(database_url: str, address: str, namespace: str, blobs: Path) -> di
         "TEMPORAL_NAMESPACE": namespace,
         "EVENTOS_ADMIN_TOKEN": ADMIN_TOKEN,
         "EVENTOS_INGRESS_SPOOL_DIR": str(blobs),
+        "EVENTOS_OUTBOX_KEYS": OUTBOX_KEYS,
         "PYTHONUNBUFFERED": "1",
     }
 

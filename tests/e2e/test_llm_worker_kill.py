@@ -10,6 +10,7 @@ comes about a minute after the kill.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -82,6 +83,9 @@ def stack(
     env = base_env(db_settings.url, temporal_settings.address, temporal_settings.namespace,
                    tmp_path / "blobs")  # fmt: skip
     env["EVENTOS_SECRET_FAKE_OPENAI"] = KEY
+    # The operator allows the fake (ingress checks it on apply, the LLM worker on every call).
+    fake_endpoint = {"base_url": fake.base_url, "credentials": ["fake-openai"]}
+    env["EVENTOS_LLM_ENDPOINTS"] = json.dumps({"fake": fake_endpoint})
     with Stack(env, tmp_path) as running:
         yield running
 

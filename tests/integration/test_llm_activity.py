@@ -29,6 +29,7 @@ from eventos import names
 from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ModelRef
 from eventos.db import Conn
 from eventos.llm import LlmActivities, llm_worker, run_llm_workers
+from eventos.llm.endpoints import Endpoint, LlmEndpoints
 from eventos.llm.local import local_call_id
 from eventos.llm.prices import PriceTable
 from eventos.settings import SecretStore, TemporalSettings
@@ -128,7 +129,8 @@ async def stack(
     queue = f"test-{uuid.uuid4()}"
     secrets = SecretStore(env={"EVENTOS_SECRET_FAKE_OPENAI": KEY})
     async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as http:
-        activities = LlmActivities(http, secrets, pool, PRICES)
+        allowed = LlmEndpoints((Endpoint("fake", fake_server.base_url, ("fake-openai",)),))
+        activities = LlmActivities(http, secrets, pool, PRICES, endpoints=allowed)
         async with (
             Worker(client, task_queue=queue, workflows=[LlmProbeWorkflow]),
             llm_worker(client, 2, 4, activities, workflow_queue=queue),
@@ -315,7 +317,7 @@ async def test_run_llm_workers_polls_every_class_queue(
     queue = f"test-{uuid.uuid4()}"
     stack = Stack(client, queue, fake_server)
     async with httpx.AsyncClient() as http:
-        activities = LlmActivities(http, SecretStore(env={}), pool)
+        activities = LlmActivities(http, SecretStore(env={}), pool, endpoints=LlmEndpoints())
         temporal = TemporalConnection(temporal_settings)
         slots = {1: 1, 2: 1, 3: 1, 4: 1}
         task = asyncio.create_task(

@@ -7,6 +7,7 @@ import email.utils
 import socket
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import pytest
@@ -15,6 +16,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from eventos.contracts import ChatMessage, LlmStepInput, ModelRef, ToolCall, ToolSpec
 from eventos.llm import OpenAIChatProvider, provider_for
+from eventos.llm.endpoints import Endpoint, LlmEndpoints
 from eventos.settings import SecretStore
 
 PROMPT = "my parcel 7731-zebra never arrived"
@@ -52,6 +54,11 @@ def model_at(base_url: str, credential: str | None = "fake-openai") -> ModelRef:
     return ModelRef("openai", "gpt-4o-mini", credential, base_url)
 
 
+def allowing(base_url: str, *credentials: str) -> LlmEndpoints:
+    """The operator's list: one endpoint `fake` at `base_url` (credential `fake-openai`)."""
+    return LlmEndpoints((Endpoint("fake", base_url, credentials or ("fake-openai",)),))
+
+
 def step_of(
     model: ModelRef, *messages: ChatMessage, tools: list[ToolSpec] | None = None
 ) -> LlmStepInput:
@@ -61,7 +68,7 @@ def step_of(
 
 def provider(fake: FakeOpenAI, http: httpx.AsyncClient, key: str = KEY) -> OpenAIChatProvider:
     secrets = SecretStore(env={"EVENTOS_SECRET_FAKE_OPENAI": key})
-    chosen = provider_for(model_at(fake.base_url), secrets, http)
+    chosen = provider_for(model_at(fake.base_url), allowing(fake.base_url), secrets, http)
     assert isinstance(chosen, OpenAIChatProvider)
     return chosen
 
@@ -174,7 +181,8 @@ async def test_a_gateway_without_credential_gets_no_authorization_header(
     gateway = FakeOpenAI(key=None)
     await gateway.start()
     try:
-        chosen = provider_for(model_at(gateway.base_url + "/", credential=None), SECRETS, http)
+        model = model_at(gateway.base_url + "/", credential=None)  # the slash is not a new URL
+        chosen = provider_for(model, allowing(gateway.base_url), SECRETS, http)
         out = await chosen.complete(step_of(model_at(gateway.base_url, None)))
     finally:
         await gateway.stop()
@@ -291,7 +299,8 @@ async def test_a_refused_connection_is_retryable(http: httpx.AsyncClient) -> Non
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again before use: nothing listens there
-    closed = provider_for(model_at(f"http://127.0.0.1:{port}/v1"), SECRETS, http)
+    url = f"http://127.0.0.1:{port}/v1"
+    closed = provider_for(model_at(url), allowing(url), SECRETS, http)
     with pytest.raises(ApplicationError) as caught:
         await closed.complete(step_of(model_at(f"http://127.0.0.1:{port}/v1")))
     assert (caught.value.type, caught.value.non_retryable) == ("ProviderUnreachable", False)
@@ -307,3 +316,46 @@ async def test_a_malformed_success_is_a_retryable_bad_response(
     with pytest.raises(ApplicationError) as caught:
         await provider(fake, http).complete(step_of(model_at(fake.base_url)))
     assert (caught.value.type, caught.value.non_retryable) == ("ProviderBadResponse", False)
+
+
+async def test_a_named_endpoint_is_called_at_the_operators_base_url(
+    fake: FakeOpenAI, http: httpx.AsyncClient
+) -> None:
+    model = ModelRef("openai", "gpt-4o-mini", "fake-openai", endpoint="fake")
+    chosen = provider_for(model, allowing(fake.base_url), SECRETS, http)
+    out = await chosen.complete(step_of(model))
+    assert out.message.content == "Hello from the fake."
+    [seen] = fake.requests
+    assert seen.headers["authorization"] == f"Bearer {KEY}"
+
+
+@pytest.mark.parametrize(
+    ("model", "endpoints", "field"),
+    [
+        # The spec's base_url alone: the operator's list (here the default) does not have it.
+        (lambda url: model_at(url), lambda url: LlmEndpoints(), "base_url"),
+        # An endpoint that does not allow this credential.
+        (lambda url: model_at(url), lambda url: allowing(url, "another-key"), "credential"),
+        # A named endpoint with a base_url of the spec's own.
+        (
+            lambda url: ModelRef("openai", "gpt-4o-mini", "fake-openai", url, "openai"),
+            lambda url: LlmEndpoints(),
+            "base_url",
+        ),
+        (
+            lambda url: ModelRef("openai", "gpt-4o-mini", "fake-openai", endpoint="gone"),
+            lambda url: allowing(url),
+            "endpoint",
+        ),
+    ],
+    ids=["base-url-not-listed", "credential-not-allowed", "base-url-not-the-endpoints", "no-such"],
+)
+async def test_a_model_off_the_operators_list_fails_non_retryably_and_sends_nothing(
+    fake: FakeOpenAI, http: httpx.AsyncClient, model: Any, endpoints: Any, field: str
+) -> None:
+    with pytest.raises(ApplicationError) as caught:
+        provider_for(model(fake.base_url), endpoints(fake.base_url), SECRETS, http)
+    assert (caught.value.type, caught.value.non_retryable) == ("LlmEndpointNotAllowed", True)
+    assert f": {field}: " in str(caught.value) and "EVENTOS_LLM_ENDPOINTS" in str(caught.value)
+    assert KEY not in str(caught.value)
+    assert fake.requests == []

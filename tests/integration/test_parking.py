@@ -15,6 +15,7 @@ from test_supervision import applied, new_employee, post
 from test_turns import Instance, instance  # noqa: F401 (`instance` is a fixture)
 
 from eventos import names
+from eventos.llm.endpoints import Endpoint, LlmEndpoints
 from eventos.testing import wait_for
 
 
@@ -24,6 +25,12 @@ async def fake() -> AsyncIterator[FakeOpenAI]:
     await server.start()
     yield server
     await server.stop()
+
+
+@pytest.fixture
+def llm_endpoints(fake: FakeOpenAI) -> LlmEndpoints:
+    """The operator allows the fake, with any credential (the tests name one per employee)."""
+    return LlmEndpoints((Endpoint("fake", fake.base_url, ("*",)),))
 
 
 def on(fake: FakeOpenAI):  # type: ignore[no-untyped-def]
@@ -124,3 +131,24 @@ async def test_a_turn_parked_for_7_days_dead_letters_its_inputs(
     kinds = await query(instance.pool, "SELECT kind FROM attention_items WHERE employee = %s "
                         "AND state = 'open'", name)  # fmt: skip
     assert {"kind": names.ATTENTION_DEAD_INPUT} in kinds
+
+
+async def test_an_endpoint_dropped_from_the_list_parks_the_turn_and_sends_no_key(
+    instance: Instance, fake: FakeOpenAI
+) -> None:
+    """Applied while the fake was allowed; the LLM workers' list changed since (a restart with
+    another EVENTOS_LLM_ENDPOINTS): the step is refused at call time, nothing reaches the fake,
+    and the turn parks until the operator puts it back."""
+    name = await new_employee(instance, on(fake))
+    cast(dict[str, str], instance.llm.secrets.env)[f"EVENTOS_SECRET_KEY_{name.upper()}"] = KEY
+    await applied(instance, name, "start")
+    allowed, instance.llm.endpoints = instance.llm.endpoints, LlmEndpoints()
+    message = await chat(instance, name, "hello")
+    row = await parked(instance, name, names.LLM_ENDPOINT_NOT_ALLOWED)
+    assert fake.requests == []
+    assert names.LLM_ENDPOINT_NOT_ALLOWED in str(row["detail"])
+    instance.llm.endpoints = allowed
+    await post(instance, f"/v1/employees/{name}/limits", json={"daily_usd": 5})
+    assert await instance.reply(message, timeout=30, name=name) == "Hello from the fake."
+    [seen] = fake.requests
+    assert seen.headers["authorization"] == f"Bearer {KEY}"

@@ -20,6 +20,7 @@ from eventos.contracts import EntityStatus
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.embedded_pg import free_port
+from eventos.outbox_keys import OutboxKeys
 from eventos.payload_guard import connect
 from eventos.relay import Breaker, Relay, StaleLease
 from eventos.settings import TemporalSettings
@@ -36,10 +37,12 @@ async def client(temporal_settings: TemporalSettings) -> Client:
 
 
 @pytest.fixture
-async def task_queue(client: Client, pool: AsyncConnectionPool[Conn]) -> AsyncIterator[str]:
+async def task_queue(
+    client: Client, pool: AsyncConnectionPool[Conn], outbox_keys: OutboxKeys
+) -> AsyncIterator[str]:
     """A workflow worker (with its local database activities) on a queue of this test's own."""
     queue = f"wf-{uuid.uuid4().hex[:8]}"
-    async with workflow_worker(client, queue, DbActivities(pool)):
+    async with workflow_worker(client, queue, DbActivities(pool, outbox=outbox_keys)):
         yield queue
 
 

@@ -28,7 +28,9 @@ def _dump(url: str) -> str:
         capture_output=True,
         text=True,
     ).stdout
-    return "\n".join(ln for ln in out.splitlines() if not ln.startswith("--") and ln.strip())
+    # pg_dump 16.10+ brackets its output with `\restrict <random key>` … `\unrestrict <key>`.
+    keep = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("--")]
+    return "\n".join(ln for ln in keep if not ln.startswith(("\\restrict ", "\\unrestrict ")))
 
 
 async def test_migrated_schema_equals_declared(

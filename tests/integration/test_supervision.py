@@ -136,7 +136,12 @@ async def test_start_applies_through_the_supervisor_and_an_event_right_after_sta
     # Services restarting twice: two boot re-arms, and a supervisor lost and rebuilt (its new
     # run converges again). Still one start tick.
     for _ in range(2):
-        await rearm(instance.pool, instance.client, instance.deliverer.workflow_queue)
+        await rearm(
+            instance.pool,
+            instance.client,
+            instance.deliverer.workflow_queue,
+            outbox=instance.deliverer.outbox,
+        )
     handle = instance.client.get_workflow_handle(names.supervisor_id(name, 1))
     await handle.terminate("test: lost supervisor")
     rebuilt = await applied(instance, name, "stop")
@@ -399,7 +404,12 @@ async def test_rearm_after_temporal_lost_everything_redelivers_and_ends_lost_tur
     # Temporal loses the entity, its turn and the supervisor (terminated with no cleanup).
     for wid in (entity, turn_id, names.supervisor_id(name, 1)):
         await instance.client.get_workflow_handle(wid).terminate("test: Temporal lost it")
-    outcome = await rearm(instance.pool, instance.client, instance.deliverer.workflow_queue)
+    outcome = await rearm(
+        instance.pool,
+        instance.client,
+        instance.deliverer.workflow_queue,
+        outbox=instance.deliverer.outbox,
+    )
     assert "1 lost turn(s) ended" in outcome and "1 stream(s) to redeliver" in outcome
     ended = await query(instance.pool, "SELECT status FROM turns WHERE id = %s", turn_id)
     assert ended[0]["status"] == names.TURN_CANCELLED

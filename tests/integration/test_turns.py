@@ -27,8 +27,10 @@ from eventos.contracts import EntityStatus, InterruptTurn
 from eventos.db import Conn
 from eventos.deliverer import Deliverer
 from eventos.llm.activity import LlmActivities
+from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable
 from eventos.llm.worker import llm_worker
+from eventos.outbox_keys import OutboxKeys
 from eventos.payload_guard import connect
 from eventos.relay import Relay
 from eventos.routing import route_pass
@@ -126,20 +128,25 @@ async def pump(pool: AsyncConnectionPool[Conn], relay: Relay, deliverer: Deliver
 
 @pytest.fixture
 async def instance(
-    pool: AsyncConnectionPool[Conn], ingress_url: str, temporal_settings: TemporalSettings
+    pool: AsyncConnectionPool[Conn],
+    ingress_url: str,
+    temporal_settings: TemporalSettings,
+    outbox_keys: OutboxKeys,
+    llm_endpoints: LlmEndpoints,
 ) -> AsyncIterator[Instance]:
     name = f"t{uuid.uuid4().hex[:8]}"
     await apply_and_start(pool, owner_and_driver(name))
     client = await connect(temporal_settings.address, temporal_settings.namespace)
     queue = f"wf-{uuid.uuid4().hex[:8]}"
-    db = DbActivities(pool)
+    db = DbActivities(pool, outbox=outbox_keys)
     async with httpx.AsyncClient() as http:
-        llm = LlmActivities(http, SecretStore(env={}), pool, PRICES)
+        llm = LlmActivities(http, SecretStore(env={}), pool, PRICES, endpoints=llm_endpoints)
         workers = [workflow_worker(client, queue, db), egress_worker(client, db, queue)]
         workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
         relay = Relay(pool, TemporalConnection(temporal_settings), "relay-t", task_queue=queue,
                       entity_roll_after=ROLL_AFTER, entity_idle_s=IDLE_S)  # fmt: skip
-        deliverer = Deliverer(pool, TemporalConnection(temporal_settings), workflow_queue=queue)
+        deliverer = Deliverer(pool, TemporalConnection(temporal_settings), workflow_queue=queue,
+                              outbox=outbox_keys)  # fmt: skip
         async with contextlib.AsyncExitStack() as stack:
             for w in workers:
                 await stack.enter_async_context(w)

@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from eventos.contracts import ChatMessage, LlmStepInput, ModelRef, ToolCall
 from eventos.llm import LocalProvider, OpenAIChatProvider, provider_for, status_error
+from eventos.llm.endpoints import Endpoint, LlmEndpoints
 from eventos.settings import SecretStore
 
 LOCAL = ModelRef(provider="local", name="scripted")
@@ -158,21 +159,27 @@ async def test_a_sleeping_step_is_cancelled_promptly() -> None:
 async def test_provider_for_picks_by_provider_name() -> None:
     secrets = SecretStore(env={"EVENTOS_SECRET_OPENAI_MAIN": "sk-test"})
     async with httpx.AsyncClient() as http:
-        assert isinstance(provider_for(LOCAL, secrets, http), LocalProvider)
-        openai = provider_for(ModelRef("openai", "gpt-4o-mini", "openai-main"), secrets, http)
+        default = LlmEndpoints()  # EVENTOS_LLM_ENDPOINTS unset
+        assert isinstance(provider_for(LOCAL, LlmEndpoints(()), secrets, http), LocalProvider)
+        model = ModelRef("openai", "gpt-4o-mini", "openai-main")
+        openai = provider_for(model, default, secrets, http)
         assert isinstance(openai, OpenAIChatProvider)
         assert openai.key == "sk-test" and "sk-test" not in repr(openai)
         assert openai.base_url == "https://api.openai.com/v1"
+        ollama = LlmEndpoints((Endpoint("ollama", "http://127.0.0.1:11434/v1"),))
         gateway = provider_for(
-            ModelRef("openai", "llama3", base_url="http://127.0.0.1:11434/v1"), secrets, http
+            ModelRef("openai", "llama3", base_url="http://127.0.0.1:11434/v1"),
+            ollama,
+            secrets,
+            http,
         )
         assert isinstance(gateway, OpenAIChatProvider) and gateway.key is None
         with pytest.raises(ApplicationError) as missing:
-            provider_for(ModelRef("openai", "gpt-4o", "not-there"), secrets, http)
+            provider_for(ModelRef("openai", "gpt-4o", "not-there"), default, secrets, http)
         assert (missing.value.type, missing.value.non_retryable) == (
             "ProviderCredentialMissing",
             True,
         )
         with pytest.raises(ApplicationError) as unknown:
-            provider_for(ModelRef("anthropic", "claude"), secrets, http)
+            provider_for(ModelRef("anthropic", "claude"), default, secrets, http)
         assert (unknown.value.type, unknown.value.non_retryable) == ("ProviderUnknown", True)

@@ -34,6 +34,7 @@ from eventos.contracts import (
 )
 from eventos.db import Conn
 from eventos.errors import Conflict, NotFound
+from eventos.outbox_keys import OutboxKeys
 from eventos.scheduler import SchedConfig
 from eventos.temporal import wake_entities
 
@@ -41,11 +42,18 @@ T = TypeVar("T")
 
 
 class DbActivities:
-    """Activities that need only the database."""
+    """Activities that need only the database (and the keys sealing outbox recipients)."""
 
-    def __init__(self, pool: AsyncConnectionPool[Conn], sched: SchedConfig | None = None) -> None:
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Conn],
+        sched: SchedConfig | None = None,
+        *,
+        outbox: OutboxKeys,
+    ) -> None:
         self.pool = pool
         self.sched = sched or SchedConfig()
+        self.outbox = outbox
 
     async def _run(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         try:
@@ -86,7 +94,7 @@ class DbActivities:
 
     @activity.defn(name=names.ACT_SAVE)
     async def save_turn(self, req: SaveTurn) -> Saved:
-        return await self._run(lambda conn: turns.save(conn, req))
+        return await self._run(lambda conn: turns.save(conn, req, self.outbox))
 
     @activity.defn(name=names.ACT_DEAD_LETTER)
     async def dead_letter_inputs(self, req: DeadLetter) -> None:
@@ -116,7 +124,7 @@ class DbActivities:
 
     @activity.defn(name=names.ACT_SEND)
     async def egress_send(self, outbound_id: int) -> str:
-        return await self._run(lambda conn: egress.send(conn, outbound_id))
+        return await self._run(lambda conn: egress.send(conn, outbound_id, self.outbox))
 
     def workflow_queue_activities(self) -> list[Callable[..., Awaitable[object]]]:
         return [

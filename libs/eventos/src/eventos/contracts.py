@@ -117,6 +117,7 @@ class ModelRef:
     name: str
     credential: str | None = None
     base_url: str | None = None
+    endpoint: str | None = None  # an operator's endpoint by name (EVENTOS_LLM_ENDPOINTS)
 
     def is_local(self) -> bool:
         """A local endpoint (the local provider, or one on this host or a private network):

@@ -37,6 +37,7 @@ from eventos.contracts import (
 )
 from eventos.db import Conn
 from eventos.db.sql import Q
+from eventos.outbox_keys import OutboxKeys
 from eventos.scheduler import SchedConfig
 from eventos.supervision import Effects
 from eventos.temporal import TemporalConnection, wake_entities
@@ -67,6 +68,7 @@ class Deliverer:
     workflow_queue: str = names.WORKFLOW_QUEUE
     attempt_s: float = ATTEMPT_S
     sched: SchedConfig = field(default_factory=SchedConfig)
+    outbox: OutboxKeys = field(kw_only=True)  # re-arm makes the sends lost turns left
 
     async def pass_once(self) -> int:
         """Try each employee's oldest due intent; returns how many settled."""
@@ -112,7 +114,8 @@ class Deliverer:
     async def _apply(self, conn: Conn, client: Client, row: dict[str, Any]) -> str:
         kind = row["kind"]
         if kind == names.INTENT_REARM:
-            return await rearm(self.pool, client, self.workflow_queue, self.sched)
+            return await rearm(self.pool, client, self.workflow_queue, self.sched,
+                               outbox=self.outbox)  # fmt: skip
         if kind == names.INTENT_INTERRUPT:
             return await self._interrupt(client, row)
         employee, generation = str(row["employee"]), int(row["generation"])
@@ -255,7 +258,7 @@ async def _turn_lost(client: Client, turn_id: str, entity_id: str) -> bool:
 
 
 async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str,
-                sched: SchedConfig | None = None) -> str:  # fmt: skip
+                sched: SchedConfig | None = None, *, outbox: OutboxKeys) -> str:  # fmt: skip
     """Recreate from the database what should exist in Temporal (I10): every live generation's
     supervisor and Schedules; turns Temporal lost are ended and their slots given back, and the
     replies they queued but could not send are sent; a stream whose entity is gone gets what it
@@ -287,7 +290,7 @@ async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str,
                 await wake_entities(client, wake)
         cur = await conn.execute(Q["outbox_orphaned"])
         for o in await cur.fetchall():
-            await egress.send(conn, int(o["id"]))  # once: the send claims the row first
+            await egress.send(conn, int(o["id"]), outbox)  # once: the send claims the row first
             sends += 1
         cur = await conn.execute(Q["streams_holding"])
         for s in await cur.fetchall():

@@ -2,22 +2,49 @@
 
 Owner chat is the first channel: the reply is written to `chat_replies` (once per outbox row,
 so a retried send cannot show it twice) and the owner's event stream picks it up.
+
+The recipient is sealed at rest (`eventos.outbox_keys`) and opened only here, when a sender
+needs it. One that does not open fails its row (nothing was sent) with an attention item: a
+data error of one row, never an outage.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
+from eventos import names
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.errors import NotFound
+from eventos.errors import NotFound, RecipientUnreadable
+from eventos.outbox_keys import OutboxKeys, Sealed
 
 SENT = "sent"
+FAILED = "failed"
 log = logging.getLogger(__name__)
 
 
-async def send(conn: Conn, outbound_id: int) -> str:
+def recipient_of(row: dict[str, Any], keys: OutboxKeys) -> str | None:
+    """The row's recipient in the clear (None when it has none)."""
+    if row["recipient"] is None:
+        return None
+    sealed = Sealed(str(row["recipient_key_id"]), bytes(row["recipient"]))
+    return keys.open(sealed, employee=row["employee"], idempotency_key=row["idempotency_key"])
+
+
+async def _fail_unreadable(conn: Conn, row: dict[str, Any], exc: RecipientUnreadable) -> str:
+    await conn.execute(Q["outbound_fail"], {"id": row["id"]})
+    await conn.execute(Q["attention_raise"], {
+        "employee": row["employee"], "kind": names.ATTENTION_RECIPIENT_UNREADABLE,
+        "severity": "error", "ref": f"outbox#{row['id']}",
+        "detail": f"outbox row {row['id']} was not sent: {exc}"[:1000],
+    })  # fmt: skip
+    log.error("outbox row %d failed unsent: %s", row["id"], exc)
+    return FAILED
+
+
+async def send(conn: Conn, outbound_id: int, keys: OutboxKeys) -> str:
     """Deliver one outbox row; returns its final status."""
     token = uuid.uuid4().hex
     async with conn.transaction():
@@ -37,8 +64,12 @@ async def send(conn: Conn, outbound_id: int) -> str:
             await conn.execute(Q["outbound_unclaim"], {"id": outbound_id})
             log.warning("outbox row %d waits: no sender for %r yet", outbound_id, row["kind"])
             return "queued"
+        try:
+            session = recipient_of(row, keys) or "owner"
+        except RecipientUnreadable as exc:
+            return await _fail_unreadable(conn, row, exc)
         await conn.execute(Q["chat_reply_insert"], {
-            "employee": row["employee"], "session": row["recipient"] or "owner",
+            "employee": row["employee"], "session": session,
             "outbound_id": outbound_id, "turn_id": row["turn_id"], "text": row["body"],
         })  # fmt: skip
         await conn.execute(Q["outbound_sent"], {"id": outbound_id})

@@ -9,15 +9,18 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
 from eventos import names
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.errors import Conflict, NotFound
+from eventos.errors import Conflict, EndpointNotAllowed, NotFound, SpecInvalid
 from eventos.spec import CHANNEL_KINDS, EmployeeSpec, Trigger, parse_spec
+
+if TYPE_CHECKING:  # eventos.llm imports the ledger, which imports this module
+    from eventos.llm.endpoints import LlmEndpoints
 
 # Event types each trigger kind subscribes to ("*" = any type from its source).
 EVENT_TYPES = {"chat": [names.TYPE_CHAT_MESSAGE], "webhook": [names.TYPE_WEBHOOK]}
@@ -99,8 +102,23 @@ def compile_subscriptions(spec: EmployeeSpec, generation: int) -> list[dict[str,
     return rows
 
 
-async def apply(conn: Conn, spec: EmployeeSpec) -> Applied:
-    """Store a spec; refuses a webhook path another employee holds (paths are per instance)."""
+def check_endpoints(spec: EmployeeSpec, endpoints: LlmEndpoints) -> None:
+    """SpecInvalid unless every agent's model calls an endpoint the operator allows, with a
+    credential that endpoint may get (a spec alone never picks where a key is sent)."""
+    errors: list[tuple[str, str]] = []
+    for i, agent in enumerate(spec.spec.agents):
+        try:
+            endpoints.resolve(agent.model)
+        except EndpointNotAllowed as exc:
+            errors.append((f"spec.agents[{i}].model.{exc.field}", str(exc)))
+    if errors:
+        raise SpecInvalid(errors)
+
+
+async def apply(conn: Conn, spec: EmployeeSpec, endpoints: LlmEndpoints) -> Applied:
+    """Store a spec; refuses a model endpoint off the operator's list, and a webhook path
+    another employee holds (paths are per instance)."""
+    check_endpoints(spec, endpoints)
     doc, sha = spec_digest(spec)
     paths = spec.webhook_paths()
     async with conn.transaction():

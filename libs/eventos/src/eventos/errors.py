@@ -62,3 +62,16 @@ class BudgetExceeded(EventOSError):
 class BudgetHeld(EventOSError):
     """The employee's budget is past 80%: background work waits for its next period or a
     top-up."""
+
+
+class RecipientUnreadable(EventOSError):
+    """An outbox recipient cannot be opened: its key is not configured, or the ciphertext was
+    altered or moved from another row."""
+
+
+class EndpointNotAllowed(EventOSError):
+    """The model's endpoint is not one the operator allows (EVENTOS_LLM_ENDPOINTS)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)

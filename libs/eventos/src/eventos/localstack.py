@@ -5,8 +5,8 @@ tier S flags (unless TEMPORAL_ADDRESS is set), migrations, and the six services 
 processes, each in its own process group and health-checked on /readyz before the instance
 says "ready". State lives under `.eventos/` of the working directory: `stack.json` (every
 address, written once ready, removed on a clean stop), `pids.json` (what a later run stops
-after a crash), `admin-token`, `internal-token`, `logs/`, `pg/`, `temporal/`, `spool/` (webhook
-bodies while they arrive), `secrets/`.
+after a crash), `admin-token`, `internal-token`, `outbox-keys`, `logs/`, `pg/`, `temporal/`,
+`spool/` (webhook bodies while they arrive), `secrets/`.
 
 `LocalStack` is the programmatic form the tests use; `python -m eventos.localstack` wraps it
 with signal handling, a summary and one command to try.
@@ -39,6 +39,9 @@ from eventos.db.migrate import Migration, migrate
 from eventos.embedded_pg import EmbeddedPostgres, free_port
 from eventos.errors import EventOSError
 from eventos.examples import ExampleOutcome, apply_examples
+from eventos.outbox_keys import FILE_VAR as OUTBOX_KEYS_FILE_VAR
+from eventos.outbox_keys import VAR as OUTBOX_KEYS_VAR
+from eventos.outbox_keys import new_key_entry
 from eventos.processes import LockHeld, PidLock, Recorded, stop_groups
 from eventos.service_process import HOST, ServiceProcess
 from eventos.settings import DatabaseSettings, SecretStore
@@ -90,6 +93,7 @@ class LocalStack:
     temporal_namespace: str = "default"
     admin_token: str = field(default="", repr=False)
     internal_token: str = field(default="", repr=False)
+    outbox_keys_file: Path | None = None
     services: dict[str, ServiceProcess] = field(default_factory=dict)
     employees: list[ExampleOutcome] = field(default_factory=list)
     postgres: EmbeddedPostgres | None = None
@@ -159,6 +163,7 @@ class LocalStack:
                 step()
             self.admin_token = self._token("EVENTOS_ADMIN_TOKEN", "admin-token")
             self.internal_token = self._token("EVENTOS_INTERNAL_TOKEN", "internal-token")
+            self.outbox_keys_file = self._outbox_keys()
             self._check_stop()
             self._spawn_services()
             self._wait_ready()
@@ -239,6 +244,16 @@ class LocalStack:
         _write_private(path, token + "\n")
         return token
 
+    def _outbox_keys(self) -> Path | None:
+        """The file of keys sealing outbox recipients, generated on the first run; None when
+        EVENTOS_OUTBOX_KEYS or EVENTOS_OUTBOX_KEYS_FILE is set (the services read that)."""
+        if self.env.get(OUTBOX_KEYS_VAR) or self.env.get(OUTBOX_KEYS_FILE_VAR):
+            return None
+        path = self.state_dir / "outbox-keys"
+        if not path.exists():
+            _write_private(path, new_key_entry("local-1") + "\n")
+        return path
+
     def _spawn_services(self) -> None:
         taken: set[int] = set()
 
@@ -275,6 +290,8 @@ class LocalStack:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if self.outbox_keys_file is not None:
+            env[OUTBOX_KEYS_FILE_VAR] = str(self.outbox_keys_file)
         for svc in self.services.values():
             env.update(svc.port_env())
             kicked = self.services.get(KICKS.get(svc.name, ""))

@@ -183,6 +183,8 @@ ATTENTION_SLOW_TURN: Final = "slow_turn"
 ATTENTION_PARKED_TURN: Final = "parked_turn"
 PARKED: Final = "parked"  # a suspension's reason is `parked: <why>` (SPEC §9 parking)
 PROVIDER_OUTAGE: Final = "ProviderOutage"
+# The model's endpoint or credential is not on the operator's list (EVENTOS_LLM_ENDPOINTS).
+LLM_ENDPOINT_NOT_ALLOWED: Final = "LlmEndpointNotAllowed"
 
 
 def queue_for(base: str, workflow_queue: str) -> str:
@@ -194,6 +196,7 @@ def queue_for(base: str, workflow_queue: str) -> str:
 ACT_DEAD_LETTER: Final = "dead_letter_inputs"
 TURN_ATTEMPTS: Final = 2  # a failed turn's inputs are retried once (SPEC §8)
 ATTENTION_DEAD_INPUT: Final = "dead_input"
+ATTENTION_RECIPIENT_UNREADABLE: Final = "recipient_unreadable"  # its outbox row failed unsent
 ACT_LOAD_INPUTS: Final = "load_inputs"
 # How a turn ended (`turns.status`, TurnResult, ReleaseTurn).
 TURN_DONE: Final = "done"

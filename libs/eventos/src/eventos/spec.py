@@ -55,17 +55,22 @@ class _Strict(BaseModel):
 
 
 class Model(_Strict):
+    """Which model an agent calls. `endpoint` names one of the operator's LLM endpoints
+    (EVENTOS_LLM_ENDPOINTS); a `base_url` must equal one's (apply checks both)."""
+
     provider: Literal["openai", "local"]
     name: str = Field(min_length=1)
+    endpoint: str | None = Field(default=None, pattern=REF_RE)
     credential: SecretRef | None = None
-    base_url: str | None = None
+    base_url: str | None = Field(default=None, max_length=2048)
 
     _ref = field_validator("credential")(lambda cls, v: v if v is None else _check_ref(v))
 
     @model_validator(mode="after")
     def _credential_for_openai(self) -> Model:
-        if self.provider == "openai" and self.credential is None and self.base_url is None:
-            raise ValueError("provider openai needs a credential reference or a base_url")
+        given = (self.credential, self.base_url, self.endpoint)
+        if self.provider == "openai" and given == (None, None, None):
+            raise ValueError("provider openai needs an endpoint, a base_url or a credential")
         return self
 
 

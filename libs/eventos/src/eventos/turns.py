@@ -34,6 +34,7 @@ from eventos.contracts import (
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict, NotFound
+from eventos.outbox_keys import OutboxKeys
 
 STORED_TRANSCRIPT_MAX_BYTES = 1_000_000
 
@@ -79,7 +80,8 @@ async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
     if agent is None:
         raise NotFound(f"no agent {turn.agent!r} in {turn.employee} g{turn.generation}")
     m = agent["model"]
-    model = ModelRef(m["provider"], m["name"], m.get("credential"), m.get("base_url"))
+    model = ModelRef(m["provider"], m["name"], m.get("credential"), m.get("base_url"),
+                     m.get("endpoint"))  # fmt: skip
     recent = newest_within(list(row["transcript"] or []), names.TRANSCRIPT_MAX_BYTES)
     transcript = [message_of(d) for d in recent]
     session = chat_session(turn)
@@ -120,7 +122,23 @@ def reply_key(turn: TurnInput, consumed_ingress_ids: list[int]) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
-async def save(conn: Conn, req: SaveTurn) -> Saved:
+def _outbound_row(turn: TurnInput, req: SaveTurn, keys: OutboxKeys) -> dict[str, Any]:
+    """The reply's outbox row; its recipient sealed to the row (never stored in the clear)."""
+    key = reply_key(turn, req.consumed_ingress_ids)
+    recipient = turn.route.get("session")
+    sealed = None
+    if recipient is not None:
+        sealed = keys.seal(str(recipient), employee=turn.employee, idempotency_key=key)
+    return {
+        "key": key, "employee": turn.employee, "thread": turn.stream_key,
+        "turn_id": turn.turn_id, "account": None,
+        "recipient": sealed.blob if sealed else None,
+        "recipient_key_id": sealed.key_id if sealed else None,
+        "kind": turn.route.get("kind", "chat"), "class": turn.klass, "body": req.reply,
+    }  # fmt: skip
+
+
+async def save(conn: Conn, req: SaveTurn, keys: OutboxKeys) -> Saved:
     """The consuming save; idempotent for a retried step (same turn, same inputs)."""
     turn = req.turn
     key = {"employee": turn.employee, "generation": turn.generation, "agent": turn.agent,
@@ -150,12 +168,7 @@ async def save(conn: Conn, req: SaveTurn) -> Saved:
             await conn.execute(Q["turn_done"], done)
         outbound_id = None
         if req.reply is not None and turn.route.get("reply"):
-            cur = await conn.execute(Q["outbound_insert"], {
-                "key": reply_key(turn, req.consumed_ingress_ids), "employee": turn.employee,
-                "thread": turn.stream_key, "turn_id": turn.turn_id, "account": None,
-                "recipient": turn.route.get("session"), "kind": turn.route.get("kind", "chat"),
-                "class": turn.klass, "body": req.reply,
-            })  # fmt: skip
+            cur = await conn.execute(Q["outbound_insert"], _outbound_row(turn, req, keys))
             outbound_id = int((await cur.fetchone() or {})["id"])
     return Saved(outbound_id)
 

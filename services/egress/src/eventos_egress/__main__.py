@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 
 from eventos.activities import DbActivities
+from eventos.outbox_keys import OutboxKeys
 from eventos.service import configure_logging
 from eventos.wiring import ConnectedConfig, build_connected
 from eventos.workers import egress_worker, run_forever
 
 
 async def main() -> None:
+    outbox = OutboxKeys.from_env()  # egress opens recipients: no key, no start
     cfg = ConnectedConfig.from_env("egress")
     service, connected = await build_connected(cfg)
-    db = DbActivities(connected.pool)
+    db = DbActivities(connected.pool, outbox=outbox)
     service.loops.append(lambda: run_forever(connected.temporal, lambda c: egress_worker(c, db)))
     await service.run()
 

@@ -14,6 +14,7 @@ from eventos import names
 from eventos.bus import GroupCommitter
 from eventos.db import Conn, open_pool
 from eventos.http_bounds import HttpBounds
+from eventos.llm.endpoints import LlmEndpoints
 from eventos.service import GrpcServerOptions, Service
 from eventos.settings import (
     AdminSettings,
@@ -51,6 +52,7 @@ class IngressConfig:
     commit_queue_max: int = names.COMMIT_QUEUE_MAX
     grpc: GrpcIngressSettings = field(default_factory=GrpcIngressSettings)
     group_commit_workers: int = 4
+    llm_endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)
 
     @classmethod
     def from_env(cls) -> IngressConfig:
@@ -68,6 +70,7 @@ class IngressConfig:
                 os.environ, "EVENTOS_INGRESS_COMMIT_QUEUE_MAX", names.COMMIT_QUEUE_MAX
             ),
             grpc=GrpcIngressSettings.from_env(),
+            llm_endpoints=LlmEndpoints.from_env(),
         )
 
 
@@ -106,7 +109,7 @@ async def build(cfg: IngressConfig) -> Service:
         body_idle_timeout_s=cfg.http_bounds.body_idle_timeout_s,
         spool_dir=str(cfg.spool_dir) if cfg.spool_dir else None,
     )
-    owner = OwnerApi(pool, cfg.admin.token, kicker)
+    owner = OwnerApi(pool, cfg.admin.token, kicker, cfg.llm_endpoints)
     drivers = DriverTable(pool, cfg.secrets, cfg.grpc.internal_token)
     servicer = EventIngressServicer(pool, committer, drivers, cfg.grpc, kicker)
 

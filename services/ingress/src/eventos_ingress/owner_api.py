@@ -6,7 +6,7 @@ import asyncio
 import hmac
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -27,6 +27,7 @@ from eventos.errors import (
     QueueFull,
     SpecInvalid,
 )
+from eventos.llm.endpoints import LlmEndpoints
 from eventos.spec import load_specs
 from eventos.wake import Kicker
 
@@ -101,6 +102,7 @@ class OwnerApi:
     pool: AsyncConnectionPool[Conn]
     token: str
     kicker: Kicker | None = None
+    endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)  # what apply allows models
 
     def guarded(self, handler: Handler) -> Handler:
         async def run(request: Request) -> Response:
@@ -167,7 +169,7 @@ class OwnerApi:
         applied = []
         async with self.pool.connection() as conn:
             for spec in specs:
-                a = await employees.apply(conn, spec)
+                a = await employees.apply(conn, spec, self.endpoints)
                 applied.append({"name": a.name, "created": a.created, "changed": a.changed})
         return JSONResponse({"applied": applied})
 

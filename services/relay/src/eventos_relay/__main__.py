@@ -8,6 +8,7 @@ import os
 import socket
 
 from eventos.deliverer import Deliverer, deliverer_loop
+from eventos.outbox_keys import OutboxKeys
 from eventos.relay import Relay, relay_loop
 from eventos.scheduler import SchedConfig
 from eventos.service import configure_logging
@@ -16,12 +17,14 @@ from eventos.wiring import ConnectedConfig, build_connected
 
 
 async def main() -> None:
+    outbox = OutboxKeys.from_env()  # re-arm makes orphaned sends: no key, no start
     cfg = ConnectedConfig.from_env("relay", wake=True)
     service, connected = await build_connected(cfg)
     relay_id = os.environ.get("EVENTOS_RELAY_ID") or f"{socket.gethostname()}:{os.getpid()}"
     relay = Relay(connected.pool, connected.temporal, relay_id)
     service.loops.append(lambda: relay_loop(relay, connected.signal, cfg.service.poll_interval_s))
-    deliverer = Deliverer(connected.pool, connected.temporal, sched=SchedConfig.from_env())
+    deliverer = Deliverer(connected.pool, connected.temporal, sched=SchedConfig.from_env(),
+                          outbox=outbox)  # fmt: skip
     service.loops.append(lambda: deliverer_loop(deliverer, cfg.service.poll_interval_s))
     service.loops.append(lambda: watchdog_loop(connected.pool, connected.temporal))
     await service.run()

@@ -8,6 +8,7 @@ import logging
 from eventos import names
 from eventos.llm import LlmActivities, llm_slots, provider_http_client, run_llm_workers
 from eventos.llm.buckets import RateLimits
+from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable
 from eventos.service import configure_logging
 from eventos.settings import SecretStore, llm_classes
@@ -20,9 +21,11 @@ async def main() -> None:
     classes = llm_classes()  # bad LLM_CLASS or slot counts fail at boot
     slots = llm_slots()
     prices, limits = PriceTable.from_env(), RateLimits.from_env()
+    endpoints = LlmEndpoints.from_env()  # where credentials may go; re-checked on every call
     service, connected = await build_connected(ConnectedConfig.from_env("workers-llm"))
     http = provider_http_client(max_connections=sum(slots[c] for c in classes))
-    activities = LlmActivities(http, SecretStore.from_env(), connected.pool, prices, limits)
+    activities = LlmActivities(http, SecretStore.from_env(), connected.pool, prices, limits,
+                               endpoints=endpoints)  # fmt: skip
     service.loops.append(lambda: run_llm_workers(connected.temporal, classes, activities, slots))
     service.on_stop.append(http.aclose)
     queues = ", ".join(f"{names.LLM_QUEUES[c]} ({slots[c]} slots)" for c in classes)

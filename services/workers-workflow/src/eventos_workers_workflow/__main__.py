@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from eventos.activities import DbActivities
+from eventos.outbox_keys import OutboxKeys
 from eventos.scheduler import SchedConfig
 from eventos.service import configure_logging
 from eventos.wiring import ConnectedConfig, build_connected
@@ -12,9 +13,10 @@ from eventos.workers import run_forever, workflow_worker
 
 
 async def main() -> None:
+    outbox = OutboxKeys.from_env()  # the consuming save seals recipients: no key, no start
     cfg = ConnectedConfig.from_env("workers-workflow")
     service, connected = await build_connected(cfg)
-    db = DbActivities(connected.pool, SchedConfig.from_env())
+    db = DbActivities(connected.pool, SchedConfig.from_env(), outbox=outbox)
     service.loops.append(
         lambda: run_forever(connected.temporal, lambda c: workflow_worker(c, db=db))
     )

@@ -258,7 +258,7 @@ CREATE TABLE outbound_messages (
     thread               text NOT NULL,
     turn_id              text NOT NULL,
     account              text,
-    recipient            text,
+    recipient            bytea,  -- nonce ‖ AES-GCM ciphertext, sealed by the services (0009)
     kind                 text NOT NULL,
     class                smallint NOT NULL,
     body                 text,
@@ -274,7 +274,10 @@ CREATE TABLE outbound_messages (
     provider_message_id  text,
     receipt              jsonb,
     created_at           timestamptz NOT NULL DEFAULT now(),
-    updated_at           timestamptz NOT NULL DEFAULT now()
+    updated_at           timestamptz NOT NULL DEFAULT now(),
+    recipient_key_id     text,
+    CONSTRAINT outbound_messages_recipient_sealed
+        CHECK ((recipient IS NULL) = (recipient_key_id IS NULL))
 );
 CREATE INDEX outbound_messages_open ON outbound_messages (status) WHERE status IN ('queued', 'sending');
 

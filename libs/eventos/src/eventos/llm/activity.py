@@ -27,6 +27,7 @@ from eventos.errors import BudgetExceeded, BudgetHeld
 from eventos.ledger import Reservation
 from eventos.llm import buckets
 from eventos.llm.buckets import RateLimits, credential_of
+from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable, prompt_tokens
 from eventos.llm.providers import provider_for
 from eventos.settings import SecretStore
@@ -103,10 +104,12 @@ class LlmActivities:
         prices: PriceTable | None = None,
         limits: RateLimits | None = None,
         *,
+        endpoints: LlmEndpoints,
         heartbeat_s: float = HEARTBEAT_S,
     ) -> None:
         self.http = http
         self.secrets = secrets
+        self.endpoints = endpoints
         self.pool = pool
         self.prices = prices or PriceTable()
         self.limits = limits or RateLimits()
@@ -128,7 +131,7 @@ class LlmActivities:
         started = time.monotonic()
         outcome = "retry"  # an unexpected exception is retried by Temporal
         try:
-            provider = provider_for(step.model, self.secrets, self.http)
+            provider = provider_for(step.model, self.endpoints, self.secrets, self.http)
             out = await self._heartbeating(provider.complete(step, info.attempt))
             outcome = "ok"
         except ApplicationError as exc:

@@ -81,7 +81,7 @@ def _rate(value: Any, where: str) -> Rate:
 
 def credential_of(model: ModelRef) -> str:
     """The credential a step spends: its secret's name, else the endpoint it calls."""
-    return model.credential or f"{model.provider}:{model.base_url or 'default'}"
+    return model.credential or f"{model.provider}:{model.endpoint or model.base_url or 'default'}"
 
 
 async def take(conn: Conn, limits: RateLimits, credential: str, klass: int, tokens: int,

@@ -7,11 +7,15 @@ from typing import Protocol
 import httpx
 from temporalio.exceptions import ApplicationError
 
+from eventos import names
 from eventos.contracts import LlmStepInput, LlmStepOutput, ModelRef
-from eventos.errors import SecretUnavailable
+from eventos.errors import EndpointNotAllowed, SecretUnavailable
+from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.local import LocalProvider
-from eventos.llm.openai import DEFAULT_BASE_URL, OpenAIChatProvider
+from eventos.llm.openai import OpenAIChatProvider
 from eventos.settings import SecretStore
+
+ENDPOINT_NOT_ALLOWED = names.LLM_ENDPOINT_NOT_ALLOWED
 
 
 class Provider(Protocol):
@@ -24,13 +28,25 @@ class Provider(Protocol):
         ...
 
 
-def provider_for(model: ModelRef, secrets: SecretStore, http: httpx.AsyncClient) -> Provider:
-    """The provider that answers for `model`."""
+def provider_for(
+    model: ModelRef, endpoints: LlmEndpoints, secrets: SecretStore, http: httpx.AsyncClient
+) -> Provider:
+    """The provider that answers for `model`, calling only an endpoint on the operator's list
+    (checked here, at call time: the list may have changed since the spec was applied)."""
     if model.provider == "local":
         return LocalProvider()
     if model.provider == "openai":
+        try:
+            endpoint = endpoints.resolve(model)
+        except EndpointNotAllowed as exc:
+            raise ApplicationError(
+                f"model {model.name!r}: {exc.field}: {exc}; nothing was sent",
+                type=ENDPOINT_NOT_ALLOWED,
+                non_retryable=True,
+            ) from None
+        assert endpoint is not None  # provider openai always resolves to one
         key = _resolve_key(model.credential, secrets)
-        return OpenAIChatProvider(http, model.base_url or DEFAULT_BASE_URL, key)
+        return OpenAIChatProvider(http, endpoint.base_url, key)
     raise ApplicationError(
         f"unknown LLM provider {model.provider!r}", type="ProviderUnknown", non_retryable=True
     )

@@ -25,6 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
+from eventos.outbox_keys import OutboxKeys, new_key_entry
 from eventos.settings import DatabaseSettings, TemporalSettings
 
 TEMPLATE = "eventos_template"
@@ -173,6 +174,13 @@ async def conn(db_settings: DatabaseSettings) -> AsyncIterator[Conn]:
     c = await connect(db_settings)
     async with c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def outbox_keys() -> OutboxKeys:
+    """Keys sealing outbox recipients, fresh for the session (what EVENTOS_OUTBOX_KEYS gives
+    a service)."""
+    return OutboxKeys.parse(new_key_entry("test-1"))
 
 
 @pytest.fixture(scope="session")

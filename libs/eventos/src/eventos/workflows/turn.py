@@ -58,8 +58,9 @@ with workflow.unsafe.imports_passed_through():
 
 BUDGET_REFUSALS = ("BudgetExceeded", "BudgetHeld")
 # Failures that may clear: the turn parks instead of failing (SPEC §9).
+# An endpoint off the operator's list (EVENTOS_LLM_ENDPOINTS) is configuration, like a key.
 PARK_TYPES = ("ProviderQuotaExceeded", "ProviderAuthError", "ProviderCredentialMissing",
-              names.PROVIDER_OUTAGE)  # fmt: skip
+              names.LLM_ENDPOINT_NOT_ALLOWED, names.PROVIDER_OUTAGE)  # fmt: skip
 SUSPENDED_RECHECK = timedelta(minutes=10)  # a suspended turn asks again (Signals are hints)
 PARK_PROBE = timedelta(minutes=15)
 

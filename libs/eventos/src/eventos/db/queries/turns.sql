@@ -89,9 +89,9 @@ UPDATE turns SET status = 'done', consumed_seq = %(through)s, ended_at = now() W
 -- name: outbound_insert
 -- The reply enters the outbox once (the idempotency key makes a retried save a no-op).
 INSERT INTO outbound_messages (idempotency_key, employee, thread, turn_id, account, recipient,
-    kind, class, body)
-VALUES (%(key)s, %(employee)s, %(thread)s, %(turn_id)s, %(account)s, %(recipient)s, %(kind)s,
-    %(class)s, %(body)s)
+    recipient_key_id, kind, class, body)
+VALUES (%(key)s, %(employee)s, %(thread)s, %(turn_id)s, %(account)s, %(recipient)s,
+    %(recipient_key_id)s, %(kind)s, %(class)s, %(body)s)
 ON CONFLICT (idempotency_key) DO UPDATE SET updated_at = outbound_messages.updated_at
 RETURNING id;
 
@@ -100,11 +100,12 @@ RETURNING id;
 UPDATE outbound_messages
 SET status = 'sending', claim_token = %(token)s, provider_called_at = now(), updated_at = now()
 WHERE id = %(id)s AND status = 'queued'
-RETURNING id, employee, thread, turn_id, kind, recipient, body;
+RETURNING id, idempotency_key, employee, thread, turn_id, kind, recipient, recipient_key_id, body;
 
 -- name: outbound_get
 -- One outbox row.
-SELECT id, employee, thread, turn_id, kind, recipient, body, status, claim_token
+SELECT id, idempotency_key, employee, thread, turn_id, kind, recipient, recipient_key_id, body,
+    status, claim_token
 FROM outbound_messages WHERE id = %(id)s;
 
 -- name: chat_reply_insert
@@ -131,6 +132,12 @@ WHERE m.employee = %(employee)s AND m.id = %(id)s;
 SELECT id, kind, turn_id, message_ids, text, created_at FROM chat_events
 WHERE employee = %(employee)s AND session = %(session)s AND id > %(after)s
 ORDER BY id LIMIT 100;
+
+-- name: outbound_fail
+-- A claimed send that can never be made (its recipient does not open): nothing was called.
+UPDATE outbound_messages SET status = 'failed', claim_token = NULL, provider_called_at = NULL,
+    updated_at = now()
+WHERE id = %(id)s AND status = 'sending';
 
 -- name: outbound_unclaim
 -- Give a claim back before any provider was called.
