@@ -39,6 +39,7 @@ from eventos.embedded_pg import EmbeddedPostgres, free_port
 from eventos.errors import EventOSError
 from eventos.examples import ExampleOutcome, apply_examples
 from eventos.processes import LockHeld, PidLock, Recorded, stop_groups
+from eventos.service import READYZ_PROBE_TIMEOUT_S
 from eventos.service_process import HOST, ServiceProcess
 from eventos.settings import DatabaseSettings, SecretStore
 from eventos.temporal_dev import TemporalDevServer
@@ -283,7 +284,7 @@ class LocalStack:
         deadline = time.monotonic() + self.ready_timeout_s
         pending = set(self.services)
         last: dict[str, str] = {}
-        with httpx.Client(timeout=1.0) as client:
+        with httpx.Client(timeout=READYZ_PROBE_TIMEOUT_S) as client:
             while pending:
                 self._check_stop()
                 for name in sorted(pending):
