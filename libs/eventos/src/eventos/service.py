@@ -32,6 +32,10 @@ ReadinessCheck = Callable[[], Awaitable[None]]
 GrpcRegistrar = Callable[[grpc.aio.Server], None]
 READINESS_TIMEOUT_S = 2.0
 READINESS_LOG_EVERY_S = 60.0  # a failing check logs its exception at warning this often
+# How long a /readyz probe waits for the answer: the checks (database, Temporal) run one after
+# the other, each under READINESS_TIMEOUT_S. A probe that gives up sooner drops a true answer
+# that a loaded machine is slow to give, and may never see one.
+READYZ_PROBE_TIMEOUT_S = 2 * READINESS_TIMEOUT_S + 1.0
 LOOP_STOP_S = 10.0  # a stopping service waits this long for its loops
 CANCEL_AGAIN_S = 0.5
 

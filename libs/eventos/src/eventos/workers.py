@@ -13,7 +13,7 @@ from temporalio.worker import Worker
 from eventos import names
 from eventos.activities import DbActivities
 from eventos.supervision import SupervisorActivities
-from eventos.temporal import TemporalConnection
+from eventos.temporal import TemporalConnection, worker_build_id
 from eventos.workflows.conversation import ConversationWorkflow
 from eventos.workflows.schedule_fire import ScheduleFireWorkflow
 from eventos.workflows.supervisor import EmployeeSupervisorWorkflow
@@ -32,7 +32,8 @@ def workflow_worker(
     activities = []
     if db is not None:
         activities = db.workflow_queue_activities() + SupervisorActivities(db.pool).activities()
-    return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities)
+    return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities,
+                  build_id=worker_build_id())  # fmt: skip
 
 
 def egress_worker(
@@ -40,7 +41,8 @@ def egress_worker(
 ) -> Worker:
     """The send activities on queue `egress`."""
     queue = names.queue_for(names.EGRESS_QUEUE, workflow_queue)
-    return Worker(client, task_queue=queue, activities=db.egress_activities())
+    return Worker(client, task_queue=queue, activities=db.egress_activities(),
+                  build_id=worker_build_id())  # fmt: skip
 
 
 async def run_forever(temporal: TemporalConnection, build: Callable[[Client], Any]) -> None:

@@ -16,7 +16,7 @@ from eventos import names
 from eventos.errors import ConfigError
 from eventos.llm.activity import HEARTBEAT_S, LlmActivities
 from eventos.scheduler import DEFAULT_CLASS_MAX
-from eventos.temporal import TemporalConnection
+from eventos.temporal import TemporalConnection, worker_build_id
 
 log = logging.getLogger(__name__)
 RECONNECT_S = 2.0
@@ -61,6 +61,7 @@ def llm_worker(
         # Heartbeats reach the server (and bring a cancel back) as often as the step beats,
         # not at 80% of the heartbeat timeout: a cancelled turn drains in seconds.
         max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_S),
+        build_id=worker_build_id(),
     )
 
 
