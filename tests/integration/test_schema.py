@@ -28,7 +28,9 @@ def _dump(url: str) -> str:
         capture_output=True,
         text=True,
     ).stdout
-    return "\n".join(ln for ln in out.splitlines() if not ln.startswith("--") and ln.strip())
+    # pg_dump 16.10+ fences its output with a random `\restrict <key>` / `\unrestrict <key>`.
+    fence = ("--", "\\restrict ", "\\unrestrict ")
+    return "\n".join(ln for ln in out.splitlines() if not ln.startswith(fence) and ln.strip())
 
 
 async def test_migrated_schema_equals_declared(

@@ -140,7 +140,7 @@ async def test_invalid_spec_errors_name_field_paths(
     bad.write_text(BAD_SPEC)
     assert await ctl("apply", "-f", str(bad), "--url", ingress_url, "--token", ADMIN_TOKEN) == 1
     err = capsys.readouterr().err
-    assert "error: " in err and "invalid spec" in err
+    assert "error: " in err and "spec is invalid" in err
     assert "  metadata.name: " in err
     assert "  spec.agents: " in err
 

@@ -12,7 +12,7 @@ from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.employees import get as get_employee
 from eventos.envelope import encoded_size
-from eventos.errors import Conflict, EventRejected, NotFound, QueueFull
+from eventos.errors import Conflict, InputInvalid, NotFound, QueueFull
 
 MAX_TEXT_BYTES = 32 * 1024
 DEFAULT_SESSION = "owner"
@@ -46,13 +46,13 @@ async def send(
 ) -> Queued:
     """Queue one owner message; QueueFull (nothing saved) past 100 pending in the session."""
     if not client_message_id or len(client_message_id) > 128:
-        raise EventRejected("client_message_id must be 1 to 128 characters")
+        raise InputInvalid("client_message_id", "must be 1 to 128 characters")
     if not session or len(session) > 64:
-        raise EventRejected("session must be 1 to 64 characters")
+        raise InputInvalid("session", "must be 1 to 64 characters")
     if not text.strip():
-        raise EventRejected("text must not be empty")
+        raise InputInvalid("text", "must not be empty")
     if len(text.encode()) > MAX_TEXT_BYTES:
-        raise EventRejected(f"text is over {MAX_TEXT_BYTES} bytes")
+        raise InputInvalid("text", f"is over {MAX_TEXT_BYTES} bytes")
     row = await get_employee(conn, employee)
     if row["state"] not in names.ROUTABLE_GENERATION_STATES:
         raise Conflict(f"{employee!r} is not started")

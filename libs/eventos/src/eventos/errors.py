@@ -58,3 +58,23 @@ class BudgetExceeded(EventOSError):
 class BudgetHeld(EventOSError):
     """The employee's budget is past 80%: background work waits for its next period or a
     top-up."""
+
+
+class InputInvalid(EventRejected):
+    """The request is invalid."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.errors = [(path, message)]
+        super().__init__(f"{path}: {message}")
+
+
+class BodyTooLarge(EventRejected):
+    """The request body is over its cap."""
+
+
+class Unauthenticated(EventOSError):
+    """A valid bearer token is required."""
+
+
+class Forbidden(EventOSError):
+    """This token may not do that."""

@@ -43,8 +43,9 @@ def _refusal(response: httpx.Response) -> OwnerApiError:
         doc = {}
     if not isinstance(doc, dict):
         doc = {}
-    message = str(doc.get("error") or response.reason_phrase or "request refused")
     errors = [(str(e.get("path")), str(e.get("message"))) for e in doc.get("errors") or []]
+    # A problem (RFC 9457): with field errors the title says it all, the fields follow.
+    message = str(doc.get("title" if errors else "detail") or response.reason_phrase or "refused")
     return OwnerApiError(response.status_code, message, errors)
 
 

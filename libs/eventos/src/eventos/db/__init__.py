@@ -67,10 +67,10 @@ async def open_pool(
 
 @asynccontextmanager
 async def translate() -> AsyncIterator[None]:
-    """Translate driver connection errors into DatabaseUnavailable."""
+    """Translate driver connection errors (a pool timeout among them) into DatabaseUnavailable."""
     try:
         yield
-    except (psycopg.OperationalError, psycopg.errors.AdminShutdown) as exc:
+    except (psycopg.OperationalError, psycopg.InterfaceError, psycopg.errors.AdminShutdown) as exc:
         raise DatabaseUnavailable(str(exc).strip() or "database unavailable") from exc
     except psycopg.errors.QueryCanceled as exc:
         raise DatabaseUnavailable("statement timeout") from exc
