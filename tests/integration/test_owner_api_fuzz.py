@@ -25,7 +25,6 @@ from schemathesis.specs.openapi.checks import (
 
 EXAMPLES = 12  # per operation and mode: the whole fuzz stays well under a minute
 STREAMS = {"/v1/employees/{name}/chat/events"}  # never ends: its refusals are tested elsewhere
-AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 # No 5xx, and every answer as documented: its status, its content type, its body; and a call
 # without the token is refused. (Not "schema-valid data is accepted": the request schemas do
 # not restate every rule, e.g. what makes a spec valid.)
@@ -58,8 +57,9 @@ async def test_openapi_document_is_valid_and_describes_every_body(ingress_url: s
             assert {"401", "503"} <= set(op["responses"]), (method, path)
 
 
-def fuzz(doc: dict[str, Any], url: str) -> list[str]:
-    """Every operation, positive and negative, generic and on the started employee."""
+def fuzz(doc: dict[str, Any], url: str, user_token: str) -> list[str]:
+    """Every operation, positive and negative, generic and on the started employee, as the
+    admin or as a user."""
     schema = schemathesis.openapi.from_dict(doc)
     ran = []
     for result in schema.get_all_operations():
@@ -75,11 +75,12 @@ def fuzz(doc: dict[str, Any], url: str) -> list[str]:
             for params in fixed
         ]
 
-        @given(case=st.one_of(strategies))
+        @given(case=st.one_of(strategies), token=st.sampled_from([ADMIN_TOKEN, user_token]))
         @settings(max_examples=EXAMPLES * len(strategies), deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))  # fmt: skip
-        def run(case: schemathesis.Case) -> None:
-            case.call_and_validate(base_url=url, headers=AUTH, checks=CHECKS, timeout=10)
+        def run(case: schemathesis.Case, token: str) -> None:
+            headers = {"Authorization": f"Bearer {token}"}
+            case.call_and_validate(base_url=url, headers=headers, checks=CHECKS, timeout=10)
 
         run()
         ran.append(f"{operation.method.upper()} {operation.path}")
@@ -88,5 +89,8 @@ def fuzz(doc: dict[str, Any], url: str) -> list[str]:
 
 async def test_fuzz_every_operation(started: str, ingress_url: str) -> None:
     doc = await openapi_document(ingress_url)
-    ran = await asyncio.to_thread(fuzz, doc, ingress_url)
+    async with httpx.AsyncClient(base_url=ingress_url) as c:
+        r = await c.post("/v1/users", json={"name": "fuzzer"},
+                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})  # fmt: skip
+    ran = await asyncio.to_thread(fuzz, doc, ingress_url, r.json()["token"])
     assert len(ran) == sum(len(item) for item in doc["paths"].values()) - len(STREAMS)

@@ -34,6 +34,7 @@ from eventos.contracts import (
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict, NotFound
+from eventos.users import OWNER
 
 STORED_TRANSCRIPT_MAX_BYTES = 1_000_000
 
@@ -52,7 +53,8 @@ async def record_run_event(conn: Conn, event: RunEvent) -> None:
         message_ids = sorted(int(r["id"]) for r in await cur.fetchall())
         inputs = ",".join(str(i) for i in sorted(event.ingress_ids))
         await conn.execute(Q["chat_event_insert"], {
-            "employee": event.employee, "session": event.session, "kind": event.kind,
+            "employee": event.employee, "audience": event.audience, "session": event.session,
+            "kind": event.kind,
             "turn_id": event.turn_id, "dedupe_key": f"{event.kind}:{event.turn_id}:{inputs}",
             "message_ids": message_ids,
         })  # fmt: skip
@@ -63,6 +65,11 @@ def chat_session(turn: TurnInput) -> str | None:
     if turn.route.get("kind") != "chat":
         return None
     return str(turn.route.get("session") or "owner")
+
+
+def chat_audience(turn: TurnInput) -> str:
+    """Whose owner chat a turn answers: a user's name, or `owner` (the admin)."""
+    return str(turn.route.get("audience") or OWNER)
 
 
 async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
@@ -92,6 +99,7 @@ async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
                 turn.turn_id,
                 names.RUN_START,
                 [i.ingress_id for i in turn.inputs],
+                chat_audience(turn),
             ),
         )
     return ConversationContext(model=model, system=agent.get("system", ""), transcript=transcript)
@@ -154,10 +162,18 @@ async def save(conn: Conn, req: SaveTurn) -> Saved:
                 "key": reply_key(turn, req.consumed_ingress_ids), "employee": turn.employee,
                 "thread": turn.stream_key, "turn_id": turn.turn_id, "account": None,
                 "recipient": turn.route.get("session"), "kind": turn.route.get("kind", "chat"),
-                "class": turn.klass, "body": req.reply,
+                "class": turn.klass, "body": req.reply, "audience": _audience_column(turn),
             })  # fmt: skip
             outbound_id = int((await cur.fetchone() or {})["id"])
     return Saved(outbound_id)
+
+
+def _audience_column(turn: TurnInput) -> str | None:
+    """The outbox row's audience: the user whose chat it answers; NULL for the admin's."""
+    if turn.route.get("kind") != "chat":
+        return None
+    audience = chat_audience(turn)
+    return None if audience == OWNER else audience
 
 
 async def dead_letter(conn: Conn, req: DeadLetter) -> None:

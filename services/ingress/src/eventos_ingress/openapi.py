@@ -259,6 +259,23 @@ def paths() -> dict[str, Any]:
         "/v1/rearm": {
             "post": op("Re-arm Temporal from the database", (202, "the re-arm intent", "Intent"))
         },
+        "/v1/users": {
+            "post": op(
+                "Create a user (admin only); its token is shown once",
+                (201, "the user and its token", "UserCreated"),
+                errors={"409": "the name is taken"},
+                body="UserCreate",
+            ),
+            "get": op("Every user (admin only)", (200, "the users", "UserList")),
+        },
+        "/v1/users/{name}": {
+            "delete": op(
+                "Remove a user: its token stops working (admin only)",
+                (204, "removed", None),
+                errors={"404": "no such user"},
+                params=[{**NAME, "description": "a user name"}],
+            )
+        },
     }
     events = out["/v1/employees/{name}/chat/events"]["get"]
     events["responses"]["200"]["content"] = {"text/event-stream": {"schema": STR}}

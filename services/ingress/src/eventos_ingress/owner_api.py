@@ -1,5 +1,9 @@
 """The owner API under `/v1/` (SPEC §6.2, §17), behind bearer tokens.
 
+The admin token may do everything and chats as the audience `owner`; a user token may chat,
+read its own messages and follow its own event stream, and nothing else (403). Chat calls are
+always scoped to the caller's audience (`eventos.users`).
+
 Every operation runs inside one guard: authenticate, check the caller may do it, check the
 path and query values and the declared body length, translate database errors (an outage is a
 503, never a 500) and answer every refusal as `application/problem+json` (`problems.py`).
@@ -20,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, Route
 
-from eventos import chat, employees, intents, names
+from eventos import chat, employees, intents, names, users
 from eventos.db import Conn, translate
 from eventos.errors import (
     BodyTooLarge,
@@ -41,7 +45,6 @@ SSE_POLL_S = 0.25
 SSE_KEEPALIVE_S = 15.0
 LIFECYCLE = {*intents.LIFECYCLE, names.INTENT_INTERRUPT}
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-ADMIN_AUDIENCE = "owner"  # the admin token chats as the user `owner`
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,12 @@ def _requested(req: intents.Requested) -> Response:
     body = {"name": req.employee, "generation": req.generation, "state": req.state,
             "intent": intents.intent_view(req.intent)}  # fmt: skip
     return JSONResponse(body, status_code=202)
+
+
+def _encoded_slash(request: Request) -> bool:
+    """A `%2F` in the path: no name holds a `/`, and decoded it would reach another route."""
+    raw = request.scope.get("raw_path") or b""
+    return b"%2f" in raw.lower()
 
 
 def _check_values(request: Request) -> None:
@@ -119,13 +128,19 @@ class OwnerApi:
     kicker: Kicker | None = None
 
     async def authenticate(self, request: Request) -> Caller:
-        """The caller of a bearer token (compared in constant time)."""
+        """The caller of a bearer token: the admin's (compared in constant time), else a user's
+        (looked up by its hash)."""
         auth = request.headers.get("authorization", "")
         if not auth.startswith("Bearer "):
             raise Unauthenticated()
-        given = auth.removeprefix("Bearer ").strip().encode("utf-8", "surrogateescape")
-        if hmac.compare_digest(given, self.token.encode()):
-            return Caller(ADMIN_AUDIENCE, admin=True)
+        token = auth.removeprefix("Bearer ").strip()
+        if hmac.compare_digest(token.encode("utf-8", "surrogateescape"), self.token.encode()):
+            return Caller(users.OWNER, admin=True)
+        if token.startswith(users.TOKEN_PREFIX):
+            async with self.pool.connection() as conn:
+                name = await users.by_token(conn, token)
+            if name is not None:
+                return Caller(name, admin=False)
         raise Unauthenticated()
 
     def operation(
@@ -140,6 +155,8 @@ class OwnerApi:
                     caller = await self.authenticate(request)
                     if not (users or caller.admin):
                         raise Forbidden("only the admin token may do this")
+                    if _encoded_slash(request):
+                        raise NotFound("no name holds a '/'")
                     _check_values(request)
                     _declared_within(request, cap)
                     return await handler(request, caller)
@@ -162,15 +179,18 @@ class OwnerApi:
             op("/v1/employees/{name}/chat/events", self.chat_events, "GET", users=True),
             op("/v1/employees/{name}/chat/{message_id}", self.chat_message, "GET", users=True),
             op("/v1/employees/{name}/limits", self.limits, "POST"),
-            op("/v1/employees/{action_path:path}", self.lifecycle, "POST"),
+            op("/v1/employees/{target}", self.lifecycle, "POST"),
             op("/v1/intents/{intent_id}", self.intent, "GET"),
             op("/v1/rearm", self.rearm, "POST"),
+            op("/v1/users", self.user_add, "POST"),
+            op("/v1/users", self.user_list, "GET"),
+            op("/v1/users/{name}", self.user_remove, "DELETE"),
         ]
 
         async def unmatched(request: Request) -> Response:
             """404 for a path nothing serves under /v1/, 405 for a method a path does not."""
             allowed = set()
-            for route in v1:
+            for route in [] if _encoded_slash(request) else v1:
                 match, _ = route.matches(request.scope)
                 if match == Match.PARTIAL and isinstance(route, Route):
                     allowed |= route.methods or set()
@@ -224,8 +244,8 @@ class OwnerApi:
 
     async def lifecycle(self, request: Request, caller: Caller) -> Response:
         """`:start`, `:stop`, `:resume`, `:reset`, `:interrupt`: the change and an intent."""
-        name, _, action = str(request.path_params["action_path"]).partition(":")
-        if action not in LIFECYCLE or "/" in name:
+        name, _, action = str(request.path_params["target"]).partition(":")
+        if action not in LIFECYCLE:
             raise NotFound(f"no action {action!r}; use :{', :'.join(sorted(LIFECYCLE))}")
         if action == names.INTENT_INTERRUPT:
             body = await bodies.read_object(request)
@@ -263,7 +283,7 @@ class OwnerApi:
         """One owner message, its status and its reply once there is one."""
         name, message_id = request.path_params["name"], _id(request, "message_id")
         async with self.pool.connection() as conn:
-            row = await chat.message(conn, name, message_id)
+            row = await chat.message(conn, name, message_id, caller.audience)
         return JSONResponse(
             {"message_id": row["id"], "status": row["status"], "reply": row["reply"]}
         )
@@ -279,11 +299,11 @@ class OwnerApi:
             raise InputInvalid("after", "must be an integer") from None
         async with self.pool.connection() as conn:
             await employees.get(conn, name)  # 404 before the stream starts
-        return StreamingResponse(self._events(request, name, session, after),
-                                 media_type="text/event-stream")  # fmt: skip
+        events = self._events(request, name, session, after, caller.audience)
+        return StreamingResponse(events, media_type="text/event-stream")
 
     async def _events(
-        self, request: Request, name: str, session: str, after: int
+        self, request: Request, name: str, session: str, after: int, audience: str
     ) -> AsyncIterator[str]:
         """Poll this session's events (only its own audience) and stream them; the stream
         ends when the database is unavailable (the client reconnects with Last-Event-ID)."""
@@ -292,7 +312,7 @@ class OwnerApi:
         while not await request.is_disconnected():
             try:
                 async with translate(), self.pool.connection() as conn:
-                    rows = await chat.events_after(conn, name, session, after)
+                    rows = await chat.events_after(conn, name, session, after, audience)
             except DatabaseUnavailable:
                 yield f"retry: {problems.RETRY_AFTER_S * 1000}\n: database unavailable\n\n"
                 return
@@ -311,13 +331,36 @@ class OwnerApi:
             await asyncio.sleep(SSE_POLL_S)
 
     async def chat(self, request: Request, caller: Caller) -> Response:
-        """Send the owner's message (202, queued)."""
+        """Send a message as the caller's audience (202, queued)."""
         doc = await bodies.read_object(request)
         client_id, text = _string(doc, "client_message_id"), _string(doc, "text")
         session = _string(doc, "session", chat.DEFAULT_SESSION)
         async with self.pool.connection() as conn:
-            q = await chat.send(conn, request.path_params["name"], client_id, text, session)
+            q = await chat.send(
+                conn, request.path_params["name"], client_id, text, session, caller.audience
+            )
         if self.kicker is not None and not q.duplicate:
             self.kicker.kick()
         body = {"message_id": q.message_id, "status": q.status, "duplicate": q.duplicate}
         return JSONResponse(body, status_code=202)
+
+    async def user_add(self, request: Request, caller: Caller) -> Response:
+        """Create a user; its token is shown in this answer only."""
+        body = await bodies.read_object(request)
+        name = _string(body, "name")
+        async with self.pool.connection() as conn:
+            created = await users.create(conn, name)
+        return JSONResponse({"name": created.name, "token": created.token}, status_code=201)
+
+    async def user_list(self, request: Request, caller: Caller) -> Response:
+        """Every user (never a token)."""
+        async with self.pool.connection() as conn:
+            rows = await users.list_all(conn)
+        listed = [{"name": r["name"], "created_at": r["created_at"].isoformat()} for r in rows]
+        return JSONResponse({"users": listed})
+
+    async def user_remove(self, request: Request, caller: Caller) -> Response:
+        """Remove a user: its token stops working at once."""
+        async with self.pool.connection() as conn:
+            await users.remove(conn, request.path_params["name"])
+        return Response(status_code=204)
