@@ -33,11 +33,16 @@ def _declared_length(request: Request) -> int | None:
         raise InputInvalid("Content-Length", "must be an integer") from None
 
 
-async def read_capped(request: Request, cap: int) -> bytes:
-    """The raw body, or BodyTooLarge: by its Content-Length first, then while streaming."""
+def check_declared(request: Request, cap: int) -> None:
+    """BodyTooLarge, before anything is read, when the declared length is over `cap`."""
     declared = _declared_length(request)
     if declared is not None and declared > cap:
         raise BodyTooLarge(f"the body is {declared} bytes; this operation takes at most {cap}")
+
+
+async def read_capped(request: Request, cap: int) -> bytes:
+    """The raw body, or BodyTooLarge: by its Content-Length first, then while streaming."""
+    check_declared(request, cap)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -52,7 +57,8 @@ def _where(path: str) -> str:
     return path or BODY
 
 
-def _check_text(value: str, path: str) -> None:
+def check_text(value: str, path: str) -> None:
+    """InputInvalid on `path` for a NUL character or a lone surrogate in `value`."""
     if "\x00" in value:
         raise InputInvalid(_where(path), "must not contain NUL characters (\\u0000)")
     try:
@@ -71,13 +77,13 @@ def check_document(doc: object) -> None:
         if seen > MAX_VALUES:
             raise InputInvalid(BODY, f"more than {MAX_VALUES} values")
         if isinstance(value, str):
-            _check_text(value, path)
+            check_text(value, path)
         elif isinstance(value, dict | list) and depth > MAX_DEPTH:
             raise InputInvalid(_where(path), f"nested deeper than {MAX_DEPTH} levels")
         elif isinstance(value, dict):
             for key, item in value.items():
                 name = str(key)
-                _check_text(name, path)
+                check_text(name, path)
                 stack.append((item, f"{path}.{name}" if path else name, depth + 1))
         elif isinstance(value, list):
             stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value))

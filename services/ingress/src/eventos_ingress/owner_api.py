@@ -27,7 +27,6 @@ from starlette.routing import BaseRoute, Match, Route
 from eventos import chat, employees, intents, names, users
 from eventos.db import Conn, translate
 from eventos.errors import (
-    BodyTooLarge,
     DatabaseUnavailable,
     EventOSError,
     Forbidden,
@@ -91,15 +90,8 @@ def _encoded_slash(request: Request) -> bool:
 def _check_values(request: Request) -> None:
     """Path and query values are text for the database: no NUL, no lone surrogate."""
     for key, value in [*request.path_params.items(), *request.query_params.multi_items()]:
-        if isinstance(value, str):
-            bodies.check_document({key: value})
-
-
-def _declared_within(request: Request, cap: int) -> None:
-    """413 before anything is read when the declared length is over the operation's cap."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > cap:
-        raise BodyTooLarge(f"the body is {declared} bytes; this operation takes at most {cap}")
+        bodies.check_text(key, "(query)")
+        bodies.check_text(str(value), key)
 
 
 def _id(request: Request, key: str) -> int:
@@ -158,7 +150,7 @@ class OwnerApi:
                     if _encoded_slash(request):
                         raise NotFound("no name holds a '/'")
                     _check_values(request)
-                    _declared_within(request, cap)
+                    bodies.check_declared(request, cap)
                     return await handler(request, caller)
             except EventOSError as exc:
                 return problems.from_error(exc)
