@@ -84,7 +84,7 @@ async def test_limits_and_interrupt_write_intents(api: httpx.AsyncClient) -> Non
     # Interrupt names a conversation that exists; the owner's chat has none before a message.
     r = await api.post("/v1/employees/hello:interrupt", json={"conversation": "talk/main"})
     assert r.status_code == 404
-    assert "no conversation" in r.json()["error"]
+    assert "no conversation" in r.json()["detail"]
     r = await api.post("/v1/employees/hello:interrupt", json={"conversation": "nonsense"})
     assert r.status_code == 400
     r = await api.post("/v1/rearm")
@@ -121,7 +121,7 @@ async def test_webhook_paths_are_unique_per_instance(api: httpx.AsyncClient) -> 
     clash = HELLO.replace("name: hello}", "name: other}")
     r = await apply(api, clash)
     assert r.status_code == 409
-    assert "hello" in r.json()["error"]
+    assert "hello" in r.json()["detail"]
     # The owner may move the path: once `hello` drops it, `other` can take it...
     assert (await api.post("/v1/employees/hello:start")).status_code == 202
     assert (await apply(api, HELLO.replace("path: hello", "path: hello-2"))).status_code == 200
@@ -187,7 +187,7 @@ async def test_chat_over_100_pending_is_queue_full_and_saves_nothing(
     assert {a.status_code for a in answers} == {202}
     full = await chat(api, "m-100")
     assert full.status_code == 429
-    assert "queue_full" in full.json()["error"]
+    assert "queue_full" in full.json()["detail"]
     rows = await chat_rows(pool)
     assert len(rows) == 100
     async with pool.connection() as conn:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -21,7 +22,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.service import RPCError
 from test_router import append_all, driver_event, query
 
-from eventos import names
+from eventos import names, users
 from eventos.activities import DbActivities
 from eventos.contracts import EntityStatus, InterruptTurn
 from eventos.db import Conn
@@ -185,12 +186,14 @@ async def slots_given_back(instance: Instance, employee: str) -> None:
 
 
 async def read_events(
-    instance: Instance, until: str, session: str = "owner"
+    instance: Instance, until: str, session: str = "owner", api: httpx.AsyncClient | None = None
 ) -> list[tuple[str, dict[str, Any]]]:
-    """Server-sent events of a chat session from the start, up to the first `until` event."""
+    """Server-sent events of a chat session from the start, up to the first `until` event
+    (as the admin unless `api` is another caller's client)."""
     events: list[tuple[str, dict[str, Any]]] = []
     url = f"/v1/employees/{instance.name}/chat/events"
-    async with instance.api.stream("GET", url, params={"session": session, "after": 0}) as r:
+    client = api or instance.api
+    async with client.stream("GET", url, params={"session": session, "after": 0}) as r:
         assert r.headers["content-type"].startswith("text/event-stream")
         kind = ""
         async for line in r.aiter_lines():
@@ -286,6 +289,44 @@ async def test_two_customers_never_share_a_history(instance: Instance) -> None:
     for row, own, other in zip(rows, ["alice", "bob"], ["bob", "alice"], strict=False):
         text = str(row["transcript"])
         assert (own in text) != (other in text)
+
+
+async def test_two_users_never_share_a_history_or_a_stream(
+    instance: Instance, ingress_url: str
+) -> None:
+    """EG3, EG17: each user's owner chat is its own conversation and its own event stream;
+    the admin's stays on `main`."""
+    own: dict[str, tuple[httpx.AsyncClient, int]] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        for name in ("alice", "bob"):
+            r = await instance.api.post("/v1/users", json={"name": name})
+            headers = {"Authorization": f"Bearer {r.json()['token']}"}
+            api = await stack.enter_async_context(
+                httpx.AsyncClient(base_url=ingress_url, headers=headers, timeout=10)
+            )
+            r = await api.post(f"/v1/employees/{instance.name}/chat",
+                               json={"client_message_id": "same", "text": f"I am {name}"})  # fmt: skip
+            own[name] = (api, int(r.json()["message_id"]))
+        own["owner"] = (instance.api, await instance.chat("I am owner"))
+        for name, (api, message_id) in own.items():
+            as_caller = dataclasses.replace(instance, api=api)
+            assert f"I am {name}" in await as_caller.reply(message_id)
+            for other, (_, other_id) in own.items():
+                if other != name:
+                    r = await api.get(f"/v1/employees/{instance.name}/chat/{other_id}")
+                    assert r.status_code == 404
+            events = await read_events(instance, until=names.RUN_REPLY, api=api)
+            assert [doc.get("message_ids") for _, doc in events[:1]] == [[message_id]]
+            text = json.dumps(events)
+            assert f"I am {name}" in text
+            assert not [o for o in own if o != name and f"I am {o}" in text]
+        rows = await query(instance.pool, "SELECT thread, transcript FROM conversations")
+        histories = {r["thread"]: json.dumps(r["transcript"]) for r in rows}
+        threads = {"alice": users.thread_of("alice"), "bob": users.thread_of("bob"),
+                   "owner": names.THREAD_MAIN}  # fmt: skip
+        assert set(histories) == set(threads.values())
+        for name, thread in threads.items():
+            assert [o for o in own if f"I am {o}" in histories[thread]] == [name]
 
 
 async def test_consecutive_messages_each_get_a_reply(instance: Instance) -> None:

@@ -140,14 +140,14 @@ async def test_invalid_spec_errors_name_field_paths(
     bad.write_text(BAD_SPEC)
     assert await ctl("apply", "-f", str(bad), "--url", ingress_url, "--token", ADMIN_TOKEN) == 1
     err = capsys.readouterr().err
-    assert "error: " in err and "invalid spec" in err
+    assert "error: " in err and "spec is invalid" in err
     assert "  metadata.name: " in err
     assert "  spec.agents: " in err
 
 
 async def test_refusals_are_explained(ingress_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert await ctl("list", "--url", ingress_url, "--token", "wrong-token-0123456789") == 1
-    assert "refused the admin token (401)" in capsys.readouterr().err
+    assert "refused the token (401)" in capsys.readouterr().err
     assert await ctl("start", "nobody", "--url", ingress_url, "--token", ADMIN_TOKEN) == 1
     assert "no employee named 'nobody' (404)" in capsys.readouterr().err
 
@@ -186,3 +186,22 @@ def test_migrate_against_nothing_names_the_address(capsys: pytest.CaptureFixture
     url = f"postgresql://postgres@127.0.0.1:{free_port()}/eventos"
     assert main(["migrate", "--database-url", url]) == 1
     assert "cannot reach the database at 127.0.0.1:" in capsys.readouterr().err
+
+
+async def test_users_add_list_remove(ingress_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    at = ["--url", ingress_url, "--token", ADMIN_TOKEN]
+    assert await ctl("users", "add", "alice", *at) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == "user/alice created; its token (shown once):"
+    token = shown[1]
+    assert await ctl("users", "list", *at) == 0
+    assert capsys.readouterr().out.split()[0] == "alice"
+    # The user's token chats; it may not manage users.
+    assert await ctl("users", "list", "--url", ingress_url, "--token", token) == 1
+    assert "(403)" in capsys.readouterr().err
+    assert await ctl("users", "remove", "alice", *at) == 0
+    assert capsys.readouterr().out.strip() == "user/alice removed"
+    assert await ctl("users", "remove", "alice", *at) == 1
+    assert "no user 'alice' (404)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        await ctl("users", "add", *at)

@@ -1,4 +1,8 @@
-"""Owner chat (SPEC §6.2): the message and its ingress row in one transaction."""
+"""Owner chat (SPEC §6.2): the message and its ingress row in one transaction.
+
+Every message belongs to an audience: a user's name, or `owner` for the admin. Sessions, the
+pending bound, client ids, message ids and the event stream are all per audience.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.employees import get as get_employee
 from eventos.envelope import encoded_size
-from eventos.errors import Conflict, EventRejected, NotFound, QueueFull
+from eventos.errors import Conflict, InputInvalid, NotFound, QueueFull
+from eventos.users import OWNER
 
 MAX_TEXT_BYTES = 32 * 1024
 DEFAULT_SESSION = "owner"
@@ -28,7 +33,12 @@ class Queued:
 
 
 def chat_envelope(
-    employee: str, session: str, client_message_id: str, text: str, event_id: str
+    employee: str,
+    session: str,
+    client_message_id: str,
+    text: str,
+    event_id: str,
+    audience: str = OWNER,
 ) -> dict[str, object]:
     return {
         "specversion": "1.0",
@@ -37,26 +47,50 @@ def chat_envelope(
         "type": names.TYPE_CHAT_MESSAGE,
         "subject": session,
         "datacontenttype": "application/json",
-        "data": {"session": session, "client_message_id": client_message_id, "text": text},
+        "data": {
+            "session": session,
+            "client_message_id": client_message_id,
+            "text": text,
+            "audience": audience,
+        },
     }
 
 
+def dedupe_key(audience: str, session: str, client_message_id: str) -> str:
+    """The message's ingress key: the admin's as before users existed; a user's under its name
+    (which holds no `/`), so no user's key meets another user's."""
+    if audience == OWNER:
+        return f"{session}:{client_message_id}"
+    return f"@{audience}/{session}:{client_message_id}"
+
+
 async def send(
-    conn: Conn, employee: str, client_message_id: str, text: str, session: str = DEFAULT_SESSION
+    conn: Conn,
+    employee: str,
+    client_message_id: str,
+    text: str,
+    session: str = DEFAULT_SESSION,
+    audience: str = OWNER,
 ) -> Queued:
-    """Queue one owner message; QueueFull (nothing saved) past 100 pending in the session."""
+    """Queue one message of `audience`; QueueFull (nothing saved) past 100 pending in the
+    session."""
     if not client_message_id or len(client_message_id) > 128:
-        raise EventRejected("client_message_id must be 1 to 128 characters")
+        raise InputInvalid("client_message_id", "must be 1 to 128 characters")
     if not session or len(session) > 64:
-        raise EventRejected("session must be 1 to 64 characters")
+        raise InputInvalid("session", "must be 1 to 64 characters")
     if not text.strip():
-        raise EventRejected("text must not be empty")
+        raise InputInvalid("text", "must not be empty")
     if len(text.encode()) > MAX_TEXT_BYTES:
-        raise EventRejected(f"text is over {MAX_TEXT_BYTES} bytes")
+        raise InputInvalid("text", f"is over {MAX_TEXT_BYTES} bytes")
     row = await get_employee(conn, employee)
     if row["state"] not in names.ROUTABLE_GENERATION_STATES:
         raise Conflict(f"{employee!r} is not started")
-    params = {"employee": employee, "session": session, "client_message_id": client_message_id}
+    params = {
+        "employee": employee,
+        "audience": audience,
+        "session": session,
+        "client_message_id": client_message_id,
+    }
     async with conn.transaction():
         await conn.execute(Q["chat_session_lock"], params)
         cur = await conn.execute(Q["chat_existing"], params)
@@ -71,10 +105,10 @@ async def send(
                 f"queue_full: {names.OWNER_CHAT_PENDING_MAX} messages are already pending"
             )
         event_id = uuid.uuid4().hex
-        envelope = chat_envelope(employee, session, client_message_id, text, event_id)
+        envelope = chat_envelope(employee, session, client_message_id, text, event_id, audience)
         record = IngressRecord(
             source_key=names.source_key(names.SOURCE_CHAT, employee),
-            dedupe_key=f"{session}:{client_message_id}",
+            dedupe_key=dedupe_key(audience, session, client_message_id),
             type=names.TYPE_CHAT_MESSAGE,
             chain_id=event_id,
             envelope=envelope,
@@ -91,17 +125,23 @@ async def send(
     return Queued(int(inserted["id"]), str(inserted["status"]), duplicate=False)
 
 
-async def message(conn: Conn, employee: str, message_id: int) -> dict[str, Any]:
-    """One owner message with its reply (None until the turn that consumed it answered)."""
-    cur = await conn.execute(Q["chat_message_get"], {"employee": employee, "id": message_id})
+async def message(
+    conn: Conn, employee: str, message_id: int, audience: str = OWNER
+) -> dict[str, Any]:
+    """One message of `audience` with its reply (None until the turn that consumed it
+    answered); another audience's message is not found."""
+    params = {"employee": employee, "id": message_id, "audience": audience}
+    cur = await conn.execute(Q["chat_message_get"], params)
     row = await cur.fetchone()
     if row is None:
         raise NotFound(f"no message {message_id} for {employee!r}")
     return row
 
 
-async def events_after(conn: Conn, employee: str, session: str, after: int) -> list[dict[str, Any]]:
+async def events_after(
+    conn: Conn, employee: str, session: str, after: int, audience: str = OWNER
+) -> list[dict[str, Any]]:
     """This session's run events and replies after event id `after`, oldest first."""
-    params = {"employee": employee, "session": session, "after": after}
+    params = {"employee": employee, "session": session, "after": after, "audience": audience}
     cur = await conn.execute(Q["chat_events_after"], params)
     return await cur.fetchall()

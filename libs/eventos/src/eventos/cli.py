@@ -244,6 +244,22 @@ def wait_for_reply(client: OwnerClient, name: str, message_id: int, timeout_s: f
         time.sleep(WAIT_POLL_S)
 
 
+def cmd_users(args: argparse.Namespace) -> int:
+    client = owner_client(args)
+    if args.action == "add":
+        created = client.user_add(args.name)
+        emit(args, created, f"user/{created['name']} created; its token (shown once):\n"
+                            f"{created['token']}")  # fmt: skip
+    elif args.action == "remove":
+        client.user_remove(args.name)
+        emit(args, {"removed": args.name}, f"user/{args.name} removed")
+    else:
+        rows = client.users()
+        text = "\n".join(f"{r['name']}  {r['created_at']}" for r in rows) or "no users"
+        emit(args, rows, text)
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     url = args.database_url or os.environ.get("EVENTOS_DATABASE_URL")
     if not url:
@@ -292,7 +308,9 @@ def _common() -> argparse.ArgumentParser:
     )
     group.add_argument("--url", default=argparse.SUPPRESS, help="ingress URL (or EVENTOS_URL)")
     group.add_argument(
-        "--token", default=argparse.SUPPRESS, help="admin token (or EVENTOS_ADMIN_TOKEN)"
+        "--token",
+        default=argparse.SUPPRESS,
+        help="admin or user token (or EVENTOS_ADMIN_TOKEN)",
     )
     group.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print the API's JSON"
@@ -357,6 +375,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds --wait waits (60)")
     p.add_argument("--session", help="chat session (default: the owner's main session)")
     p.add_argument("--id", help="client message id (default: a fresh one; resend to dedupe)")
+    p = add("users", cmd_users, "add, list or remove users (admin token; a user token chats)")
+    p.add_argument("action", choices=["add", "list", "remove"])
+    p.add_argument("name", nargs="?", help="the user's name (add, remove)")
     p = add("migrate", cmd_migrate, "apply the database migrations")
     p.add_argument("--database-url", help="(or EVENTOS_DATABASE_URL, else the stack's database)")
     return parser
@@ -370,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     func: Command = args.func
+    if args.command == "users" and args.action != "list" and not args.name:
+        parser.error(f"users {args.action} needs a NAME")
     try:
         return func(args)
     except InstanceTimeout as exc:
@@ -385,5 +408,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _refusal(exc: OwnerApiError) -> str:
     if exc.status == 401:
-        return "the instance refused the admin token (401); check --token or EVENTOS_ADMIN_TOKEN"
+        return "the instance refused the token (401); check --token or EVENTOS_ADMIN_TOKEN"
     return f"{exc} ({exc.status})"

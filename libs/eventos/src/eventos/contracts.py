@@ -250,6 +250,7 @@ class RunEvent:
     turn_id: str
     kind: str
     ingress_ids: list[int]
+    audience: str = "owner"  # whose chat: a user's name, or `owner` (the admin)
 
 
 @dataclass(frozen=True)

@@ -75,3 +75,23 @@ class EndpointNotAllowed(EventOSError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(message)
+
+
+class InputInvalid(EventRejected):
+    """The request is invalid."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.errors = [(path, message)]
+        super().__init__(f"{path}: {message}")
+
+
+class BodyTooLarge(EventRejected):
+    """The request body is over its cap."""
+
+
+class Unauthenticated(EventOSError):
+    """A valid bearer token is required."""
+
+
+class Forbidden(EventOSError):
+    """This token may not do that."""

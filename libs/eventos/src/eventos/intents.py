@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 from eventos import employees, names
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.errors import EventRejected, NotFound
+from eventos.errors import InputInvalid, NotFound
 
 Transition = Callable[[Conn, str], Awaitable[employees.GenerationRef]]
 LIFECYCLE: dict[str, Transition] = {
@@ -88,14 +88,14 @@ def checked_limits(body: dict[str, Any]) -> dict[str, Any]:
     """The limits block from a request: known keys, positive numbers."""
     unknown = sorted(set(body) - set(LIMIT_KEYS))
     if unknown:
-        raise EventRejected(f"unknown limit(s) {unknown}; known: {list(LIMIT_KEYS)}")
+        raise InputInvalid(unknown[0], f"unknown limit; known: {list(LIMIT_KEYS)}")
     out: dict[str, Any] = {}
     for key, value in body.items():
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise EventRejected(f"{key} must be a positive number")
+            raise InputInvalid(key, "must be a positive number")
         out[key] = float(value)
     if not out:
-        raise EventRejected(f"give at least one limit: {list(LIMIT_KEYS)}")
+        raise InputInvalid("(body)", f"give at least one limit: {list(LIMIT_KEYS)}")
     return out
 
 
@@ -117,7 +117,7 @@ async def interrupt(conn: Conn, name: str, conversation: str) -> Requested:
     """The owner interrupts the running turn of one conversation (`<lane>/<thread>`)."""
     lane, _, thread = conversation.partition("/")
     if not lane or not thread:
-        raise EventRejected("conversation must be <lane>/<thread>, e.g. talk/main")
+        raise InputInvalid("conversation", "must be <lane>/<thread>, e.g. talk/main")
     async with conn.transaction():
         live = await employees.lock_live(conn, name)
         params = {"employee": name, "lane": lane, "thread": thread}

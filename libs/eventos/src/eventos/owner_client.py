@@ -43,9 +43,13 @@ def _refusal(response: httpx.Response) -> OwnerApiError:
         doc = {}
     if not isinstance(doc, dict):
         doc = {}
-    message = str(doc.get("error") or response.reason_phrase or "request refused")
     errors = [(str(e.get("path")), str(e.get("message"))) for e in doc.get("errors") or []]
+    # A problem (RFC 9457): with field errors the title says it all, the fields follow.
+    message = str(doc.get("title" if errors else "detail") or response.reason_phrase or "refused")
     return OwnerApiError(response.status_code, message, errors)
+
+
+Rows = list[dict[str, Any]]
 
 
 @dataclass
@@ -77,6 +81,8 @@ class OwnerClient:
             raise InstanceTimeout(self.url, message) from None
         if response.status_code >= 400:
             raise _refusal(response)
+        if response.status_code == 204:
+            return None
         return response.json()
 
     def apply(self, text: str, *, content_type: str = "application/yaml") -> list[dict[str, Any]]:
@@ -137,3 +143,15 @@ class OwnerClient:
     def message(self, name: str, message_id: int) -> dict[str, Any]:
         """One owner message: {message_id, status, reply} (reply is None until answered)."""
         return dict(self._call("GET", f"/v1/employees/{name}/chat/{message_id}"))
+
+    def user_add(self, name: str) -> dict[str, Any]:
+        """Create a user (admin token): {name, token}; the token is shown this once."""
+        return self._post_json("/v1/users", {"name": name})
+
+    def users(self) -> Rows:
+        """Every user: {name, created_at}."""
+        return list(self._call("GET", "/v1/users")["users"])
+
+    def user_remove(self, name: str) -> None:
+        """Remove a user; its token stops working."""
+        self._call("DELETE", f"/v1/users/{name}")

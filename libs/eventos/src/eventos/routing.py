@@ -14,7 +14,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from eventos import names
+from eventos import names, users
 from eventos.db import Conn
 from eventos.db.sql import Q
 
@@ -92,6 +92,24 @@ def thread_for(thread_by: str | None, envelope: object, ingress_id: int) -> str:
 TICK_KINDS = ("cron", "poll", "start")
 
 
+def chat_audience(sub: dict[str, Any], envelope: object) -> str | None:
+    """Whose owner chat an event is: the chat envelope's audience (`owner`, the admin, when
+    none); None for any other trigger. Only the owner API writes `chat:*` sources."""
+    if sub["trigger_kind"] != "chat":
+        return None
+    audience = lookup(envelope, "data.audience") if isinstance(envelope, dict) else None
+    return str(audience or users.OWNER)
+
+
+def thread_of(sub: dict[str, Any], envelope: object, ingress_id: int) -> str:
+    """The event's thread: a user's chat is always its own thread (EG3, EG17); everything else,
+    the admin's chat included, as the trigger's `thread_by` says."""
+    audience = chat_audience(sub, envelope)
+    if audience is not None and audience != users.OWNER:
+        return users.thread_of(audience)
+    return thread_for(sub["thread_by"], envelope, ingress_id)
+
+
 def entity_id(employee: str, generation: int, lane: str, thread: str) -> str:
     """The ConversationWorkflow id of a stream (SPEC §7)."""
     return f"conv-{employee}-g{generation}-{lane}-{thread}"
@@ -109,6 +127,7 @@ def _route_of(sub: dict[str, Any], envelope: object, thread: str) -> dict[str, A
     if sub["trigger_kind"] == "chat":
         session = lookup(envelope, "subject") if isinstance(envelope, dict) else None
         route["session"] = str(session or "owner")
+        route["audience"] = chat_audience(sub, envelope)
     grouped = isinstance(envelope, dict) and envelope.get(names.GROUP_ATTRIBUTE) == names.GROUP_CHAT
     if sub["trigger_kind"] in names.CHANNEL_KINDS and grouped:
         route["group"] = True  # a customer group: its own debounce (SPEC §8)
@@ -117,7 +136,7 @@ def _route_of(sub: dict[str, Any], envelope: object, thread: str) -> dict[str, A
 
 async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], stats: RouteStats) -> None:
     envelope = row["envelope"]
-    thread = thread_for(sub["thread_by"], envelope, int(row["id"]))
+    thread = thread_of(sub, envelope, int(row["id"]))
     key = names.stream_key(sub["employee"], sub["generation"], sub["lane"], thread)
     hold = names.HOLD_STARTING if sub["generation_state"] == names.GEN_STARTING else None
     if sub["generation_state"] == names.GEN_PAUSED:

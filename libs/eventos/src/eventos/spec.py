@@ -288,12 +288,23 @@ def parse_spec(data: object) -> EmployeeSpec:
     return spec
 
 
-def load_specs(text: str) -> list[EmployeeSpec]:
-    """Every Employee document in a YAML text (several may be separated by `---`)."""
+def yaml_documents(text: str) -> list[Any]:
+    """The documents of a YAML text (several may be separated by `---`), empty ones left out."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        return [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         raise SpecInvalid([("(yaml)", str(exc))]) from None
+    except RecursionError:
+        raise SpecInvalid([("(yaml)", "nested too deeply")]) from None
+
+
+def parse_specs(docs: list[Any]) -> list[EmployeeSpec]:
+    """Every document as an Employee spec."""
     if not docs:
         raise SpecInvalid([("(root)", "no document found")])
     return [parse_spec(d) for d in docs]
+
+
+def load_specs(text: str) -> list[EmployeeSpec]:
+    """Every Employee document in a YAML text (several may be separated by `---`)."""
+    return parse_specs(yaml_documents(text))

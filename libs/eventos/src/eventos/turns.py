@@ -35,6 +35,7 @@ from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict, NotFound
 from eventos.outbox_keys import OutboxKeys
+from eventos.users import OWNER
 
 STORED_TRANSCRIPT_MAX_BYTES = 1_000_000
 
@@ -53,7 +54,8 @@ async def record_run_event(conn: Conn, event: RunEvent) -> None:
         message_ids = sorted(int(r["id"]) for r in await cur.fetchall())
         inputs = ",".join(str(i) for i in sorted(event.ingress_ids))
         await conn.execute(Q["chat_event_insert"], {
-            "employee": event.employee, "session": event.session, "kind": event.kind,
+            "employee": event.employee, "audience": event.audience, "session": event.session,
+            "kind": event.kind,
             "turn_id": event.turn_id, "dedupe_key": f"{event.kind}:{event.turn_id}:{inputs}",
             "message_ids": message_ids,
         })  # fmt: skip
@@ -64,6 +66,11 @@ def chat_session(turn: TurnInput) -> str | None:
     if turn.route.get("kind") != "chat":
         return None
     return str(turn.route.get("session") or "owner")
+
+
+def chat_audience(turn: TurnInput) -> str:
+    """Whose owner chat a turn answers: a user's name, or `owner` (the admin)."""
+    return str(turn.route.get("audience") or OWNER)
 
 
 async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
@@ -94,6 +101,7 @@ async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
                 turn.turn_id,
                 names.RUN_START,
                 [i.ingress_id for i in turn.inputs],
+                chat_audience(turn),
             ),
         )
     return ConversationContext(model=model, system=agent.get("system", ""), transcript=transcript)
@@ -135,6 +143,7 @@ def _outbound_row(turn: TurnInput, req: SaveTurn, keys: OutboxKeys) -> dict[str,
         "recipient": sealed.blob if sealed else None,
         "recipient_key_id": sealed.key_id if sealed else None,
         "kind": turn.route.get("kind", "chat"), "class": turn.klass, "body": req.reply,
+        "audience": _audience_column(turn),
     }  # fmt: skip
 
 
@@ -171,6 +180,14 @@ async def save(conn: Conn, req: SaveTurn, keys: OutboxKeys) -> Saved:
             cur = await conn.execute(Q["outbound_insert"], _outbound_row(turn, req, keys))
             outbound_id = int((await cur.fetchone() or {})["id"])
     return Saved(outbound_id)
+
+
+def _audience_column(turn: TurnInput) -> str | None:
+    """The outbox row's audience: the user whose chat it answers; NULL for the admin's."""
+    if turn.route.get("kind") != "chat":
+        return None
+    audience = chat_audience(turn)
+    return None if audience == OWNER else audience
 
 
 async def dead_letter(conn: Conn, req: DeadLetter) -> None:

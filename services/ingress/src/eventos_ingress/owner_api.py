@@ -1,61 +1,62 @@
-"""The owner API under `/v1/` (SPEC §6.2, §17), behind the instance's bearer token."""
+"""The owner API under `/v1/` (SPEC §6.2, §17), behind bearer tokens.
+
+The admin token may do everything and chats as the audience `owner`; a user token may chat,
+read its own messages and follow its own event stream, and nothing else (403). Chat calls are
+always scoped to the caller's audience (`eventos.users`).
+
+Every operation runs inside one guard: authenticate, check the caller may do it, check the
+path and query values and the declared body length, translate database errors (an outage is a
+503, never a 500) and answer every refusal as `application/problem+json` (`problems.py`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import BaseRoute, Route
-from starlette.schemas import SchemaGenerator
+from starlette.routing import BaseRoute, Match, Route
 
-from eventos import chat, employees, intents, names
-from eventos.db import Conn
+from eventos import chat, employees, intents, names, users
+from eventos.db import Conn, translate
 from eventos.errors import (
-    Conflict,
     DatabaseUnavailable,
     EventOSError,
-    EventRejected,
+    Forbidden,
+    InputInvalid,
     NotFound,
-    QueueFull,
-    SpecInvalid,
+    Unauthenticated,
 )
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.spec import load_specs
+from eventos.spec import parse_specs, yaml_documents
 from eventos.wake import Kicker
+from eventos_ingress import bodies, openapi, problems
 
-Handler = Callable[[Request], Awaitable[Response]]
-MAX_SPEC_BYTES = 1024 * 1024
+log = logging.getLogger(__name__)
+
 SSE_POLL_S = 0.25
 SSE_KEEPALIVE_S = 15.0
 LIFECYCLE = {*intents.LIFECYCLE, names.INTENT_INTERRUPT}
-
-SCHEMAS = SchemaGenerator(
-    {"openapi": "3.0.3", "info": {"title": "Event OS owner API", "version": "1"}}
-)
+ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
-def error_response(exc: Exception) -> Response:
-    """Domain error → HTTP answer (translated once, here)."""
-    if isinstance(exc, SpecInvalid):
-        errors = [{"path": p, "message": m} for p, m in exc.errors]
-        return JSONResponse({"error": "invalid spec", "errors": errors}, status_code=400)
-    table: list[tuple[type[EventOSError], int]] = [
-        (EventRejected, 400), (NotFound, 404), (Conflict, 409), (QueueFull, 429),
-        (DatabaseUnavailable, 503),
-    ]  # fmt: skip
-    for kind, code in table:
-        if isinstance(exc, kind):
-            headers = {"Retry-After": "5"} if code == 503 else None
-            return JSONResponse({"error": str(exc)}, status_code=code, headers=headers)
-    raise exc
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: the audience whose content the call may see, and whether it is the
+    instance's admin."""
+
+    audience: str
+    admin: bool
+
+
+Handler = Callable[[Request, Caller], Awaitable[Response]]
 
 
 def _row(row: dict[str, Any]) -> dict[str, Any]:
@@ -74,25 +75,41 @@ def _row(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    """The request's JSON object; an empty body is an empty object."""
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise EventRejected("body must be JSON") from None
-    if not isinstance(doc, dict):
-        raise EventRejected("body must be a JSON object")
-    return doc
-
-
 def _requested(req: intents.Requested) -> Response:
     """202: the change is committed; its intent is `applying` until the deliverer applies it."""
     body = {"name": req.employee, "generation": req.generation, "state": req.state,
             "intent": intents.intent_view(req.intent)}  # fmt: skip
     return JSONResponse(body, status_code=202)
+
+
+def _encoded_slash(request: Request) -> bool:
+    """A `%2F` in the path: no name holds a `/`, and decoded it would reach another route."""
+    raw = request.scope.get("raw_path") or b""
+    return b"%2f" in raw.lower()
+
+
+def _check_values(request: Request) -> None:
+    """Path and query values are text for the database: no NUL, no lone surrogate."""
+    for key, value in [*request.path_params.items(), *request.query_params.multi_items()]:
+        bodies.check_text(key, "(query)")
+        bodies.check_text(str(value), key)
+
+
+def _id(request: Request, key: str) -> int:
+    """A numeric id from the path; ids are bigint, so a longer number names nothing."""
+    raw = str(request.path_params[key])
+    if not (raw.isascii() and raw.isdigit()):
+        raise InputInvalid(key, "must be a non-negative integer")
+    if len(raw) > 18:
+        raise NotFound(f"no {key.removesuffix('_id')} {raw}")
+    return int(raw)
+
+
+def _string(doc: dict[str, Any], key: str, default: str | None = None) -> str:
+    value = doc.get(key, default)
+    if not isinstance(value, str):
+        raise InputInvalid(key, "is required and must be a string")
+    return value
 
 
 @dataclass
@@ -104,68 +121,102 @@ class OwnerApi:
     kicker: Kicker | None = None
     endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)  # what apply allows models
 
-    def guarded(self, handler: Handler) -> Handler:
+    async def authenticate(self, request: Request) -> Caller:
+        """The caller of a bearer token: the admin's (compared in constant time), else a user's
+        (looked up by its hash)."""
+        auth = request.headers.get("authorization", "")
+        if not auth.startswith("Bearer "):
+            raise Unauthenticated()
+        token = auth.removeprefix("Bearer ").strip()
+        if hmac.compare_digest(token.encode("utf-8", "surrogateescape"), self.token.encode()):
+            return Caller(users.OWNER, admin=True)
+        if token.startswith(users.TOKEN_PREFIX):
+            async with self.pool.connection() as conn:
+                name = await users.by_token(conn, token)
+            if name is not None:
+                return Caller(name, admin=False)
+        raise Unauthenticated()
+
+    def operation(
+        self, path: str, handler: Handler, method: str, *, cap: int = bodies.JSON_BODY_MAX,
+        users: bool = False,
+    ) -> Route:  # fmt: skip
+        """One `/v1/` operation behind the guard; `users`: a user token may call it too."""
+
         async def run(request: Request) -> Response:
-            auth = request.headers.get("authorization", "")
-            given = auth.removeprefix("Bearer ").encode()
-            if not auth.startswith("Bearer ") or not hmac.compare_digest(
-                given, self.token.encode()
-            ):
-                return JSONResponse({"error": "a valid bearer token is required"}, status_code=401,
-                                    headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
             try:
-                return await handler(request)
+                async with translate():
+                    caller = await self.authenticate(request)
+                    if not (users or caller.admin):
+                        raise Forbidden("only the admin token may do this")
+                    if _encoded_slash(request):
+                        raise NotFound("no name holds a '/'")
+                    _check_values(request)
+                    bodies.check_declared(request, cap)
+                    return await handler(request, caller)
             except EventOSError as exc:
-                return error_response(exc)
+                return problems.from_error(exc)
+            except Exception:
+                log.exception("unexpected error on %s %s", method, path)
+                return problems.problem(problems.INTERNAL, "unexpected error; see the ingress log")
 
         run.__doc__ = handler.__doc__
-        return run
+        return Route(path, run, methods=[method])
 
     def routes(self) -> list[BaseRoute]:
-        g = self.guarded
+        op = self.operation
+        v1: list[BaseRoute] = [
+            op("/v1/employees", self.apply, "POST", cap=bodies.APPLY_BODY_MAX),
+            op("/v1/employees", self.list, "GET"),
+            op("/v1/employees/{name}", self.get, "GET"),
+            op("/v1/employees/{name}/chat", self.chat, "POST", users=True),
+            op("/v1/employees/{name}/chat/events", self.chat_events, "GET", users=True),
+            op("/v1/employees/{name}/chat/{message_id}", self.chat_message, "GET", users=True),
+            op("/v1/employees/{name}/limits", self.limits, "POST"),
+            op("/v1/employees/{target}", self.lifecycle, "POST"),
+            op("/v1/intents/{intent_id}", self.intent, "GET"),
+            op("/v1/rearm", self.rearm, "POST"),
+            op("/v1/users", self.user_add, "POST"),
+            op("/v1/users", self.user_list, "GET"),
+            op("/v1/users/{name}", self.user_remove, "DELETE"),
+        ]
+
+        async def unmatched(request: Request) -> Response:
+            """404 for a path nothing serves under /v1/, 405 for a method a path does not."""
+            allowed = set()
+            for route in [] if _encoded_slash(request) else v1:
+                match, _ = route.matches(request.scope)
+                if match == Match.PARTIAL and isinstance(route, Route):
+                    allowed |= route.methods or set()
+            if allowed:
+                return problems.method_not_allowed(sorted(allowed))
+            return problems.not_found(f"nothing is served at {request.url.path}")
+
         return [
-            Route("/v1/employees", g(self.apply), methods=["POST"]),
-            Route("/v1/employees", g(self.list), methods=["GET"]),
-            Route("/v1/employees/{name}", g(self.get), methods=["GET"]),
-            Route("/v1/employees/{name}/chat", g(self.chat), methods=["POST"]),
-            Route("/v1/employees/{name}/chat/events", g(self.chat_events), methods=["GET"]),
-            Route(
-                "/v1/employees/{name}/chat/{message_id:int}", g(self.chat_message), methods=["GET"]
-            ),
-            Route("/v1/employees/{name}/limits", g(self.limits), methods=["POST"]),
-            Route("/v1/employees/{action_path:path}", g(self.lifecycle), methods=["POST"]),
-            Route("/v1/intents/{intent_id:int}", g(self.intent), methods=["GET"]),
-            Route("/v1/rearm", g(self.rearm), methods=["POST"]),
-            Route("/openapi.json", self.openapi, methods=["GET"], include_in_schema=False),
+            *v1,
+            Route("/openapi.json", self.openapi, methods=["GET"]),
+            Route("/v1/{rest:path}", unmatched, methods=ALL_METHODS),
+            Route("/v1", unmatched, methods=ALL_METHODS),
         ]
 
     async def openapi(self, request: Request) -> Response:
-        schema = SCHEMAS.get_schema(self.routes())
-        schema["components"] = {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}
-        schema["security"] = [{"bearer": []}]
-        return JSONResponse(schema)
+        """The OpenAPI 3.1 document of the owner API."""
+        return JSONResponse(openapi.document())
 
-    async def apply(self, request: Request) -> Response:
-        """
-        summary: Apply employee specs (YAML or JSON; several YAML documents allowed)
-        responses:
-          200: {description: applied}
-          400: {description: invalid spec; each error names its field path}
-          409: {description: a webhook path is already used by another employee}
-        """
-        body = await request.body()
-        if len(body) > MAX_SPEC_BYTES:
-            raise EventRejected("spec over 1 MiB")
-        try:
-            text = body.decode()
-        except UnicodeDecodeError:
-            raise EventRejected("spec must be UTF-8") from None
+    async def apply(self, request: Request, caller: Caller) -> Response:
+        """Apply employee specs (YAML, several documents allowed, or JSON)."""
+        raw = await bodies.read_capped(request, bodies.APPLY_BODY_MAX)
         if "json" in request.headers.get("content-type", ""):
+            docs = [bodies.parse_json(raw)]
+        else:
             try:
-                text = yaml.safe_dump(json.loads(text))
-            except json.JSONDecodeError as exc:
-                raise SpecInvalid([("(json)", str(exc))]) from None
-        specs = load_specs(text)
+                text = raw.decode()
+            except UnicodeDecodeError:
+                raise InputInvalid(bodies.BODY, "the spec must be UTF-8") from None
+            docs = yaml_documents(text)
+            for doc in docs:
+                bodies.check_document(doc)
+        specs = parse_specs(docs)
         applied = []
         async with self.pool.connection() as conn:
             for spec in specs:
@@ -173,130 +224,92 @@ class OwnerApi:
                 applied.append({"name": a.name, "created": a.created, "changed": a.changed})
         return JSONResponse({"applied": applied})
 
-    async def list(self, request: Request) -> Response:
-        """
-        summary: List employees with their live generation
-        responses:
-          200: {description: the employees}
-        """
+    async def list(self, request: Request, caller: Caller) -> Response:
+        """Every employee with its live generation."""
         async with self.pool.connection() as conn:
             rows = await employees.list_all(conn)
         return JSONResponse({"employees": [_row(r) for r in rows]})
 
-    async def get(self, request: Request) -> Response:
-        """
-        summary: One employee with its live generation
-        responses:
-          200: {description: the employee}
-          404: {description: no such employee}
-        """
+    async def get(self, request: Request, caller: Caller) -> Response:
+        """One employee, its live generation and its stored spec."""
         async with self.pool.connection() as conn:
             row = await employees.get(conn, request.path_params["name"])
         return JSONResponse({**_row(row), "spec": row["spec"]})
 
-    async def lifecycle(self, request: Request) -> Response:
-        """
-        summary: "POST /v1/employees/{name}:start|:stop|:resume|:reset|:interrupt"
-        description: >
-          Commits the change and an intent, and answers at once (no Temporal call on this
-          path); the intent shows `applying` until the relay's deliverer applied it.
-          `:interrupt` takes `{"conversation": "<lane>/<thread>"}` (default `talk/main`).
-        responses:
-          202: {description: "{name, generation, state, intent}"}
-          400: {description: a malformed body}
-          404: {description: no such employee, action or conversation}
-          409: {description: the employee's state does not allow it}
-        """
-        name, _, action = str(request.path_params["action_path"]).partition(":")
-        if action not in LIFECYCLE or "/" in name:
+    async def lifecycle(self, request: Request, caller: Caller) -> Response:
+        """`:start`, `:stop`, `:resume`, `:reset`, `:interrupt`: the change and an intent."""
+        name, _, action = str(request.path_params["target"]).partition(":")
+        if action not in LIFECYCLE:
             raise NotFound(f"no action {action!r}; use :{', :'.join(sorted(LIFECYCLE))}")
-        body = await _json_body(request) if action == names.INTENT_INTERRUPT else {}
-        async with self.pool.connection() as conn:
-            if action == names.INTENT_INTERRUPT:
-                conversation = body.get("conversation", f"{names.LANE_TALK}/{names.THREAD_MAIN}")
-                req = await intents.interrupt(conn, name, str(conversation))
-            else:
+        if action == names.INTENT_INTERRUPT:
+            body = await bodies.read_object(request)
+            main = f"{names.LANE_TALK}/{names.THREAD_MAIN}"
+            conversation = _string(body, "conversation", main)
+            async with self.pool.connection() as conn:
+                req = await intents.interrupt(conn, name, conversation)
+        else:
+            async with self.pool.connection() as conn:
                 req = await intents.lifecycle(conn, name, action)
         if self.kicker is not None:
             self.kicker.kick()
         return _requested(req)
 
-    async def limits(self, request: Request) -> Response:
-        """
-        summary: Replace the live generation's limits (absolute values, e.g. `{"daily_usd": 20}`)
-        responses:
-          202: {description: "{name, generation, state, intent}"}
-          400: {description: an unknown limit or a value that is not a positive number}
-          404: {description: no such employee}
-          409: {description: the employee has no live generation}
-        """
-        body = await _json_body(request)
+    async def limits(self, request: Request, caller: Caller) -> Response:
+        """Replace the live generation's limits (absolute values)."""
+        body = await bodies.read_object(request)
         async with self.pool.connection() as conn:
             req = await intents.set_limits(conn, request.path_params["name"], body)
         return _requested(req)
 
-    async def intent(self, request: Request) -> Response:
-        """
-        summary: One intent, `applying` until applied (then `applied` or `failed`)
-        responses:
-          200: {description: the intent}
-          404: {description: no such intent}
-        """
+    async def intent(self, request: Request, caller: Caller) -> Response:
+        """One intent, `applying` until applied (then `applied` or `failed`)."""
         async with self.pool.connection() as conn:
-            row = await intents.get(conn, int(request.path_params["intent_id"]))
+            row = await intents.get(conn, _id(request, "intent_id"))
         return JSONResponse(intents.intent_view(row))
 
-    async def rearm(self, request: Request) -> Response:
-        """
-        summary: Re-arm Temporal from the database (supervisors, schedules, lost entities)
-        responses:
-          202: {description: the re-arm intent}
-        """
+    async def rearm(self, request: Request, caller: Caller) -> Response:
+        """Re-arm Temporal from the database (supervisors, schedules, lost entities)."""
         async with self.pool.connection() as conn:
             row = await intents.rearm(conn)
         return JSONResponse(intents.intent_view(row), status_code=202)
 
-    async def chat_message(self, request: Request) -> Response:
-        """
-        summary: One owner message, its status and its reply once there is one
-        responses:
-          200: {description: "{message_id, status, reply}"}
-          404: {description: no such message}
-        """
-        name, message_id = request.path_params["name"], int(request.path_params["message_id"])
+    async def chat_message(self, request: Request, caller: Caller) -> Response:
+        """One owner message, its status and its reply once there is one."""
+        name, message_id = request.path_params["name"], _id(request, "message_id")
         async with self.pool.connection() as conn:
-            row = await chat.message(conn, name, message_id)
+            row = await chat.message(conn, name, message_id, caller.audience)
         return JSONResponse(
             {"message_id": row["id"], "status": row["status"], "reply": row["reply"]}
         )
 
-    async def chat_events(self, request: Request) -> Response:
-        """
-        summary: "Server-sent events of one chat session: `run.start`, `run.input_merged` and
-          `reply` (query: session, after)"
-        responses:
-          200: {description: a text/event-stream for this session's audience only}
-        """
+    async def chat_events(self, request: Request, caller: Caller) -> Response:
+        """Server-sent events of one chat session (its audience's content only)."""
         name = request.path_params["name"]
         session = request.query_params.get("session", chat.DEFAULT_SESSION)
+        raw_after = request.headers.get("last-event-id") or request.query_params.get("after", "0")
         try:
-            after = int(request.query_params.get("after", "0"))
+            after = int(raw_after)
         except ValueError:
-            raise EventRejected("after must be an integer") from None
+            raise InputInvalid("after", "must be an integer") from None
         async with self.pool.connection() as conn:
             await employees.get(conn, name)  # 404 before the stream starts
-        return StreamingResponse(self._events(request, name, session, after),
-                                 media_type="text/event-stream")  # fmt: skip
+        events = self._events(request, name, session, after, caller.audience)
+        return StreamingResponse(events, media_type="text/event-stream")
 
     async def _events(
-        self, request: Request, name: str, session: str, after: int
+        self, request: Request, name: str, session: str, after: int, audience: str
     ) -> AsyncIterator[str]:
-        """Poll this session's events (only its own audience) and stream them."""
+        """Poll this session's events (only its own audience) and stream them; the stream
+        ends when the database is unavailable (the client reconnects with Last-Event-ID)."""
         yield ": connected\n\n"
         idle = 0.0
         while not await request.is_disconnected():
-            async with self.pool.connection() as conn:
-                rows = await chat.events_after(conn, name, session, after)
+            try:
+                async with translate(), self.pool.connection() as conn:
+                    rows = await chat.events_after(conn, name, session, after, audience)
+            except DatabaseUnavailable:
+                yield f"retry: {problems.RETRY_AFTER_S * 1000}\n: database unavailable\n\n"
+                return
             for row in rows:
                 after = int(row["id"])
                 doc: dict[str, object] = {"id": after, "turn_id": row["turn_id"]}
@@ -311,31 +324,37 @@ class OwnerApi:
                 yield ": keep-alive\n\n"
             await asyncio.sleep(SSE_POLL_S)
 
-    async def chat(self, request: Request) -> Response:
-        """
-        summary: Send the owner's message (202, queued)
-        requestBody:
-          content:
-            application/json:
-              schema:
-                type: object
-                required: [client_message_id, text]
-                properties:
-                  client_message_id: {type: string}
-                  text: {type: string}
-                  session: {type: string}
-        responses:
-          202: {description: queued; the body has message_id and status}
-          429: {description: queue_full, nothing saved}
-        """
-        doc = await _json_body(request)
-        client_id, text = doc.get("client_message_id"), doc.get("text")
-        session = doc.get("session", chat.DEFAULT_SESSION)
-        if not (isinstance(client_id, str) and isinstance(text, str) and isinstance(session, str)):
-            raise EventRejected("client_message_id, text and session must be strings")
+    async def chat(self, request: Request, caller: Caller) -> Response:
+        """Send a message as the caller's audience (202, queued)."""
+        doc = await bodies.read_object(request)
+        client_id, text = _string(doc, "client_message_id"), _string(doc, "text")
+        session = _string(doc, "session", chat.DEFAULT_SESSION)
         async with self.pool.connection() as conn:
-            q = await chat.send(conn, request.path_params["name"], client_id, text, session)
+            q = await chat.send(
+                conn, request.path_params["name"], client_id, text, session, caller.audience
+            )
         if self.kicker is not None and not q.duplicate:
             self.kicker.kick()
         body = {"message_id": q.message_id, "status": q.status, "duplicate": q.duplicate}
         return JSONResponse(body, status_code=202)
+
+    async def user_add(self, request: Request, caller: Caller) -> Response:
+        """Create a user; its token is shown in this answer only."""
+        body = await bodies.read_object(request)
+        name = _string(body, "name")
+        async with self.pool.connection() as conn:
+            created = await users.create(conn, name)
+        return JSONResponse({"name": created.name, "token": created.token}, status_code=201)
+
+    async def user_list(self, request: Request, caller: Caller) -> Response:
+        """Every user (never a token)."""
+        async with self.pool.connection() as conn:
+            rows = await users.list_all(conn)
+        listed = [{"name": r["name"], "created_at": r["created_at"].isoformat()} for r in rows]
+        return JSONResponse({"users": listed})
+
+    async def user_remove(self, request: Request, caller: Caller) -> Response:
+        """Remove a user: its token stops working at once."""
+        async with self.pool.connection() as conn:
+            await users.remove(conn, request.path_params["name"])
+        return Response(status_code=204)

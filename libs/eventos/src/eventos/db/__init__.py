@@ -82,8 +82,8 @@ def is_record_error(exc: BaseException) -> bool:
 
 @asynccontextmanager
 async def translate() -> AsyncIterator[None]:
-    """Translate driver errors: a record's own fault into RecordInvalid, connection errors and
-    timeouts into DatabaseUnavailable."""
+    """Translate driver errors: a record's own fault into RecordInvalid, connection errors (a
+    pool timeout among them) and timeouts into DatabaseUnavailable."""
     try:
         yield
     except (psycopg.Error, UnicodeEncodeError, RecursionError) as exc:
@@ -94,6 +94,8 @@ async def translate() -> AsyncIterator[None]:
             raise DatabaseUnavailable("transaction rolled back; retry") from exc
         if isinstance(exc, psycopg.errors.QueryCanceled):
             raise DatabaseUnavailable("statement timeout") from exc
-        if isinstance(exc, psycopg.OperationalError | psycopg.errors.AdminShutdown):
+        if isinstance(
+            exc, psycopg.OperationalError | psycopg.InterfaceError | psycopg.errors.AdminShutdown
+        ):
             raise DatabaseUnavailable(str(exc).strip() or "database unavailable") from exc
         raise

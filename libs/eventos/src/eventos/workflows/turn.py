@@ -152,8 +152,9 @@ class TurnWorkflow:
         if turn.route.get("kind") != "chat":
             return
         session = str(turn.route.get("session") or "owner")
+        audience = str(turn.route.get("audience") or "owner")
         event = RunEvent(turn.employee, session, turn.turn_id, names.RUN_INPUT_MERGED,
-                         [i.ingress_id for i in items])  # fmt: skip
+                         [i.ingress_id for i in items], audience)  # fmt: skip
         await workflow.execute_local_activity(
             names.ACT_RUN_EVENT, event, activity_id=f"{turn.turn_id}:merged-{step}",
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,

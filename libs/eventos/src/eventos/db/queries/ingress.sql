@@ -9,26 +9,29 @@ ORDER BY s.generation DESC
 LIMIT 1;
 
 -- name: chat_session_lock
--- Serialize the pending check of one chat session.
-SELECT pg_advisory_xact_lock(hashtextextended('eventos.chat:' || %(employee)s || '/' || %(session)s, 0));
+-- Serialize the pending check of one chat session (of one audience).
+SELECT pg_advisory_xact_lock(hashtextextended(
+    'eventos.chat:' || %(employee)s || '/' || %(audience)s || '/' || %(session)s, 0));
 
 -- name: chat_pending_count
 -- Queued owner messages of one session, up to the bound.
 SELECT count(*) AS n FROM (
     SELECT 1 FROM chat_messages
-    WHERE employee = %(employee)s AND session = %(session)s AND status = 'queued'
+    WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(session)s
+      AND status = 'queued'
     LIMIT %(cap)s
 ) t;
 
 -- name: chat_existing
 -- A message already sent with this client id.
 SELECT id, status FROM chat_messages
-WHERE employee = %(employee)s AND session = %(session)s AND client_message_id = %(client_message_id)s;
+WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(session)s
+  AND client_message_id = %(client_message_id)s;
 
 -- name: chat_insert
 -- The owner's message; its ingress row is appended in the same transaction.
-INSERT INTO chat_messages (employee, session, client_message_id, text, ingress_id)
-VALUES (%(employee)s, %(session)s, %(client_message_id)s, %(text)s, %(ingress_id)s)
+INSERT INTO chat_messages (employee, audience, session, client_message_id, text, ingress_id)
+VALUES (%(employee)s, %(audience)s, %(session)s, %(client_message_id)s, %(text)s, %(ingress_id)s)
 RETURNING id, status;
 
 -- name: webhook_endpoints

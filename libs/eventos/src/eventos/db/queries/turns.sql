@@ -78,8 +78,9 @@ RETURNING id;
 
 -- name: chat_event_insert
 -- A run event for the session's audience, once per dedupe key.
-INSERT INTO chat_events (employee, session, kind, turn_id, dedupe_key, message_ids)
-VALUES (%(employee)s, %(session)s, %(kind)s, %(turn_id)s, %(dedupe_key)s, %(message_ids)s)
+INSERT INTO chat_events (employee, audience, session, kind, turn_id, dedupe_key, message_ids)
+VALUES (%(employee)s, %(audience)s, %(session)s, %(kind)s, %(turn_id)s, %(dedupe_key)s,
+    %(message_ids)s)
 ON CONFLICT (dedupe_key) DO NOTHING;
 
 -- name: turn_done
@@ -89,9 +90,9 @@ UPDATE turns SET status = 'done', consumed_seq = %(through)s, ended_at = now() W
 -- name: outbound_insert
 -- The reply enters the outbox once (the idempotency key makes a retried save a no-op).
 INSERT INTO outbound_messages (idempotency_key, employee, thread, turn_id, account, recipient,
-    recipient_key_id, kind, class, body)
+    recipient_key_id, kind, class, body, audience)
 VALUES (%(key)s, %(employee)s, %(thread)s, %(turn_id)s, %(account)s, %(recipient)s,
-    %(recipient_key_id)s, %(kind)s, %(class)s, %(body)s)
+    %(recipient_key_id)s, %(kind)s, %(class)s, %(body)s, %(audience)s)
 ON CONFLICT (idempotency_key) DO UPDATE SET updated_at = outbound_messages.updated_at
 RETURNING id;
 
@@ -109,10 +110,12 @@ SELECT id, idempotency_key, employee, thread, turn_id, kind, recipient, recipien
 FROM outbound_messages WHERE id = %(id)s;
 
 -- name: chat_reply_insert
--- The owner sees the reply (once per outbox row).
-INSERT INTO chat_events (employee, session, kind, turn_id, dedupe_key, outbound_id, text)
-VALUES (%(employee)s, %(session)s, 'reply', %(turn_id)s, 'reply:' || %(outbound_id)s,
-    %(outbound_id)s, %(text)s)
+-- The owner sees the reply (once per outbox row), in the audience of its outbox row.
+INSERT INTO chat_events (employee, audience, session, kind, turn_id, dedupe_key, outbound_id,
+    text)
+SELECT %(employee)s, coalesce(o.audience, 'owner'), %(session)s, 'reply', %(turn_id)s,
+    'reply:' || %(outbound_id)s, %(outbound_id)s, %(text)s
+FROM outbound_messages o WHERE o.id = %(outbound_id)s
 ON CONFLICT (dedupe_key) DO NOTHING;
 
 -- name: outbound_sent
@@ -121,16 +124,17 @@ UPDATE outbound_messages SET status = 'sent', updated_at = now()
 WHERE id = %(id)s AND status = 'sending';
 
 -- name: chat_message_get
--- One owner message with its reply, if any.
+-- One owner message of an audience with its reply, if any.
 SELECT m.id, m.status, m.text, m.turn_id, r.text AS reply, r.id AS reply_id
 FROM chat_messages m
 LEFT JOIN chat_events r ON r.turn_id = m.turn_id AND r.kind = 'reply'
-WHERE m.employee = %(employee)s AND m.id = %(id)s;
+WHERE m.employee = %(employee)s AND m.audience = %(audience)s AND m.id = %(id)s;
 
 -- name: chat_events_after
--- Run events and replies of one session after an id (the event stream's poll).
+-- Run events and replies of one session of one audience after an id (the event stream's poll).
 SELECT id, kind, turn_id, message_ids, text, created_at FROM chat_events
-WHERE employee = %(employee)s AND session = %(session)s AND id > %(after)s
+WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(session)s
+  AND id > %(after)s
 ORDER BY id LIMIT 100;
 
 -- name: outbound_fail
@@ -161,9 +165,16 @@ UPDATE chat_messages SET status = 'dead'
 WHERE ingress_id = ANY(%(ingress_ids)s) AND status IN ('queued', 'delivered');
 
 -- name: attention_raise
--- Raise an attention item, or count a repeat on the open one.
-INSERT INTO attention_items (employee, kind, severity, ref, detail)
-VALUES (%(employee)s, %(kind)s, %(severity)s, %(ref)s, %(detail)s)
+-- Raise an attention item, or count a repeat on the open one. An item about a turn (`ref` its
+-- id) or a stream (`ref` `<stream_key>#…`) on a user's chat thread is that user's too
+-- (`audience`); any other is the admin's alone (NULL).
+INSERT INTO attention_items (employee, kind, severity, ref, detail, audience)
+VALUES (%(employee)s, %(kind)s, %(severity)s, %(ref)s, %(detail)s, (
+    SELECT u.name FROM users u WHERE u.thread IN (
+        SELECT t.thread FROM turns t WHERE t.id = %(ref)s
+        UNION ALL
+        SELECT s.thread FROM bus_streams s WHERE s.stream_key = split_part(%(ref)s, '#', 1))
+    LIMIT 1))
 ON CONFLICT (kind, ref) WHERE state = 'open' DO UPDATE
     SET count = attention_items.count + 1, last_seen = now(), detail = EXCLUDED.detail;
 

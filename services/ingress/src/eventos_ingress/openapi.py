@@ -1,0 +1,304 @@
+"""The OpenAPI 3.1 document of the owner API (`GET /openapi.json`).
+
+Written out rather than generated from docstrings, so every request and response body has a
+component schema; a test validates the document and fuzzes every operation against it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventos_ingress import bodies, problems
+
+Schema = dict[str, Any]
+STR: Schema = {"type": "string"}
+INT: Schema = {"type": "integer"}
+BOOL: Schema = {"type": "boolean"}
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: Schema) -> Schema:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def obj(required: dict[str, Schema], optional: dict[str, Schema] | None = None) -> Schema:
+    return {
+        "type": "object",
+        "required": sorted(required),
+        "properties": {**required, **(optional or {})},
+    }
+
+
+INTENT_KINDS = ["start", "stop", "resume", "reset", "interrupt", "limits", "rearm"]
+SCHEMAS: dict[str, Schema] = {
+    "Problem": {
+        **obj(
+            {
+                "type": {"type": "string", "format": "uri"},
+                "title": STR,
+                "status": INT,
+                "detail": STR,
+            },
+            {"errors": {"type": "array", "items": ref("FieldError")}},
+        ),
+        "description": "RFC 9457 problem details; `type` is one of "
+        + ", ".join(f"`{k.type}`" for k in problems.KINDS),
+    },
+    "FieldError": obj({"path": STR, "message": STR}),
+    "EmployeeSpec": {
+        "type": "object",
+        "description": "a `kind: Employee` document",
+        "additionalProperties": True,
+    },
+    "Applied": obj(
+        {
+            "applied": {
+                "type": "array",
+                "items": obj({"name": STR, "created": BOOL, "changed": BOOL}),
+            }
+        }
+    ),
+    "IntentRef": obj({"id": INT, "kind": STR, "state": STR}),
+    "Intent": obj(
+        {
+            "id": INT,
+            "kind": STR,
+            "state": {"enum": ["applying", "applied", "failed"]},
+            "revision": nullable(INT),
+            "outcome": nullable(STR),
+            "created_at": {"type": "string", "format": "date-time"},
+            "applied_at": nullable({"type": "string", "format": "date-time"}),
+        }
+    ),
+    "Employee": obj(
+        {
+            "name": STR,
+            "spec_sha256": STR,
+            "generation": nullable(INT),
+            "state": STR,
+            "pause_reason": nullable(STR),
+            "revision": nullable(INT),
+            "limits": nullable({"type": "object"}),
+            "intent": nullable(ref("IntentRef")),
+        }
+    ),
+    "EmployeeDetail": {"allOf": [ref("Employee"), obj({"spec": ref("EmployeeSpec")})]},
+    "EmployeeList": obj({"employees": {"type": "array", "items": ref("Employee")}}),
+    "Requested": obj({"name": STR, "generation": INT, "state": STR, "intent": ref("Intent")}),
+    "Limits": obj({"daily_usd": {"type": "number", "exclusiveMinimum": 0}}),
+    "Interrupt": obj({}, {"conversation": {**STR, "description": "`<lane>/<thread>`"}}),
+    "ChatSend": obj({"client_message_id": STR, "text": STR}, {"session": STR}),
+    "ChatQueued": obj({"message_id": INT, "status": STR, "duplicate": BOOL}),
+    "ChatMessage": obj({"message_id": INT, "status": STR, "reply": nullable(STR)}),
+    "UserCreate": obj({"name": STR}),
+    "UserCreated": obj({"name": STR, "token": {**STR, "description": "shown once"}}),
+    "User": obj({"name": STR, "created_at": {"type": "string", "format": "date-time"}}),
+    "UserList": obj({"users": {"type": "array", "items": ref("User")}}),
+}
+
+COMMON = {
+    "400": "a malformed request; `errors` names each bad field (`(body)` for the whole body)",
+    "401": "no valid bearer token",
+    "403": "a user token on an admin-only operation",
+    "413": "the body is over the operation's cap",
+    "503": "the database is unavailable; `Retry-After` says when to ask again",
+}
+NAME = {"name": "name", "in": "path", "required": True, "schema": STR}
+
+
+def _json(schema: Schema) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {problems.MEDIA_TYPE: {"schema": ref("Problem")}},
+    }
+
+
+def op(
+    summary: str,
+    ok: tuple[int, str, str | None],
+    *,
+    errors: dict[str, str] | None = None,
+    body: str | None = None,
+    params: list[dict[str, Any]] | None = None,
+    cap: int = bodies.JSON_BODY_MAX,
+) -> dict[str, Any]:
+    """One operation: its success answer (status, description, schema) and its refusals."""
+    status, description, schema = ok
+    responses: dict[str, Any] = {str(status): {"description": description}}
+    if schema is not None:
+        responses[str(status)]["content"] = _json(ref(schema))
+    for code, text in {**COMMON, **(errors or {})}.items():
+        responses[code] = _problem(text)
+    doc: dict[str, Any] = {"summary": summary, "responses": responses, "x-body-cap-bytes": cap}
+    if params:
+        doc["parameters"] = params
+    if body is not None:
+        doc["requestBody"] = {"required": True, "content": _json(ref(body))}
+    return doc
+
+
+def _lifecycle(action: str, what: str) -> dict[str, Any]:
+    errors = {"404": "no such employee", "409": "the employee's state does not allow it"}
+    if action == "interrupt":
+        errors["404"] = "no such employee or conversation"
+        return {
+            "post": {
+                **op(
+                    what,
+                    (202, "committed, with its intent", "Requested"),
+                    errors=errors,
+                    params=[NAME],
+                ),
+                "requestBody": {"required": False, "content": _json(ref("Interrupt"))},
+            }
+        }
+    return {
+        "post": op(
+            what, (202, "committed, with its intent", "Requested"), errors=errors, params=[NAME]
+        )
+    }
+
+
+def paths() -> dict[str, Any]:
+    """Every /v1/ operation."""
+    employee = {"404": "no such employee"}
+    apply = op(
+        "Apply employee specs",
+        (200, "applied", "Applied"),
+        errors={"409": "a webhook path is already used by another employee"},
+        cap=bodies.APPLY_BODY_MAX,
+    )
+    apply["requestBody"] = {
+        "required": True,
+        "content": {
+            "application/json": {"schema": ref("EmployeeSpec")},
+            "application/yaml": {"schema": {"type": "string", "description": "one or more specs"}},
+        },
+    }
+    after = {"name": "after", "in": "query", "required": False, "schema": INT}
+    session = {"name": "session", "in": "query", "required": False, "schema": STR}
+    message_id = {
+        "name": "message_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 0},
+    }
+    intent_id = {**message_id, "name": "intent_id"}
+
+    out: dict[str, Any] = {
+        "/v1/employees": {
+            "post": apply,
+            "get": op(
+                "Every employee with its live generation", (200, "the employees", "EmployeeList")
+            ),
+        },
+        "/v1/employees/{name}": {
+            "get": op(
+                "One employee with its spec",
+                (200, "the employee", "EmployeeDetail"),
+                errors=employee,
+                params=[NAME],
+            )
+        },
+        "/v1/employees/{name}/limits": {
+            "post": op(
+                "Replace the live generation's limits",
+                (202, "committed, with its intent", "Requested"),
+                errors={**employee, "409": "the employee has no live generation"},
+                body="Limits",
+                params=[NAME],
+            )
+        },
+        "/v1/employees/{name}/chat": {
+            "post": op(
+                "Send a chat message as the caller (202, queued)",
+                (202, "queued", "ChatQueued"),
+                errors={
+                    **employee,
+                    "409": "the employee is not started",
+                    "429": "queue_full: 100 messages pending in the session; nothing saved",
+                },
+                body="ChatSend",
+                params=[NAME],
+            )
+        },
+        "/v1/employees/{name}/chat/{message_id}": {
+            "get": op(
+                "One of the caller's chat messages with its reply",
+                (200, "the message", "ChatMessage"),
+                errors={"404": "no such message for this caller"},
+                params=[NAME, message_id],
+            )
+        },
+        "/v1/employees/{name}/chat/events": {
+            "get": {
+                **op(
+                    "Server-sent events of the caller's chat session: run.start, run.input_merged, "
+                    "reply",
+                    (200, "a text/event-stream", None),
+                    errors=employee,
+                    params=[NAME, session, after],
+                )
+            }
+        },
+        "/v1/intents/{intent_id}": {
+            "get": op(
+                "One intent",
+                (200, "the intent", "Intent"),
+                errors={"404": "no such intent"},
+                params=[intent_id],
+            )
+        },
+        "/v1/rearm": {
+            "post": op("Re-arm Temporal from the database", (202, "the re-arm intent", "Intent"))
+        },
+        "/v1/users": {
+            "post": op(
+                "Create a user (admin only); its token is shown once",
+                (201, "the user and its token", "UserCreated"),
+                errors={"409": "the name is taken"},
+                body="UserCreate",
+            ),
+            "get": op("Every user (admin only)", (200, "the users", "UserList")),
+        },
+        "/v1/users/{name}": {
+            "delete": op(
+                "Remove a user: its token stops working (admin only)",
+                (204, "removed", None),
+                errors={"404": "no such user"},
+                params=[{**NAME, "description": "a user name"}],
+            )
+        },
+    }
+    events = out["/v1/employees/{name}/chat/events"]["get"]
+    events["responses"]["200"]["content"] = {"text/event-stream": {"schema": STR}}
+    for action, what in [
+        ("start", "Start a new generation"),
+        ("stop", "Pause it"),
+        ("resume", "Resume it"),
+        ("reset", "Retire it"),
+        ("interrupt", "Interrupt a conversation's running turn"),
+    ]:
+        out[f"/v1/employees/{{name}}:{action}"] = _lifecycle(action, what)
+    return out
+
+
+def document() -> dict[str, Any]:
+    """The whole document."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Event OS owner API", "version": "1"},
+        "paths": paths(),
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }
