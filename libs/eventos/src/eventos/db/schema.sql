@@ -274,10 +274,7 @@ CREATE TABLE outbound_messages (
     provider_message_id  text,
     receipt              jsonb,
     created_at           timestamptz NOT NULL DEFAULT now(),
-    updated_at           timestamptz NOT NULL DEFAULT now(),
-    recipient_key_id     text,
-    CONSTRAINT outbound_messages_recipient_sealed
-        CHECK ((recipient IS NULL) = (recipient_key_id IS NULL))
+    updated_at           timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX outbound_messages_open ON outbound_messages (status) WHERE status IN ('queued', 'sending');
 
@@ -449,3 +446,10 @@ CREATE INDEX chat_events_session ON chat_events (employee, audience, session, id
 -- they came from (who sees them besides the admin), or NULL for the admin alone.
 ALTER TABLE outbound_messages ADD COLUMN audience text;
 ALTER TABLE attention_items ADD COLUMN audience text;
+
+-- Private data (issue 11): the outbox recipient sealed at rest (AES-GCM, bound to its row); the
+-- key id names the key that sealed it, so keys can rotate.
+ALTER TABLE outbound_messages
+    ADD COLUMN recipient_key_id text,
+    ADD CONSTRAINT outbound_messages_recipient_sealed
+        CHECK ((recipient IS NULL) = (recipient_key_id IS NULL));
