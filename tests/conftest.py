@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from eventos_ingress.app import IngressConfig, build
@@ -109,11 +111,10 @@ def llm_endpoints() -> LlmEndpoints:
     return LlmEndpoints()
 
 
-@pytest.fixture
-async def ingress(
-    db_settings: DatabaseSettings, tmp_path: Path, llm_endpoints: LlmEndpoints
-) -> AsyncIterator[Service]:
-    """The ingress service in this process, on free ports, against the test database."""
+def ingress_config(
+    db_settings: DatabaseSettings, tmp_path: Path, **overrides: Any
+) -> IngressConfig:
+    """The test ingress's configuration (free ports, the test secrets), with `overrides`."""
     cfg = IngressConfig(
         database=db_settings,
         service=ServiceSettings("ingress", http_port=0, grpc_port=0),
@@ -121,8 +122,16 @@ async def ingress(
         secrets=SecretStore(env=SECRETS),
         spool_dir=tmp_path / "spool",
         grpc=GrpcIngressSettings(internal_token=INTERNAL_TOKEN),
-        llm_endpoints=llm_endpoints,
     )
+    return dataclasses.replace(cfg, **overrides)
+
+
+@pytest.fixture
+async def ingress(
+    db_settings: DatabaseSettings, tmp_path: Path, llm_endpoints: LlmEndpoints
+) -> AsyncIterator[Service]:
+    """The ingress service in this process, on free ports, against the test database."""
+    cfg = ingress_config(db_settings, tmp_path, llm_endpoints=llm_endpoints)
     service = await build(cfg)
     task = await run_service(service)
     yield service

@@ -30,6 +30,7 @@ REQUIRED = (
     "instance.id=inst-7f3a",
     "secrets.database.existingSecret=acme-database",
     "secrets.admin.existingSecret=acme-admin",
+    "secrets.outbox.existingSecret=acme-outbox",
 )
 TIER_L_SQL = (
     "temporal.server.sql.host=pg.acme.internal",

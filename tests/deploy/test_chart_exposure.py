@@ -226,15 +226,19 @@ def test_no_driver_token_is_rendered(tier: str) -> None:
 def test_the_outbox_keys_reach_the_roles_that_write_or_read_the_outbox(tier: str) -> None:
     roles = deployments(tier, OUTBOX, "secrets.outbox.keysKey=aes-keys")
     holders = roles_with_env(tier, "EVENTOS_OUTBOX_KEYS_FILE", OUTBOX)
-    assert holders == {"workers-workflow", "egress"}
+    assert holders == {"relay", "workers-workflow", "egress"}
     for name in holders:
         assert env_of(container(roles[name]))["EVENTOS_OUTBOX_KEYS_FILE"]["value"] == (
             f"{SECRETS}/outbox/keys"
         )
         (volume,) = [v for v in pod_spec(roles[name])["volumes"] if v["name"] == "outbox"]
         assert volume["secret"]["items"] == [{"key": "aes-keys", "path": "keys"}]
-    assert not roles_with_env(tier, "EVENTOS_OUTBOX_KEYS_FILE")
     assert not roles_with_env(tier, "EVENTOS_OUTBOX_KEYS", OUTBOX), "only the file path in the spec"
+
+
+def test_the_outbox_keys_are_required() -> None:
+    message = render_error("secrets.outbox.existingSecret=")
+    assert "secrets.outbox.existingSecret is required" in message
 
 
 # The LLM endpoint allowlist ------------------------------------------------------------------

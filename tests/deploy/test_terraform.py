@@ -22,7 +22,7 @@ from charts import ROOT
 TF = ROOT / "deploy/terraform"
 MODULES = {"instance": TF / "modules/instance", "collector": TF / "modules/collector"}
 EXAMPLE = TF / "envs/example"
-CREDENTIALS = {"database_url", "admin_token", "temporal_sql_password", "employee_secrets"}
+CREDENTIALS = {"database_url", "admin_token", "outbox_keys", "temporal_sql_password", "employee_secrets"}
 # What `terraform fmt -recursive` formats, and the example tfvars beside them.
 HCL_SUFFIXES = (".tf", ".tfvars", ".tfvars.example")
 MISFORMATTED = """resource "kubernetes_namespace" "this" {
@@ -147,7 +147,7 @@ def test_the_example_provisions_every_instance_and_one_collector() -> None:
         assert passed <= set(variables), f"module {name} has no variables {passed - set(variables)}"
     instance = modules["instance"]
     assert instance["otlp_endpoint"] == "${module.collector.otlp_grpc_endpoint}"
-    for credential in ("database_url", "admin_token"):
+    for credential in ("database_url", "admin_token", "outbox_keys"):
         assert instance[credential].startswith("${var.instance_secrets[each.key]")
 
 

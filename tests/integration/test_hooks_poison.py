@@ -6,30 +6,15 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
 import signing
 from psycopg_pool import AsyncConnectionPool
+from test_hooks import client, rows  # noqa: F401  (a fixture, shared)
 
 from eventos import blobs
 from eventos.db import Conn
-
-
-@pytest.fixture
-async def client(started: str, ingress_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=ingress_url, timeout=30) as c:
-        yield c
-
-
-async def rows(pool: AsyncConnectionPool[Conn], source: str) -> list[dict[str, Any]]:
-    async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT * FROM bus_ingress WHERE source_key = %s ORDER BY id", (source,)
-        )
-        return await cur.fetchall()
 
 
 def evt() -> str:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ADMIN_TOKEN, SECRETS, run_service
-from eventos_ingress.app import IngressConfig, build
+from conftest import ingress_config, run_service
+from eventos_ingress.app import build
 
 from eventos.http_bounds import HttpBounds
 from eventos.service import Service
-from eventos.settings import AdminSettings, DatabaseSettings, SecretStore, ServiceSettings
+from eventos.settings import DatabaseSettings
 
 BOUNDS = HttpBounds(max_header_bytes=8 * 1024, header_timeout_s=1.0, body_idle_timeout_s=1.0,
                     max_in_flight=3, max_connections=64)  # fmt: skip
@@ -26,14 +26,7 @@ DEADLINE_S = 10.0
 async def bounded(
     started: str, db_settings: DatabaseSettings, tmp_path: Path
 ) -> AsyncIterator[Service]:
-    cfg = IngressConfig(
-        database=db_settings,
-        service=ServiceSettings("ingress", http_port=0, grpc_port=0),
-        admin=AdminSettings(ADMIN_TOKEN),
-        secrets=SecretStore(env=SECRETS),
-        spool_dir=tmp_path / "spool",
-        http_bounds=BOUNDS,
-    )
+    cfg = ingress_config(db_settings, tmp_path, http_bounds=BOUNDS)
     service = await build(cfg)
     task = await run_service(service)
     yield service

@@ -55,7 +55,7 @@ async def queue_row(conn: Conn, sealed: Sealed | None, *, key: str | None = None
         "key": key, "employee": "support", "thread": "main", "turn_id": f"turn-{key}",
         "account": None, "recipient": sealed.blob if sealed else None,
         "recipient_key_id": sealed.key_id if sealed else None, "kind": "chat", "class": 1,
-        "body": f"reply {key}",
+        "body": f"reply {key}", "audience": None,
     })  # fmt: skip
     return int((await cur.fetchone() or {})["id"])
 

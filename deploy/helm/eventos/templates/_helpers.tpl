@@ -63,6 +63,9 @@ eventos.dev/tier: {{ .root.Values.tier | quote }}
 {{- if not $v.secrets.admin.existingSecret -}}
 {{- fail "secrets.admin.existingSecret is required: the name of a Secret holding the owner API token under key secrets.admin.tokenKey" -}}
 {{- end -}}
+{{- if not $v.secrets.outbox.existingSecret -}}
+{{- fail "secrets.outbox.existingSecret is required: the name of a Secret holding the outbox keys (<key id>:<base64 of 32 bytes>, comma-separated) under key secrets.outbox.keysKey; relay, workers-workflow and egress refuse to start without them" -}}
+{{- end -}}
 {{- if and $v.postgresql.bundled.enabled (not $v.postgresql.existingSecret) -}}
 {{- fail "postgresql.existingSecret is required with postgresql.bundled.enabled: the Secret holding the bundled server's password" -}}
 {{- end -}}

@@ -19,6 +19,7 @@ module "instance" {
   instance_id           = each.value.instance_id
   database_url          = var.instance_secrets[each.key].database_url
   admin_token           = var.instance_secrets[each.key].admin_token
+  outbox_keys           = var.instance_secrets[each.key].outbox_keys
   temporal_sql_password = var.instance_secrets[each.key].temporal_sql_password
   employee_secrets      = var.instance_secrets[each.key].employee_secrets
   temporal_sql_host     = each.value.temporal_sql_host

@@ -22,10 +22,11 @@ variable "instances" {
 }
 
 variable "instance_secrets" {
-  description = "Per instance (same keys as instances): database URL, admin token, Tier L Temporal database password and the employees' secrets. Pass it from a secret store (e.g. TF_VAR_instance_secrets), never from a committed file."
+  description = "Per instance (same keys as instances): database URL, admin token, outbox keys, Tier L Temporal database password and the employees' secrets. Pass it from a secret store (e.g. TF_VAR_instance_secrets), never from a committed file."
   type = map(object({
     database_url          = string
     admin_token           = string
+    outbox_keys           = string
     temporal_sql_password = optional(string, "")
     employee_secrets      = optional(map(string), {})
   }))

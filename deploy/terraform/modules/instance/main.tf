@@ -15,6 +15,7 @@ locals {
     secrets = {
       database  = { existingSecret = kubernetes_secret.database.metadata[0].name, urlKey = "url" }
       admin     = { existingSecret = kubernetes_secret.admin.metadata[0].name, tokenKey = "token" }
+      outbox    = { existingSecret = kubernetes_secret.outbox.metadata[0].name, keysKey = "keys" }
       employees = { existingSecret = kubernetes_secret.employees.metadata[0].name }
     }
     temporal = local.has_temporal_sql_secret ? {
@@ -61,6 +62,14 @@ resource "kubernetes_secret" "admin" {
     namespace = kubernetes_namespace.this.metadata[0].name
   }
   data = { token = var.admin_token }
+}
+
+resource "kubernetes_secret" "outbox" {
+  metadata {
+    name      = "${var.name}-outbox"
+    namespace = kubernetes_namespace.this.metadata[0].name
+  }
+  data = { keys = var.outbox_keys }
 }
 
 resource "kubernetes_secret" "employees" {

@@ -42,6 +42,16 @@ variable "admin_token" {
   }
 }
 
+variable "outbox_keys" {
+  description = "Keys sealing outbox recipients at rest: comma-separated <key id>:<base64 of 32 bytes>, the first encrypts (e.g. k1:$(openssl rand -base64 32)); stored in a Secret."
+  type        = string
+  sensitive   = true
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_.-]{1,32}:[A-Za-z0-9+/]{43}=", var.outbox_keys))
+    error_message = "The outbox keys must start with <key id>:<base64 of 32 bytes>."
+  }
+}
+
 variable "employee_secrets" {
   description = "Secrets the employees reference by name (e.g. openai-main = key); mounted as files (EVENTOS_SECRETS_DIR)."
   type        = map(string)

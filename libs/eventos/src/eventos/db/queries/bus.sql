@@ -127,13 +127,6 @@ DELETE FROM event_blobs WHERE id IN (
     LIMIT %(limit)s
 );
 
--- name: known_source
--- Whether a routable generation listens to a source.
-SELECT 1 AS found FROM bus_subscriptions s
-JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
-WHERE s.source_key = %(source_key)s AND g.state IN ('starting', 'running', 'paused')
-LIMIT 1;
-
 -- name: dedupe_get
 -- The ingress row a (source, dedupe key) points to.
 SELECT ingress_id, received_at FROM bus_dedupe
