@@ -123,8 +123,10 @@ async def test_a_message_over_the_limit_ends_the_call_with_resource_exhausted(
 async def test_a_1000_event_burst_passes_the_default_bounds(
     started: str, ingress_grpc: str
 ) -> None:
-    events = [event(n, f"burst-{n}", envelope=envelope(f"b{n}", data="x" * 4000))
+    # Over twice the read-ahead bytes in all, so part of the burst is paced by acks.
+    events = [event(n, f"burst-{n}", envelope=envelope(f"b{n}", data="x" * 9000))
               for n in range(1, 1001)]  # fmt: skip
+    assert sum(ev.ByteSize() for ev in events) > 2 * GrpcIngressSettings().read_ahead_bytes
     acks = await publish(ingress_grpc, events)
     assert [(a.seq, a.status) for a in acks] == [(n, ACCEPTED) for n in range(1, 1001)]
 

@@ -212,8 +212,9 @@ GRPC_TLS_VARS = "EVENTOS_INGRESS_GRPC_TLS_CERT_FILE/EVENTOS_INGRESS_GRPC_TLS_KEY
 class GrpcIngressSettings:
     """The gRPC EventIngress edge (SPEC §6.3): credentials, transport and every bound.
 
-    Defaults let real traffic (a 1,000-event Publish burst of 64 KB envelopes) through
-    untouched while one peer cannot hold more than a few MiB of the process's memory.
+    Defaults let real traffic through untouched (a 1,000-event Publish burst is acknowledged
+    in order, paced by acks past 4 MiB read ahead) while one stream cannot hold more than
+    4 MiB of the process's memory.
     """
 
     internal_token: str | None = field(default=None, repr=False)
