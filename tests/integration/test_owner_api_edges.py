@@ -53,6 +53,10 @@ async def test_refusals_are_problems_with_stable_types(
         assert r.headers["www-authenticate"] == "Bearer"
         wrong = {"Authorization": "Bearer not-the-token"}
         problem_of(await anonymous.get("/v1/employees", headers=wrong), 401, "unauthorized")
+        problem_of(await anonymous.get("/v1/employees", headers={"Authorization": "Basic abc"}),
+                   401, "unauthorized")  # fmt: skip
+        lower = {"Authorization": f"bearer {ADMIN_TOKEN}"}
+        assert (await anonymous.get("/v1/employees", headers=lower)).status_code == 200
     problem_of(await api.get("/v1/nothing-here"), 404, "not-found")
     problem_of(await api.get("/v1"), 404, "not-found")
     r = await api.delete("/v1/employees")

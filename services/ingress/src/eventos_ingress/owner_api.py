@@ -124,10 +124,10 @@ class OwnerApi:
     async def authenticate(self, request: Request) -> Caller:
         """The caller of a bearer token: the admin's (compared in constant time), else a user's
         (looked up by its hash)."""
-        auth = request.headers.get("authorization", "")
-        if not auth.startswith("Bearer "):
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:  # the scheme is case-insensitive (RFC 9110)
             raise Unauthenticated()
-        token = auth.removeprefix("Bearer ").strip()
         if hmac.compare_digest(token.encode("utf-8", "surrogateescape"), self.token.encode()):
             return Caller(users.OWNER, admin=True)
         if token.startswith(users.TOKEN_PREFIX):
