@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from temporalio.client import (
     ScheduleBackfill,
+    ScheduleHandle,
     ScheduleOverlapPolicy,
     WorkflowExecutionStatus,
     WorkflowUpdateFailedError,
@@ -88,6 +89,24 @@ async def new_employee(instance: Instance, spec: Any = supervised) -> str:
     name = f"s{uuid.uuid4().hex[:8]}"
     await post(instance, "/v1/employees", status=200, content=spec(name))
     return name
+
+
+async def schedule_of(instance: Instance, name: str, trigger: str) -> ScheduleHandle:
+    """A cron trigger's Schedule, once the supervisor's first run has created it (that run
+    starts when the start intent applies; its Schedules come a moment later)."""
+    handle = instance.client.get_schedule_handle(names.schedule_id(name, 1, trigger))
+
+    async def created() -> bool:
+        try:
+            await handle.describe()
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return False
+        return True
+
+    await wait_for(created, timeout=15, what=f"the Schedule of {name}'s {trigger}")
+    return handle
 
 
 async def supervisor_status(instance: Instance, name: str, gen: int = 1) -> SupervisorStatus:
@@ -323,7 +342,7 @@ async def test_cron_schedule_fires_a_tick_once_per_time_and_pauses_with_stop(
 ) -> None:
     name = await new_employee(instance)
     await applied(instance, name, "start")
-    schedule = instance.client.get_schedule_handle(names.schedule_id(name, 1, "nightly"))
+    schedule = await schedule_of(instance, name, "nightly")
     desc = await schedule.describe()
     assert not desc.schedule.state.paused
     await schedule.trigger()
@@ -441,7 +460,7 @@ async def test_a_tick_while_its_triggers_turn_runs_is_skipped_with_a_reason(
 
     name = await new_employee(instance, slow_cron)
     await applied(instance, name, "start")
-    schedule = instance.client.get_schedule_handle(names.schedule_id(name, 1, "hourly"))
+    schedule = await schedule_of(instance, name, "hourly")
     hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
 
     async def fire(at: datetime) -> None:
