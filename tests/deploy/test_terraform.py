@@ -22,7 +22,13 @@ from charts import ROOT
 TF = ROOT / "deploy/terraform"
 MODULES = {"instance": TF / "modules/instance", "collector": TF / "modules/collector"}
 EXAMPLE = TF / "envs/example"
-CREDENTIALS = {"database_url", "admin_token", "outbox_keys", "temporal_sql_password", "employee_secrets"}
+CREDENTIALS = {
+    "database_url",
+    "admin_token",
+    "outbox_keys",
+    "temporal_sql_password",
+    "employee_secrets",
+}
 # What `terraform fmt -recursive` formats, and the example tfvars beside them.
 HCL_SUFFIXES = (".tf", ".tfvars", ".tfvars.example")
 MISFORMATTED = """resource "kubernetes_namespace" "this" {
