@@ -14,6 +14,7 @@ from temporalio.client import (
     ScheduleHandle,
     ScheduleOverlapPolicy,
     WorkflowExecutionStatus,
+    WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import Priority, WorkflowIDReusePolicy
@@ -231,6 +232,12 @@ async def test_stop_resume_reset_with_inputs_arriving_throughout(instance: Insta
     assert after[0]["status"] == names.INGRESS_NO_CONSUMER
 
 
+async def at_rest(handle: WorkflowHandle[Any, Any]) -> bool:
+    """No activity and no workflow task pending: the workflow's history is not growing."""
+    raw = (await handle.describe()).raw_description
+    return not raw.pending_activities and not raw.HasField("pending_workflow_task")
+
+
 async def test_a_stale_revision_is_refused_without_history(instance: Instance) -> None:
     name = await new_employee(instance)
     await applied(instance, name, "start")
@@ -239,6 +246,9 @@ async def test_a_stale_revision_is_refused_without_history(instance: Instance) -
     status = await supervisor_status(instance, name)
     assert (status.revision, status.limits, status.updates) == (2, {"daily_usd": 7.0}, 1)
     handle = instance.client.get_workflow_handle(names.supervisor_id(name, 1))
+    # The limit change also wakes the supervisor for a budget refresh (an activity, then a
+    # workflow task): its history grows until that is done, refusals or not.
+    await wait_for(lambda: at_rest(handle), timeout=30, what="the supervisor's budget refresh")
     before = len([e async for e in handle.fetch_history_events()])
     refusals = [
         (names.UPDATE_SET_CONTROL, SetControl("paused", 2), "stale revision 2"),
