@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -137,14 +138,21 @@ async def test_wrong_method_is_405(client: httpx.AsyncClient) -> None:
 async def test_rate_over_limit_is_429_with_retry_after(
     client: httpx.AsyncClient, pool: AsyncConnectionPool[Conn]
 ) -> None:
-    codes = []
-    for i in range(40):  # generic webhooks: 10/s with a burst of 20
-        r = await client.post("/hooks/internal", content=b"{}", headers={"X-Event-Id": f"r{i}"})
-        codes.append(r.status_code)
-        if r.status_code == 429:
-            assert int(r.headers["retry-after"]) >= 1
+    """Generic webhooks: 10/s with a burst of 20. Rounds of 30 at once outrun the refill however
+    slow the machine is (one after another, a slow machine could stay under 10/s)."""
+    codes: list[int] = []
+    for n in range(20):
+        batch = await asyncio.gather(*[
+            client.post("/hooks/internal", content=b"{}", headers={"X-Event-Id": f"r{n}-{i}"})
+            for i in range(30)
+        ])  # fmt: skip
+        codes += [r.status_code for r in batch]
+        limited = [r for r in batch if r.status_code == 429]
+        if limited:
+            assert all(int(r.headers["retry-after"]) >= 1 for r in limited)
             break
-    assert codes[-1] == 429
+    assert 429 in codes
+    assert set(codes) <= {200, 429}
     assert codes.count(200) >= 20
     assert len(await rows(pool, "webhook:internal")) == codes.count(200)
 

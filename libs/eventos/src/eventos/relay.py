@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +180,7 @@ class Relay:
     entity_cancel_grace_s: float = names.TURN_CANCEL_GRACE_S
     breaker: Breaker = field(default_factory=Breaker)
     pauses: Pushback = field(default_factory=Pushback)
+    clock: Callable[[], float] = time.monotonic  # of the per-entity rate; tests move it by hand
     _sent: dict[str, deque[float]] = field(default_factory=dict)
     _rate_free_at: float | None = None  # when the soonest rate-limited stream may send again
     _serving: set[str] = field(default_factory=set)
@@ -245,7 +247,7 @@ class Relay:
         finally:
             self._serving.discard(stream_key)
             sent = self._sent.get(stream_key)
-            if sent and time.monotonic() - sent[-1] >= 1.0:
+            if sent and self.clock() - sent[-1] >= 1.0:
                 del self._sent[stream_key]  # only the last second matters: keep memory bounded
 
     async def _serve_leased(self, stream_key: str, token: int, batches: int | None) -> int:
@@ -272,7 +274,7 @@ class Relay:
 
     def _rate_ok(self, stream_key: str) -> bool:
         sent = self._sent.setdefault(stream_key, deque(maxlen=PER_ENTITY_PER_SECOND))
-        if len(sent) < PER_ENTITY_PER_SECOND or time.monotonic() - sent[0] >= 1.0:
+        if len(sent) < PER_ENTITY_PER_SECOND or self.clock() - sent[0] >= 1.0:
             return True
         free_at = sent[0] + 1.0
         self._rate_free_at = min(free_at, self._rate_free_at or free_at)
@@ -284,7 +286,7 @@ class Relay:
         free_at, self._rate_free_at = self._rate_free_at, None
         if free_at is None:
             return poll_s
-        return min(poll_s, max(0.0, free_at - time.monotonic()))
+        return min(poll_s, max(0.0, free_at - self.clock()))
 
     async def _one_batch(self, stream_key: str, token: int) -> tuple[bool, bool]:
         """Gates, then one Signal-With-Start: (a batch was delivered, the stream may have more
@@ -373,7 +375,7 @@ class Relay:
         except (RuntimeError, OSError) as exc:  # no connection could be made
             raise TemporalDown(str(exc)) from exc
         self._sent.setdefault(stream["stream_key"], deque(maxlen=PER_ENTITY_PER_SECOND)).append(
-            time.monotonic()
+            self.clock()
         )
         self.pauses.relax(min(item.klass for item in batch))
         return True
