@@ -181,8 +181,14 @@ class Pool:
         while not self.idle and self.opened >= MAX_CONNECTIONS:
             async with self._freed:
                 await self._freed.wait()
-        if self.idle:
-            return self.idle.pop()
+        while self.idle:
+            conn = self.idle.pop()
+            if not conn.reader.at_eof():
+                return conn
+            # The server closed it while idle (its idle or header timeout), as servers do:
+            # like any client pool, drop it instead of sending into a closed connection.
+            conn.close()
+            self.opened -= 1
         self.opened += 1
         self.peak = max(self.peak, self.opened)
         try:

@@ -115,6 +115,11 @@ def run_uploads(cfg: dict[str, Any], out: dict[str, Any]) -> None:
     out.update(json.loads(stdout.decode().strip().splitlines()[-1]))
 
 
+def answers(result: dict[str, Any]) -> str:
+    """Answers by status, and what got none (timeouts, resets) by error."""
+    return json.dumps({**result["statuses"], **result.get("errors", {})})
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--uploads", type=int, default=300, help="slow uploads at once (300)")
@@ -172,7 +177,7 @@ def main() -> None:
          fmt(soaked["p50_ms"] / alone["p50_ms"], 2)],
         ["normal p99 (ms)", fmt(alone["p99_ms"], 1), fmt(soaked["p99_ms"], 1),
          fmt(soaked["p99_ms"] / alone["p99_ms"], 2)],
-        ["normal answers", json.dumps(alone["statuses"]), json.dumps(soaked["statuses"]), ""],
+        ["normal answers", answers(alone), answers(soaked), ""],
     ]  # fmt: skip
     print(table(["", "alone", "with uploads", "ratio"], rows))
     answered = uploads.get("answers", {})
