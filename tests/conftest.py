@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from eventos_ingress.app import IngressConfig, build
+from eventos_ingress.limits import IngressBuffers
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import employees
@@ -120,7 +121,7 @@ def ingress_config(
         service=ServiceSettings("ingress", http_port=0, grpc_port=0),
         admin=AdminSettings(ADMIN_TOKEN),
         secrets=SecretStore(env=SECRETS),
-        spool_dir=tmp_path / "spool",
+        buffers=IngressBuffers(tmp_path / "spool"),
         grpc=GrpcIngressSettings(internal_token=INTERNAL_TOKEN),
     )
     return dataclasses.replace(cfg, **overrides)

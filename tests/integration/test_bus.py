@@ -18,6 +18,7 @@ from eventos.bus import (
 )
 from eventos.db import Conn
 from eventos.errors import DatabaseUnavailable, QueueFull
+from eventos.testing import wait_for
 from eventos.testing.plugin import PostgresForTests
 
 
@@ -74,6 +75,13 @@ def unstorable(key: str) -> IngressRecord:
     return IngressRecord("webhook:x", key, "t", f"chain-{key}", {"k": "a\x00b"}, 10)
 
 
+async def queued(committer: GroupCommitter, n: int) -> None:
+    async def reached() -> bool:
+        return committer.depth == n
+
+    await wait_for(reached, what=f"{n} records queued")
+
+
 async def stored_keys(pool: AsyncConnectionPool[Conn]) -> list[str]:
     async with pool.connection() as conn:
         cur = await conn.execute("SELECT dedupe_key FROM bus_ingress ORDER BY dedupe_key")
@@ -89,7 +97,7 @@ async def test_a_record_postgresql_refuses_fails_alone_in_its_batch(
     records.insert(8, IngressRecord("webhook:x", "surrogate", "t", "c", {"k": "\ud800"}, 1))
     # Queued before the worker starts, so they share one batch.
     futures = [asyncio.ensure_future(committer.submit(r)) for r in records]
-    await asyncio.sleep(0)
+    await queued(committer, len(records))
     committer.start()
     try:
         outcomes = await asyncio.wait_for(asyncio.gather(*futures), 30)
@@ -120,7 +128,7 @@ async def test_a_connection_error_fails_the_whole_batch_as_unavailable(
 async def test_the_commit_queue_is_bounded(pool: AsyncConnectionPool[Conn]) -> None:
     committer = GroupCommitter(pool, workers=1, max_queue=2)  # not started: nothing drains
     waiting = [asyncio.ensure_future(committer.submit(record(f"q{i}"))) for i in range(2)]
-    await asyncio.sleep(0)
+    await queued(committer, 2)
     with pytest.raises(QueueFull):
         await committer.submit(record("q-over"))
     committer.start()

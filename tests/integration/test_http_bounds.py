@@ -12,6 +12,7 @@ import httpx
 import pytest
 from conftest import ingress_config, run_service
 from eventos_ingress.app import build
+from eventos_ingress.limits import IngressBuffers
 
 from eventos.http_bounds import HttpBounds
 from eventos.service import Service
@@ -34,15 +35,13 @@ async def bounded(
     await asyncio.wait_for(task, 15)
 
 
-async def exchange(port: int, *parts: bytes, pause_s: float = 0.0) -> bytes:
-    """Send `parts` (pausing between them) and read the answer until the server closes."""
+async def exchange(port: int, *parts: bytes) -> bytes:
+    """Send `parts`, then read the answer until the server closes."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         for part in parts:
             writer.write(part)
             await writer.drain()
-            if pause_s:
-                await asyncio.sleep(pause_s)  # the client is slow on purpose
         return await asyncio.wait_for(reader.read(), DEADLINE_S)
     finally:
         writer.close()
@@ -150,3 +149,8 @@ def test_every_bound_is_a_setting() -> None:
     for bad in ("0", "-1", "many"):
         with pytest.raises(ConfigError, match="EVENTOS_HTTP_MAX_IN_FLIGHT"):
             HttpBounds.from_env({"EVENTOS_HTTP_MAX_IN_FLIGHT": bad})
+    buffers = {"EVENTOS_INGRESS_SPOOL_DIR": "/x", "EVENTOS_INGRESS_COMMIT_QUEUE_MAX": "9"}
+    assert IngressBuffers.from_env(buffers) == IngressBuffers(Path("/x"), 9)
+    assert IngressBuffers.from_env({}) == IngressBuffers(None, 4096)
+    with pytest.raises(ConfigError, match="EVENTOS_INGRESS_COMMIT_QUEUE_MAX"):
+        IngressBuffers.from_env({"EVENTOS_INGRESS_COMMIT_QUEUE_MAX": "0"})

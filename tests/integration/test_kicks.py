@@ -12,6 +12,7 @@ import pytest
 from conftest import ADMIN_TOKEN, SECRETS, run_service
 from eventos_ingress.app import IngressConfig
 from eventos_ingress.app import build as build_ingress
+from eventos_ingress.limits import IngressBuffers
 from eventos_router.app import RouterConfig
 from eventos_router.app import build as build_router
 from psycopg_pool import AsyncConnectionPool
@@ -78,7 +79,7 @@ async def stack(
         service=ServiceSettings("ingress", kick_targets=(f"127.0.0.1:{router.bound_grpc_port}",)),
         admin=AdminSettings(ADMIN_TOKEN),
         secrets=SecretStore(env=SECRETS),
-        spool_dir=tmp_path / "spool",
+        buffers=IngressBuffers(tmp_path / "spool"),
     )
     ingress = await s.add(await build_ingress(ingress_cfg))
     try:

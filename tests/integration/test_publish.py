@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from conftest import DRIVER_TOKEN, SECRETS
 from eventos_ingress.app import IngressConfig, build
+from eventos_ingress.limits import IngressBuffers
 from psycopg import sql
 
 from eventos import blobs
@@ -265,7 +266,7 @@ async def start_ingress(
         service=ServiceSettings("ingress", http_port=0, grpc_port=grpc_port),
         admin=AdminSettings("test-admin-token-publish-0123"),
         secrets=SecretStore(env=SECRETS),
-        spool_dir=spool_dir,
+        buffers=IngressBuffers(spool_dir),
         grpc=settings or GrpcIngressSettings(),
     )
     service = await build(cfg)

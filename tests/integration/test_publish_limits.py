@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from eventos_ingress.app import IngressConfig, build
+from eventos_ingress.limits import IngressBuffers
 from grpc_calls import (
     ACCEPTED,
     CALL_S,
@@ -87,7 +88,7 @@ async def ingress_with(
             service=ServiceSettings("ingress", http_port=0, grpc_port=0),
             admin=AdminSettings("test-admin-token-hostile-0123"),
             secrets=SecretStore(env=SECRETS),
-            spool_dir=tmp_path / "spool",
+            buffers=IngressBuffers(tmp_path / "spool"),
             grpc=GrpcIngressSettings(internal_token=INTERNAL_TOKEN, **settings),
         )
         service = await build(cfg)
@@ -178,7 +179,7 @@ async def test_calls_beyond_the_stream_or_rpc_limit_are_resource_exhausted(
     held = [await open_stream(target, release) for _ in range(2)]
     try:
         await wait_for(
-            lambda: asyncio.sleep(0, gauge("eventos_publish_streams") - before == 2),
+            streams_at(before + 2),
             what="two streams open",
         )
         with pytest.raises(grpc.aio.AioRpcError) as refused:
@@ -211,6 +212,15 @@ async def test_an_idle_connection_is_closed_by_the_server(
 
 
 # --- TLS ---------------------------------------------------------------------------------
+
+
+def streams_at(count: float) -> Callable[[], Awaitable[bool]]:
+    """A wait_for condition: the open-streams gauge reads `count`."""
+
+    async def reached() -> bool:
+        return gauge("eventos_publish_streams") == count
+
+    return reached
 
 
 def self_signed(tmp_path: Path) -> tuple[Path, Path]:
@@ -283,7 +293,7 @@ async def test_the_ingress_refuses_to_boot_serving_plaintext_off_loopback(
         service=ServiceSettings("ingress", host="0.0.0.0", http_port=0, grpc_port=0),
         admin=AdminSettings("test-admin-token-hostile-0123"),
         secrets=SecretStore(env=SECRETS),
-        spool_dir=tmp_path / "spool",
+        buffers=IngressBuffers(tmp_path / "spool"),
     )
     with pytest.raises(ConfigError, match="EVENTOS_INGRESS_GRPC_INSECURE=true"):
         await build(cfg)
@@ -336,13 +346,13 @@ async def test_a_dead_peers_stream_is_dropped_by_keepalive(
     channel, call = await open_stream(via, release)
     try:
         opened = await wait_for(
-            lambda: asyncio.sleep(0, gauge("eventos_publish_streams") - before == 1),
+            streams_at(before + 1),
             what="the stream open",
         )
         assert opened
         proxy.frozen.set()
         await wait_for(
-            lambda: asyncio.sleep(0, gauge("eventos_publish_streams") == before),
+            streams_at(before),
             timeout=15,
             what="the server dropped the dead peer's stream",
         )
@@ -361,7 +371,7 @@ async def test_one_driver_cannot_take_every_stream(
     held = [await open_stream(target, release) for _ in range(2)]
     try:
         await wait_for(
-            lambda: asyncio.sleep(0, gauge("eventos_publish_streams") - before == 2),
+            streams_at(before + 2),
             what="two streams of drv-1 open",
         )
         with pytest.raises(grpc.aio.AioRpcError) as refused:
@@ -387,7 +397,7 @@ async def test_a_connection_past_its_maximum_age_is_closed(
     channel, call = await open_stream(target, release)
     try:
         await wait_for(
-            lambda: asyncio.sleep(0, gauge("eventos_publish_streams") - before == 1),
+            streams_at(before + 1),
             what="the stream open",
         )
         with pytest.raises(grpc.aio.AioRpcError) as ended:

@@ -73,18 +73,13 @@ def bounded_dedupe_key(key: str) -> str:
     """The key itself, or a stable hash of it when it is longer than DEDUPE_KEY_MAX_BYTES or
     holds text PostgreSQL cannot store (no index overflows; a resend of the same key hashes to
     the same value, so it is still a duplicate)."""
-    raw = key.encode("utf-8", "surrogatepass")
-    if len(raw) <= names.DEDUPE_KEY_MAX_BYTES and "\x00" not in key and key_is_utf8(key):
-        return key
-    return names.LONG_KEY_PREFIX + hashlib.sha256(raw).hexdigest()
-
-
-def key_is_utf8(key: str) -> bool:
     try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+        raw = key.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        raw = b"\x00"
+    if len(raw) <= names.DEDUPE_KEY_MAX_BYTES and b"\x00" not in raw:
+        return key
+    return names.LONG_KEY_PREFIX + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _params(rec: IngressRecord, now: datetime) -> dict[str, object]:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import grpc
 from psycopg_pool import AsyncConnectionPool
 from starlette.routing import Route
 
-from eventos import names
 from eventos.bus import GroupCommitter
 from eventos.db import Conn, open_pool
 from eventos.http_bounds import HttpBounds
@@ -22,14 +19,13 @@ from eventos.settings import (
     GrpcIngressSettings,
     SecretStore,
     ServiceSettings,
-    env_int,
 )
 from eventos.spec import PROVIDER_SCHEMES
 from eventos.v1 import ingress_pb2_grpc
 from eventos.wake import Kicker
 from eventos_ingress.credentials import DriverTable
 from eventos_ingress.hooks import Hooks
-from eventos_ingress.limits import HookLimits
+from eventos_ingress.limits import HookLimits, IngressBuffers
 from eventos_ingress.owner_api import OwnerApi
 from eventos_ingress.publish import EventIngressServicer
 from eventos_ingress.routes import RouteTable
@@ -46,10 +42,9 @@ class IngressConfig:
     service: ServiceSettings
     admin: AdminSettings
     secrets: SecretStore
-    spool_dir: Path | None = None  # large bodies while they arrive; default: the system's tmp
+    buffers: IngressBuffers = field(default_factory=IngressBuffers)
     hook_limits: HookLimits = field(default_factory=HookLimits)
     http_bounds: HttpBounds = field(default_factory=HttpBounds)
-    commit_queue_max: int = names.COMMIT_QUEUE_MAX
     grpc: GrpcIngressSettings = field(default_factory=GrpcIngressSettings)
     group_commit_workers: int = 4
     llm_endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)
@@ -61,14 +56,9 @@ class IngressConfig:
             service=ServiceSettings.from_env(NAME),
             admin=AdminSettings.from_env(),
             secrets=SecretStore.from_env(),
-            spool_dir=Path(spool)
-            if (spool := os.environ.get("EVENTOS_INGRESS_SPOOL_DIR"))
-            else None,
+            buffers=IngressBuffers.from_env(),
             hook_limits=HookLimits.from_env(),
             http_bounds=HttpBounds.from_env(),
-            commit_queue_max=env_int(
-                os.environ, "EVENTOS_INGRESS_COMMIT_QUEUE_MAX", names.COMMIT_QUEUE_MAX
-            ),
             grpc=GrpcIngressSettings.from_env(),
             llm_endpoints=LlmEndpoints.from_env(),
         )
@@ -89,11 +79,12 @@ def grpc_server_options(settings: GrpcIngressSettings) -> GrpcServerOptions:
 async def build(cfg: IngressConfig) -> Service:
     """The ingress service, ready to run."""
     cfg.grpc.check_transport(cfg.service.host)
-    if cfg.spool_dir is not None:
-        cfg.spool_dir.mkdir(parents=True, exist_ok=True)
+    spool_dir = cfg.buffers.spool_dir
+    if spool_dir is not None:
+        spool_dir.mkdir(parents=True, exist_ok=True)
     pool: AsyncConnectionPool[Conn] = await open_pool(cfg.database, wait=False)
     committer = GroupCommitter(
-        pool, workers=cfg.group_commit_workers, max_queue=cfg.commit_queue_max
+        pool, workers=cfg.group_commit_workers, max_queue=cfg.buffers.commit_queue_max
     )
     kicker = (
         Kicker(cfg.service.kick_targets, reason="ingress") if cfg.service.kick_targets else None
@@ -107,7 +98,7 @@ async def build(cfg: IngressConfig) -> Service:
         kicker,
         cfg.hook_limits,
         body_idle_timeout_s=cfg.http_bounds.body_idle_timeout_s,
-        spool_dir=str(cfg.spool_dir) if cfg.spool_dir else None,
+        spool_dir=str(spool_dir) if spool_dir else None,
     )
     owner = OwnerApi(pool, cfg.admin.token, kicker, cfg.llm_endpoints)
     drivers = DriverTable(pool, cfg.secrets, cfg.grpc.internal_token)
