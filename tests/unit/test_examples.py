@@ -9,7 +9,7 @@ from eventos.settings import SecretStore
 from eventos.spec import EmployeeSpec, load_specs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-SUPPORT_REFS = ["openai-main", "stripe-whsec", "tg-main", "deploy-hook"]
+SUPPORT_REFS = ["openai-main", "stripe-whsec", "deploy-hook"]
 
 
 def example(name: str) -> EmployeeSpec:
@@ -30,6 +30,6 @@ def test_support_needs_its_credential_webhook_secrets_and_channel_account() -> N
 
 def test_secrets_resolve_from_the_environment_or_the_secrets_directory(tmp_path: Path) -> None:
     (tmp_path / "openai-main").write_text("sk-test\n")
-    env = {"EVENTOS_SECRET_STRIPE_WHSEC": "whsec_x", "EVENTOS_SECRET_TG_MAIN": "123:abc"}
+    env = {"EVENTOS_SECRET_STRIPE_WHSEC": "whsec_x"}
     store = SecretStore(env=env, directory=tmp_path)
     assert missing_secrets(example("support.yaml"), store) == ["deploy-hook"]

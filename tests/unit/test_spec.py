@@ -7,7 +7,7 @@ import pytest
 from eventos import names
 from eventos.employees import compile_subscriptions
 from eventos.errors import SpecInvalid
-from eventos.spec import load_specs
+from eventos.spec import check_supported, load_specs
 
 EXAMPLE = """
 apiVersion: eventos/v1
@@ -20,7 +20,8 @@ spec:
     - name: front
       model: {provider: openai, name: gpt-4.1-mini, credential: openai-main}
       system: You answer customers of ACME.
-      tools: [set_alarm, send_to_employee, delegate_to_employee, http_request]
+      tools: [http_request]
+      http_hosts: [api.acme.example]
   triggers:
     - {kind: chat}
     - {kind: webhook, path: stripe, verify: {scheme: stripe, secret: stripe-whsec}, class: C3}
@@ -57,7 +58,9 @@ def test_the_spec_example_parses_with_default_classes_and_lanes() -> None:
     rows = compile_subscriptions(spec, 1)
     assert [r["source_key"] for r in rows] == [
         "chat:support", "webhook:stripe", "telegram:tg-main", "cron:support/cron-3", "webhook:deploys",
+        "alarm:support", "ipc:support",  # the implicit subscriptions (SPEC §3)
     ]  # fmt: skip
+    assert [r["thread_by"] for r in rows[-2:]] == [names.THREAD_BY_EXPLICIT] * 2
     assert rows[2]["thread_by"] == "subject"  # one conversation per customer
     assert {r["agent"] for r in rows} == {"front"}
 
@@ -157,7 +160,8 @@ spec:
 def test_a_grpc_trigger_names_its_drivers_token_by_reference() -> None:
     (spec,) = load_specs(DRIVERS)
     rows = compile_subscriptions(spec, 1)
-    assert [(r["source_key"], r["params"].obj["token"]) for r in rows] == [  # type: ignore[attr-defined]
+    grpc = [r for r in rows if r["trigger_kind"] == "grpc"]
+    assert [(r["source_key"], r["params"].obj["token"]) for r in grpc] == [  # type: ignore[attr-defined]
         ("grpc:drv-1", "driver-drv-1"),
         ("grpc:drv-2", "courier-driver"),
     ]
@@ -175,3 +179,23 @@ def test_a_driver_token_is_a_reference_on_grpc_triggers_only(trigger: str, fragm
     errors = errors_of(text)
     assert any(path.startswith("spec.triggers[0]") and fragment in message
                for path, message in errors.items()), errors  # fmt: skip
+
+
+def test_apply_refuses_an_unknown_tool_and_an_http_tool_without_hosts() -> None:
+    unknown = errors_of(EXAMPLE.replace("tools: [http_request]", "tools: [http_request, teleport]"))
+    assert "unknown tool 'teleport'" in unknown["spec.agents[0].tools[1]"]
+    assert "known tools:" in unknown["spec.agents[0].tools[1]"]
+    hostless = errors_of(EXAMPLE.replace("      http_hosts: [api.acme.example]\n", ""))
+    assert "needs the hosts" in hostless["spec.agents[0].http_hosts"]
+    bad_host = errors_of(EXAMPLE.replace("[api.acme.example]", "['http://x/']"))
+    assert "spec.agents[0].http_hosts[0].host" in bad_host
+
+
+def test_channel_triggers_are_refused_until_their_drivers_exist() -> None:
+    (spec,) = load_specs(EXAMPLE)
+    with pytest.raises(SpecInvalid) as info:
+        check_supported(spec)
+    assert dict(info.value.errors) == {
+        "spec.triggers[2].kind": "telegram triggers are not supported: "
+        "channel drivers are not available yet"
+    }

@@ -435,3 +435,40 @@ class ScheduleFire:
     trigger: str
     schedule_id: str
     text: str = ""  # the trigger's text, what the tick says to the agent
+
+
+@dataclass(frozen=True)
+class ToolCallInput:
+    """One tool call of a turn, as its activity runs it (SPEC §10, §11). `chain_id`, `hop`
+    and `path` are the turn's causal context: the max hop and the union of the paths of the
+    inputs it consumed (I8); every internal wake the call makes carries them on."""
+
+    employee: str
+    generation: int
+    agent: str
+    thread: str
+    lane: str
+    stream_key: str
+    turn_id: str
+    call_id: str
+    name: str
+    arguments: str  # the model's JSON text
+    klass: int
+    route: dict[str, Any]
+    chain_id: str
+    hop: int
+    path: list[str] = field(default_factory=list)
+    woken_by: list[str] = field(default_factory=list)  # types of the consumed inputs
+
+    @property
+    def key(self) -> str:
+        """The call's identity across attempts and the continue-as-new chain."""
+        return f"{self.turn_id}:{self.call_id}"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What the model reads back (a tool message) and how the call ended."""
+
+    content: str
+    outcome: str  # names.TOOL_OK | TOOL_REFUSED | TOOL_UNKNOWN | TOOL_FAILED

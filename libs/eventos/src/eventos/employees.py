@@ -99,7 +99,29 @@ def compile_subscriptions(spec: EmployeeSpec, generation: int) -> list[dict[str,
                 "reply_capable": t.kind == "chat" or t.kind in CHANNEL_KINDS,
             }
         )
+    rows += [implicit_subscription(spec.name, generation, front, kind, klass)
+             for kind, klass in IMPLICIT_SOURCES.items()]  # fmt: skip
     return rows
+
+
+# Implicit subscriptions of every generation (SPEC §3): to its front agent, placed by the event
+# itself (alarms into the thread that set them; messages and tasks from other employees into
+# `peer_<sender>`, task results into the origin thread).
+IMPLICIT_SOURCES = {names.SOURCE_ALARM: names.C4_BACKGROUND, names.SOURCE_IPC: names.C3_INTERNAL}
+IMPLICIT_PREFIX = "implicit:"  # no spec trigger name holds a colon
+
+
+def implicit_subscription(employee: str, generation: int, front: str, kind: str,
+                          klass: int) -> dict[str, object]:  # fmt: skip
+    """The subscription of source `<kind>:<employee>` (only internal producers write it)."""
+    return {
+        "employee": employee, "generation": generation, "trigger_name": IMPLICIT_PREFIX + kind,
+        "trigger_kind": kind, "event_types": ["*"],
+        "source_key": names.source_key(kind, employee), "filter": Jsonb({}),
+        "params": Jsonb({}), "class": klass, "thread_by": names.THREAD_BY_EXPLICIT,
+        "lane": names.LANE_WORKER, "agent": front, "debounce": None, "on_busy": names.ON_BUSY_MERGE,
+        "reply_capable": False,
+    }  # fmt: skip
 
 
 def check_endpoints(spec: EmployeeSpec, endpoints: LlmEndpoints) -> None:

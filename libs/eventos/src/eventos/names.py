@@ -251,3 +251,27 @@ def supervisor_id(employee: str, generation: int) -> str:
 def schedule_id(employee: str, generation: int, trigger: str) -> str:
     """A cron trigger's Schedule id, `cron-<employee>-g<gen>-<trigger>` (immutable ids)."""
     return f"cron-{employee}-g{generation}-{trigger}"
+
+
+# Tools (SPEC §10, §11). One activity type runs every tool call, on the workflow queue.
+ACT_TOOL: Final = "tool_call"
+TOOL_OK: Final = "ok"
+TOOL_REFUSED: Final = "refused"  # the model can fix it (bad arguments, a limit, a refusal)
+TOOL_UNKNOWN: Final = "unknown"  # an unsafe call broke off: it may or may not have happened
+TOOL_FAILED: Final = "failed"  # configuration or a broken tool: not the model's doing
+# tool_calls.status: a call is `calling` from just before it may reach the outside world.
+TOOL_CALLING: Final = "calling"
+TOOL_DONE: Final = "done"
+TOOL_RESULT_MAX_BYTES: Final = 16 * 1024  # what a tool result may put into the transcript
+TOOL_ARGUMENTS_MAX_BYTES: Final = 64 * 1024
+ATTENTION_TOOL_UNKNOWN: Final = "tool_unknown"
+ACTION_RETRY: Final = "retry"  # an attention item's action: run the call once more
+# Internal events placed in a named stream: the producer names lane, thread and reply route
+# (CloudEvents extension attributes; only internal producers write these sources).
+ATTR_LANE: Final = "eventoslane"
+ATTR_THREAD: Final = "eventosthread"
+ATTR_ROUTE: Final = "eventosroute"
+ATTR_PATH: Final = "eventospath"  # the employees an internal wake went through (I8)
+THREAD_BY_EXPLICIT: Final = "explicit"  # an implicit subscription's placement
+PEER_THREAD_PREFIX: Final = "peer_"
+STORM_PATH_MAX: Final = 16  # employees an internal wake's path keeps (SPEC §10)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,48 @@ SOURCES_PER_PASS = 50
 
 class FilterError(Exception):
     """A subscription filter could not be evaluated against an event."""
+
+
+class PlacementError(Exception):
+    """An internal event names a stream or a route that cannot be."""
+
+
+LANES = (names.LANE_TALK, names.LANE_CUSTOMER, names.LANE_WORKER)
+# Threads an internal producer may name (SPEC §3): main, a customer's, a user's owner chat,
+# another employee's, an ephemeral one.
+PLACED_THREAD = re.compile(
+    r"^(main|t_[0-9a-f]{16}|u_[0-9a-f]{16}|peer_[a-z][a-z0-9-]{0,39}|e_[0-9]{1,20})$"
+)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a delivery goes: its lane, thread and reply route."""
+
+    lane: str
+    thread: str
+    route: dict[str, Any]
+
+
+def placed(sub: dict[str, Any], envelope: object) -> Placement:
+    """An implicit subscription's event names its stream and reply route itself (alarms fire
+    into the thread that set them and take its route; task results go to the origin thread;
+    messages from another employee to `peer_<sender>`). Only internal producers write these
+    sources (SPEC §6.3), so the names are checked for shape, not for trust."""
+    env = envelope if isinstance(envelope, dict) else {}
+    lane, thread = env.get(names.ATTR_LANE, names.LANE_WORKER), env.get(names.ATTR_THREAD)
+    route = env.get(names.ATTR_ROUTE) or {}
+    if lane not in LANES:
+        raise PlacementError(f"lane {lane!r} is not a lane")
+    if not isinstance(thread, str) or not PLACED_THREAD.match(thread):
+        raise PlacementError(f"thread {thread!r} is not a thread")
+    if not isinstance(route, dict):
+        raise PlacementError("the route must be an object")
+    route = {**route, "agent": route.get("agent") or sub["agent"], "thread": thread}
+    route.setdefault("kind", sub["trigger_kind"])
+    route.setdefault("trigger", sub["trigger_name"])
+    route.setdefault("reply", False)
+    return Placement(lane, thread, route)
 
 
 @dataclass
@@ -134,10 +177,18 @@ def _route_of(sub: dict[str, Any], envelope: object, thread: str) -> dict[str, A
     return route
 
 
-async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], stats: RouteStats) -> None:
-    envelope = row["envelope"]
-    thread = thread_of(sub, envelope, int(row["id"]))
-    key = names.stream_key(sub["employee"], sub["generation"], sub["lane"], thread)
+def placement(sub: dict[str, Any], envelope: object, ingress_id: int) -> Placement:
+    """The stream and route of one delivery."""
+    if sub["thread_by"] == names.THREAD_BY_EXPLICIT:
+        return placed(sub, envelope)
+    thread = thread_of(sub, envelope, ingress_id)
+    return Placement(sub["lane"], thread, _route_of(sub, envelope, thread))
+
+
+async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: Placement,
+                   stats: RouteStats) -> None:  # fmt: skip
+    lane, thread = place.lane, place.thread
+    key = names.stream_key(sub["employee"], sub["generation"], lane, thread)
     hold = names.HOLD_STARTING if sub["generation_state"] == names.GEN_STARTING else None
     if sub["generation_state"] == names.GEN_PAUSED:
         hold = names.HOLD_PAUSED
@@ -147,10 +198,10 @@ async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], stats: 
             "stream_key": key,
             "employee": sub["employee"],
             "generation": sub["generation"],
-            "lane": sub["lane"],
+            "lane": lane,
             "thread": thread,
             "hold_reason": hold,
-            "entity_id": entity_id(sub["employee"], sub["generation"], sub["lane"], thread),
+            "entity_id": entity_id(sub["employee"], sub["generation"], lane, thread),
             "class": sub["class"],
         },
     )
@@ -163,11 +214,11 @@ async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], stats: 
             "ingress_id": row["id"],
             "ingress_received_at": row["received_at"],
             "subscription_id": sub["id"],
-            "route": Jsonb(_route_of(sub, envelope, thread)),
+            "route": Jsonb(place.route),
             "class": sub["class"],
             "thread": thread,
             "type": row["type"],
-            "payload": Jsonb(envelope) if envelope is not None else None,
+            "payload": Jsonb(row["envelope"]) if row["envelope"] is not None else None,
             "body_ref": row["body_ref"],
             "size": row["size"],
             "chain_id": row["chain_id"],
@@ -183,20 +234,22 @@ async def _route_row(
     conn: Conn, row: dict[str, Any], subs: list[dict[str, Any]], stats: RouteStats
 ) -> None:
     status, error = names.INGRESS_NO_CONSUMER, None
-    matched: list[dict[str, Any]] = []
+    matched: list[tuple[dict[str, Any], Placement]] = []
     try:
         for sub in subs:
             if type_matches(list(sub["event_types"]), str(row["type"])) and filter_matches(
                 sub["filter"], row["envelope"]
             ):
-                matched.append(sub)
+                matched.append((sub, placement(sub, row["envelope"], int(row["id"]))))
     except FilterError as exc:
         status, error, matched = names.INGRESS_DEAD, f"filter_error: {exc}", []
+    except PlacementError as exc:
+        status, error, matched = names.INGRESS_DEAD, f"placement_invalid: {exc}", []
     if len(matched) > names.FANOUT_MAX:
         error = f"fanout_capped: {len(matched)} subscriptions, first {names.FANOUT_MAX} served"
         matched = matched[: names.FANOUT_MAX]
-    for sub in matched:
-        await _deliver(conn, row, sub, stats)
+    for sub, place in matched:
+        await _deliver(conn, row, sub, place, stats)
     if matched:
         status = names.INGRESS_ROUTED
     params = {"id": row["id"], "received_at": row["received_at"], "status": status, "error": error}

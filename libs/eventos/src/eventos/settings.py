@@ -343,3 +343,27 @@ def llm_classes(env: Mapping[str, str] | None = None) -> tuple[int, ...]:
             raise ConfigError(f"LLM_CLASS must name classes 1 to 4 (e.g. c2), got {part!r}")
         classes.append(int(token))
     return tuple(sorted(set(classes)))
+
+
+@dataclass(frozen=True)
+class HttpToolSettings:
+    """Bounds of the `http_request` tool: each call's time, the response bytes read (the rest
+    is cut), and the body the model reads back."""
+
+    timeout_s: float = 20.0
+    max_response_bytes: int = 1024 * 1024
+    max_body_shown: int = 8 * 1024
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> HttpToolSettings:
+        env = os.environ if env is None else env
+        timeout = _float(env, "EVENTOS_TOOLS_HTTP_TIMEOUT_S", cls.timeout_s)
+        if not 0 < timeout <= 120:
+            raise ConfigError(f"EVENTOS_TOOLS_HTTP_TIMEOUT_S must be in (0, 120], got {timeout}")
+        return cls(
+            timeout_s=timeout,
+            max_response_bytes=env_int(
+                env, "EVENTOS_TOOLS_HTTP_MAX_RESPONSE", cls.max_response_bytes
+            ),
+            max_body_shown=env_int(env, "EVENTOS_TOOLS_HTTP_MAX_SHOWN", cls.max_body_shown),
+        )

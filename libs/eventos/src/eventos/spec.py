@@ -74,11 +74,46 @@ class Model(_Strict):
         return self
 
 
+HOST_RE = r"^(\*\.)?[a-z0-9]([a-z0-9-]{0,62}\.)*[a-z0-9-]{1,63}$"
+
+
+class HttpAuth(_Strict):
+    """A credential the `http_request` tool attaches for a host, by secret reference."""
+
+    scheme: Literal["bearer", "header"]
+    secret: SecretRef
+    header: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
+
+    _ref = field_validator("secret")(lambda cls, v: _check_ref(v))
+
+    @model_validator(mode="after")
+    def _header_for_header(self) -> HttpAuth:
+        if self.scheme == "header" and not self.header:
+            raise ValueError("scheme header needs the header that carries the secret")
+        return self
+
+
+class HttpHost(_Strict):
+    """A host `http_request` may reach: an exact name or `*.domain`; optionally a credential."""
+
+    host: str = Field(pattern=HOST_RE, max_length=253)
+    auth: HttpAuth | None = None
+
+
 class Agent(_Strict):
     name: str = Field(pattern=NAME_RE)
     model: Model
     system: str = ""
-    tools: list[str] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list, max_length=32)
+    http_hosts: list[HttpHost] = Field(default_factory=list, max_length=64)
+
+    @field_validator("http_hosts", mode="before")
+    @classmethod
+    def _host_names(cls, v: object) -> object:
+        """A bare name is a host without a credential."""
+        if isinstance(v, list):
+            return [{"host": h} if isinstance(h, str) else h for h in v]
+        return v
 
 
 class Verify(_Strict):
@@ -239,8 +274,41 @@ class EmployeeSpec(_Strict):
         return [t.path for t in self.spec.triggers if t.kind == "webhook" and t.path]
 
 
-def _check_cross_fields(spec: EmployeeSpec) -> list[tuple[str, str]]:
+# Trigger kinds a spec may declare but this release does not run yet: apply refuses them
+# rather than accept a trigger that would never fire.
+UNSUPPORTED_KINDS = {kind: "channel drivers are not available yet" for kind in CHANNEL_KINDS}
+
+
+def check_supported(spec: EmployeeSpec) -> None:
+    """SpecInvalid for triggers this release cannot run (the owner API's apply refuses them;
+    generations stored before keep parsing)."""
+    errors = [
+        (f"spec.triggers[{i}].kind",
+         f"{t.kind} triggers are not supported: {UNSUPPORTED_KINDS[t.kind]}")
+        for i, t in enumerate(spec.spec.triggers) if t.kind in UNSUPPORTED_KINDS
+    ]  # fmt: skip
+    if errors:
+        raise SpecInvalid(errors)
+
+
+def _check_tools(spec: EmployeeSpec) -> list[tuple[str, str]]:
+    from eventos.tools.registry import TOOLS  # the tools import this module
+
     errors: list[tuple[str, str]] = []
+    for i, agent in enumerate(spec.spec.agents):
+        for j, tool in enumerate(agent.tools):
+            if tool not in TOOLS:
+                known = ", ".join(sorted(TOOLS))
+                errors.append((f"spec.agents[{i}].tools[{j}]",
+                               f"unknown tool {tool!r}; known tools: {known}"))  # fmt: skip
+        if "http_request" in agent.tools and not agent.http_hosts:
+            errors.append((f"spec.agents[{i}].http_hosts",
+                           "http_request needs the hosts it may reach"))  # fmt: skip
+    return errors
+
+
+def _check_cross_fields(spec: EmployeeSpec) -> list[tuple[str, str]]:
+    errors: list[tuple[str, str]] = _check_tools(spec)
     agents = {a.name for a in spec.spec.agents}
     if len(agents) != len(spec.spec.agents):
         errors.append(("spec.agents", "agent names must be unique"))

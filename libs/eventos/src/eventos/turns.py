@@ -35,6 +35,7 @@ from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict, NotFound
 from eventos.outbox_keys import OutboxKeys
+from eventos.tools.registry import offered
 from eventos.users import OWNER
 
 STORED_TRANSCRIPT_MAX_BYTES = 1_000_000
@@ -104,7 +105,9 @@ async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
                 chat_audience(turn),
             ),
         )
-    return ConversationContext(model=model, system=agent.get("system", ""), transcript=transcript)
+    tools = offered(list(agent.get("tools") or []))
+    return ConversationContext(model=model, system=agent.get("system", ""), transcript=transcript,
+                               tools=tools)  # fmt: skip
 
 
 def newest_within(messages: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ from eventos import names
 from eventos.activities import DbActivities
 from eventos.supervision import SupervisorActivities
 from eventos.temporal import TemporalConnection, worker_build_id
+from eventos.tools.activity import ToolActivities
 from eventos.workflows.conversation import ConversationWorkflow
 from eventos.workflows.schedule_fire import ScheduleFireWorkflow
 from eventos.workflows.supervisor import EmployeeSupervisorWorkflow
@@ -25,13 +26,18 @@ RECONNECT_S = 2.0
 
 
 def workflow_worker(
-    client: Client, task_queue: str = names.WORKFLOW_QUEUE, db: DbActivities | None = None
+    client: Client,
+    task_queue: str = names.WORKFLOW_QUEUE,
+    db: DbActivities | None = None,
+    tools: ToolActivities | None = None,
 ) -> Worker:
-    """Every workflow type, the database activities and the supervisor's effects (SPEC §4
-    workers-workflow)."""
+    """Every workflow type, the database activities, the supervisor's effects and the tool
+    calls (SPEC §4 workers-workflow); tools from the environment unless given."""
     activities = []
     if db is not None:
-        activities = db.workflow_queue_activities() + SupervisorActivities(db.pool).activities()
+        tools = tools or ToolActivities.from_env(db.pool)
+        activities = (db.workflow_queue_activities() + SupervisorActivities(db.pool).activities()
+                      + tools.activities())  # fmt: skip
     return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities,
                   build_id=worker_build_id())  # fmt: skip
 

@@ -453,3 +453,25 @@ ALTER TABLE outbound_messages
     ADD COLUMN recipient_key_id text,
     ADD CONSTRAINT outbound_messages_recipient_sealed
         CHECK ((recipient IS NULL) = (recipient_key_id IS NULL));
+
+-- Tools (issue 13).
+CREATE TABLE tool_calls (
+    id          text PRIMARY KEY,
+    employee    text NOT NULL,
+    generation  integer NOT NULL,
+    thread      text NOT NULL,
+    turn_id     text NOT NULL,
+    name        text NOT NULL,
+    effect      text NOT NULL CHECK (effect IN ('read_only', 'idempotent', 'unsafe')),
+    arguments   jsonb NOT NULL,
+    status      text NOT NULL CHECK (status IN ('calling', 'done', 'unknown')),
+    outcome     text,
+    result      text,
+    attempts    integer NOT NULL DEFAULT 1,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    called_at   timestamptz,
+    finished_at timestamptz,
+    retry_of    text
+);
+CREATE INDEX tool_calls_employee ON tool_calls (employee, created_at);
+ALTER TABLE attention_items ADD COLUMN action text;

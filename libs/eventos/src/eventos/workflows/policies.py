@@ -33,3 +33,13 @@ CONTROL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
 )
 CONTROL_TIMEOUT = timedelta(minutes=2)
+
+# A tool call: its runner decides what may repeat (the `unknown` rule), so attempts may retry,
+# within a time budget; each attempt heartbeats (a dead worker is noticed in 10 s).
+TOOL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
+    maximum_attempts=6,
+)  # fmt: skip
+TOOL_ATTEMPT_TIMEOUT = timedelta(minutes=1)
+TOOL_BUDGET = timedelta(minutes=10)
+TOOL_HEARTBEAT = timedelta(seconds=10)

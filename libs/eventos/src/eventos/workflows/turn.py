@@ -49,6 +49,9 @@ with workflow.unsafe.imports_passed_through():
         Saved,
         SaveTurn,
         SuspendTurn,
+        ToolCall,
+        ToolCallInput,
+        ToolResult,
         TurnInput,
         TurnResult,
         UpgradeLease,
@@ -105,8 +108,19 @@ def b2_note(count: int) -> ChatMessage:
                                "it was not sent. Reply once, covering everything.]")  # fmt: skip
 
 
-def tool_unavailable(call_id: str, name: str) -> ChatMessage:
-    return ChatMessage("tool", f"error: tool {name!r} is not available", tool_call_id=call_id)
+def tool_message(call: ToolCall, result: ToolResult) -> ChatMessage:
+    return ChatMessage("tool", result.content, tool_call_id=call.id, name=call.name)
+
+
+def causal(items: list[DeliveryItem]) -> tuple[str, int, list[str]]:
+    """The turn's causal context (I8): the first input's chain, the max hop, the union of the
+    inputs' paths (the employees their wakes went through), in first-seen order."""
+    path: list[str] = []
+    for item in items:
+        for who in (item.payload or {}).get(names.ATTR_PATH) or []:
+            if isinstance(who, str) and who not in path:
+                path.append(who)
+    return items[0].chain_id, max(i.hop for i in items), path[: names.STORM_PATH_MAX]
 
 
 @workflow.defn(name=names.WF_TURN)
@@ -245,6 +259,35 @@ class TurnWorkflow:
         )  # fmt: skip
         return out
 
+    async def _tools(self, turn: TurnInput, calls: list[ToolCall],
+                     consumed: list[DeliveryItem]) -> list[ChatMessage]:  # fmt: skip
+        """The whole batch, in order, each call an activity with an id from (turn, call);
+        a call that failed for good is told to the model as such."""
+        chain, hop, path = causal(consumed)
+        woken_by = sorted({i.type for i in consumed})
+        out: list[ChatMessage] = []
+        for call in calls:
+            req = ToolCallInput(
+                turn.employee, turn.generation, turn.agent, turn.thread,
+                names.lane_of(turn.stream_key), turn.stream_key, turn.turn_id, call.id,
+                call.name, call.arguments, self.klass, dict(turn.route), chain, hop, path,
+                woken_by,
+            )  # fmt: skip
+            try:
+                result = await workflow.execute_activity(
+                    names.ACT_TOOL, req, result_type=ToolResult,
+                    activity_id=f"{turn.turn_id}:tool-{call.id}",
+                    start_to_close_timeout=policies.TOOL_ATTEMPT_TIMEOUT,
+                    schedule_to_close_timeout=policies.TOOL_BUDGET,
+                    heartbeat_timeout=policies.TOOL_HEARTBEAT, retry_policy=policies.TOOL_RETRY,
+                )  # fmt: skip
+            except ActivityError as exc:
+                cause = exc.cause.message if isinstance(exc.cause, ApplicationError) else exc
+                text = json.dumps({"error": f"the tool failed: {cause}"})
+                result = ToolResult(text, names.TOOL_FAILED)
+            out.append(tool_message(call, result))
+        return out
+
     async def _save(self, req: SaveTurn) -> Saved:
         """The consuming save; a cancel meanwhile lets it finish and tells the entity first."""
         save = workflow.start_local_activity(
@@ -296,7 +339,7 @@ class TurnWorkflow:
                 return TurnResult(turn.turn_id, names.TURN_FAILED, [], None, dead_letter=out)
             new.append(out.message)
             if out.message.tool_calls:  # the whole batch is answered before the next step
-                new += [tool_unavailable(c.id, c.name) for c in out.message.tool_calls]
+                new += await self._tools(turn, out.message.tool_calls, consumed)
                 continue
             if b2 and self.offered and self.drafts < names.TURN_MAX_B2:
                 self.drafts += 1  # merge point B2: the draft stays, one more step

@@ -1,0 +1,7 @@
+"""Tools of the messaging family (filled in by issue 13)."""
+
+from __future__ import annotations
+
+from eventos.tools.base import Tool
+
+TOOLS: list[Tool] = []

@@ -1,0 +1,25 @@
+"""The one table of tools: every tool an agent may name in `agents[].tools`, with its effect
+class (which calls are safe to repeat: `read_only` and `idempotent` ones; every other call is
+`unsafe` and runs at most once, SPEC §11)."""
+
+from __future__ import annotations
+
+from eventos.contracts import ToolSpec
+from eventos.tools import alarms, data, http, messaging
+from eventos.tools.base import Tool
+
+TOOLS: dict[str, Tool] = {t.name: t for t in (*alarms.TOOLS, *messaging.TOOLS, *http.TOOLS,
+                                              *data.TOOLS)}  # fmt: skip
+
+
+def effect_table() -> dict[str, str]:
+    """Each tool's effect class (`by arguments` where its arguments decide), for the docs."""
+    return {name: (t.effect.value if not callable(t.effect) else "by arguments")
+            for name, t in sorted(TOOLS.items())}  # fmt: skip
+
+
+def offered(tool_names: list[str]) -> list[ToolSpec]:
+    """What the model is offered for an agent's tools (the OpenAI `tools` format)."""
+    return [
+        ToolSpec(n, TOOLS[n].description, TOOLS[n].parameters) for n in tool_names if n in TOOLS
+    ]
