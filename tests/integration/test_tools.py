@@ -1,0 +1,213 @@
+"""Tool calls on real PostgreSQL and a real HTTP server on loopback: arguments checked against
+the schema, the agent's allowed tools and hosts, credentials by reference, and the `unknown`
+rule (SPEC §11): an unsafe call that broke off is never made again on its own; a safe one is."""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from conftest import apply_and_start
+from loopback_http import Answer, Loopback, loopback
+from psycopg_pool import AsyncConnectionPool
+from test_router import query
+
+from eventos import names
+from eventos.contracts import ToolCallInput, TurnInput
+from eventos.db import Conn
+from eventos.settings import HttpToolSettings, SecretStore
+from eventos.tools import http
+from eventos.tools.runner import ToolRunner
+from eventos.turns import load
+
+SECRETS = SecretStore(env={"EVENTOS_SECRET_ORDERS_API": "orders-token-123"})
+SETTINGS = HttpToolSettings(timeout_s=5, max_response_bytes=64 * 1024, max_body_shown=1024)
+
+
+def spec(name: str, hosts: str) -> str:
+    return f"""
+apiVersion: eventos/v1
+kind: Employee
+metadata: {{name: {name}}}
+spec:
+  agents:
+    - name: front
+      model: {{provider: local, name: scripted}}
+      tools: [http_request]
+      http_hosts: {hosts}
+  triggers:
+    - {{kind: chat}}
+"""
+
+
+@pytest.fixture
+def server() -> Iterator[Loopback]:
+    with loopback() as s:
+        yield s
+
+
+@pytest.fixture
+async def employee(pool: AsyncConnectionPool[Conn]) -> str:
+    name = f"h{uuid.uuid4().hex[:8]}"
+    hosts = "[{host: 127.0.0.1, auth: {scheme: bearer, secret: orders-api}}, '*.example.org']"
+    await apply_and_start(pool, spec(name, hosts))
+    return name
+
+
+def call(employee: str, args: dict[str, object] | str, name: str = "http_request",
+         call_id: str | None = None) -> ToolCallInput:  # fmt: skip
+    text = args if isinstance(args, str) else json.dumps(args)
+    turn = f"turn-conv-{employee}-g1-talk-main-1"
+    return ToolCallInput(employee, 1, "front", "main", "talk", f"{employee}/g1/talk/main", turn,
+                         call_id or f"call_{uuid.uuid4().hex[:12]}", name, text, 1,
+                         {"kind": "chat"}, "chain-1", 0)  # fmt: skip
+
+
+def runner(pool: AsyncConnectionPool[Conn]) -> ToolRunner:
+    return ToolRunner(pool, SECRETS, {http.SETTINGS_KEY: SETTINGS})
+
+
+async def row(pool: AsyncConnectionPool[Conn], key: str) -> dict[str, object]:
+    (found,) = await query(pool, f"SELECT * FROM tool_calls WHERE id = '{key}'")
+    return found
+
+
+async def test_a_get_reads_the_answer_with_the_hosts_credential(
+    pool: AsyncConnectionPool[Conn], employee: str, server: Loopback
+) -> None:
+    server.answer("/orders", Answer(body=b'{"orders": [1, 2]}'))
+    c = call(employee, {"method": "GET", "url": f"{server.base_url}/orders?open=1"})
+    result = await runner(pool).run(c)
+    assert result.outcome == names.TOOL_OK
+    out = json.loads(result.content)
+    assert out["status"] == 200 and json.loads(out["body"]) == {"orders": [1, 2]}
+    assert out["headers"]["content-type"] == "application/json"
+    (seen,) = server.requests("/orders")
+    assert seen.headers["Authorization"] == "Bearer orders-token-123"  # by reference only
+    stored = await row(pool, c.key)
+    assert (stored["effect"], stored["status"], stored["outcome"]) == ("read_only", "done", "ok")
+    assert "orders-token-123" not in json.dumps(stored, default=str)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        ({"method": "GET", "url": "http://evil.test/x"}, "host 'evil.test' is not allowed"),
+        ({"method": "FETCH", "url": "http://127.0.0.1/"}, "invalid arguments at method"),
+        ({"method": "GET"}, "'url' is a required property"),
+        ({"method": "GET", "url": "ftp://127.0.0.1/"}, "absolute http or https URL"),
+        ({"method": "GET", "url": "http://u:p@127.0.0.1/"}, "must not carry credentials"),
+        (
+            {"method": "GET", "url": "http://127.0.0.1/", "headers": {"Authorization": "x"}},
+            "set by the tool",
+        ),
+        (
+            {"method": "GET", "url": "http://127.0.0.1/", "headers": {"X-A": "a\r\nB: c"}},
+            "line break",
+        ),
+        ('{"method": ', "arguments are not JSON"),
+        ("[1]", "must be a JSON object"),
+    ],
+)
+async def test_bad_calls_go_back_to_the_model_as_refusals(
+    pool: AsyncConnectionPool[Conn], employee: str, args: dict[str, object] | str, fragment: str
+) -> None:
+    result = await runner(pool).run(call(employee, args))
+    assert result.outcome == names.TOOL_REFUSED
+    assert fragment in json.loads(result.content)["error"]
+
+
+async def test_a_tool_the_agent_does_not_have_is_not_available(
+    pool: AsyncConnectionPool[Conn], employee: str
+) -> None:
+    for tool in ("teleport", "set_alarm"):
+        result = await runner(pool).run(call(employee, {}, name=tool))
+        assert result.outcome == names.TOOL_REFUSED
+        assert json.loads(result.content) == {"error": f"tool {tool!r} is not available"}
+    assert await query(pool, "SELECT 1 FROM tool_calls") == []
+
+
+async def test_an_unsafe_call_that_broke_off_is_unknown_and_never_repeated(
+    pool: AsyncConnectionPool[Conn], employee: str, server: Loopback
+) -> None:
+    server.answer("/pay", Answer(body=b'{"paid": true, "pad": "' + b"x" * 4000 + b'"}', cut=True))
+    c = call(employee, {"method": "POST", "url": f"{server.base_url}/pay", "body": {"eur": 5}})
+    with pytest.raises(Exception, match="incomplete|closed|peer"):
+        await runner(pool).run(c)  # the attempt breaks off: Temporal retries the activity
+    for _ in range(2):  # the retries: unknown, not a second payment
+        result = await runner(pool).run(c)
+        assert result.outcome == names.TOOL_UNKNOWN
+        assert "will not be repeated" in json.loads(result.content)["error"]
+    assert len(server.requests("/pay")) == 1
+    stored = await row(pool, c.key)
+    assert (stored["effect"], stored["status"], stored["attempts"]) == ("unsafe", "unknown", 3)
+    (item,) = await query(pool, "SELECT kind, ref, action, state, count FROM attention_items")
+    assert item == {"kind": "tool_unknown", "ref": c.key, "action": "retry", "state": "open",
+                    "count": 1}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("method", "headers", "effect"),
+    [("GET", {}, "read_only"), ("PUT", {"Idempotency-Key": "order-7"}, "idempotent")],
+)
+async def test_a_call_safe_to_repeat_runs_again_after_breaking_off(
+    pool: AsyncConnectionPool[Conn], employee: str, server: Loopback, method: str,
+    headers: dict[str, str], effect: str,
+) -> None:  # fmt: skip
+    server.answer("/flaky", Answer(body=b'{"n": "' + b"y" * 4000 + b'"}', cut=True))
+    c = call(employee, {"method": method, "url": f"{server.base_url}/flaky", "headers": headers})
+    with pytest.raises(Exception, match="incomplete|closed|peer"):
+        await runner(pool).run(c)
+    server.answer("/flaky", Answer(body=b'{"n": 1}'))
+    result = await runner(pool).run(c)
+    assert result.outcome == names.TOOL_OK and json.loads(json.loads(result.content)["body"]) == {
+        "n": 1
+    }
+    again = await runner(pool).run(c)  # a retry after it finished reads the stored result
+    assert again == result
+    seen = server.requests("/flaky")
+    assert len(seen) == 2 and all(s.method == method for s in seen)
+    if headers:
+        assert all(s.headers["Idempotency-Key"] == "order-7" for s in seen)
+    stored = await row(pool, c.key)
+    assert (stored["effect"], stored["status"], stored["attempts"]) == (effect, "done", 3)
+    assert await query(pool, "SELECT 1 FROM attention_items") == []
+
+
+async def test_what_could_not_connect_was_not_sent_and_is_a_refusal(
+    pool: AsyncConnectionPool[Conn], employee: str
+) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    c = call(employee, {"method": "POST", "url": f"http://127.0.0.1:{port}/x"})
+    result = await runner(pool).run(c)
+    assert result.outcome == names.TOOL_REFUSED
+    assert "nothing was sent" in json.loads(result.content)["error"]
+
+
+async def test_redirects_are_shown_not_followed_and_big_answers_are_cut(
+    pool: AsyncConnectionPool[Conn], employee: str, server: Loopback
+) -> None:
+    server.answer("/moved", Answer(302, b"", {"Location": "http://evil.test/steal"}))
+    server.answer("/big", Answer(body=b"z" * (200 * 1024), headers={"Content-Type": "text/plain"}))
+    moved = json.loads((await runner(pool).run(
+        call(employee, {"method": "GET", "url": f"{server.base_url}/moved"}))).content)  # fmt: skip
+    assert (moved["status"], moved["headers"]["location"]) == (302, "http://evil.test/steal")
+    big = json.loads((await runner(pool).run(
+        call(employee, {"method": "GET", "url": f"{server.base_url}/big"}))).content)  # fmt: skip
+    assert big["truncated"] is True and big["body"] == "z" * SETTINGS.max_body_shown
+
+
+async def test_a_turn_is_offered_its_agents_tools_with_their_schemas(
+    pool: AsyncConnectionPool[Conn], employee: str
+) -> None:
+    turn = TurnInput("t-1", employee, 1, "front", "main", f"{employee}/g1/talk/main", 1, {}, [])
+    async with pool.connection() as conn:
+        ctx = await load(conn, turn)
+    (tool,) = ctx.tools
+    assert tool.name == "http_request" and tool.parameters["required"] == ["method", "url"]
+    assert tool.parameters["additionalProperties"] is False
