@@ -9,6 +9,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from conftest import apply_and_start
 from loopback_http import Answer, Loopback, loopback
@@ -135,7 +136,7 @@ async def test_an_unsafe_call_that_broke_off_is_unknown_and_never_repeated(
 ) -> None:
     server.answer("/pay", Answer(body=b'{"paid": true, "pad": "' + b"x" * 4000 + b'"}', cut=True))
     c = call(employee, {"method": "POST", "url": f"{server.base_url}/pay", "body": {"eur": 5}})
-    with pytest.raises(Exception, match="incomplete|closed|peer"):
+    with pytest.raises(httpx.RemoteProtocolError):
         await runner(pool).run(c)  # the attempt breaks off: Temporal retries the activity
     for _ in range(2):  # the retries: unknown, not a second payment
         result = await runner(pool).run(c)
@@ -159,7 +160,7 @@ async def test_a_call_safe_to_repeat_runs_again_after_breaking_off(
 ) -> None:  # fmt: skip
     server.answer("/flaky", Answer(body=b'{"n": "' + b"y" * 4000 + b'"}', cut=True))
     c = call(employee, {"method": method, "url": f"{server.base_url}/flaky", "headers": headers})
-    with pytest.raises(Exception, match="incomplete|closed|peer"):
+    with pytest.raises(httpx.RemoteProtocolError):
         await runner(pool).run(c)
     server.answer("/flaky", Answer(body=b'{"n": 1}'))
     result = await runner(pool).run(c)
