@@ -459,6 +459,7 @@ class ToolCallInput:
     hop: int
     path: list[str] = field(default_factory=list)
     woken_by: list[str] = field(default_factory=list)  # types of the consumed inputs
+    woken_tasks: list[str] = field(default_factory=list)  # ids of delegated tasks consumed
 
     @property
     def key(self) -> str:

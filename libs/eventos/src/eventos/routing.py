@@ -11,11 +11,12 @@ import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from eventos import names, users
+from eventos import names, storm, users
 from eventos.db import Conn
 from eventos.db.sql import Q
 
@@ -68,6 +69,8 @@ def placed(sub: dict[str, Any], envelope: object) -> Placement:
     route.setdefault("kind", sub["trigger_kind"])
     route.setdefault("trigger", sub["trigger_name"])
     route.setdefault("reply", False)
+    if thread.startswith(names.PEER_THREAD_PREFIX):
+        route["reply"] = False  # employees answer each other through their tools (SPEC §8)
     return Placement(lane, thread, route)
 
 
@@ -78,6 +81,7 @@ class RouteStats:
     routed: int = 0
     no_consumer: int = 0
     dead: int = 0
+    digested: int = 0  # ipc wakes the storm guard collected into a digest (also `routed`)
     deliveries: int = 0
     busy_sources: int = 0
     streams: set[str] = field(default_factory=set)
@@ -230,10 +234,28 @@ async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: 
     stats.streams.add(key)
 
 
-async def _route_row(
-    conn: Conn, row: dict[str, Any], subs: list[dict[str, Any]], stats: RouteStats
-) -> None:
+async def _storm_gate(conn: Conn, row: dict[str, Any], now: datetime,
+                      stats: RouteStats) -> tuple[str, str] | None:  # fmt: skip
+    """Storm guards for a wake between employees (I8): how the row settles when it is not
+    delivered one by one (suppressed as a loop, or taken into the edge's digest)."""
+    if not str(row["source_key"]).startswith(names.SOURCE_IPC + ":"):
+        return None
+    verdict = await storm.gate(conn, row, now)
+    if verdict.action == storm.SUPPRESS:
+        return names.INGRESS_DEAD, str(verdict.reason)
+    if verdict.action == storm.DIGEST:
+        stats.digested += 1
+        return names.INGRESS_ROUTED, names.STORM_DIGESTED
+    return None
+
+
+async def _route_row(conn: Conn, row: dict[str, Any], subs: list[dict[str, Any]],
+                     stats: RouteStats, now: datetime) -> None:  # fmt: skip
     status, error = names.INGRESS_NO_CONSUMER, None
+    held = await _storm_gate(conn, row, now, stats)
+    if held is not None:
+        await _settle(conn, row, held[0], held[1], stats)
+        return
     matched: list[tuple[dict[str, Any], Placement]] = []
     try:
         for sub in subs:
@@ -252,6 +274,11 @@ async def _route_row(
         await _deliver(conn, row, sub, place, stats)
     if matched:
         status = names.INGRESS_ROUTED
+    await _settle(conn, row, status, error, stats)
+
+
+async def _settle(conn: Conn, row: dict[str, Any], status: str, error: str | None,
+                  stats: RouteStats) -> None:  # fmt: skip
     params = {"id": row["id"], "received_at": row["received_at"], "status": status, "error": error}
     await conn.execute(Q["ingress_mark"], params)
     if status == names.INGRESS_ROUTED:
@@ -262,8 +289,11 @@ async def _route_row(
         stats.no_consumer += 1
 
 
-async def route_source(conn: Conn, source: str, stats: RouteStats, limit: int = ROUTE_BATCH) -> int:
-    """Route the next accepted rows of one source in one transaction; 0 if another router has it."""
+async def route_source(conn: Conn, source: str, stats: RouteStats, limit: int = ROUTE_BATCH,
+                       now: datetime | None = None) -> int:  # fmt: skip
+    """Route the next accepted rows of one source in one transaction; 0 if another router has
+    it. `now` is the storm guards' clock (tests pass theirs)."""
+    now = now or datetime.now(UTC)
     async with conn.transaction():
         cur = await conn.execute(Q["ingress_source_lock"], {"source_key": source})
         if not (await cur.fetchone() or {}).get("locked"):
@@ -278,16 +308,17 @@ async def route_source(conn: Conn, source: str, stats: RouteStats, limit: int = 
         cur = await conn.execute(Q["subscriptions_for_source"], {"source_key": source})
         subs = await cur.fetchall()
         for row in rows:
-            await _route_row(conn, row, subs, stats)
+            await _route_row(conn, row, subs, stats, now)
     return len(rows)
 
 
-async def route_pass(conn: Conn, *, sources: int = SOURCES_PER_PASS) -> RouteStats:
-    """One pass over the sources with accepted rows."""
+async def route_pass(conn: Conn, *, sources: int = SOURCES_PER_PASS,
+                     now: datetime | None = None) -> RouteStats:  # fmt: skip
+    """One pass over the sources with accepted rows (`now`: the storm guards' clock)."""
     stats = RouteStats()
     cur = await conn.execute(Q["ingress_sources_pending"], {"limit": sources})
     pending = [str(r["source_key"]) for r in await cur.fetchall()]
     await conn.commit()
     for source in pending:
-        await route_source(conn, source, stats)
+        await route_source(conn, source, stats, now=now)
     return stats
