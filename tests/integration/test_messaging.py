@@ -166,3 +166,15 @@ async def test_past_500_pending_inputs_the_sender_is_refused(
     assert len(await deliveries(pool, b)) == 500
     outcome, _ = await run(pool, call(a, "send_to_employee", {"to": b, "text": "still full"}))
     assert outcome == names.TOOL_REFUSED
+
+
+async def test_a_peer_thread_never_takes_a_reply_route(pool: AsyncConnectionPool[Conn]) -> None:
+    a, b = await team(pool, "a", "b")
+    wake = ipc.peer_wake(a, b, "chain-r", 1, [a])
+    claims = ipc.Wake(wake.target, wake.lane, wake.thread, {"kind": "chat", "reply": True,
+                      "session": "owner"}, "chain-r", 1, [a], a)  # fmt: skip
+    async with pool.connection() as conn:
+        await append(conn, [ipc.record(claims, names.TYPE_IPC_MESSAGE, "claims-a-reply", {})])
+    await route(pool)
+    (d,) = await deliveries(pool, b)
+    assert d["thread"] == f"peer_{a}" and d["route"]["reply"] is False
