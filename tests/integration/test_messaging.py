@@ -178,3 +178,21 @@ async def test_a_peer_thread_never_takes_a_reply_route(pool: AsyncConnectionPool
     await route(pool)
     (d,) = await deliveries(pool, b)
     assert d["thread"] == f"peer_{a}" and d["route"]["reply"] is False
+
+
+async def test_a_task_cut_as_a_loop_is_cancelled_with_the_reason(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    a, b = await team(pool, "a", "b")
+    in_b = {"thread": f"peer_{a}", "lane": "worker", "hop": 1, "path": [a]}
+    outcome, out = await run(pool, call(b, "delegate_to_employee", {"to": a, "task": "back"},
+                                        **in_b))  # fmt: skip
+    assert outcome == names.TOOL_OK
+    await route(pool)
+    (task,) = await query(pool, "SELECT status, result FROM ipc_tasks WHERE id = %s",
+                          out["task_id"])  # fmt: skip
+    assert (task["status"], task["result"]) == (
+        "cancelled",
+        f"loop_suppressed: cycle {a} -> {b} -> {a}",
+    )
+    assert await deliveries(pool, a) == []

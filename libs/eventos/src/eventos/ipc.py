@@ -91,6 +91,17 @@ async def expire_due(conn: Conn, now: datetime, limit: int = EXPIRE_BATCH) -> in
     return len(tasks)
 
 
+async def cancel_cut_task(conn: Conn, row: dict[str, Any], reason: str, now: datetime) -> None:
+    """The router cut a task's wake as a loop: the task is `cancelled` with the reason (the
+    delegator is not woken about it; a wake would feed the same loop; the dead row and the
+    attention item tell the operator)."""
+    env = row["envelope"] if isinstance(row["envelope"], dict) else {}
+    data = env.get("data") if isinstance(env.get("data"), dict) else {}
+    if row["type"] == names.TYPE_IPC_TASK and isinstance(data.get("task_id"), str):
+        await conn.execute(Q["ipc_task_cancel"], {"id": data["task_id"], "reason": reason,
+                                                  "now": now})  # fmt: skip
+
+
 async def upkeep(conn: Conn, now: datetime) -> tuple[int, int]:
     """The router's periodic messaging work: deadlines, then due digests."""
     return await expire_due(conn, now), await storm.flush_due(conn, now)

@@ -16,7 +16,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from eventos import names, storm, users
+from eventos import ipc, names, storm, users
 from eventos.db import Conn
 from eventos.db.sql import Q
 
@@ -242,6 +242,7 @@ async def _storm_gate(conn: Conn, row: dict[str, Any], now: datetime,
         return None
     verdict = await storm.gate(conn, row, now)
     if verdict.action == storm.SUPPRESS:
+        await ipc.cancel_cut_task(conn, row, str(verdict.reason), now)
         return names.INGRESS_DEAD, str(verdict.reason)
     if verdict.action == storm.DIGEST:
         stats.digested += 1

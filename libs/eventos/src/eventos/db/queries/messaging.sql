@@ -45,3 +45,9 @@ FROM (SELECT id FROM ipc_tasks
 WHERE t.id = due.id AND t.status = 'open'
 RETURNING t.id, t.from_employee, t.to_employee, t.reply_to, t.chain_id, t.hop, t.path,
           t.deadline_at, t.created_at;
+
+-- name: ipc_task_cancel
+-- A task whose wake the storm guards cut as a loop is `cancelled` with the reason, in the
+-- routing transaction (it would otherwise hold a slot of the 200 until its deadline).
+UPDATE ipc_tasks SET status = 'cancelled', result = %(reason)s, completed_at = %(now)s
+WHERE id = %(id)s AND status = 'open';
