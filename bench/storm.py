@@ -18,7 +18,6 @@ by one, and as digests). The clock is simulated (the guards take `now` from the 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import time
 import uuid
@@ -214,8 +213,9 @@ def report(fig: dict[str, Any], per_minute: dict[int, tuple[int, int]], s: Storm
     print("ipc ingress rows by outcome:", dict(sorted(fig["ingress_by_reason"].items())))
     print("tasks:", fig["tasks"])
     for e in fig["edges"]:
-        print(f"edge {e['sender']} -> {e['target']}: breaker {e['breaker']}, passed {e['passed']},"
-              f" digested {e['digested']}, suppressed {e['suppressed']}, digests {e['digests_sent']}")  # fmt: skip
+        print(f"edge {e['sender']} -> {e['target']}: breaker {e['breaker']}, "
+              f"passed {e['passed']}, digested {e['digested']}, suppressed {e['suppressed']}, "
+              f"digests {e['digests_sent']}")  # fmt: skip
     for i in fig["attention"]:
         print(f"attention {i['kind']} {i['ref']} x{i['count']}")
     ones = [per_minute.get(m, (0, 0))[0] for m in range(minutes)]

@@ -95,8 +95,8 @@ async def cancel_cut_task(conn: Conn, row: dict[str, Any], reason: str, now: dat
     """The router cut a task's wake as a loop: the task is `cancelled` with the reason (the
     delegator is not woken about it; a wake would feed the same loop; the dead row and the
     attention item tell the operator)."""
-    env = row["envelope"] if isinstance(row["envelope"], dict) else {}
-    data = env.get("data") if isinstance(env.get("data"), dict) else {}
+    env: dict[str, Any] = row["envelope"] if isinstance(row["envelope"], dict) else {}
+    data: dict[str, Any] = env["data"] if isinstance(env.get("data"), dict) else {}
     if row["type"] == names.TYPE_IPC_TASK and isinstance(data.get("task_id"), str):
         await conn.execute(Q["ipc_task_cancel"], {"id": data["task_id"], "reason": reason,
                                                   "now": now})  # fmt: skip
