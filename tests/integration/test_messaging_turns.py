@@ -189,3 +189,30 @@ async def _settled(pool: AsyncConnectionPool[Conn], a: str) -> bool:
     rows = await query(pool, "SELECT 1 FROM bus_ingress WHERE source_key = %s AND "
                              "status = 'accepted'", f"ipc:{a}")  # fmt: skip
     return rows == []
+
+
+def ping_pong(b: str, rounds: int) -> str:
+    """The owner's script for A: delegate to B; B's task completes with a result that makes A
+    delegate again, `rounds` times over (each level's script nested in the one before)."""
+    text = "this task never arrives"
+    for _ in range(rounds):
+        text = script("complete_task", result=script("delegate_to_employee", to=b, task=text))
+    return script("delegate_to_employee", to=b, task=text)
+
+
+async def test_a_delegation_ping_pong_through_real_turns_is_cut_at_8_hops(pair: Team) -> None:
+    a, b = pair.a, pair.b
+    await pair.chat(a, ping_pong(b, 4))  # hops 1-8 pass; A's fifth delegation would be hop 9
+    await pair.replies(a, 5, timeout=90)
+
+    async def cut() -> list[dict[str, object]]:
+        return await query(pair.pool, "SELECT hop, status, error FROM bus_ingress WHERE "
+                                      "source_key = %s AND status = 'dead'", f"ipc:{b}")  # fmt: skip
+
+    (row,) = await wait_for(cut, timeout=30, what="the ninth hop cut")
+    assert (row["hop"], row["error"]) == (9, "loop_suppressed: hop 9")
+    hops = await query(pair.pool, "SELECT hop FROM bus_deliveries ORDER BY hop")
+    assert [h["hop"] for h in hops if h["hop"]] == [1, 2, 3, 4, 5, 6, 7, 8]
+    tasks = await query(pair.pool, "SELECT status, count(*) AS n FROM ipc_tasks GROUP BY 1")
+    assert {t["status"]: t["n"] for t in tasks} == {"done": 4, "cancelled": 1}
+    await no_reply_from(pair.pool, b)
