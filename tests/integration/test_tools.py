@@ -15,12 +15,15 @@ from conftest import apply_and_start
 from loopback_http import Answer, Loopback, loopback
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
+from test_turns import Instance, instance  # noqa: F401 (the in-process stack fixture)
 
 from eventos import names
 from eventos.contracts import ToolCallInput, TurnInput
 from eventos.db import Conn
+from eventos.errors import Conflict
 from eventos.settings import HttpToolSettings, SecretStore
-from eventos.tools import http
+from eventos.testing import wait_for
+from eventos.tools import http, retry
 from eventos.tools.runner import ToolRunner
 from eventos.turns import load
 
@@ -212,3 +215,44 @@ async def test_a_turn_is_offered_its_agents_tools_with_their_schemas(
     (tool,) = ctx.tools
     assert tool.name == "http_request" and tool.parameters["required"] == ["method", "url"]
     assert tool.parameters["additionalProperties"] is False
+
+
+async def test_a_turn_calls_a_tool_and_the_owners_retry_runs_an_unknown_call_again(
+    instance: Instance,  # noqa: F811 (the fixture imported above)
+    server: Loopback,
+) -> None:
+    name = f"r{uuid.uuid4().hex[:8]}"
+    await apply_and_start(instance.pool, spec(name, "[127.0.0.1]"))
+    server.answer("/pay", Answer(body=b'{"paid": "' + b"p" * 4000 + b'"}', cut=True))
+    args = {"method": "POST", "url": f"{server.base_url}/pay", "body": {"eur": 5}}
+    r = await instance.api.post(f"/v1/employees/{name}/chat", json={
+        "client_message_id": uuid.uuid4().hex, "text": f"pay\ncall: http_request {json.dumps(args)}"})  # fmt: skip
+    reply = await instance.reply(int(r.json()["message_id"]), name=name)
+    assert "http_request returned" in reply and "unknown" in reply
+    assert len(server.requests("/pay")) == 1
+    (item,) = await query(instance.pool, "SELECT id, ref FROM attention_items")
+
+    server.answer("/pay", Answer(body=b'{"paid": true}'))
+    async with instance.pool.connection() as conn:
+        asked = await retry.request_retry(conn, int(item["id"]))
+        with pytest.raises(Conflict, match="is resolved"):  # asking twice retries once
+            await retry.request_retry(conn, int(item["id"]))
+    assert asked.call == item["ref"]
+
+    async def retried() -> list[dict[str, object]] | None:
+        rows = await query(instance.pool, "SELECT status, outcome, retry_of, result FROM tool_calls "
+                                          "WHERE retry_of IS NOT NULL AND status <> 'calling'")  # fmt: skip
+        return rows or None
+
+    (done,) = await wait_for(retried, timeout=30, what="the retried call")
+    assert (done["status"], done["outcome"], done["retry_of"]) == ("done", "ok", item["ref"])
+    assert len(server.requests("/pay")) == 2  # once on its own, once because the owner asked
+
+    async def told() -> str | None:
+        rows = await query(instance.pool, f"SELECT transcript FROM conversations "
+                                          f"WHERE employee = '{name}'")  # fmt: skip
+        users = [m["content"] for m in rows[0]["transcript"] if m["role"] == "user"]
+        return next((u for u in users if "asked to run your http_request call" in u), None)
+
+    text = await wait_for(told, timeout=30, what="the employee told of the retry")
+    assert '{\\"paid\\": true}' in text, text  # the server's answer, as the body the tool read

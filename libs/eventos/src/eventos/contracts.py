@@ -459,6 +459,7 @@ class ToolCallInput:
     hop: int
     path: list[str] = field(default_factory=list)
     woken_by: list[str] = field(default_factory=list)  # types of the consumed inputs
+    retry_of: str | None = None  # the key of the unknown call the owner asked to run again
 
     @property
     def key(self) -> str:

@@ -275,3 +275,4 @@ ATTR_PATH: Final = "eventospath"  # the employees an internal wake went through 
 THREAD_BY_EXPLICIT: Final = "explicit"  # an implicit subscription's placement
 PEER_THREAD_PREFIX: Final = "peer_"
 STORM_PATH_MAX: Final = 16  # employees an internal wake's path keeps (SPEC §10)
+TYPE_TOOL_RETRY: Final = "eventos.tool.retry"  # the owner asked to run an unknown call again

@@ -119,8 +119,9 @@ class ToolRunner:
                      args: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
         cur = await conn.execute(Q["tool_call_begin"], {
             "id": call.key, "employee": call.employee, "generation": call.generation,
-            "thread": call.thread, "turn_id": call.turn_id, "name": call.name,
-            "effect": effect.value, "arguments": Jsonb(args),
+            "lane": call.lane, "thread": call.thread, "route": Jsonb(call.route),
+            "turn_id": call.turn_id, "name": call.name, "effect": effect.value,
+            "arguments": Jsonb(args), "retry_of": call.retry_of,
         })  # fmt: skip
         return dict(await cur.fetchone() or {})
 

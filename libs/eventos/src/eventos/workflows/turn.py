@@ -259,8 +259,25 @@ class TurnWorkflow:
         )  # fmt: skip
         return out
 
-    async def _tools(self, turn: TurnInput, calls: list[ToolCall],
-                     consumed: list[DeliveryItem]) -> list[ChatMessage]:  # fmt: skip
+    async def _read(self, turn: TurnInput, items: list[DeliveryItem]) -> list[ChatMessage]:
+        """Inputs as the model reads them; an owner's Retry of an unknown call runs the call
+        again first (under a new id, the same `unknown` rule) and says what it returned."""
+        out: list[ChatMessage] = []
+        for item in items:
+            data = (item.payload or {}).get("data") or {}
+            if item.type != names.TYPE_TOOL_RETRY or not isinstance(data, dict):
+                out.append(user_message(item))
+                continue
+            call = ToolCall(f"retry-{item.ingress_id}", str(data.get("name")),
+                            json.dumps(data.get("arguments") or {}))  # fmt: skip
+            (result,) = await self._tools(turn, [call], [item], retry_of=data.get("retry_of"))
+            out.append(ChatMessage("user", f"[the owner asked to run your {call.name} call "
+                                           f"{data.get('retry_of')} again; it returned: "
+                                           f"{result.content}]"))  # fmt: skip
+        return out
+
+    async def _tools(self, turn: TurnInput, calls: list[ToolCall], consumed: list[DeliveryItem],
+                     retry_of: str | None = None) -> list[ChatMessage]:  # fmt: skip
         """The whole batch, in order, each call an activity with an id from (turn, call);
         a call that failed for good is told to the model as such."""
         chain, hop, path = causal(consumed)
@@ -271,7 +288,7 @@ class TurnWorkflow:
                 turn.employee, turn.generation, turn.agent, turn.thread,
                 names.lane_of(turn.stream_key), turn.stream_key, turn.turn_id, call.id,
                 call.name, call.arguments, self.klass, dict(turn.route), chain, hop, path,
-                woken_by,
+                woken_by, retry_of,
             )  # fmt: skip
             try:
                 result = await workflow.execute_activity(
@@ -318,7 +335,7 @@ class TurnWorkflow:
         )  # fmt: skip
         b2 = turn.route.get("kind") in names.CHANNEL_KINDS
         consumed = list(turn.inputs)
-        new = [user_message(i) for i in turn.inputs]
+        new = await self._read(turn, list(turn.inputs))
         reply: str | None = None
         for step in range(names.TURN_MAX_STEPS):
             if self.stop_reason is not None:  # a merge point: nothing is saved
@@ -327,7 +344,7 @@ class TurnWorkflow:
                 merged, self.offered = self.offered, []
                 self.merged += len(merged)
                 consumed += merged
-                new += [user_message(i) for i in merged]
+                new += await self._read(turn, merged)
                 await self._merged(turn, step, merged)
                 await self._inherit(turn, min(i.klass for i in merged))
             system = [ChatMessage("system", ctx.system)] if ctx.system else []
