@@ -20,10 +20,9 @@ from test_turns import Instance, instance  # noqa: F401 (the in-process stack fi
 from eventos import names
 from eventos.contracts import ToolCallInput, TurnInput
 from eventos.db import Conn
-from eventos.errors import Conflict
 from eventos.settings import HttpToolSettings, SecretStore
 from eventos.testing import wait_for
-from eventos.tools import http, retry
+from eventos.tools import http
 from eventos.tools.runner import ToolRunner
 from eventos.turns import load
 
@@ -233,11 +232,15 @@ async def test_a_turn_calls_a_tool_and_the_owners_retry_runs_an_unknown_call_aga
     (item,) = await query(instance.pool, "SELECT id, ref FROM attention_items")
 
     server.answer("/pay", Answer(body=b'{"paid": true}'))
-    async with instance.pool.connection() as conn:
-        asked = await retry.request_retry(conn, int(item["id"]))
-        with pytest.raises(Conflict, match="is resolved"):  # asking twice retries once
-            await retry.request_retry(conn, int(item["id"]))
-    assert asked.call == item["ref"]
+    act = f"/v1/attention/{item['id']}:act"
+    assert (await instance.api.post(act, json={"action": "ack"})).status_code == 400
+    asked = await instance.api.post(act, json={"action": "retry"})
+    assert asked.status_code == 202, asked.text
+    assert asked.json()["call"] == item["ref"]
+    again = await instance.api.post(act, json={"action": "retry"})  # asking twice retries once
+    assert again.status_code == 409 and "is resolved" in again.json()["detail"]
+    assert (await instance.api.post("/v1/attention/999999:act", json={"action": "retry"})
+            ).status_code == 404  # fmt: skip
 
     async def retried() -> list[dict[str, object]] | None:
         rows = await query(instance.pool, "SELECT status, outcome, retry_of, result FROM tool_calls "
