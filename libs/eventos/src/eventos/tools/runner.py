@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import jsonschema
+from prometheus_client import Counter
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
@@ -38,6 +39,10 @@ from eventos.tools.base import (
 from eventos.tools.registry import TOOLS
 
 log = logging.getLogger(__name__)
+TOOL_CALLS = Counter(
+    "eventos_tool_calls_total", "Tool call attempts that ended, by tool and outcome.",
+    ["tool", "outcome"],
+)  # fmt: skip
 
 
 def clip(text: str, limit: int = names.TOOL_RESULT_MAX_BYTES) -> str:
@@ -89,6 +94,12 @@ class ToolRunner:
         self.extras = extras or {}
 
     async def run(self, call: ToolCallInput, now: datetime | None = None) -> ToolResult:
+        result = await self._run(call, now)
+        # Labels carry the tool only if it exists: a model's made-up names are not a label.
+        TOOL_CALLS.labels(call.name if call.name in TOOLS else "(unknown)", result.outcome).inc()
+        return result
+
+    async def _run(self, call: ToolCallInput, now: datetime | None) -> ToolResult:
         tool = TOOLS.get(call.name)
         async with self.pool.connection() as conn:
             ctx = await self._context(conn, call, now or datetime.now(UTC))
