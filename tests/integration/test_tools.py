@@ -113,6 +113,7 @@ async def test_a_get_reads_the_answer_with_the_hosts_credential(
         ),
         ('{"method": ', "arguments are not JSON"),
         ("[1]", "must be a JSON object"),
+        ({"method": "POST", "url": "http://127.0.0.1/", "body": "x" * 40_000}, "arguments over"),
     ],
 )
 async def test_bad_calls_go_back_to_the_model_as_refusals(

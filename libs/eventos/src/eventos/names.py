@@ -263,7 +263,7 @@ TOOL_FAILED: Final = "failed"  # configuration or a broken tool: not the model's
 TOOL_CALLING: Final = "calling"
 TOOL_DONE: Final = "done"
 TOOL_RESULT_MAX_BYTES: Final = 16 * 1024  # what a tool result may put into the transcript
-TOOL_ARGUMENTS_MAX_BYTES: Final = 64 * 1024
+TOOL_ARGUMENTS_MAX_BYTES: Final = 32 * 1024  # a call's input stays under the 64 KB bound (I7)
 ATTENTION_TOOL_UNKNOWN: Final = "tool_unknown"
 ACTION_RETRY: Final = "retry"  # an attention item's action: run the call once more
 # Internal events placed in a named stream: the producer names lane, thread and reply route

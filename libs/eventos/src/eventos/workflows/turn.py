@@ -284,6 +284,14 @@ class TurnWorkflow:
         woken_by = sorted({i.type for i in consumed})
         out: list[ChatMessage] = []
         for call in calls:
+            if (
+                len(call.arguments.encode()) > names.TOOL_ARGUMENTS_MAX_BYTES
+            ):  # I7: not into Temporal
+                text = json.dumps(
+                    {"error": f"arguments over {names.TOOL_ARGUMENTS_MAX_BYTES} bytes"}
+                )
+                out.append(tool_message(call, ToolResult(text, names.TOOL_REFUSED)))
+                continue
             req = ToolCallInput(
                 turn.employee, turn.generation, turn.agent, turn.thread,
                 names.lane_of(turn.stream_key), turn.stream_key, turn.turn_id, call.id,
