@@ -435,3 +435,13 @@ class ScheduleFire:
     trigger: str
     schedule_id: str
     text: str = ""  # the trigger's text, what the tick says to the agent
+
+
+@dataclass(frozen=True)
+class PollTrigger:
+    """PollWorkflow's argument: which poll trigger of which generation it reads. The trigger's
+    definition is read from the generation's frozen spec at each attempt (I10)."""
+
+    employee: str
+    generation: int
+    trigger: str

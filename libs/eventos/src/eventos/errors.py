@@ -95,3 +95,7 @@ class Unauthenticated(EventOSError):
 
 class Forbidden(EventOSError):
     """This token may not do that."""
+
+
+class PollFailed(EventOSError):
+    """The polled endpoint gave no usable page."""

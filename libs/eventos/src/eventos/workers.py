@@ -12,26 +12,35 @@ from temporalio.worker import Worker
 
 from eventos import names
 from eventos.activities import DbActivities
+from eventos.polls.activities import PollActivities
+from eventos.settings import SecretStore
 from eventos.supervision import SupervisorActivities
 from eventos.temporal import TemporalConnection, worker_build_id
 from eventos.workflows.conversation import ConversationWorkflow
+from eventos.workflows.poll import PollWorkflow
 from eventos.workflows.schedule_fire import ScheduleFireWorkflow
 from eventos.workflows.supervisor import EmployeeSupervisorWorkflow
 from eventos.workflows.turn import TurnWorkflow
 
 log = logging.getLogger(__name__)
-WORKFLOWS = [ConversationWorkflow, TurnWorkflow, EmployeeSupervisorWorkflow, ScheduleFireWorkflow]
+WORKFLOWS = [ConversationWorkflow, TurnWorkflow, EmployeeSupervisorWorkflow, ScheduleFireWorkflow,
+             PollWorkflow]  # fmt: skip
 RECONNECT_S = 2.0
 
 
 def workflow_worker(
-    client: Client, task_queue: str = names.WORKFLOW_QUEUE, db: DbActivities | None = None
+    client: Client,
+    task_queue: str = names.WORKFLOW_QUEUE,
+    db: DbActivities | None = None,
+    polls: PollActivities | None = None,
 ) -> Worker:
-    """Every workflow type, the database activities and the supervisor's effects (SPEC §4
-    workers-workflow)."""
+    """Every workflow type, the database activities, the supervisor's effects and the poll
+    activity (SPEC §4 workers-workflow). Without `polls`, polls resolve no secret."""
     activities = []
     if db is not None:
+        polls = polls or PollActivities(db.pool, SecretStore(env={}))
         activities = db.workflow_queue_activities() + SupervisorActivities(db.pool).activities()
+        activities += polls.activities()
     return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities,
                   build_id=worker_build_id())  # fmt: skip
 

@@ -33,3 +33,13 @@ CONTROL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
 )
 CONTROL_TIMEOUT = timedelta(minutes=2)
+
+# A poll's one activity (SPEC §7): every attempt ends with its own BENIGN `next_retry_delay`
+# (the interval, doubled by failures). This policy paces only attempts that ended without a
+# verdict (the worker died, the database was unreachable); the attempt number grows forever,
+# so its interval is constant rather than exponential (which would sit at its maximum).
+POLL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=10), backoff_coefficient=1.0, maximum_attempts=0
+)
+POLL_ATTEMPT_TIMEOUT = timedelta(minutes=2)  # the fetch's 30 s deadline and two transactions
+POLL_HEARTBEAT = timedelta(seconds=30)  # a killed worker's attempt is retried this soon
