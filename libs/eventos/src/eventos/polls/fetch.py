@@ -69,16 +69,16 @@ async def _read_capped(response: httpx.Response, cap: int) -> bytes:
     return bytes(body)
 
 
-async def _exchange(http: httpx.AsyncClient, url: str, params: dict[str, str],
-                    headers: dict[str, str], cap: int) -> bytes:  # fmt: skip
+async def _exchange(http: httpx.AsyncClient, url: str, headers: dict[str, str],
+                    cap: int) -> bytes:  # fmt: skip
     origin = _origin(url)
     for _ in range(MAX_REDIRECTS + 1):
-        async with http.stream("GET", url, params=params, headers=headers) as response:
+        async with http.stream("GET", url, headers=headers) as response:
             if response.is_redirect:
                 target = urljoin(url, response.headers.get("location", ""))
                 if _origin(target) != origin:
                     raise PollFailed(f"HTTP {response.status_code}: redirect to another origin")
-                url, params = target, {}  # the target's query stands as given
+                url = target  # the target's query stands as given
                 continue
             if not response.is_success:
                 raise PollFailed(f"HTTP {response.status_code}")
@@ -94,13 +94,13 @@ async def fetch(
     cap: int = names.POLL_RESPONSE_MAX_BYTES,
 ) -> bytes:
     """The endpoint's body for `cursor` (the first poll sends none), or PollFailed."""
-    params = {}
-    if cursor is not None and trigger.cursor_param:
-        params[trigger.cursor_param] = cursor
+    url = httpx.URL(str(trigger.url))
+    if cursor is not None and trigger.cursor_param:  # the URL's own query parameters stay
+        url = url.copy_set_param(trigger.cursor_param, cursor)
     headers = request_headers(trigger, secrets)
     try:
         async with asyncio.timeout(DEADLINE_S):
-            return await _exchange(http, str(trigger.url), params, headers, cap)
+            return await _exchange(http, str(url), headers, cap)
     except TimeoutError:
         raise PollFailed(f"no complete answer within {DEADLINE_S:.0f} s") from None
     except httpx.HTTPError as exc:
