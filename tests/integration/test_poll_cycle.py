@@ -208,6 +208,19 @@ async def test_bad_answers_are_failures_with_a_clear_error_and_nothing_is_append
     assert await item_ids(pool, req) == []
 
 
+async def test_a_rate_limit_waits_its_retry_after_when_longer_than_the_backoff(
+    pool: AsyncConnectionPool[Conn], endpoint: PollEndpoint, poller: Poller
+) -> None:
+    req = await employee(pool, endpoint)
+    endpoint.answer = (429, b"", {"Retry-After": "600"})
+    limited = await poller.cycle(req)
+    assert (limited.error, limited.failures, limited.delay_s) == ("HTTP 429", 1, 600.0)
+    endpoint.answer = (429, b"", {"Retry-After": "99999"})
+    assert (await poller.cycle(req)).delay_s == 3600.0  # at most an hour
+    endpoint.answer = (429, b"", {"Retry-After": "1"})
+    assert jittered(await poller.cycle(req), 8 * INTERVAL_S)  # shorter: the backoff stands
+
+
 async def test_the_fetch_is_bounded_in_size_and_follows_no_redirect_to_another_host(
     pool: AsyncConnectionPool[Conn], endpoint: PollEndpoint, poller: Poller
 ) -> None:

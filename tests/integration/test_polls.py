@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from poll_endpoint import PollEndpoint, items
+from temporalio.api.enums.v1 import ApplicationErrorCategory
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from test_router import query
 from test_supervision import applied, new_employee
@@ -90,6 +91,11 @@ async def test_start_runs_the_poll_which_pages_with_its_cursor_and_rearm_brings_
     (pending,) = desc.raw_description.pending_activities
     assert pending.activity_type.name == names.ACT_POLL and pending.attempt >= 3
     assert "next poll in" in pending.last_failure.message
+    info = pending.last_failure.application_failure_info
+    assert (info.type, info.category) == (
+        names.POLL_NEXT,
+        ApplicationErrorCategory.APPLICATION_ERROR_CATEGORY_BENIGN,
+    )
     # The attempts write no history: the run has only its start and the activity's schedule.
     events = [e async for e in handle.fetch_history_events()]
     assert len(events) < 12, len(events)

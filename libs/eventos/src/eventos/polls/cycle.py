@@ -144,7 +144,12 @@ class Poller:
             page = parse_page(await fetch(self.http, trigger, row["cursor"], self.secrets), trigger)
             keyed = [(item_id(it, trigger, i), it) for i, it in enumerate(page.items)]
         except PollFailed as exc:
-            return await self._failed(req, p, base, row, str(exc))
+            verdict = await self._failed(req, p, base, row, str(exc))
+            if exc.retry_after_s is None:
+                return verdict
+            # A rate limit's Retry-After (at most an hour) is waited for when it is longer.
+            wait = min(exc.retry_after_s, float(names.POLL_BACKOFF_MAX_S))
+            return replace(verdict, delay_s=max(verdict.delay_s, wait))
         return await self._append(req, p, base, row, page, keyed, source)
 
     async def _append(self, req: PollTrigger, p: dict[str, Any], base: int, row: dict[str, Any],

@@ -80,6 +80,9 @@ async def _exchange(http: httpx.AsyncClient, url: str, headers: dict[str, str],
                     raise PollFailed(f"HTTP {response.status_code}: redirect to another origin")
                 url = target  # the target's query stands as given
                 continue
+            if response.status_code == httpx.codes.TOO_MANY_REQUESTS:
+                wait = response.headers.get("retry-after", "")
+                raise PollFailed("HTTP 429", float(wait) if wait.isdigit() else None)
             if not response.is_success:
                 raise PollFailed(f"HTTP {response.status_code}")
             return await _read_capped(response, cap)
