@@ -4,6 +4,7 @@ a real HTTP endpoint on loopback: paging and the cursor, dedupe, the failure bac
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -303,3 +304,36 @@ async def test_a_generation_that_does_not_run_ends_the_poll(
     assert endpoint.requests == []
     with pytest.raises(PollEnded):
         await poller.cycle(PollTrigger(req.employee, 7, "feed"))
+
+
+async def test_an_attempt_that_read_an_older_row_writes_nothing(
+    pool: AsyncConnectionPool[Conn], endpoint: PollEndpoint, poller: Poller
+) -> None:
+    """A retry racing a slow predecessor: whichever writes second finds the revision moved."""
+    req = await employee(pool, endpoint)
+    endpoint.page(None, items("s", 2), "p2")
+    await poller.cycle(req)  # revision 1, cursor p2
+    endpoint.page("p2", items("t", 2), "p3")
+    endpoint.hold_cursor = "p2"
+    slow = asyncio.create_task(poller.cycle(req))
+    await asyncio.to_thread(endpoint.held.wait, 30)  # the slow attempt has fetched p2 …
+    endpoint.hold_cursor = None
+    fast = await poller.cycle(req)  # … and a retry appends p2 first
+    assert (fast.outcome, fast.appended) == ("appended", 2)
+    endpoint.release.set()
+    assert (await slow).outcome == "stale"
+    assert await item_ids(pool, req) == ["s-0", "s-1", "t-0", "t-1"]
+    row = await cursor_row(pool, req)
+    assert (row["cursor"], row["revision"], row["appended"]) == ("p3", 2, 4)
+    # The same for a failure: only the first of two attempts from one revision counts.
+    endpoint.release.clear()
+    endpoint.held.clear()
+    endpoint.answer = (200, b"not json", {})  # a failure read from the (held) body
+    endpoint.hold_cursor = "p3"
+    slow = asyncio.create_task(poller.cycle(req))
+    await asyncio.to_thread(endpoint.held.wait, 30)
+    endpoint.hold_cursor = None
+    assert (await poller.cycle(req)).outcome == "failed"
+    endpoint.release.set()
+    assert (await slow).outcome == "stale"
+    assert (await cursor_row(pool, req))["failures"] == 1

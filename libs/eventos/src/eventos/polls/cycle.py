@@ -182,8 +182,11 @@ class Poller:
                       error: str) -> Verdict:  # fmt: skip
         failures = int(row["failures"]) + 1
         interval = backoff_s(base, failures)
+        fail = {**p, "interval_s": interval, "error": error, "revision": row["revision"]}
         async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(Q["poll_cursor_fail"], {**p, "interval_s": interval, "error": error})
+            cur = await conn.execute(Q["poll_cursor_fail"], fail)
+            if await cur.fetchone() is None:
+                return Verdict("stale", self.delay(base))
             if failures >= names.POLL_FAILURES_DRIVER_DOWN:
                 await conn.execute(Q["attention_raise"], {
                     "employee": req.employee, "kind": names.ATTENTION_DRIVER_DOWN,

@@ -33,11 +33,12 @@ WHERE employee = %(employee)s AND generation = %(generation)s AND trigger_name =
 
 -- name: poll_cursor_fail
 -- A failed cycle: one more consecutive failure, the doubled interval, the error; the cursor
--- stays. Returns the failures so far.
+-- stays. Only from the revision the attempt read (no row: a stale attempt, nothing written).
 UPDATE poll_cursors
 SET failures = failures + 1, interval_s = %(interval_s)s, revision = revision + 1,
     last_polled_at = now(), last_error = %(error)s, updated_at = now()
 WHERE employee = %(employee)s AND generation = %(generation)s AND trigger_name = %(trigger)s
+  AND revision = %(revision)s
 RETURNING failures;
 
 -- name: poll_cursor_skip
