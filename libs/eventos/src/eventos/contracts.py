@@ -473,3 +473,13 @@ class ToolResult:
 
     content: str
     outcome: str  # names.TOOL_OK | TOOL_REFUSED | TOOL_UNKNOWN | TOOL_FAILED
+
+
+@dataclass(frozen=True)
+class PollTrigger:
+    """PollWorkflow's argument: which poll trigger of which generation it reads. The trigger's
+    definition is read from the generation's frozen spec at each attempt (I10)."""
+
+    employee: str
+    generation: int
+    trigger: str

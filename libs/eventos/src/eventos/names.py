@@ -276,3 +276,29 @@ THREAD_BY_EXPLICIT: Final = "explicit"  # an implicit subscription's placement
 PEER_THREAD_PREFIX: Final = "peer_"
 STORM_PATH_MAX: Final = 16  # employees an internal wake's path keeps (SPEC §10)
 TYPE_TOOL_RETRY: Final = "eventos.tool.retry"  # the owner asked to run an unknown call again
+
+# Poll triggers (SPEC §7 PollWorkflow, §15 Polls).
+WF_POLL: Final = "PollWorkflow"
+ACT_POLL: Final = "poll_once"
+SOURCE_POLL: Final = "poll"
+TYPE_POLL_ITEM: Final = "eventos.poll.item"
+POLL_INTERVAL_MIN_S: Final = 30
+POLL_BACKOFF_MAX_S: Final = 3600  # failures double the interval up to an hour
+POLL_JITTER_SHARE: Final = 0.10  # jitter ≤ 10% of the interval …
+POLL_JITTER_MAX_S: Final = 30.0  # … and ≤ 30 s
+POLL_FULL_PAGE_DELAY_S: Final = 2.0  # a full page: the next one comes this soon
+POLL_PAGE_MAX_ITEMS: Final = 50
+POLL_PAGE_MAX_BYTES: Final = 512 * 1024
+POLL_UNROUTED_MAX: Final = 1000  # this many accepted rows of the source: the cycle is skipped
+POLL_FAILURES_DRIVER_DOWN: Final = 5  # consecutive failures, then "driver down"
+POLL_RESPONSE_MAX_BYTES: Final = 2 * 1024 * 1024
+ATTENTION_DRIVER_DOWN: Final = "driver_down"
+# ApplicationError types of the poll activity: each attempt ends with POLL_NEXT (BENIGN, its
+# next_retry_delay the wait); POLL_ENDED (non-retryable) ends the workflow.
+POLL_NEXT: Final = "PollNext"
+POLL_ENDED: Final = "PollEnded"
+
+
+def poll_id(employee: str, generation: int, trigger: str) -> str:
+    """A poll trigger's PollWorkflow id, `poll-<employee>-g<gen>-<trigger>`."""
+    return f"poll-{employee}-g{generation}-{trigger}"

@@ -477,3 +477,23 @@ CREATE TABLE tool_calls (
 );
 CREATE INDEX tool_calls_employee ON tool_calls (employee, created_at);
 ALTER TABLE attention_items ADD COLUMN action text;
+
+-- Poll triggers (issue 13): a poll trigger's cursor, advanced in the transaction that appends
+-- its page; failures and the next interval (doubled by failures up to an hour); `revision`
+-- fences a stale attempt.
+CREATE TABLE poll_cursors (
+    employee        text NOT NULL,
+    generation      integer NOT NULL,
+    trigger_name    text NOT NULL,
+    cursor          text,
+    failures        integer NOT NULL DEFAULT 0,
+    interval_s      integer NOT NULL,
+    revision        bigint NOT NULL DEFAULT 0,
+    appended        bigint NOT NULL DEFAULT 0,
+    skipped         bigint NOT NULL DEFAULT 0,
+    last_polled_at  timestamptz,
+    last_error      text,
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (employee, generation, trigger_name),
+    FOREIGN KEY (employee, generation) REFERENCES generations (employee, generation)
+);
