@@ -21,7 +21,7 @@ from eventos.contracts import PollTrigger
 from eventos.db import Conn
 from eventos.polls.cycle import PollEnded, Poller, Verdict, backoff_s, item_record
 from eventos.polls.fetch import http_client
-from eventos.settings import SecretStore
+from eventos.settings import OutboundSettings, SecretStore
 
 INTERVAL_S = 30
 SECRETS = SecretStore(env={"EVENTOS_SECRET_FEED_TOKEN": "feed-token-value"})
@@ -49,7 +49,7 @@ def endpoint() -> Iterator[PollEndpoint]:
 
 @pytest.fixture
 async def poller(pool: AsyncConnectionPool[Conn]) -> AsyncIterator[Poller]:
-    async with http_client() as http:
+    async with http_client(OutboundSettings(allow_private=True)) as http:
         yield Poller(pool, http, SECRETS)
 
 

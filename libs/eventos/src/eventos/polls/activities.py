@@ -19,7 +19,7 @@ from eventos.contracts import PollTrigger
 from eventos.db import Conn
 from eventos.polls.cycle import PollEnded, Poller, Verdict
 from eventos.polls.fetch import http_client
-from eventos.settings import SecretStore
+from eventos.settings import OutboundSettings, SecretStore
 
 HEARTBEAT_EVERY_S = 10.0  # a third of the workflow's heartbeat timeout (policies.POLL_HEARTBEAT)
 
@@ -45,7 +45,7 @@ class PollActivities:
 
     def __init__(self, pool: AsyncConnectionPool[Conn], secrets: SecretStore,
                  http: httpx.AsyncClient | None = None) -> None:  # fmt: skip
-        self.poller = Poller(pool, http or http_client(), secrets)
+        self.poller = Poller(pool, http or http_client(OutboundSettings.from_env()), secrets)
 
     @activity.defn(name=names.ACT_POLL)
     async def poll_once(self, req: PollTrigger) -> None:

@@ -18,7 +18,8 @@ import httpx
 
 from eventos import names
 from eventos.errors import PollFailed, SecretUnavailable
-from eventos.settings import SecretStore
+from eventos.outbound import client
+from eventos.settings import OutboundSettings, SecretStore
 from eventos.spec import Trigger
 
 TIMEOUT = httpx.Timeout(connect=5.0, read=15.0, write=10.0, pool=5.0)
@@ -35,9 +36,10 @@ class Page:
     cursor: str | None
 
 
-def http_client() -> httpx.AsyncClient:
-    """The client polls share: no proxies from the environment, no automatic redirects."""
-    return httpx.AsyncClient(timeout=TIMEOUT, trust_env=False, follow_redirects=False)
+def http_client(outbound: OutboundSettings) -> httpx.AsyncClient:
+    """The client polls share: public addresses only unless the operator allows private ones,
+    no proxies from the environment, no automatic redirects (each hop is checked)."""
+    return client(outbound, TIMEOUT)
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
