@@ -6,8 +6,8 @@ into the instance's own network (a cloud metadata address, the database, Tempora
 request, each redirect hop included, resolves its host and is refused when any address it
 resolves to is not global (loopback, private, link-local, shared, reserved, multicast). The
 connection then resolves again: a name that changes its answer between the two (DNS
-rebinding) is a window this check narrows, not one it closes; a NetworkPolicy on egress
-closes it (docs/deploy.md).
+rebinding) is a window this check narrows, not one it closes; an egress NetworkPolicy
+closes it.
 """
 
 from __future__ import annotations
