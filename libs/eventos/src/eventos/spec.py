@@ -106,6 +106,10 @@ class Agent(_Strict):
     system: str = ""
     tools: list[str] = Field(default_factory=list, max_length=32)
     http_hosts: list[HttpHost] = Field(default_factory=list, max_length=64)
+    # Shared stores the data tools may reach, besides those the employee's watch triggers name.
+    data_stores: list[Annotated[str, Field(pattern=names.DATA_STORE_RE)]] = Field(
+        default_factory=list, max_length=32
+    )
 
     @field_validator("http_hosts", mode="before")
     @classmethod
@@ -165,7 +169,7 @@ class Trigger(_Strict):
     interval_s: int | None = Field(default=None, ge=10)
     text: str | None = None
     # watch
-    store: str | None = None
+    store: str | None = Field(default=None, pattern=names.DATA_STORE_RE)
 
     _token_ref = field_validator("token")(lambda cls, v: v if v is None else _check_ref(v))
 
