@@ -11,8 +11,8 @@ Bounds (I3): store names `[a-z][a-z0-9-]{0,39}`, keys `[A-Za-z0-9][A-Za-z0-9._:/
 a value's compact JSON ≤ 64 KiB, 10,000 keys per store (a write adding one more is refused),
 `data_list` answers 200 keys at a time with `more`. Keys are never deleted.
 
-An agent may use the stores in its `data_stores` and those its employee's `watch` triggers
-watch; any other store is refused.
+An agent reads the stores in its `data_stores` and those its employee's `watch` triggers
+watch, and writes only those in its `data_stores`; any other store is refused.
 """
 
 from __future__ import annotations
@@ -133,20 +133,22 @@ def change_record(w: Write, version: int) -> IngressRecord:
     )  # fmt: skip
 
 
-def allowed_stores(spec: EmployeeSpec, agent: Agent) -> set[str]:
-    """The stores an agent may use: its `data_stores`, and those its employee watches."""
+def readable_stores(spec: EmployeeSpec, agent: Agent) -> set[str]:
+    """The stores an agent may read: its `data_stores`, and those its employee watches."""
     watched = {str(t.store) for t in spec.spec.triggers if t.kind == "watch" and t.store}
     return set(agent.data_stores) | watched
 
 
-def store_of(ctx: ToolContext, args: dict[str, Any]) -> str:
-    """The call's store, if the agent may use it (ToolRefused otherwise)."""
+def store_of(ctx: ToolContext, args: dict[str, Any], *, writes: bool = False) -> str:
+    """The call's store, if the agent may use it so (ToolRefused otherwise): it reads its
+    `data_stores` and the stores its employee watches, and writes only its `data_stores`."""
     store = str(args["store"])
     check_names(store)
-    allowed = allowed_stores(ctx.spec, ctx.agent)
+    allowed = set(ctx.agent.data_stores) if writes else readable_stores(ctx.spec, ctx.agent)
     if store not in allowed:
         shown = ", ".join(sorted(allowed)) or "none"
-        raise ToolRefused(f"store {store!r} is not allowed for this agent (allowed: {shown})")
+        verb = "written" if writes else "read"
+        raise ToolRefused(f"store {store!r} may not be {verb} by this agent (allowed: {shown})")
     return store
 
 
@@ -156,8 +158,8 @@ async def _get(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _put(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    call = ctx.call
-    w = Write(store_of(ctx, args), str(args["key"]), args["value"], writer=call.employee,
+    call, store = ctx.call, store_of(ctx, args, writes=True)
+    w = Write(store, str(args["key"]), args["value"], writer=call.employee,
               chain_id=call.chain_id, hop=call.hop + 1, causation_id=call.key,
               path=list(call.path))  # fmt: skip
     return {"version": await write(ctx.conn, w)}
