@@ -308,7 +308,20 @@ def _check_tools(spec: EmployeeSpec) -> list[tuple[str, str]]:
         if "http_request" in agent.tools and not agent.http_hosts:
             errors.append((f"spec.agents[{i}].http_hosts",
                            "http_request needs the hosts it may reach"))  # fmt: skip
+        errors += _check_data_tools(spec, i, agent)
     return errors
+
+
+def _check_data_tools(spec: EmployeeSpec, i: int, agent: Agent) -> list[tuple[str, str]]:
+    """A data tool needs a store: it writes its `data_stores`, reads those or a watched one."""
+    watched = any(t.kind == "watch" for t in spec.spec.triggers)
+    if "data_put" in agent.tools and not agent.data_stores:
+        return [(f"spec.agents[{i}].data_stores", "data_put needs the stores it may write")]
+    reads = [t for t in ("data_get", "data_list") if t in agent.tools]
+    if reads and not (agent.data_stores or watched):
+        return [(f"spec.agents[{i}].data_stores",
+                 f"{reads[0]} needs a store: data_stores or a watch trigger")]  # fmt: skip
+    return []
 
 
 def _check_cross_fields(spec: EmployeeSpec) -> list[tuple[str, str]]:
