@@ -302,3 +302,26 @@ POLL_ENDED: Final = "PollEnded"
 def poll_id(employee: str, generation: int, trigger: str) -> str:
     """A poll trigger's PollWorkflow id, `poll-<employee>-g<gen>-<trigger>`."""
     return f"poll-{employee}-g{generation}-{trigger}"
+
+
+# Watched data (SPEC §10, §15): named stores shared by the instance; each write wakes the
+# store's watchers with `data.<store>.changed`, coalesced per (subscription, record).
+SOURCE_WATCH: Final = "watch"
+DATA_STORE_RE: Final = r"^[a-z][a-z0-9-]{0,39}$"
+DATA_KEY_RE: Final = r"^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}$"
+DATA_VALUE_MAX_BYTES: Final = 64 * 1024  # a value's compact JSON (I7)
+DATA_KEYS_PER_STORE: Final = 10_000
+DATA_LIST_MAX: Final = 200  # keys one data_list answers; `more` says there are others
+WATCH_SUBJECTS_MAX: Final = 200  # pending subjects per subscription before one resync
+WATCH_RESYNC_SUBJECT: Final = "*"  # no key matches DATA_KEY_RE's first character
+WATCH_DELIVER: Final = "deliver"  # the storm guards' verdict that lets a wake through
+
+
+def data_changed_type(store: str) -> str:
+    """The type of a write's event, `data.<store>.changed`."""
+    return f"data.{store}.changed"
+
+
+def data_resync_type(store: str) -> str:
+    """The type of the one input standing for a backlog past WATCH_SUBJECTS_MAX."""
+    return f"data.{store}.resync"

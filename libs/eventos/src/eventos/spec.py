@@ -108,6 +108,10 @@ class Agent(_Strict):
     system: str = ""
     tools: list[str] = Field(default_factory=list, max_length=32)
     http_hosts: list[HttpHost] = Field(default_factory=list, max_length=64)
+    # Shared stores the data tools may reach, besides those the employee's watch triggers name.
+    data_stores: list[Annotated[str, Field(pattern=names.DATA_STORE_RE)]] = Field(
+        default_factory=list, max_length=32
+    )
 
     @field_validator("http_hosts", mode="before")
     @classmethod
@@ -219,7 +223,7 @@ class Trigger(_Strict):
     id_path: str | None = Field(default=None, pattern=JSON_PATH_RE)  # default: the item's sha256
     auth: PollAuth | None = None
     # watch
-    store: str | None = None
+    store: str | None = Field(default=None, pattern=names.DATA_STORE_RE)
 
     _token_ref = field_validator("token")(lambda cls, v: v if v is None else _check_ref(v))
     _poll_url = field_validator("url")(lambda cls, v: _check_poll_url(v))
@@ -375,7 +379,20 @@ def _check_tools(spec: EmployeeSpec) -> list[tuple[str, str]]:
         if "http_request" in agent.tools and not agent.http_hosts:
             errors.append((f"spec.agents[{i}].http_hosts",
                            "http_request needs the hosts it may reach"))  # fmt: skip
+        errors += _check_data_tools(spec, i, agent)
     return errors
+
+
+def _check_data_tools(spec: EmployeeSpec, i: int, agent: Agent) -> list[tuple[str, str]]:
+    """A data tool needs a store: it writes its `data_stores`, reads those or a watched one."""
+    watched = any(t.kind == "watch" for t in spec.spec.triggers)
+    if "data_put" in agent.tools and not agent.data_stores:
+        return [(f"spec.agents[{i}].data_stores", "data_put needs the stores it may write")]
+    reads = [t for t in ("data_get", "data_list") if t in agent.tools]
+    if reads and not (agent.data_stores or watched):
+        return [(f"spec.agents[{i}].data_stores",
+                 f"{reads[0]} needs a store: data_stores or a watch trigger")]  # fmt: skip
+    return []
 
 
 def _check_cross_fields(spec: EmployeeSpec) -> list[tuple[str, str]]:
