@@ -496,6 +496,7 @@ CREATE TABLE poll_cursors (
     updated_at      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (employee, generation, trigger_name),
     FOREIGN KEY (employee, generation) REFERENCES generations (employee, generation)
+);
 
 -- Watched data (issue 13 point 7).
 CREATE TABLE data_records (
