@@ -79,7 +79,7 @@ class Storm:
         _, _, lane, thread = stream.split("/")
         call = ToolCallInput(employee, 1, "front", thread, lane, stream, f"turn-{uuid.uuid4().hex}",
                              "call_1", tool, json.dumps(args), names.C3_INTERNAL, route, chain,
-                             hop, path, [], woken)  # fmt: skip
+                             hop, path, woken_tasks=woken)  # fmt: skip
         result = await self.tools.run(call, now=now)
         self.calls[f"{tool} {result.outcome}"] += 1
 

@@ -52,7 +52,8 @@ def call(employee: str, tool: str, args: dict[str, Any], *, thread: str = "main"
     return ToolCallInput(
         employee, 1, "front", thread, lane, f"{employee}/g1/{lane}/{thread}", turn,
         f"call_{uuid.uuid4().hex[:12]}", tool, json.dumps(args), 1,
-        dict(route or CHAT_ROUTE), chain, hop, list(path or []), [], list(woken_tasks or []),
+        dict(route or CHAT_ROUTE), chain, hop, list(path or []),
+        woken_tasks=list(woken_tasks or []),
     )  # fmt: skip
 
 

@@ -5,16 +5,21 @@ breaker half-opening after the hour."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 
+from conftest import apply_and_start
 from messaging_helpers import team
 from psycopg_pool import AsyncConnectionPool
+from test_data import spec as data_spec
+from test_data import watcher
 from test_messaging import deliveries, raw_message, route
 from test_router import query
 
 from eventos import names, storm
 from eventos.bus import append
 from eventos.db import Conn
+from eventos.tools import data
 
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -136,3 +141,27 @@ async def test_half_open_and_still_hot_opens_again(pool: AsyncConnectionPool[Con
     assert edge["breaker"] == "open" and edge["opened_at"] == T0 + timedelta(minutes=63)
     (item,) = await query(pool, "SELECT kind, count FROM attention_items")
     assert (item["kind"], item["count"]) == ("breaker_open", 2)
+
+
+async def test_watched_data_wakes_are_cut_at_8_hops_and_on_cycles(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    writer = f"w{uuid.uuid4().hex[:8]}"
+    await apply_and_start(pool, data_spec(writer, tools="[data_get, data_put]",
+                                          stores="[prices]"))  # fmt: skip
+    reader = await watcher(pool)
+    async with pool.connection() as conn:
+        for key, hop, path in (("ok", 8, []), ("far", 9, []), ("back", 2, [reader])):
+            await data.write(conn, data.Write("prices", key, 1, writer, chain_id=f"c-{key}",
+                                              hop=hop, path=path))  # fmt: skip
+    await route(pool, T0)
+    rows = await query(pool, "SELECT envelope->'data'->>'key' AS key, status, error "
+                             "FROM bus_ingress WHERE source_key = 'watch:prices'")  # fmt: skip
+    notes = {r["key"]: (r["status"], r["error"]) for r in rows}
+    assert notes["ok"] == ("routed", None)
+    assert notes["far"][0] == "no_consumer" and "loop_suppressed: hop 9" in notes["far"][1]
+    assert notes["back"][0] == "no_consumer"
+    assert f"loop_suppressed: cycle {reader} -> {writer} -> {reader}" in notes["back"][1]
+    got = await query(pool, "SELECT payload->'data'->>'key' AS key FROM bus_deliveries "
+                            "WHERE stream_key LIKE %s", f"{reader}/%")  # fmt: skip
+    assert [g["key"] for g in got] == ["ok"]

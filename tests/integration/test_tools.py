@@ -15,16 +15,19 @@ from conftest import apply_and_start
 from loopback_http import Answer, Loopback, loopback
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
+from test_turns import Instance, instance  # noqa: F401 (the in-process stack fixture)
 
 from eventos import names
 from eventos.contracts import ToolCallInput, TurnInput
 from eventos.db import Conn
-from eventos.settings import HttpToolSettings, SecretStore
+from eventos.settings import HttpToolSettings, OutboundSettings, SecretStore
+from eventos.testing import wait_for
 from eventos.tools import http
 from eventos.tools.runner import ToolRunner
 from eventos.turns import load
 
 SECRETS = SecretStore(env={"EVENTOS_SECRET_ORDERS_API": "orders-token-123"})
+LOOPBACK_OK = OutboundSettings(allow_private=True)  # the test's servers are on loopback
 SETTINGS = HttpToolSettings(timeout_s=5, max_response_bytes=64 * 1024, max_body_shown=1024)
 
 
@@ -53,7 +56,10 @@ def server() -> Iterator[Loopback]:
 @pytest.fixture
 async def employee(pool: AsyncConnectionPool[Conn]) -> str:
     name = f"h{uuid.uuid4().hex[:8]}"
-    hosts = "[{host: 127.0.0.1, auth: {scheme: bearer, secret: orders-api}}, '*.example.org']"
+    hosts = (
+        "[{host: 127.0.0.1, auth: {scheme: bearer, secret: orders-api}}, 10.1.2.3, "
+        "169.254.169.254, '*.example.org']"
+    )
     await apply_and_start(pool, spec(name, hosts))
     return name
 
@@ -68,7 +74,7 @@ def call(employee: str, args: dict[str, object] | str, name: str = "http_request
 
 
 def runner(pool: AsyncConnectionPool[Conn]) -> ToolRunner:
-    return ToolRunner(pool, SECRETS, {http.SETTINGS_KEY: SETTINGS})
+    return ToolRunner(pool, SECRETS, {http.SETTINGS_KEY: SETTINGS, http.OUTBOUND_KEY: LOOPBACK_OK})
 
 
 async def row(pool: AsyncConnectionPool[Conn], key: str) -> dict[str, object]:
@@ -111,6 +117,7 @@ async def test_a_get_reads_the_answer_with_the_hosts_credential(
         ),
         ('{"method": ', "arguments are not JSON"),
         ("[1]", "must be a JSON object"),
+        ({"method": "POST", "url": "http://127.0.0.1/", "body": "x" * 40_000}, "arguments over"),
     ],
 )
 async def test_bad_calls_go_back_to_the_model_as_refusals(
@@ -212,3 +219,60 @@ async def test_a_turn_is_offered_its_agents_tools_with_their_schemas(
     (tool,) = ctx.tools
     assert tool.name == "http_request" and tool.parameters["required"] == ["method", "url"]
     assert tool.parameters["additionalProperties"] is False
+
+
+async def test_a_turn_calls_a_tool_and_the_owners_retry_runs_an_unknown_call_again(
+    instance: Instance,  # noqa: F811 (the fixture imported above)
+    server: Loopback,
+) -> None:
+    name = f"r{uuid.uuid4().hex[:8]}"
+    await apply_and_start(instance.pool, spec(name, "[127.0.0.1]"))
+    server.answer("/pay", Answer(body=b'{"paid": "' + b"p" * 4000 + b'"}', cut=True))
+    args = {"method": "POST", "url": f"{server.base_url}/pay", "body": {"eur": 5}}
+    r = await instance.api.post(f"/v1/employees/{name}/chat", json={
+        "client_message_id": uuid.uuid4().hex, "text": f"pay\ncall: http_request {json.dumps(args)}"})  # fmt: skip
+    reply = await instance.reply(int(r.json()["message_id"]), name=name)
+    assert "http_request returned" in reply and "unknown" in reply
+    assert len(server.requests("/pay")) == 1
+    (item,) = await query(instance.pool, "SELECT id, ref FROM attention_items")
+
+    server.answer("/pay", Answer(body=b'{"paid": true}'))
+    act = f"/v1/attention/{item['id']}:act"
+    assert (await instance.api.post(act, json={"action": "ack"})).status_code == 400
+    asked = await instance.api.post(act, json={"action": "retry"})
+    assert asked.status_code == 202, asked.text
+    assert asked.json()["call"] == item["ref"]
+    again = await instance.api.post(act, json={"action": "retry"})  # asking twice retries once
+    assert again.status_code == 409 and "is resolved" in again.json()["detail"]
+    assert (await instance.api.post("/v1/attention/999999:act", json={"action": "retry"})
+            ).status_code == 404  # fmt: skip
+
+    async def retried() -> list[dict[str, object]] | None:
+        rows = await query(instance.pool, "SELECT status, outcome, retry_of, result FROM tool_calls "
+                                          "WHERE retry_of IS NOT NULL AND status <> 'calling'")  # fmt: skip
+        return rows or None
+
+    (done,) = await wait_for(retried, timeout=30, what="the retried call")
+    assert (done["status"], done["outcome"], done["retry_of"]) == ("done", "ok", item["ref"])
+    assert len(server.requests("/pay")) == 2  # once on its own, once because the owner asked
+
+    async def told() -> str | None:
+        rows = await query(instance.pool, f"SELECT transcript FROM conversations "
+                                          f"WHERE employee = '{name}'")  # fmt: skip
+        users = [m["content"] for m in rows[0]["transcript"] if m["role"] == "user"]
+        return next((u for u in users if "asked to run your http_request call" in u), None)
+
+    text = await wait_for(told, timeout=30, what="the employee told of the retry")
+    assert '{\\"paid\\": true}' in text, text  # the server's answer, as the body the tool read
+
+
+async def test_private_addresses_are_refused_unless_the_operator_allows_them(
+    pool: AsyncConnectionPool[Conn], employee: str, server: Loopback
+) -> None:
+    server.answer("/orders", Answer())
+    strict = ToolRunner(pool, SECRETS, {http.SETTINGS_KEY: SETTINGS})  # the default: deny
+    for url in (f"{server.base_url}/orders", "http://10.1.2.3/", "http://169.254.169.254/latest"):
+        result = await strict.run(call(employee, {"method": "GET", "url": url}))
+        assert result.outcome == names.TOOL_REFUSED, url
+        assert "is a private address" in json.loads(result.content)["error"]
+    assert server.requests("/orders") == []

@@ -58,9 +58,9 @@ def test_the_spec_example_parses_with_default_classes_and_lanes() -> None:
     rows = compile_subscriptions(spec, 1)
     assert [r["source_key"] for r in rows] == [
         "chat:support", "webhook:stripe", "telegram:tg-main", "cron:support/cron-3", "webhook:deploys",
-        "alarm:support", "ipc:support",  # the implicit subscriptions (SPEC §3)
+        "alarm:support", "ipc:support", "tool:support",  # the implicit subscriptions (SPEC §3)
     ]  # fmt: skip
-    assert [r["thread_by"] for r in rows[-2:]] == [names.THREAD_BY_EXPLICIT] * 2
+    assert [r["thread_by"] for r in rows[-3:]] == [names.THREAD_BY_EXPLICIT] * 3
     assert rows[2]["thread_by"] == "subject"  # one conversation per customer
     assert {r["agent"] for r in rows} == {"front"}
 

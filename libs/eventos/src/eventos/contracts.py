@@ -459,6 +459,7 @@ class ToolCallInput:
     hop: int
     path: list[str] = field(default_factory=list)
     woken_by: list[str] = field(default_factory=list)  # types of the consumed inputs
+    retry_of: str | None = None  # the key of the unknown call the owner asked to run again
     woken_tasks: list[str] = field(default_factory=list)  # ids of delegated tasks consumed
 
     @property
@@ -473,3 +474,13 @@ class ToolResult:
 
     content: str
     outcome: str  # names.TOOL_OK | TOOL_REFUSED | TOOL_UNKNOWN | TOOL_FAILED
+
+
+@dataclass(frozen=True)
+class PollTrigger:
+    """PollWorkflow's argument: which poll trigger of which generation it reads. The trigger's
+    definition is read from the generation's frozen spec at each attempt (I10)."""
+
+    employee: str
+    generation: int
+    trigger: str

@@ -367,3 +367,16 @@ class HttpToolSettings:
             ),
             max_body_shown=env_int(env, "EVENTOS_TOOLS_HTTP_MAX_SHOWN", cls.max_body_shown),
         )
+
+
+@dataclass(frozen=True)
+class OutboundSettings:
+    """`EVENTOS_OUTBOUND_ALLOW_PRIVATE`: let tools and polls reach private addresses (a test
+    harness, an instance whose APIs live on its own network)."""
+
+    allow_private: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OutboundSettings:
+        env = os.environ if env is None else env
+        return cls(allow_private=_bool(env, "EVENTOS_OUTBOUND_ALLOW_PRIVATE", False))

@@ -221,11 +221,30 @@ def wake_of(row: dict[str, Any]) -> tuple[str | None, str, list[str], str]:
     """(sender, target, path, text) of an ingress row on an `ipc:` source."""
     env: dict[str, Any] = row["envelope"] if isinstance(row["envelope"], dict) else {}
     sender = env.get(names.ATTR_SENDER)
-    path = [p for p in env.get(names.ATTR_PATH) or [] if isinstance(p, str)]
+    path = path_of(env)
     data: dict[str, Any] = env["data"] if isinstance(env.get("data"), dict) else {}
     text = data.get("text") if isinstance(data.get("text"), str) else json.dumps(data)[:500]
     target = str(row["source_key"]).split(":", 1)[1]
     return (sender if isinstance(sender, str) else None), target, path, str(text)
+
+
+async def guard(conn: Conn, sender: str, target: str, chain_id: str, hop: int, path: list[str],
+                text: str, now: datetime, *, rated: bool = True) -> Verdict:  # fmt: skip
+    """`check`, and on DIGEST the wake's `text` collected into the edge's digest (the caller
+    then settles the row without a delivery). For routers of internal wakes."""
+    verdict = await check(conn, sender, target, chain_id, hop, path, now, rated=rated)
+    if verdict.action == DIGEST:
+        cur = await conn.execute(Q["storm_edge_get"], {"sender": sender, "target": target})
+        state = await cur.fetchone() or {}
+        await collect(conn, sender, target, text, chain_id, hop, path, now,
+                      breaker_open=state.get("breaker") == names.BREAKER_OPEN)  # fmt: skip
+    return verdict
+
+
+def path_of(envelope: object) -> list[str]:
+    """The employees an event's wake went through (`eventospath`)."""
+    env = envelope if isinstance(envelope, dict) else {}
+    return [p for p in env.get(names.ATTR_PATH) or [] if isinstance(p, str)]
 
 
 async def gate(conn: Conn, row: dict[str, Any], now: datetime) -> Verdict:
@@ -236,10 +255,4 @@ async def gate(conn: Conn, row: dict[str, Any], now: datetime) -> Verdict:
         return Verdict(DELIVER)
     rated = row["type"] != names.TYPE_IPC_RESULT
     chain, hop = str(row["chain_id"]), int(row["hop"])
-    verdict = await check(conn, sender, target, chain, hop, path, now, rated=rated)
-    if verdict.action == DIGEST:
-        cur = await conn.execute(Q["storm_edge_get"], {"sender": sender, "target": target})
-        state = await cur.fetchone() or {}
-        await collect(conn, sender, target, text, chain, hop, path, now,
-                      breaker_open=state.get("breaker") == names.BREAKER_OPEN)  # fmt: skip
-    return verdict
+    return await guard(conn, sender, target, chain, hop, path, text, now, rated=rated)

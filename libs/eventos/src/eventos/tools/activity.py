@@ -20,7 +20,7 @@ from eventos import names
 from eventos.contracts import ToolCallInput, ToolResult
 from eventos.db import Conn
 from eventos.errors import NotFound
-from eventos.settings import HttpToolSettings, SecretStore
+from eventos.settings import HttpToolSettings, OutboundSettings, SecretStore
 from eventos.tools import http
 from eventos.tools.runner import ToolRunner
 
@@ -36,7 +36,11 @@ class ToolActivities:
 
     @classmethod
     def from_env(cls, pool: AsyncConnectionPool[Conn]) -> ToolActivities:
-        return cls(pool, SecretStore.from_env(), {http.SETTINGS_KEY: HttpToolSettings.from_env()})
+        extras = {
+            http.SETTINGS_KEY: HttpToolSettings.from_env(),
+            http.OUTBOUND_KEY: OutboundSettings.from_env(),
+        }
+        return cls(pool, SecretStore.from_env(), extras)
 
     @activity.defn(name=names.ACT_TOOL)
     async def tool_call(self, call: ToolCallInput) -> ToolResult:

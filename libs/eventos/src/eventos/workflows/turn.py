@@ -66,6 +66,9 @@ PARK_TYPES = ("ProviderQuotaExceeded", "ProviderAuthError", "ProviderCredentialM
               names.LLM_ENDPOINT_NOT_ALLOWED, names.PROVIDER_OUTAGE)  # fmt: skip
 SUSPENDED_RECHECK = timedelta(minutes=10)  # a suspended turn asks again (Signals are hints)
 PARK_PROBE = timedelta(minutes=15)
+# Workflow changes that running turns must replay as they were (Temporal's patching): remove a
+# patch's old branch two releases after it shipped (docs/turns.md).
+PATCH_TOOLS = "tools-as-activities"
 
 
 def hold_reason(exc: ActivityError) -> str | None:
@@ -106,6 +109,10 @@ def b2_note(count: int) -> ChatMessage:
     """Merge point B2: the draft above was not sent; answer it and the newer messages at once."""
     return ChatMessage("user", f"[{count} more message(s) arrived before your answer was sent; "
                                "it was not sent. Reply once, covering everything.]")  # fmt: skip
+
+
+def tool_unavailable(call: ToolCall) -> ChatMessage:
+    return ChatMessage("tool", f"error: tool {call.name!r} is not available", tool_call_id=call.id)
 
 
 def tool_message(call: ToolCall, result: ToolResult) -> ChatMessage:
@@ -271,8 +278,25 @@ class TurnWorkflow:
         )  # fmt: skip
         return out
 
-    async def _tools(self, turn: TurnInput, calls: list[ToolCall],
-                     consumed: list[DeliveryItem]) -> list[ChatMessage]:  # fmt: skip
+    async def _read(self, turn: TurnInput, items: list[DeliveryItem]) -> list[ChatMessage]:
+        """Inputs as the model reads them; an owner's Retry of an unknown call runs the call
+        again first (under a new id, the same `unknown` rule) and says what it returned."""
+        out: list[ChatMessage] = []
+        for item in items:
+            data = (item.payload or {}).get("data") or {}
+            if item.type != names.TYPE_TOOL_RETRY or not isinstance(data, dict):
+                out.append(user_message(item))
+                continue
+            call = ToolCall(f"retry-{item.ingress_id}", str(data.get("name")),
+                            json.dumps(data.get("arguments") or {}))  # fmt: skip
+            (result,) = await self._tools(turn, [call], [item], retry_of=data.get("retry_of"))
+            out.append(ChatMessage("user", f"[the owner asked to run your {call.name} call "
+                                           f"{data.get('retry_of')} again; it returned: "
+                                           f"{result.content}]"))  # fmt: skip
+        return out
+
+    async def _tools(self, turn: TurnInput, calls: list[ToolCall], consumed: list[DeliveryItem],
+                     retry_of: str | None = None) -> list[ChatMessage]:  # fmt: skip
         """The whole batch, in order, each call an activity with an id from (turn, call);
         a call that failed for good is told to the model as such."""
         chain, hop, path = causal(consumed)
@@ -280,11 +304,19 @@ class TurnWorkflow:
         woken_tasks = task_ids(consumed)
         out: list[ChatMessage] = []
         for call in calls:
+            if (
+                len(call.arguments.encode()) > names.TOOL_ARGUMENTS_MAX_BYTES
+            ):  # I7: not into Temporal
+                text = json.dumps(
+                    {"error": f"arguments over {names.TOOL_ARGUMENTS_MAX_BYTES} bytes"}
+                )
+                out.append(tool_message(call, ToolResult(text, names.TOOL_REFUSED)))
+                continue
             req = ToolCallInput(
                 turn.employee, turn.generation, turn.agent, turn.thread,
                 names.lane_of(turn.stream_key), turn.stream_key, turn.turn_id, call.id,
                 call.name, call.arguments, self.klass, dict(turn.route), chain, hop, path,
-                woken_by, woken_tasks,
+                woken_by, retry_of, woken_tasks,
             )  # fmt: skip
             try:
                 result = await workflow.execute_activity(
@@ -331,7 +363,7 @@ class TurnWorkflow:
         )  # fmt: skip
         b2 = turn.route.get("kind") in names.CHANNEL_KINDS
         consumed = list(turn.inputs)
-        new = [user_message(i) for i in turn.inputs]
+        new = await self._read(turn, list(turn.inputs))
         reply: str | None = None
         for step in range(names.TURN_MAX_STEPS):
             if self.stop_reason is not None:  # a merge point: nothing is saved
@@ -340,7 +372,7 @@ class TurnWorkflow:
                 merged, self.offered = self.offered, []
                 self.merged += len(merged)
                 consumed += merged
-                new += [user_message(i) for i in merged]
+                new += await self._read(turn, merged)
                 await self._merged(turn, step, merged)
                 await self._inherit(turn, min(i.klass for i in merged))
             system = [ChatMessage("system", ctx.system)] if ctx.system else []
@@ -352,7 +384,10 @@ class TurnWorkflow:
                 return TurnResult(turn.turn_id, names.TURN_FAILED, [], None, dead_letter=out)
             new.append(out.message)
             if out.message.tool_calls:  # the whole batch is answered before the next step
-                new += await self._tools(turn, out.message.tool_calls, consumed)
+                if workflow.patched(PATCH_TOOLS):
+                    new += await self._tools(turn, out.message.tool_calls, consumed)
+                else:  # a run that started before tools existed answers as it did then
+                    new += [tool_unavailable(c) for c in out.message.tool_calls]
                 continue
             if b2 and self.offered and self.drafts < names.TURN_MAX_B2:
                 self.drafts += 1  # merge point B2: the draft stays, one more step

@@ -1,10 +1,10 @@
 -- name: tool_call_begin
 -- Record an attempt of a tool call: a new row (`fresh`) or the attempts of an earlier one, with
 -- what it left (a `calling` row of an unsafe call means it may have reached the outside world).
-INSERT INTO tool_calls AS c (id, employee, generation, thread, turn_id, name, effect, arguments,
-    status)
-VALUES (%(id)s, %(employee)s, %(generation)s, %(thread)s, %(turn_id)s, %(name)s, %(effect)s,
-    %(arguments)s, 'calling')
+INSERT INTO tool_calls AS c (id, employee, generation, lane, thread, route, turn_id, name, effect,
+    arguments, status, retry_of)
+VALUES (%(id)s, %(employee)s, %(generation)s, %(lane)s, %(thread)s, %(route)s, %(turn_id)s,
+    %(name)s, %(effect)s, %(arguments)s, 'calling', %(retry_of)s)
 ON CONFLICT (id) DO UPDATE SET attempts = c.attempts + 1
 RETURNING (xmax = 0) AS fresh, status, outcome, result, attempts, called_at, effect;
 
@@ -20,9 +20,18 @@ WHERE id = %(id)s;
 
 -- name: tool_call_get
 -- One call by id.
-SELECT id, employee, generation, thread, turn_id, name, effect, arguments, status, outcome,
-       result, attempts, created_at, called_at, finished_at, retry_of
+SELECT id, employee, generation, lane, thread, route, turn_id, name, effect, arguments, status,
+       outcome, result, attempts, created_at, called_at, finished_at, retry_of
 FROM tool_calls WHERE id = %(id)s;
+
+-- name: attention_item_lock
+-- An open attention item, locked while its action is taken.
+SELECT id, employee, kind, ref, action, state FROM attention_items
+WHERE id = %(id)s FOR UPDATE;
+
+-- name: attention_item_resolve
+-- The item's action was taken.
+UPDATE attention_items SET state = 'resolved', last_seen = now() WHERE id = %(id)s;
 
 -- name: attention_raise_action
 -- Raise an attention item that offers an action (`retry`), or count a repeat on the open one;
