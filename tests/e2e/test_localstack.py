@@ -171,7 +171,7 @@ def test_starts_serves_and_stops_on_ctrl_c(launch: Callable[..., Run]) -> None:
     check_services(doc)
     # hello needs nothing; support needs credentials nobody gave, so it was skipped.
     assert employees(doc) == {"hello": "running"}
-    assert "support: skipped (needs openai-main, stripe-whsec, tg-main, deploy-hook" in run.log()
+    assert "support: skipped (needs openai-main, stripe-whsec, deploy-hook" in run.log()
     assert 'eventosctl chat hello "hi"' in run.log()
     hook = httpx.post(
         f"{doc['ingress_url']}/hooks/hello",
