@@ -473,3 +473,21 @@ class ToolResult:
 
     content: str
     outcome: str  # names.TOOL_OK | TOOL_REFUSED | TOOL_UNKNOWN | TOOL_FAILED
+
+
+@dataclass(frozen=True)
+class FireAlarms:
+    """The supervisor's `fire_due_alarms` activity: fire what is due for this generation."""
+
+    employee: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class AlarmsDue:
+    """What `fire_due_alarms` did, and the earliest scheduled alarm left (the supervisor's
+    `alarms` deadline; None when there is none)."""
+
+    fired: int
+    missed: int
+    next_due: datetime | None

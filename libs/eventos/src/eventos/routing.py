@@ -16,6 +16,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from eventos import names, users
+from eventos.alarms.store import cancel_follow_ups
 from eventos.db import Conn
 from eventos.db.sql import Q
 
@@ -226,6 +227,8 @@ async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: 
             "causation_id": row["causation_id"],
         },
     )
+    if sub["trigger_kind"] in names.INBOUND_KINDS:  # a message arrived: its follow-ups end
+        await cancel_follow_ups(conn, sub["employee"], sub["generation"], lane, thread)
     stats.deliveries += 1
     stats.streams.add(key)
 

@@ -12,6 +12,8 @@ from temporalio.worker import Worker
 
 from eventos import names
 from eventos.activities import DbActivities
+from eventos.alarms.activity import AlarmActivities
+from eventos.settings import AlarmSettings
 from eventos.supervision import SupervisorActivities
 from eventos.temporal import TemporalConnection, worker_build_id
 from eventos.tools.activity import ToolActivities
@@ -38,6 +40,7 @@ def workflow_worker(
         tools = tools or ToolActivities.from_env(db.pool)
         activities = (db.workflow_queue_activities() + SupervisorActivities(db.pool).activities()
                       + tools.activities())  # fmt: skip
+        activities += AlarmActivities(db.pool, AlarmSettings.from_env()).activities()
     return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities,
                   build_id=worker_build_id())  # fmt: skip
 
