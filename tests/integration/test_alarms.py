@@ -264,6 +264,8 @@ async def test_a_repeating_alarm_is_scheduled_again_and_only_a_running_generatio
         )
         await employees.stop(conn, employee)
     assert (await fire(pool, employee)).fired == 0  # paused: it waits for Resume
+    async with pool.connection() as conn:  # … and the supervisor is not brought back for it
+        assert await store.next_due(conn, employee, 1) is None
     async with pool.connection() as conn:
         await employees.resume(conn, employee)
     assert (await fire(pool, employee)).fired == 1

@@ -15,6 +15,7 @@ Other subsystems set alarms of their own kind through `create_deadline` and sett
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -27,9 +28,12 @@ from eventos.bus import IngressRecord, append
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.envelope import encoded_size, new_event_id
-from eventos.errors import EventOSError
+from eventos.errors import EventOSError, RecordInvalid
 
 LIST_MAX = 100  # alarms `list_alarms` shows (the rest is counted in `more`)
+# What an alarm may carry into its fired input, so that input always fits the bus (64 KB):
+# a row the bus refused at fire time would stop its supervisor's alarms.
+CARRIED_MAX_BYTES = 32 * 1024
 
 
 class TooManyAlarms(EventOSError):
@@ -76,7 +80,12 @@ def deadline_id(employee: str, generation: int, kind: str, ref: str) -> str:
 
 async def create(conn: Conn, alarm: NewAlarm, cap: int = names.ALARMS_MAX_PER_EMPLOYEE) -> None:
     """Store a scheduled alarm (in the caller's transaction); TooManyAlarms at `cap`
-    scheduled ones of its kind in the generation. The same id again changes nothing."""
+    scheduled ones of its kind in the generation, RecordInvalid past CARRIED_MAX_BYTES. The
+    same id again changes nothing."""
+    carried = json.dumps([alarm.text, alarm.route, alarm.payload, alarm.path], default=str)
+    if len(carried.encode()) > CARRIED_MAX_BYTES:
+        raise RecordInvalid(f"an alarm carries at most {CARRIED_MAX_BYTES} bytes of text, "
+                            "route, payload and path")  # fmt: skip
     params = {"employee": alarm.employee, "generation": alarm.generation, "kind": alarm.kind}
     await conn.execute(Q["alarms_lock_employee"], params)
     cur = await conn.execute(Q["alarms_count_scheduled"], params)

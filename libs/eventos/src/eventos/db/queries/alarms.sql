@@ -81,6 +81,10 @@ WHERE id = %(id)s AND status = 'scheduled' AND due_at <= now() AND occurrence = 
 RETURNING id;
 
 -- name: alarms_next_due
--- The earliest scheduled alarm of a generation (the supervisor's `alarms` deadline).
-SELECT min(due_at) AS due_at FROM alarms
-WHERE employee = %(employee)s AND generation = %(generation)s AND status = 'scheduled';
+-- The earliest scheduled alarm of a running generation (the supervisor's `alarms` deadline):
+-- none while the database has it paused, so a supervisor that has not heard of the pause yet
+-- does not come back at once for alarms `fire_due` would not take.
+SELECT min(a.due_at) AS due_at FROM alarms a
+JOIN generations g ON g.employee = a.employee AND g.generation = a.generation
+WHERE a.employee = %(employee)s AND a.generation = %(generation)s AND a.status = 'scheduled'
+  AND g.state = 'running';
