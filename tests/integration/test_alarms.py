@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 from conftest import apply_and_start
 from psycopg_pool import AsyncConnectionPool
+from temporalio.common import Priority, WorkflowIDReusePolicy
 from test_router import append_all, driver_event, query, route_until_done
 from test_supervision import applied, supervisor_status
 from test_turns import Instance, instance  # noqa: F401 (the in-process stack fixture)
 
 from eventos import alarms, employees, names
 from eventos.alarms import store
-from eventos.contracts import ToolCallInput
+from eventos.contracts import Control, SetLimits, SupervisorInput, ToolCallInput
 from eventos.db import Conn
 from eventos.settings import AlarmSettings, SecretStore
 from eventos.testing import wait_for
@@ -451,3 +452,30 @@ async def test_a_repeating_alarm_fires_three_times_then_is_cancelled(
     assert '"status":"cancelled"' in reply
     (row,) = await alarm_rows(instance.pool, name)
     assert row["status"] == "cancelled" and row["occurrence"] >= 4
+
+
+async def test_after_continue_as_new_the_supervisor_reads_the_alarms_again(
+    instance: Instance,  # noqa: F811
+) -> None:
+    name = await supervised_employee(instance)
+    sid = names.supervisor_id(name, 1)
+    handle = instance.client.get_workflow_handle(sid)
+    await handle.terminate("test: replaced by a short roll")
+    await instance.client.start_workflow(
+        names.WF_SUPERVISOR,
+        SupervisorInput(name, 1, Control("running", 1), continued=True, roll_after=2),
+        id=sid, task_queue=instance.deliverer.workflow_queue,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        priority=Priority(priority_key=names.SUPERVISOR_PRIORITY, fairness_key=name),
+    )  # fmt: skip
+    await armed(instance, name)
+    first = (await handle.describe()).run_id
+    # Written without a Signal: this run armed its deadline an hour ahead and does not know.
+    aid = await past_alarm(instance.pool, name, "after the roll", 5)
+    for revision, usd in ((2, 1), (3, 2)):  # its Update limit: it continues as new
+        await handle.execute_update(
+            names.UPDATE_SET_LIMITS, SetLimits({"daily_usd": usd}, revision)
+        )
+    assert await consumed(instance, name, "after the roll") == "after the roll"
+    assert (await handle.describe()).run_id != first
+    assert [r["dedupe_key"] for r in await fired_inputs(instance.pool, name)] == [f"alarm:{aid}"]
