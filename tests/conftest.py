@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,10 @@ from eventos.settings import (
     ServiceSettings,
 )
 from eventos.spec import load_specs
+
+# The outside world of these tests (HTTP servers that tools call and polls read) is on
+# loopback; services started in-process and as processes read this from the environment.
+os.environ.setdefault("EVENTOS_OUTBOUND_ALLOW_PRIVATE", "true")
 
 ADMIN_TOKEN = "test-admin-token-0123456789"
 DRIVER_TOKEN = "test-driver-drv-1-token-0123"  # drv-1's token, by its default reference

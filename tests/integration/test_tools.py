@@ -20,14 +20,14 @@ from test_turns import Instance, instance  # noqa: F401 (the in-process stack fi
 from eventos import names
 from eventos.contracts import ToolCallInput, TurnInput
 from eventos.db import Conn
-from eventos.errors import Conflict
-from eventos.settings import HttpToolSettings, SecretStore
+from eventos.settings import HttpToolSettings, OutboundSettings, SecretStore
 from eventos.testing import wait_for
-from eventos.tools import http, retry
+from eventos.tools import http
 from eventos.tools.runner import ToolRunner
 from eventos.turns import load
 
 SECRETS = SecretStore(env={"EVENTOS_SECRET_ORDERS_API": "orders-token-123"})
+LOOPBACK_OK = OutboundSettings(allow_private=True)  # the test's servers are on loopback
 SETTINGS = HttpToolSettings(timeout_s=5, max_response_bytes=64 * 1024, max_body_shown=1024)
 
 
@@ -56,7 +56,10 @@ def server() -> Iterator[Loopback]:
 @pytest.fixture
 async def employee(pool: AsyncConnectionPool[Conn]) -> str:
     name = f"h{uuid.uuid4().hex[:8]}"
-    hosts = "[{host: 127.0.0.1, auth: {scheme: bearer, secret: orders-api}}, '*.example.org']"
+    hosts = (
+        "[{host: 127.0.0.1, auth: {scheme: bearer, secret: orders-api}}, 10.1.2.3, "
+        "169.254.169.254, '*.example.org']"
+    )
     await apply_and_start(pool, spec(name, hosts))
     return name
 
@@ -71,7 +74,7 @@ def call(employee: str, args: dict[str, object] | str, name: str = "http_request
 
 
 def runner(pool: AsyncConnectionPool[Conn]) -> ToolRunner:
-    return ToolRunner(pool, SECRETS, {http.SETTINGS_KEY: SETTINGS})
+    return ToolRunner(pool, SECRETS, {http.SETTINGS_KEY: SETTINGS, http.OUTBOUND_KEY: LOOPBACK_OK})
 
 
 async def row(pool: AsyncConnectionPool[Conn], key: str) -> dict[str, object]:
@@ -114,6 +117,7 @@ async def test_a_get_reads_the_answer_with_the_hosts_credential(
         ),
         ('{"method": ', "arguments are not JSON"),
         ("[1]", "must be a JSON object"),
+        ({"method": "POST", "url": "http://127.0.0.1/", "body": "x" * 40_000}, "arguments over"),
     ],
 )
 async def test_bad_calls_go_back_to_the_model_as_refusals(
@@ -233,11 +237,15 @@ async def test_a_turn_calls_a_tool_and_the_owners_retry_runs_an_unknown_call_aga
     (item,) = await query(instance.pool, "SELECT id, ref FROM attention_items")
 
     server.answer("/pay", Answer(body=b'{"paid": true}'))
-    async with instance.pool.connection() as conn:
-        asked = await retry.request_retry(conn, int(item["id"]))
-        with pytest.raises(Conflict, match="is resolved"):  # asking twice retries once
-            await retry.request_retry(conn, int(item["id"]))
-    assert asked.call == item["ref"]
+    act = f"/v1/attention/{item['id']}:act"
+    assert (await instance.api.post(act, json={"action": "ack"})).status_code == 400
+    asked = await instance.api.post(act, json={"action": "retry"})
+    assert asked.status_code == 202, asked.text
+    assert asked.json()["call"] == item["ref"]
+    again = await instance.api.post(act, json={"action": "retry"})  # asking twice retries once
+    assert again.status_code == 409 and "is resolved" in again.json()["detail"]
+    assert (await instance.api.post("/v1/attention/999999:act", json={"action": "retry"})
+            ).status_code == 404  # fmt: skip
 
     async def retried() -> list[dict[str, object]] | None:
         rows = await query(instance.pool, "SELECT status, outcome, retry_of, result FROM tool_calls "
@@ -256,3 +264,15 @@ async def test_a_turn_calls_a_tool_and_the_owners_retry_runs_an_unknown_call_aga
 
     text = await wait_for(told, timeout=30, what="the employee told of the retry")
     assert '{\\"paid\\": true}' in text, text  # the server's answer, as the body the tool read
+
+
+async def test_private_addresses_are_refused_unless_the_operator_allows_them(
+    pool: AsyncConnectionPool[Conn], employee: str, server: Loopback
+) -> None:
+    server.answer("/orders", Answer())
+    strict = ToolRunner(pool, SECRETS, {http.SETTINGS_KEY: SETTINGS})  # the default: deny
+    for url in (f"{server.base_url}/orders", "http://10.1.2.3/", "http://169.254.169.254/latest"):
+        result = await strict.run(call(employee, {"method": "GET", "url": url}))
+        assert result.outcome == names.TOOL_REFUSED, url
+        assert "is a private address" in json.loads(result.content)["error"]
+    assert server.requests("/orders") == []

@@ -476,6 +476,16 @@ class ToolResult:
 
 
 @dataclass(frozen=True)
+class PollTrigger:
+    """PollWorkflow's argument: which poll trigger of which generation it reads. The trigger's
+    definition is read from the generation's frozen spec at each attempt (I10)."""
+
+    employee: str
+    generation: int
+    trigger: str
+
+
+@dataclass(frozen=True)
 class FireAlarms:
     """The supervisor's `fire_due_alarms` activity: fire what is due for this generation."""
 

@@ -260,9 +260,9 @@ async def _turn_lost(client: Client, turn_id: str, entity_id: str) -> bool:
 async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str,
                 sched: SchedConfig | None = None, *, outbox: OutboxKeys) -> str:  # fmt: skip
     """Recreate from the database what should exist in Temporal (I10): every live generation's
-    supervisor and Schedules; turns Temporal lost are ended and their slots given back, and the
-    replies they queued but could not send are sent; a stream whose entity is gone gets what it
-    was sent back as pending, for the relay."""
+    supervisor, Schedules and PollWorkflows; turns Temporal lost are ended and their slots given
+    back, and the replies they queued but could not send are sent; a stream whose entity is gone
+    gets what it was sent back as pending, for the relay."""
     effects = Effects(pool, client, queue)
     supervisors = schedules = lost_turns = sends = streams = 0
     async with pool.connection() as conn:
@@ -277,6 +277,8 @@ async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str,
             supervisors += how != "running"
             if how == "running":  # a new run makes them itself
                 await effects.ensure_schedules(e, g, paused=gen["state"] == names.GEN_PAUSED)
+                if gen["state"] == names.GEN_RUNNING:
+                    await effects.ensure_polls(e, g)
                 schedules += 1
         cur = await conn.execute(Q["turns_running_all"])
         for t in await cur.fetchall():

@@ -95,3 +95,11 @@ class Unauthenticated(EventOSError):
 
 class Forbidden(EventOSError):
     """This token may not do that."""
+
+
+class PollFailed(EventOSError):
+    """The polled endpoint gave no usable page."""
+
+    def __init__(self, message: str | None = None, retry_after_s: float | None = None) -> None:
+        self.retry_after_s = retry_after_s  # a 429's Retry-After: the next poll not sooner
+        super().__init__(message)

@@ -263,7 +263,7 @@ TOOL_FAILED: Final = "failed"  # configuration or a broken tool: not the model's
 TOOL_CALLING: Final = "calling"
 TOOL_DONE: Final = "done"
 TOOL_RESULT_MAX_BYTES: Final = 16 * 1024  # what a tool result may put into the transcript
-TOOL_ARGUMENTS_MAX_BYTES: Final = 64 * 1024
+TOOL_ARGUMENTS_MAX_BYTES: Final = 32 * 1024  # a call's input stays under the 64 KB bound (I7)
 ATTENTION_TOOL_UNKNOWN: Final = "tool_unknown"
 ACTION_RETRY: Final = "retry"  # an attention item's action: run the call once more
 # Internal events placed in a named stream: the producer names lane, thread and reply route
@@ -276,6 +276,56 @@ THREAD_BY_EXPLICIT: Final = "explicit"  # an implicit subscription's placement
 PEER_THREAD_PREFIX: Final = "peer_"
 STORM_PATH_MAX: Final = 16  # employees an internal wake's path keeps (SPEC §10)
 TYPE_TOOL_RETRY: Final = "eventos.tool.retry"  # the owner asked to run an unknown call again
+
+# Poll triggers (SPEC §7 PollWorkflow, §15 Polls).
+WF_POLL: Final = "PollWorkflow"
+ACT_POLL: Final = "poll_once"
+SOURCE_POLL: Final = "poll"
+TYPE_POLL_ITEM: Final = "eventos.poll.item"
+POLL_INTERVAL_MIN_S: Final = 30
+POLL_BACKOFF_MAX_S: Final = 3600  # failures double the interval up to an hour
+POLL_JITTER_SHARE: Final = 0.10  # jitter ≤ 10% of the interval …
+POLL_JITTER_MAX_S: Final = 30.0  # … and ≤ 30 s
+POLL_FULL_PAGE_DELAY_S: Final = 2.0  # a full page: the next one comes this soon
+POLL_PAGE_MAX_ITEMS: Final = 50
+POLL_PAGE_MAX_BYTES: Final = 512 * 1024
+POLL_UNROUTED_MAX: Final = 1000  # this many accepted rows of the source: the cycle is skipped
+POLL_FAILURES_DRIVER_DOWN: Final = 5  # consecutive failures, then "driver down"
+POLL_RESPONSE_MAX_BYTES: Final = 2 * 1024 * 1024
+ATTENTION_DRIVER_DOWN: Final = "driver_down"
+# ApplicationError types of the poll activity: each attempt ends with POLL_NEXT (BENIGN, its
+# next_retry_delay the wait); POLL_ENDED (non-retryable) ends the workflow.
+POLL_NEXT: Final = "PollNext"
+POLL_ENDED: Final = "PollEnded"
+
+
+def poll_id(employee: str, generation: int, trigger: str) -> str:
+    """A poll trigger's PollWorkflow id, `poll-<employee>-g<gen>-<trigger>`."""
+    return f"poll-{employee}-g{generation}-{trigger}"
+
+
+# Watched data (SPEC §10, §15): named stores shared by the instance; each write wakes the
+# store's watchers with `data.<store>.changed`, coalesced per (subscription, record).
+SOURCE_WATCH: Final = "watch"
+DATA_STORE_RE: Final = r"^[a-z][a-z0-9-]{0,39}$"
+DATA_KEY_RE: Final = r"^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}$"
+DATA_VALUE_MAX_BYTES: Final = 64 * 1024  # a value's compact JSON (I7)
+DATA_KEYS_PER_STORE: Final = 10_000
+DATA_LIST_MAX: Final = 200  # keys one data_list answers; `more` says there are others
+WATCH_SUBJECTS_MAX: Final = 200  # pending subjects per subscription before one resync
+WATCH_RESYNC_SUBJECT: Final = "*"  # no key matches DATA_KEY_RE's first character
+WATCH_DELIVER: Final = "deliver"  # the storm guards' verdict that lets a wake through
+
+
+def data_changed_type(store: str) -> str:
+    """The type of a write's event, `data.<store>.changed`."""
+    return f"data.{store}.changed"
+
+
+def data_resync_type(store: str) -> str:
+    """The type of the one input standing for a backlog past WATCH_SUBJECTS_MAX."""
+    return f"data.{store}.resync"
+
 
 # Alarms and follow-ups (SPEC §10, §15): rows in `alarms`, fired by the supervisor's one timer
 # into the thread that set them (source `alarm:<employee>`, dedupe `alarm:<id>[:<occurrence>]`).

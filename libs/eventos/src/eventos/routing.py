@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from eventos import names, users
+from eventos import names, users, watch
 from eventos.alarms.store import cancel_follow_ups
 from eventos.db import Conn
 from eventos.db.sql import Q
@@ -187,7 +187,7 @@ def placement(sub: dict[str, Any], envelope: object, ingress_id: int) -> Placeme
 
 
 async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: Placement,
-                   stats: RouteStats) -> None:  # fmt: skip
+                   stats: RouteStats) -> tuple[str, int]:  # fmt: skip
     lane, thread = place.lane, place.thread
     key = names.stream_key(sub["employee"], sub["generation"], lane, thread)
     hold = names.HOLD_STARTING if sub["generation_state"] == names.GEN_STARTING else None
@@ -231,6 +231,21 @@ async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: 
         await cancel_follow_ups(conn, sub["employee"], sub["generation"], lane, thread)
     stats.deliveries += 1
     stats.streams.add(key)
+    return key, seq
+
+
+async def _serve(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: Placement,
+                 stats: RouteStats) -> watch.Routed:  # fmt: skip
+    """One matched subscription: a delivery, or for watched data what `watch` decides."""
+    change = watch.change_of(row) if sub["trigger_kind"] == "watch" else None
+    if change is None:
+        await _deliver(conn, row, sub, place, stats)
+        return watch.Routed(True)
+
+    async def deliver(form: dict[str, Any]) -> tuple[str, int]:
+        return await _deliver(conn, form, sub, place, stats)
+
+    return await watch.route_change(conn, row, sub, change, deliver)
 
 
 async def _route_row(
@@ -251,10 +266,13 @@ async def _route_row(
     if len(matched) > names.FANOUT_MAX:
         error = f"fanout_capped: {len(matched)} subscriptions, first {names.FANOUT_MAX} served"
         matched = matched[: names.FANOUT_MAX]
+    notes = [error] if error else []
     for sub, place in matched:
-        await _deliver(conn, row, sub, place, stats)
-    if matched:
-        status = names.INGRESS_ROUTED
+        served = await _serve(conn, row, sub, place, stats)
+        notes += [served.note] if served.note else []
+        if served.reached:
+            status = names.INGRESS_ROUTED
+    error = "; ".join(notes) or None
     params = {"id": row["id"], "received_at": row["received_at"], "status": status, "error": error}
     await conn.execute(Q["ingress_mark"], params)
     if status == names.INGRESS_ROUTED:

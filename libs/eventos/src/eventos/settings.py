@@ -370,6 +370,19 @@ class HttpToolSettings:
 
 
 @dataclass(frozen=True)
+class OutboundSettings:
+    """`EVENTOS_OUTBOUND_ALLOW_PRIVATE`: let tools and polls reach private addresses (a test
+    harness, an instance whose APIs live on its own network)."""
+
+    allow_private: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OutboundSettings:
+        env = os.environ if env is None else env
+        return cls(allow_private=_bool(env, "EVENTOS_OUTBOUND_ALLOW_PRIVATE", False))
+
+
+@dataclass(frozen=True)
 class AlarmSettings:
     """Alarms (SPEC §10): the shortest `repeat.every_s` the tool accepts, how late a fired alarm
     must be for its text to carry a lateness note, and how many rows one `fire_due` moves."""

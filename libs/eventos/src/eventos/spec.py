@@ -8,9 +8,11 @@ from __future__ import annotations
 import re
 import zoneinfo
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from eventos import names
 from eventos.errors import SpecInvalid
@@ -106,6 +108,10 @@ class Agent(_Strict):
     system: str = ""
     tools: list[str] = Field(default_factory=list, max_length=32)
     http_hosts: list[HttpHost] = Field(default_factory=list, max_length=64)
+    # Shared stores the data tools may reach, besides those the employee's watch triggers name.
+    data_stores: list[Annotated[str, Field(pattern=names.DATA_STORE_RE)]] = Field(
+        default_factory=list, max_length=32
+    )
 
     @field_validator("http_hosts", mode="before")
     @classmethod
@@ -132,6 +138,51 @@ class Verify(_Strict):
         if self.scheme in ("header", "hmac-sha256") and not self.header:
             raise ValueError(f"scheme {self.scheme} needs the header that carries it")
         return self
+
+
+# Poll triggers (SPEC §7 PollWorkflow): dotted JSON paths (a numeric segment indexes a list).
+JSON_PATH_RE = r"^[A-Za-z0-9_$-]{1,64}(\.[A-Za-z0-9_$-]{1,64}){0,15}$"
+QUERY_PARAM_RE = r"^[A-Za-z0-9_.\[\]-]{1,64}$"
+HEADER_NAME_RE = r"^[A-Za-z0-9-]{1,64}$"
+POLL_FIELDS = ("url", "cursor_param", "items_path", "cursor_path", "id_path", "auth")
+
+
+class PollAuth(_Strict):
+    """A poll's credential: `Authorization: Bearer <secret>` or `<header>: <secret>`."""
+
+    scheme: Literal["bearer", "header"]
+    secret: SecretRef
+    header: str | None = Field(default=None, pattern=HEADER_NAME_RE)
+
+    _ref = field_validator("secret")(lambda cls, v: _check_ref(v))
+
+    @model_validator(mode="after")
+    def _header_per_scheme(self) -> PollAuth:
+        if (self.scheme == "header") != (self.header is not None):
+            raise ValueError("scheme header needs a header; scheme bearer takes none")
+        return self
+
+
+def _check_poll_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http or https URL with a host")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("must not carry credentials (use auth with a secret reference)")
+    return value
+
+
+def _raise_at(model: str, errors: list[tuple[str, str]], values: object) -> None:
+    """Raise these (field, message) errors located at their fields (parse_spec's paths)."""
+    if errors:
+        details = [
+            InitErrorDetails(type=PydanticCustomError("value_error", msg), loc=(f,),
+                             input=getattr(values, f, None))
+            for f, msg in errors
+        ]  # fmt: skip
+        raise ValidationError.from_exception_data(model, details)
 
 
 class Debounce(_Strict):
@@ -164,10 +215,18 @@ class Trigger(_Strict):
     schedule: str | None = None
     interval_s: int | None = Field(default=None, ge=10)
     text: str | None = None
+    # poll (SPEC §7): an HTTP JSON endpoint read page by page
+    url: str | None = Field(default=None, max_length=2048)
+    cursor_param: str | None = Field(default=None, pattern=QUERY_PARAM_RE)
+    items_path: str | None = Field(default=None, pattern=JSON_PATH_RE)
+    cursor_path: str | None = Field(default=None, pattern=JSON_PATH_RE)
+    id_path: str | None = Field(default=None, pattern=JSON_PATH_RE)  # default: the item's sha256
+    auth: PollAuth | None = None
     # watch
-    store: str | None = None
+    store: str | None = Field(default=None, pattern=names.DATA_STORE_RE)
 
     _token_ref = field_validator("token")(lambda cls, v: v if v is None else _check_ref(v))
+    _poll_url = field_validator("url")(lambda cls, v: _check_poll_url(v))
 
     @field_validator("class_", mode="before")
     @classmethod
@@ -195,6 +254,22 @@ class Trigger(_Strict):
             raise ValueError("only a grpc trigger takes a driver token")
         if self.schedule is not None and len(self.schedule.split()) != 5:
             raise ValueError("schedule must be a 5-field cron expression")
+        return self
+
+    @model_validator(mode="after")
+    def _poll_fields(self) -> Trigger:
+        if self.kind != "poll":
+            given = [f for f in POLL_FIELDS if getattr(self, f) is not None]
+            _raise_at("Trigger", [(f, "only a poll trigger takes it") for f in given], self)
+            return self
+        errors = [(f, "a poll trigger needs it") for f in ("url", "items_path")
+                  if getattr(self, f) is None]  # fmt: skip
+        if self.interval_s is not None and self.interval_s < names.POLL_INTERVAL_MIN_S:
+            errors.append(("interval_s", f"must be at least {names.POLL_INTERVAL_MIN_S} s"))
+        if (self.cursor_param is None) != (self.cursor_path is None):
+            missing = "cursor_param" if self.cursor_param is None else "cursor_path"
+            errors.append((missing, "cursor_param and cursor_path go together"))
+        _raise_at("Trigger", errors, self)
         return self
 
     @property
@@ -304,7 +379,20 @@ def _check_tools(spec: EmployeeSpec) -> list[tuple[str, str]]:
         if "http_request" in agent.tools and not agent.http_hosts:
             errors.append((f"spec.agents[{i}].http_hosts",
                            "http_request needs the hosts it may reach"))  # fmt: skip
+        errors += _check_data_tools(spec, i, agent)
     return errors
+
+
+def _check_data_tools(spec: EmployeeSpec, i: int, agent: Agent) -> list[tuple[str, str]]:
+    """A data tool needs a store: it writes its `data_stores`, reads those or a watched one."""
+    watched = any(t.kind == "watch" for t in spec.spec.triggers)
+    if "data_put" in agent.tools and not agent.data_stores:
+        return [(f"spec.agents[{i}].data_stores", "data_put needs the stores it may write")]
+    reads = [t for t in ("data_get", "data_list") if t in agent.tools]
+    if reads and not (agent.data_stores or watched):
+        return [(f"spec.agents[{i}].data_stores",
+                 f"{reads[0]} needs a store: data_stores or a watch trigger")]  # fmt: skip
+    return []
 
 
 def _check_cross_fields(spec: EmployeeSpec) -> list[tuple[str, str]]:

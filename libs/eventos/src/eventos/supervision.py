@@ -4,10 +4,12 @@ The database side of Start, Stop, Resume and Reset commits with the owner's inte
 (eventos.intents). This module makes the Temporal side true, idempotently, for the
 supervisor's activities, the deliverer and re-arm:
 - running: the generation is active, `start` triggers fired once, cron Schedules exist and
-  run, entities holding inputs are woken;
+  run, each poll trigger's PollWorkflow runs, entities holding inputs are woken;
 - paused: Schedules paused, running turns stopped at their next merge point (their inputs
-  stay pending; admission refuses new turns until Resume);
-- retired: Schedules deleted, entities cancelled (they drain their turns).
+  stay pending; admission refuses new turns until Resume); polls stop (an attempt that finds
+  its generation not running ends its PollWorkflow, so a quick Resume keeps the same run);
+- retired: Schedules deleted, PollWorkflows cancelled, entities cancelled (they drain their
+  turns).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from temporalio.client import (
     ScheduleState,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import Priority
+from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from eventos import employees, ledger, names
@@ -42,6 +44,7 @@ from eventos.contracts import (
     BudgetRefresh,
     BudgetStatus,
     InterruptTurn,
+    PollTrigger,
     ScheduleFire,
 )
 from eventos.db import Conn
@@ -165,6 +168,8 @@ class Effects:
             log.info("%s g%d: %d start trigger(s) fired", req.employee, req.generation, fired)
         await self.ensure_schedules(req.employee, req.generation,
                                     paused=req.state == names.GEN_PAUSED)  # fmt: skip
+        if req.state != names.GEN_PAUSED:
+            await self.ensure_polls(req.employee, req.generation)
 
     async def ensure_schedules(self, employee: str, generation: int, *, paused: bool) -> None:
         """Create each cron trigger's Schedule that does not exist (paused when stopped)."""
@@ -176,6 +181,19 @@ class Effects:
             sid = names.schedule_id(employee, generation, name)
             with contextlib.suppress(ScheduleAlreadyRunningError):
                 await self.client.create_schedule(sid, schedule, rpc_timeout=CALL_TIMEOUT)
+
+    async def ensure_polls(self, employee: str, generation: int) -> None:
+        """Each poll trigger's PollWorkflow runs (USE_EXISTING: a running one is kept)."""
+        (row,) = await self._rows("generation_control", employee, generation)
+        for name, _ in triggers_of(row["spec"], "poll"):
+            await self.client.start_workflow(
+                names.WF_POLL, PollTrigger(employee, generation, name),
+                id=names.poll_id(employee, generation, name), task_queue=self.queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                priority=Priority(priority_key=names.TRIGGER_PRIORITY, fairness_key=employee),
+                rpc_timeout=CALL_TIMEOUT,
+            )  # fmt: skip
 
     async def _each_schedule(self, employee: str, generation: int,
                              act: Callable[[Any], Awaitable[object]]) -> None:  # fmt: skip
@@ -195,14 +213,19 @@ class Effects:
                 await self.stop_turns(e, g)
         elif req.state == names.GEN_RUNNING:
             await self._each_schedule(e, g, lambda h: h.unpause(note="resumed"))
+            await self.ensure_polls(e, g)
             await self.wake_entities(e, g)
             await self.release_suspended(e)
         elif req.state == names.GEN_RETIRED:
             await self.retire(e, g)
 
     async def retire(self, employee: str, generation: int) -> None:
-        """Delete the Schedules and cancel every entity (each drains its turn)."""
+        """Delete the Schedules, end the polls and cancel every entity (each drains its turn)."""
         await self._each_schedule(employee, generation, lambda h: h.delete())
+        (row,) = await self._rows("generation_control", employee, generation)
+        for name, _ in triggers_of(row["spec"], "poll"):
+            handle = self.client.get_workflow_handle(names.poll_id(employee, generation, name))
+            await _tolerate_missing(handle.cancel(rpc_timeout=CALL_TIMEOUT))
         for row in await self._rows("generation_entities", employee, generation):
             handle = self.client.get_workflow_handle(row["entity_id"])
             await _tolerate_missing(handle.cancel(rpc_timeout=CALL_TIMEOUT))

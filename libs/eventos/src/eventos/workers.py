@@ -13,17 +13,20 @@ from temporalio.worker import Worker
 from eventos import names
 from eventos.activities import DbActivities
 from eventos.alarms.activity import AlarmActivities
-from eventos.settings import AlarmSettings
+from eventos.polls.activities import PollActivities
+from eventos.settings import AlarmSettings, SecretStore
 from eventos.supervision import SupervisorActivities
 from eventos.temporal import TemporalConnection, worker_build_id
 from eventos.tools.activity import ToolActivities
 from eventos.workflows.conversation import ConversationWorkflow
+from eventos.workflows.poll import PollWorkflow
 from eventos.workflows.schedule_fire import ScheduleFireWorkflow
 from eventos.workflows.supervisor import EmployeeSupervisorWorkflow
 from eventos.workflows.turn import TurnWorkflow
 
 log = logging.getLogger(__name__)
-WORKFLOWS = [ConversationWorkflow, TurnWorkflow, EmployeeSupervisorWorkflow, ScheduleFireWorkflow]
+WORKFLOWS = [ConversationWorkflow, TurnWorkflow, EmployeeSupervisorWorkflow, ScheduleFireWorkflow,
+             PollWorkflow]  # fmt: skip
 RECONNECT_S = 2.0
 
 
@@ -32,14 +35,17 @@ def workflow_worker(
     task_queue: str = names.WORKFLOW_QUEUE,
     db: DbActivities | None = None,
     tools: ToolActivities | None = None,
+    polls: PollActivities | None = None,
 ) -> Worker:
-    """Every workflow type, the database activities, the supervisor's effects and the tool
-    calls (SPEC §4 workers-workflow); tools from the environment unless given."""
+    """Every workflow type, the database activities, the supervisor's effects, the tool calls
+    and the poll activity (SPEC §4 workers-workflow); tools and polls resolve their secrets
+    from the environment unless given."""
     activities = []
     if db is not None:
         tools = tools or ToolActivities.from_env(db.pool)
-        activities = (db.workflow_queue_activities() + SupervisorActivities(db.pool).activities()
-                      + tools.activities())  # fmt: skip
+        polls = polls or PollActivities(db.pool, SecretStore.from_env())
+        activities = db.workflow_queue_activities() + SupervisorActivities(db.pool).activities()
+        activities += tools.activities() + polls.activities()
         activities += AlarmActivities(db.pool, AlarmSettings.from_env()).activities()
     return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities,
                   build_id=worker_build_id())  # fmt: skip

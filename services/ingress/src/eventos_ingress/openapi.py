@@ -97,6 +97,8 @@ SCHEMAS: dict[str, Schema] = {
     "UserCreated": obj({"name": STR, "token": {**STR, "description": "shown once"}}),
     "User": obj({"name": STR, "created_at": {"type": "string", "format": "date-time"}}),
     "UserList": obj({"users": {"type": "array", "items": ref("User")}}),
+    "AttentionAct": obj({"action": {"enum": ["retry"]}}),
+    "AttentionActed": obj({"item": INT, "action": STR, "call": STR, "input": INT}),
 }
 
 COMMON = {
@@ -267,6 +269,19 @@ def paths() -> dict[str, Any]:
                 body="UserCreate",
             ),
             "get": op("Every user (admin only)", (200, "the users", "UserList")),
+        },
+        "/v1/attention/{item_id}:act": {
+            "post": op(
+                "Take an attention item's action: `retry` runs an unknown tool call once more "
+                "(admin only)",
+                (202, "committed: the call runs again in its thread", "AttentionActed"),
+                errors={
+                    "404": "no such attention item",
+                    "409": "the item is not open or offers no such action",
+                },
+                body="AttentionAct",
+                params=[{**intent_id, "name": "item_id"}],
+            )
         },
         "/v1/users/{name}": {
             "delete": op(

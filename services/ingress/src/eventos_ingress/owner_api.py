@@ -36,6 +36,7 @@ from eventos.errors import (
 )
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.spec import check_supported, parse_specs, yaml_documents
+from eventos.tools import retry
 from eventos.wake import Kicker
 from eventos_ingress import bodies, openapi, problems
 
@@ -176,6 +177,7 @@ class OwnerApi:
             op("/v1/employees/{target}", self.lifecycle, "POST"),
             op("/v1/intents/{intent_id}", self.intent, "GET"),
             op("/v1/rearm", self.rearm, "POST"),
+            op("/v1/attention/{target}", self.attention_act, "POST"),
             op("/v1/users", self.user_add, "POST"),
             op("/v1/users", self.user_list, "GET"),
             op("/v1/users/{name}", self.user_remove, "DELETE"),
@@ -262,6 +264,22 @@ class OwnerApi:
         async with self.pool.connection() as conn:
             req = await intents.set_limits(conn, request.path_params["name"], body)
         return _requested(req)
+
+    async def attention_act(self, request: Request, caller: Caller) -> Response:
+        """`<id>:act` with `{"action": "retry"}`: run an unknown tool call once more."""
+        item, _, verb = str(request.path_params["target"]).partition(":")
+        if verb != "act" or not item.isdigit() or len(item) > 18:
+            raise NotFound("use POST /v1/attention/<item id>:act")
+        body = await bodies.read_object(request)
+        action = _string(body, "action", "")
+        if action != names.ACTION_RETRY:
+            raise InputInvalid("action", f"unknown action {action!r}; use {names.ACTION_RETRY!r}")
+        async with self.pool.connection() as conn:
+            done = await retry.request_retry(conn, int(item))
+        if self.kicker is not None:
+            self.kicker.kick()
+        return JSONResponse({"item": done.item_id, "action": action, "call": done.call,
+                             "input": done.ingress_id}, status_code=202)  # fmt: skip
 
     async def intent(self, request: Request, caller: Caller) -> Response:
         """One intent, `applying` until applied (then `applied` or `failed`)."""

@@ -6,8 +6,10 @@ import asyncio
 
 from eventos.activities import DbActivities
 from eventos.outbox_keys import OutboxKeys
+from eventos.polls.activities import PollActivities
 from eventos.scheduler import SchedConfig
 from eventos.service import configure_logging
+from eventos.settings import SecretStore
 from eventos.wiring import ConnectedConfig, build_connected
 from eventos.workers import run_forever, workflow_worker
 
@@ -17,8 +19,9 @@ async def main() -> None:
     cfg = ConnectedConfig.from_env("workers-workflow")
     service, connected = await build_connected(cfg)
     db = DbActivities(connected.pool, SchedConfig.from_env(), outbox=outbox)
+    polls = PollActivities(connected.pool, SecretStore.from_env())  # poll auth: secret references
     service.loops.append(
-        lambda: run_forever(connected.temporal, lambda c: workflow_worker(c, db=db))
+        lambda: run_forever(connected.temporal, lambda c: workflow_worker(c, db=db, polls=polls))
     )
     await service.run()
 

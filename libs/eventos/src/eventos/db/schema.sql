@@ -478,6 +478,57 @@ CREATE TABLE tool_calls (
 CREATE INDEX tool_calls_employee ON tool_calls (employee, created_at);
 ALTER TABLE attention_items ADD COLUMN action text;
 
+-- Poll triggers (issue 13): a poll trigger's cursor, advanced in the transaction that appends
+-- its page; failures and the next interval (doubled by failures up to an hour); `revision`
+-- fences a stale attempt.
+CREATE TABLE poll_cursors (
+    employee        text NOT NULL,
+    generation      integer NOT NULL,
+    trigger_name    text NOT NULL,
+    cursor          text,
+    failures        integer NOT NULL DEFAULT 0,
+    interval_s      integer NOT NULL,
+    revision        bigint NOT NULL DEFAULT 0,
+    appended        bigint NOT NULL DEFAULT 0,
+    skipped         bigint NOT NULL DEFAULT 0,
+    last_polled_at  timestamptz,
+    last_error      text,
+    updated_at      timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (employee, generation, trigger_name),
+    FOREIGN KEY (employee, generation) REFERENCES generations (employee, generation)
+);
+
+-- Watched data (issue 13 point 7).
+CREATE TABLE data_records (
+    store       text NOT NULL CHECK (store ~ '^[a-z][a-z0-9-]{0,39}$'),
+    key         text COLLATE "C" NOT NULL CHECK (key ~ '^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}$'),
+    value       jsonb NOT NULL,
+    version     bigint NOT NULL CHECK (version > 0),
+    updated_by  text NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (store, key)
+);
+-- One row per store: its key count, the bound's counter (I3). Locked by a write that adds a
+-- key, so two writers cannot both take the last free key.
+CREATE TABLE data_stores (
+    store       text PRIMARY KEY,
+    keys        integer NOT NULL DEFAULT 0,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+-- The router's coalescing state (level-triggered): per (watch subscription, subject) the
+-- delivery that still stands for it. A subject is a record key, or '*' for the store's resync.
+-- A row whose delivery has left `pending`/`held` is stale and is replaced or pruned.
+CREATE TABLE watch_pending (
+    subscription_id  bigint NOT NULL REFERENCES bus_subscriptions (id),
+    subject          text COLLATE "C" NOT NULL,
+    stream_key       text NOT NULL,
+    seq              bigint NOT NULL,
+    coalesced        integer NOT NULL DEFAULT 0,
+    last_version     bigint,
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (subscription_id, subject)
+);
+
 -- Alarms and follow-ups (issue 13).
 CREATE TABLE alarms (
     id           text PRIMARY KEY,

@@ -21,7 +21,7 @@ from eventos.alarms import signal_changed
 from eventos.contracts import ToolCallInput, ToolResult
 from eventos.db import Conn
 from eventos.errors import NotFound
-from eventos.settings import AlarmSettings, HttpToolSettings, SecretStore
+from eventos.settings import AlarmSettings, HttpToolSettings, OutboundSettings, SecretStore
 from eventos.tools import alarms, http
 from eventos.tools.runner import ToolRunner
 
@@ -37,8 +37,11 @@ class ToolActivities:
 
     @classmethod
     def from_env(cls, pool: AsyncConnectionPool[Conn]) -> ToolActivities:
-        extras = {http.SETTINGS_KEY: HttpToolSettings.from_env(),
-                  alarms.SETTINGS_KEY: AlarmSettings.from_env()}  # fmt: skip
+        extras = {
+            http.SETTINGS_KEY: HttpToolSettings.from_env(),
+            http.OUTBOUND_KEY: OutboundSettings.from_env(),
+            alarms.SETTINGS_KEY: AlarmSettings.from_env(),
+        }
         return cls(pool, SecretStore.from_env(), extras)
 
     @activity.defn(name=names.ACT_TOOL)

@@ -42,7 +42,7 @@ class ToolMisconfigured(Exception):
 @dataclass
 class ToolContext:
     """What a handler may use. `conn` is inside the transaction that records the call for a
-    transactional tool; an outside tool gets a connection outside any transaction."""
+    transactional tool; a tool that reaches outside holds no connection while it calls."""
 
     call: ToolCallInput
     conn: Conn

@@ -19,11 +19,13 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from eventos.settings import HttpToolSettings
+from eventos.outbound import OutboundRefused, client
+from eventos.settings import HttpToolSettings, OutboundSettings
 from eventos.spec import HttpHost
 from eventos.tools.base import Effect, Tool, ToolContext, ToolMisconfigured, ToolRefused, obj
 
 SETTINGS_KEY = "http"
+OUTBOUND_KEY = "outbound"
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 SAFE_METHODS = ("GET", "HEAD")
 IDEMPOTENCY_HEADER = "idempotency-key"
@@ -92,6 +94,7 @@ async def _read(response: httpx.Response, cap: int) -> tuple[bytes, bool]:
 
 async def http_request(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     settings: HttpToolSettings = ctx.extras.get(SETTINGS_KEY) or HttpToolSettings()
+    outbound: OutboundSettings = ctx.extras.get(OUTBOUND_KEY) or OutboundSettings()
     method, url = str(args["method"]).upper(), str(args["url"])
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -113,11 +116,13 @@ async def http_request(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
     timeout = httpx.Timeout(settings.timeout_s)
     try:
         async with (
-            httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client,
+            client(outbound, timeout) as http,
             asyncio.timeout(settings.timeout_s * 2),
-            client.stream(method, url, headers=headers, content=content) as response,
+            http.stream(method, url, headers=headers, content=content) as response,
         ):
             body, cut = await _read(response, settings.max_response_bytes)
+    except OutboundRefused as exc:
+        raise ToolRefused(f"{exc}; nothing was sent") from None
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         raise ToolRefused(
             f"could not connect to {parts.hostname}: {exc}; nothing was sent"

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
+from prometheus_client import Counter
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
@@ -38,6 +40,10 @@ from eventos.tools.base import (
 from eventos.tools.registry import TOOLS
 
 log = logging.getLogger(__name__)
+TOOL_CALLS = Counter(
+    "eventos_tool_calls_total", "Tool call attempts that ended, by tool and outcome.",
+    ["tool", "outcome"],
+)  # fmt: skip
 
 
 def clip(text: str, limit: int = names.TOOL_RESULT_MAX_BYTES) -> str:
@@ -89,6 +95,12 @@ class ToolRunner:
         self.extras = extras or {}
 
     async def run(self, call: ToolCallInput, now: datetime | None = None) -> ToolResult:
+        result = await self._run(call, now)
+        # Labels carry the tool only if it exists: a model's made-up names are not a label.
+        TOOL_CALLS.labels(call.name if call.name in TOOLS else "(unknown)", result.outcome).inc()
+        return result
+
+    async def _run(self, call: ToolCallInput, now: datetime | None) -> ToolResult:
         tool = TOOLS.get(call.name)
         async with self.pool.connection() as conn:
             ctx = await self._context(conn, call, now or datetime.now(UTC))
@@ -100,7 +112,13 @@ class ToolRunner:
                 return refused(str(exc))
             if tool.transactional:
                 return await self._in_transaction(ctx, tool, args)
-            return await self._outside(ctx, tool, args)
+            early = await self._before_outside(conn, call, tool.effect_of(args), args)
+        if early is not None:
+            return early
+        # The call itself holds no database connection (it may take the whole timeout).
+        result = await self._handle(replace(ctx, conn=cast(Conn, NO_CONNECTION)), tool, args)
+        async with self.pool.connection() as conn, conn.transaction():
+            return await self._finish(conn, call, result)
 
     async def _context(self, conn: Conn, call: ToolCallInput, now: datetime) -> ToolContext:
         params = {"employee": call.employee, "generation": call.generation}
@@ -159,10 +177,10 @@ class ToolRunner:
                 result = undo.result
             return await self._finish(conn, call, result)
 
-    async def _outside(self, ctx: ToolContext, tool: Tool, args: dict[str, Any]) -> ToolResult:
-        """Marked `called_at` before the call; an unsafe call found so is `unknown`."""
-        conn, call = ctx.conn, ctx.call
-        effect = tool.effect_of(args)
+    async def _before_outside(self, conn: Conn, call: ToolCallInput, effect: Effect,
+                              args: dict[str, Any]) -> ToolResult | None:  # fmt: skip
+        """Mark `called_at` (committed) before a call that reaches outside; the result instead
+        when an earlier attempt has one, or `unknown` when an unsafe one may have been made."""
         async with conn.transaction():
             row = await self._begin(conn, call, effect, args)
         if row["status"] in (names.TOOL_DONE, names.TOOL_UNKNOWN):
@@ -171,9 +189,7 @@ class ToolRunner:
             return await self._unknown(conn, call)
         async with conn.transaction():
             await conn.execute(Q["tool_call_calling"], {"id": call.key})
-        result = await self._handle(ctx, tool, args)
-        async with conn.transaction():
-            return await self._finish(conn, call, result)
+        return None
 
     async def _unknown(self, conn: Conn, call: ToolCallInput) -> ToolResult:
         result = ToolResult(unknown_text(call), names.TOOL_UNKNOWN)
@@ -187,6 +203,16 @@ class ToolRunner:
             })  # fmt: skip
         log.warning("tool call %s (%s) is unknown", call.key, call.name)
         return result
+
+
+class _NoConnection:
+    """What an outside tool's context holds instead of a connection: any use is a bug."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError("a tool that reaches outside holds no database connection")
+
+
+NO_CONNECTION = _NoConnection()
 
 
 class _Undo(Exception):

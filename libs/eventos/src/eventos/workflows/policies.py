@@ -43,3 +43,13 @@ TOOL_RETRY = RetryPolicy(
 TOOL_ATTEMPT_TIMEOUT = timedelta(minutes=1)
 TOOL_BUDGET = timedelta(minutes=10)
 TOOL_HEARTBEAT = timedelta(seconds=10)
+
+# A poll's one activity (SPEC §7): every attempt ends with its own BENIGN `next_retry_delay`
+# (the interval, doubled by failures). This policy paces only attempts that ended without a
+# verdict (the worker died, the database was unreachable); the attempt number grows forever,
+# so its interval is constant rather than exponential (which would sit at its maximum).
+POLL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=10), backoff_coefficient=1.0, maximum_attempts=0
+)
+POLL_ATTEMPT_TIMEOUT = timedelta(minutes=2)  # the fetch's 30 s deadline and two transactions
+POLL_HEARTBEAT = timedelta(seconds=30)  # a killed worker's attempt is retried this soon

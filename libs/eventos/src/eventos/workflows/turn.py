@@ -66,6 +66,9 @@ PARK_TYPES = ("ProviderQuotaExceeded", "ProviderAuthError", "ProviderCredentialM
               names.LLM_ENDPOINT_NOT_ALLOWED, names.PROVIDER_OUTAGE)  # fmt: skip
 SUSPENDED_RECHECK = timedelta(minutes=10)  # a suspended turn asks again (Signals are hints)
 PARK_PROBE = timedelta(minutes=15)
+# Workflow changes that running turns must replay as they were (Temporal's patching): remove a
+# patch's old branch two releases after it shipped (docs/turns.md).
+PATCH_TOOLS = "tools-as-activities"
 
 
 def hold_reason(exc: ActivityError) -> str | None:
@@ -106,6 +109,10 @@ def b2_note(count: int) -> ChatMessage:
     """Merge point B2: the draft above was not sent; answer it and the newer messages at once."""
     return ChatMessage("user", f"[{count} more message(s) arrived before your answer was sent; "
                                "it was not sent. Reply once, covering everything.]")  # fmt: skip
+
+
+def tool_unavailable(call: ToolCall) -> ChatMessage:
+    return ChatMessage("tool", f"error: tool {call.name!r} is not available", tool_call_id=call.id)
 
 
 def tool_message(call: ToolCall, result: ToolResult) -> ChatMessage:
@@ -284,6 +291,14 @@ class TurnWorkflow:
         woken_by = sorted({i.type for i in consumed})
         out: list[ChatMessage] = []
         for call in calls:
+            if (
+                len(call.arguments.encode()) > names.TOOL_ARGUMENTS_MAX_BYTES
+            ):  # I7: not into Temporal
+                text = json.dumps(
+                    {"error": f"arguments over {names.TOOL_ARGUMENTS_MAX_BYTES} bytes"}
+                )
+                out.append(tool_message(call, ToolResult(text, names.TOOL_REFUSED)))
+                continue
             req = ToolCallInput(
                 turn.employee, turn.generation, turn.agent, turn.thread,
                 names.lane_of(turn.stream_key), turn.stream_key, turn.turn_id, call.id,
@@ -356,7 +371,10 @@ class TurnWorkflow:
                 return TurnResult(turn.turn_id, names.TURN_FAILED, [], None, dead_letter=out)
             new.append(out.message)
             if out.message.tool_calls:  # the whole batch is answered before the next step
-                new += await self._tools(turn, out.message.tool_calls, consumed)
+                if workflow.patched(PATCH_TOOLS):
+                    new += await self._tools(turn, out.message.tool_calls, consumed)
+                else:  # a run that started before tools existed answers as it did then
+                    new += [tool_unavailable(c) for c in out.message.tool_calls]
                 continue
             if b2 and self.offered and self.drafts < names.TURN_MAX_B2:
                 self.drafts += 1  # merge point B2: the draft stays, one more step
