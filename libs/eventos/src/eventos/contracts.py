@@ -460,6 +460,7 @@ class ToolCallInput:
     path: list[str] = field(default_factory=list)
     woken_by: list[str] = field(default_factory=list)  # types of the consumed inputs
     retry_of: str | None = None  # the key of the unknown call the owner asked to run again
+    woken_tasks: list[str] = field(default_factory=list)  # ids of delegated tasks consumed
 
     @property
     def key(self) -> str:

@@ -327,6 +327,42 @@ def data_resync_type(store: str) -> str:
     return f"data.{store}.resync"
 
 
+# Employee messaging and storm guards (SPEC §10, §15; issue 13). Messages and tasks go to
+# source `ipc:<target>`, placed in thread `peer_<sender>`; task results into the delegating
+# turn's thread (`reply_to`). `eventossender` names the employee an internal wake comes from.
+ATTR_SENDER: Final = "eventossender"
+TYPE_IPC_MESSAGE: Final = "eventos.ipc.message"
+TYPE_IPC_TASK: Final = "eventos.ipc.task"
+TYPE_IPC_RESULT: Final = "eventos.ipc.task.result"
+TYPE_IPC_TIMED_OUT: Final = "eventos.ipc.task.timed_out"
+TYPE_IPC_DIGEST: Final = "eventos.ipc.digest"
+IPC_ROUTE_KIND: Final = "ipc"
+TASK_OPEN: Final = "open"
+TASK_DONE: Final = "done"
+TASK_TIMED_OUT: Final = "timed_out"
+TASK_CANCELLED: Final = "cancelled"
+IPC_TEXT_MAX: Final = 16 * 1024  # characters of a message, task or result
+IPC_OPEN_TASKS_MAX: Final = 200  # open tasks one employee has delegated (SPEC §15)
+IPC_PENDING_MAX: Final = 500  # undelivered ipc inputs per target (SPEC §15)
+IPC_DEADLINE_MAX_S: Final = 30 * 86400
+IPC_UPKEEP_EVERY_S: Final = 5.0  # the router's deadline and digest check
+STORM_HOPS_MAX: Final = 8
+STORM_RATE_PER_MIN: Final = 10.0  # per edge (sender → target)
+STORM_BURST: Final = 20.0
+STORM_WINDOW_S: Final = 60  # an exhausted window: a minute in which the bucket ran dry
+STORM_WINDOWS_TO_OPEN: Final = 3  # exhausted windows in a row open the breaker
+STORM_DIGEST_EVERY_S: Final = 900  # an open edge delivers one digest per 15 minutes
+STORM_HALF_OPEN_AFTER_S: Final = 3600
+STORM_DIGEST_TEXTS_MAX: Final = 20  # texts a digest quotes (it counts them all)
+STORM_DIGEST_TEXT_CHARS: Final = 500
+BREAKER_CLOSED: Final = "closed"
+BREAKER_OPEN: Final = "open"
+BREAKER_HALF_OPEN: Final = "half_open"
+LOOP_SUPPRESSED: Final = "loop_suppressed"  # the reason prefix of a cut wake (dead, I3)
+STORM_DIGESTED: Final = "digested"  # the reason of an ingress row taken into a digest
+ATTENTION_BREAKER_OPEN: Final = "breaker_open"
+ATTENTION_LOOP_SUPPRESSED: Final = "loop_suppressed"
+
 # Alarms and follow-ups (SPEC §10, §15): rows in `alarms`, fired by the supervisor's one timer
 # into the thread that set them (source `alarm:<employee>`, dedupe `alarm:<id>[:<occurrence>]`).
 SIGNAL_ALARMS_CHANGED: Final = "alarms_changed"  # a hint: the supervisor reads the earliest again

@@ -11,11 +11,12 @@ import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from eventos import names, users, watch
+from eventos import ipc, names, storm, users, watch
 from eventos.alarms.store import cancel_follow_ups
 from eventos.db import Conn
 from eventos.db.sql import Q
@@ -69,6 +70,8 @@ def placed(sub: dict[str, Any], envelope: object) -> Placement:
     route.setdefault("kind", sub["trigger_kind"])
     route.setdefault("trigger", sub["trigger_name"])
     route.setdefault("reply", False)
+    if thread.startswith(names.PEER_THREAD_PREFIX):
+        route["reply"] = False  # employees answer each other through their tools (SPEC §8)
     return Placement(lane, thread, route)
 
 
@@ -79,6 +82,7 @@ class RouteStats:
     routed: int = 0
     no_consumer: int = 0
     dead: int = 0
+    digested: int = 0  # ipc wakes the storm guard collected into a digest (also `routed`)
     deliveries: int = 0
     busy_sources: int = 0
     streams: set[str] = field(default_factory=set)
@@ -235,7 +239,7 @@ async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: 
 
 
 async def _serve(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: Placement,
-                 stats: RouteStats) -> watch.Routed:  # fmt: skip
+                 stats: RouteStats, now: datetime) -> watch.Routed:  # fmt: skip
     """One matched subscription: a delivery, or for watched data what `watch` decides."""
     change = watch.change_of(row) if sub["trigger_kind"] == "watch" else None
     if change is None:
@@ -245,13 +249,32 @@ async def _serve(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: Pl
     async def deliver(form: dict[str, Any]) -> tuple[str, int]:
         return await _deliver(conn, form, sub, place, stats)
 
-    return await watch.route_change(conn, row, sub, change, deliver)
+    return await watch.route_change(conn, row, sub, change, deliver, now)
 
 
-async def _route_row(
-    conn: Conn, row: dict[str, Any], subs: list[dict[str, Any]], stats: RouteStats
-) -> None:
+async def _storm_gate(conn: Conn, row: dict[str, Any], now: datetime,
+                      stats: RouteStats) -> tuple[str, str] | None:  # fmt: skip
+    """Storm guards for a wake between employees (I8): how the row settles when it is not
+    delivered one by one (suppressed as a loop, or taken into the edge's digest)."""
+    if not str(row["source_key"]).startswith(names.SOURCE_IPC + ":"):
+        return None
+    verdict = await storm.gate(conn, row, now)
+    if verdict.action == storm.SUPPRESS:
+        await ipc.cancel_cut_task(conn, row, str(verdict.reason), now)
+        return names.INGRESS_DEAD, str(verdict.reason)
+    if verdict.action == storm.DIGEST:
+        stats.digested += 1
+        return names.INGRESS_ROUTED, names.STORM_DIGESTED
+    return None
+
+
+async def _route_row(conn: Conn, row: dict[str, Any], subs: list[dict[str, Any]],
+                     stats: RouteStats, now: datetime) -> None:  # fmt: skip
     status, error = names.INGRESS_NO_CONSUMER, None
+    held = await _storm_gate(conn, row, now, stats)
+    if held is not None:
+        await _settle(conn, row, held[0], held[1], stats)
+        return
     matched: list[tuple[dict[str, Any], Placement]] = []
     try:
         for sub in subs:
@@ -268,11 +291,16 @@ async def _route_row(
         matched = matched[: names.FANOUT_MAX]
     notes = [error] if error else []
     for sub, place in matched:
-        served = await _serve(conn, row, sub, place, stats)
+        served = await _serve(conn, row, sub, place, stats, now)
         notes += [served.note] if served.note else []
         if served.reached:
             status = names.INGRESS_ROUTED
     error = "; ".join(notes) or None
+    await _settle(conn, row, status, error, stats)
+
+
+async def _settle(conn: Conn, row: dict[str, Any], status: str, error: str | None,
+                  stats: RouteStats) -> None:  # fmt: skip
     params = {"id": row["id"], "received_at": row["received_at"], "status": status, "error": error}
     await conn.execute(Q["ingress_mark"], params)
     if status == names.INGRESS_ROUTED:
@@ -283,8 +311,11 @@ async def _route_row(
         stats.no_consumer += 1
 
 
-async def route_source(conn: Conn, source: str, stats: RouteStats, limit: int = ROUTE_BATCH) -> int:
-    """Route the next accepted rows of one source in one transaction; 0 if another router has it."""
+async def route_source(conn: Conn, source: str, stats: RouteStats, limit: int = ROUTE_BATCH,
+                       now: datetime | None = None) -> int:  # fmt: skip
+    """Route the next accepted rows of one source in one transaction; 0 if another router has
+    it. `now` is the storm guards' clock (tests pass theirs)."""
+    now = now or datetime.now(UTC)
     async with conn.transaction():
         cur = await conn.execute(Q["ingress_source_lock"], {"source_key": source})
         if not (await cur.fetchone() or {}).get("locked"):
@@ -299,16 +330,17 @@ async def route_source(conn: Conn, source: str, stats: RouteStats, limit: int = 
         cur = await conn.execute(Q["subscriptions_for_source"], {"source_key": source})
         subs = await cur.fetchall()
         for row in rows:
-            await _route_row(conn, row, subs, stats)
+            await _route_row(conn, row, subs, stats, now)
     return len(rows)
 
 
-async def route_pass(conn: Conn, *, sources: int = SOURCES_PER_PASS) -> RouteStats:
-    """One pass over the sources with accepted rows."""
+async def route_pass(conn: Conn, *, sources: int = SOURCES_PER_PASS,
+                     now: datetime | None = None) -> RouteStats:  # fmt: skip
+    """One pass over the sources with accepted rows (`now`: the storm guards' clock)."""
     stats = RouteStats()
     cur = await conn.execute(Q["ingress_sources_pending"], {"limit": sources})
     pending = [str(r["source_key"]) for r in await cur.fetchall()]
     await conn.commit()
     for source in pending:
-        await route_source(conn, source, stats)
+        await route_source(conn, source, stats, now=now)
     return stats

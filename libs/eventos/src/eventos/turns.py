@@ -179,7 +179,9 @@ async def save(conn: Conn, req: SaveTurn, keys: OutboxKeys) -> Saved:
             done = {"turn_id": turn.turn_id, "through": max(req.consumed_seqs)}
             await conn.execute(Q["turn_done"], done)
         outbound_id = None
-        if req.reply is not None and turn.route.get("reply"):
+        # A `peer_` thread has no reply route (SPEC §8): its final text stays in the transcript.
+        peer = turn.thread.startswith(names.PEER_THREAD_PREFIX)
+        if req.reply is not None and turn.route.get("reply") and not peer:
             cur = await conn.execute(Q["outbound_insert"], _outbound_row(turn, req, keys))
             outbound_id = int((await cur.fetchone() or {})["id"])
     return Saved(outbound_id)

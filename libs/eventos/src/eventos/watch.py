@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from eventos import names
+from eventos import names, storm
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.envelope import encoded_size
@@ -62,14 +63,28 @@ def change_of(row: dict[str, Any]) -> Change | None:
     return Change(store, key, version, str(data.get("writer") or ""))
 
 
-async def storm_verdict(conn: Conn, row: dict[str, Any], sub: dict[str, Any],
-                        change: Change) -> str:  # fmt: skip
-    """STORM GUARD CALL SITE (SPEC §10): the one place a watched-data wake of another employee
-    asks the storm guards (hops, loops on the path, the per-edge bucket and breaker). Today it
-    lets every wake through; `storm.check(...)` (branch `messaging`) is wired here. Any verdict
-    other than WATCH_DELIVER drops the wake with that verdict as the ingress row's note."""
-    del conn, row, sub, change
-    return names.WATCH_DELIVER
+async def storm_verdict(conn: Conn, row: dict[str, Any], sub: dict[str, Any], change: Change,
+                        now: datetime) -> str:  # fmt: skip
+    """STORM GUARD CALL SITE (SPEC §10): a watched-data wake of another employee passes the
+    storm guards (`storm.guard`: hops and loops on the path, on the router's clock). Any
+    verdict other than WATCH_DELIVER drops the wake with that verdict as the ingress row's
+    note (a loop's reason; `digested` if the bucket is ever applied here: the change is then
+    quoted in the edge's digest, which reaches the watcher in `peer_<writer>`)."""
+    if not change.writer:
+        return names.WATCH_DELIVER
+    # Loops only (hops, cycle): the per-edge bucket is not applied to watched data, whose own
+    # bound is one input per (subscription, record) and one resync past 200 records (§15).
+    verdict = await storm.guard(conn, change.writer, str(sub["employee"]), str(row["chain_id"]),
+                                int(row["hop"]), storm.path_of(row.get("envelope")),
+                                change_text(change), now, rated=False)  # fmt: skip
+    if verdict.action == storm.DELIVER:
+        return names.WATCH_DELIVER
+    return names.STORM_DIGESTED if verdict.action == storm.DIGEST else str(verdict.reason)
+
+
+def change_text(change: Change) -> str:
+    """A change as a digest quotes it."""
+    return f"data {change.store}/{change.key} changed (version {change.version})"
 
 
 def resync_row(row: dict[str, Any], change: Change, pending: int) -> dict[str, Any]:
@@ -112,7 +127,7 @@ async def _pending_subjects(conn: Conn, sub_id: int) -> int:
 
 
 async def route_change(conn: Conn, row: dict[str, Any], sub: dict[str, Any], change: Change,
-                       deliver: Deliver) -> Routed:  # fmt: skip
+                       deliver: Deliver, now: datetime | None = None) -> Routed:  # fmt: skip
     """Route one change to one watch subscription: skip the writer, coalesce into a pending
     input, deliver a new one, or stand for a large backlog with one resync."""
     who = f"{sub['employee']}/{sub['trigger_name']}"
@@ -129,7 +144,7 @@ async def route_change(conn: Conn, row: dict[str, Any], sub: dict[str, Any], cha
         if at := await _open(conn, sub_id, subject):
             await _coalesce(conn, sub_id, subject, change.version)
             return Routed(True, f"coalesced: {who} into the resync {at[0]}#{at[1]}")
-    verdict = await storm_verdict(conn, row, sub, change)
+    verdict = await storm_verdict(conn, row, sub, change, now or datetime.now(UTC))
     if verdict != names.WATCH_DELIVER:
         return Routed(False, f"{verdict}: {who}")
     at = await deliver(form)

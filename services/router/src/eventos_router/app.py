@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import blobs, names
+from eventos import blobs, ipc, names
 from eventos.db import Conn, open_pool
 from eventos.db.migrate import drop_expired_partitions, ensure_partitions
 from eventos.db.sql import Q
@@ -81,6 +81,21 @@ async def upkeep_loop(pool: AsyncConnectionPool[Conn]) -> None:
         await asyncio.sleep(UPKEEP_INTERVAL_S)
 
 
+async def messaging_loop(pool: AsyncConnectionPool[Conn],
+                         every_s: float = names.IPC_UPKEEP_EVERY_S) -> None:  # fmt: skip
+    """Task deadlines (`timed_out` to the delegator) and the storm guards' due digests, every
+    few seconds (SPEC §10; the supervisor's alarm timer may take the deadlines over)."""
+    while True:
+        try:
+            async with pool.connection() as conn:
+                expired, digests = await ipc.upkeep(conn, datetime.now(UTC))
+            if expired or digests:
+                log.info("messaging upkeep: %d tasks timed out, %d digests", expired, digests)
+        except Exception:
+            log.exception("messaging upkeep failed; next try in %.0f s", every_s)
+        await asyncio.sleep(every_s)
+
+
 async def build(cfg: RouterConfig) -> Service:
     """The router service, ready to run."""
     pool: AsyncConnectionPool[Conn] = await open_pool(cfg.database, wait=False)
@@ -109,6 +124,7 @@ async def build(cfg: RouterConfig) -> Service:
         loops=[
             lambda: route_loop(pool, signal, kicker, cfg.service.poll_interval_s),
             lambda: upkeep_loop(pool),
+            lambda: messaging_loop(pool),
         ],
         on_stop=[stop],
     )

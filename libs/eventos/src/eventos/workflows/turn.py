@@ -130,6 +130,18 @@ def causal(items: list[DeliveryItem]) -> tuple[str, int, list[str]]:
     return items[0].chain_id, max(i.hop for i in items), path[: names.STORM_PATH_MAX]
 
 
+def task_ids(items: list[DeliveryItem]) -> list[str]:
+    """The delegated tasks among the inputs, in order (`complete_task`'s default)."""
+    out: list[str] = []
+    for item in items:
+        data = (item.payload or {}).get("data")
+        if item.type == names.TYPE_IPC_TASK and isinstance(data, dict):
+            task = data.get("task_id")
+            if isinstance(task, str) and task not in out:
+                out.append(task)
+    return out
+
+
 @workflow.defn(name=names.WF_TURN)
 class TurnWorkflow:
     """One turn over a prefix of a conversation's inputs."""
@@ -289,6 +301,7 @@ class TurnWorkflow:
         a call that failed for good is told to the model as such."""
         chain, hop, path = causal(consumed)
         woken_by = sorted({i.type for i in consumed})
+        woken_tasks = task_ids(consumed)
         out: list[ChatMessage] = []
         for call in calls:
             if (
@@ -303,7 +316,7 @@ class TurnWorkflow:
                 turn.employee, turn.generation, turn.agent, turn.thread,
                 names.lane_of(turn.stream_key), turn.stream_key, turn.turn_id, call.id,
                 call.name, call.arguments, self.klass, dict(turn.route), chain, hop, path,
-                woken_by, retry_of,
+                woken_by, retry_of, woken_tasks,
             )  # fmt: skip
             try:
                 result = await workflow.execute_activity(

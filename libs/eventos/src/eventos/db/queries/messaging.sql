@@ -1,0 +1,53 @@
+-- name: ipc_peer_running
+-- Another employee of the instance a message may go to: its live generation, if running.
+SELECT g.employee, g.generation, g.state FROM generations g
+WHERE g.employee = %(employee)s AND g.state <> 'retired';
+
+-- name: ipc_pending_for_target
+-- The target's ipc inputs not yet consumed: unrouted rows of `ipc:<target>` and undelivered
+-- or unconsumed deliveries of its implicit ipc subscription (SPEC §15: 500 per target).
+SELECT (SELECT count(*) FROM bus_ingress
+        WHERE source_key = %(source_key)s AND status = 'accepted')
+     + (SELECT count(*) FROM bus_deliveries d JOIN bus_subscriptions s ON s.id = d.subscription_id
+        WHERE s.source_key = %(source_key)s AND d.status IN ('pending', 'held', 'delivered'))
+       AS pending;
+
+-- name: ipc_open_tasks_of
+-- How many tasks an employee has delegated that are still open (SPEC §15: 200).
+SELECT count(*) AS open FROM ipc_tasks WHERE from_employee = %(employee)s AND status = 'open';
+
+-- name: ipc_task_insert
+-- A delegated task; committed with its inbox append, in the delegating call's transaction.
+INSERT INTO ipc_tasks (id, from_employee, from_generation, to_employee, task, reply_to,
+    chain_id, hop, path, deadline_at, created_at)
+VALUES (%(id)s, %(from_employee)s, %(from_generation)s, %(to_employee)s, %(task)s,
+    %(reply_to)s, %(chain_id)s, %(hop)s, %(path)s, %(deadline_at)s, %(now)s);
+
+-- name: ipc_task_get
+-- One task, by id.
+SELECT id, from_employee, from_generation, to_employee, task, status, reply_to, chain_id,
+       hop, path, deadline_at, result, created_at, completed_at
+FROM ipc_tasks WHERE id = %(id)s;
+
+-- name: ipc_task_complete
+-- The assignee's result, by compare-and-swap on `open` (a second completion finds none).
+UPDATE ipc_tasks SET status = 'done', result = %(result)s, completed_at = %(now)s
+WHERE id = %(id)s AND to_employee = %(employee)s AND status = 'open'
+RETURNING id, from_employee, to_employee, reply_to, chain_id, hop, path;
+
+-- name: ipc_tasks_expire
+-- Open tasks past their deadline move to `timed_out` by compare-and-swap (skipping rows
+-- another router holds), oldest deadline first.
+UPDATE ipc_tasks t SET status = 'timed_out', completed_at = %(now)s
+FROM (SELECT id FROM ipc_tasks
+      WHERE status = 'open' AND deadline_at IS NOT NULL AND deadline_at <= %(now)s
+      ORDER BY deadline_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) due
+WHERE t.id = due.id AND t.status = 'open'
+RETURNING t.id, t.from_employee, t.to_employee, t.reply_to, t.chain_id, t.hop, t.path,
+          t.deadline_at, t.created_at;
+
+-- name: ipc_task_cancel
+-- A task whose wake the storm guards cut as a loop is `cancelled` with the reason, in the
+-- routing transaction (it would otherwise hold a slot of the 200 until its deadline).
+UPDATE ipc_tasks SET status = 'cancelled', result = %(reason)s, completed_at = %(now)s
+WHERE id = %(id)s AND status = 'open';

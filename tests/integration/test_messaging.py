@@ -1,0 +1,198 @@
+"""Messages and delegation between employees on real PostgreSQL (SPEC §10, §15): the tools
+write `ipc_tasks` and the inbox in the sender's transaction, the router places each wake, only
+the assignee completes a task, deadlines turn into `timed_out`, and the bounds hold."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from messaging_helpers import call, run, team
+from psycopg_pool import AsyncConnectionPool
+from test_router import query
+
+from eventos import ipc, names
+from eventos.bus import IngressRecord, append
+from eventos.db import Conn
+from eventos.routing import route_pass
+
+
+async def route(pool: AsyncConnectionPool[Conn], now: datetime | None = None) -> None:
+    async with pool.connection() as conn:
+        while (await route_pass(conn, now=now)).rows:
+            pass
+
+
+async def deliveries(pool: AsyncConnectionPool[Conn], employee: str) -> list[dict[str, object]]:
+    return await query(pool, "SELECT stream_key, thread, type, route, hop, payload, class "
+                             "FROM bus_deliveries WHERE stream_key LIKE %s ORDER BY id",
+                       f"{employee}/%")  # fmt: skip
+
+
+async def test_a_message_lands_in_the_peer_thread_with_no_reply_route(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    a, b = await team(pool, "a", "b")
+    c = call(a, "send_to_employee", {"to": b, "text": "the report is ready"}, hop=2, path=["x"])
+    outcome, out = await run(pool, c)
+    assert outcome == names.TOOL_OK and out["message_id"].startswith("msg_")
+    assert await run(pool, c) == (outcome, out)  # a retried attempt reads the stored result
+    await route(pool)
+    (d,) = await deliveries(pool, b)
+    assert (d["stream_key"], d["thread"], d["type"]) == (f"{b}/g1/worker/peer_{a}", f"peer_{a}",
+                                                         names.TYPE_IPC_MESSAGE)  # fmt: skip
+    assert d["route"]["reply"] is False and d["route"]["kind"] == "ipc"
+    assert d["class"] == names.C3_INTERNAL and d["hop"] == 3
+    assert d["payload"][names.ATTR_PATH] == ["x", a]
+    assert d["payload"]["data"]["text"].endswith("\nthe report is ready")
+    assert a in d["payload"]["data"]["text"]  # the reader sees who wrote
+
+
+async def test_refusals_name_the_employee(pool: AsyncConnectionPool[Conn]) -> None:
+    a, b = await team(pool, "a", "b")
+    (idle,) = await team(pool, "i", activate=False)
+    cases = [
+        ({"to": "nobody", "text": "hi"}, "no employee named 'nobody' in this instance"),
+        ({"to": a, "text": "hi"}, "an employee cannot message itself"),
+        ({"to": idle, "text": "hi"}, f"employee {idle!r} is not running (starting)"),
+        ({"to": b, "text": ""}, "invalid arguments at text"),
+    ]
+    for args, error in cases:
+        outcome, out = await run(pool, call(a, "send_to_employee", args))
+        assert outcome == names.TOOL_REFUSED and error in out["error"], out
+        task = {"to": args["to"], "task": args["text"]}
+        outcome, out = await run(pool, call(a, "delegate_to_employee", task))
+        assert outcome == names.TOOL_REFUSED and error.replace("text", "task") in out["error"], out
+    assert await query(pool, "SELECT 1 FROM bus_ingress WHERE source_key LIKE 'ipc:%'") == []
+    assert await query(pool, "SELECT 1 FROM ipc_tasks") == []
+
+
+async def test_delegation_result_goes_back_to_the_delegating_thread_and_route(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    a, b, c = await team(pool, "a", "b", "c")
+    outcome, out = await run(pool, call(a, "delegate_to_employee", {"to": b, "task": "count"}))
+    assert outcome == names.TOOL_OK
+    task_id = out["task_id"]
+    (task,) = await query(pool, "SELECT * FROM ipc_tasks")
+    assert (task["from_employee"], task["to_employee"], task["status"]) == (a, b, "open")
+    assert task["reply_to"] == {"thread": "main", "lane": "talk", "route": call(a, "x", {}).route}
+    await route(pool)
+    (d,) = await deliveries(pool, b)
+    assert d["type"] == names.TYPE_IPC_TASK and d["payload"]["data"]["task_id"] == task_id
+    # Only the assignee completes it.
+    in_b = {"thread": f"peer_{a}", "lane": "worker", "route": d["route"], "hop": 1, "path": [a]}
+    outcome, out = await run(pool, call(c, "complete_task", {"task_id": task_id, "result": "1"}))
+    assert outcome == names.TOOL_REFUSED and out["error"] == (
+        f"task {task_id} is {b}'s: only the assignee completes it"
+    )
+    done = call(b, "complete_task", {"result": "42"}, woken_tasks=[task_id], **in_b)
+    assert await run(pool, done) == (names.TOOL_OK, {"task_id": task_id, "status": "done"})
+    again = call(b, "complete_task", {"task_id": task_id, "result": "43"}, **in_b)
+    outcome, out = await run(pool, again)
+    assert outcome == names.TOOL_REFUSED and out["error"] == f"task {task_id} is already done"
+    await route(pool)
+    (r,) = await deliveries(pool, a)
+    assert (r["stream_key"], r["type"]) == (f"{a}/g1/talk/main", names.TYPE_IPC_RESULT)
+    assert r["route"]["kind"] == "chat" and r["route"]["reply"] is True  # the owner's reply route
+    assert r["route"]["session"] == "owner" and r["hop"] == 2
+    assert r["payload"][names.ATTR_PATH] == []  # the delegation returned like a call
+    assert r["payload"]["data"]["text"].endswith("\n42")
+    (task,) = await query(pool, "SELECT status, result FROM ipc_tasks")
+    assert (task["status"], task["result"]) == ("done", "42")
+
+
+async def test_a_deadline_turns_into_timed_out_in_the_origin_thread(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    a, b = await team(pool, "a", "b")
+    outcome, out = await run(pool, call(a, "delegate_to_employee",
+                                        {"to": b, "task": "slow", "deadline_s": 30}))  # fmt: skip
+    assert outcome == names.TOOL_OK
+    (task,) = await query(pool, "SELECT created_at, deadline_at FROM ipc_tasks")
+    now = task["created_at"]
+    assert task["deadline_at"] == now + timedelta(seconds=30)
+    async with pool.connection() as conn:
+        assert await ipc.expire_due(conn, now + timedelta(seconds=29)) == 0
+        assert await ipc.expire_due(conn, now + timedelta(seconds=31)) == 1
+        assert await ipc.expire_due(conn, now + timedelta(seconds=32)) == 0  # once
+    await route(pool)
+    (r,) = await deliveries(pool, a)
+    assert (r["stream_key"], r["type"]) == (f"{a}/g1/talk/main", names.TYPE_IPC_TIMED_OUT)
+    assert "timed out" in r["payload"]["data"]["text"] and r["route"]["reply"] is True
+    late = call(b, "complete_task", {"task_id": out["task_id"], "result": "finally"})
+    outcome, refused = await run(pool, late)
+    assert outcome == names.TOOL_REFUSED and "already timed_out" in refused["error"]
+
+
+async def test_at_most_200_open_tasks_per_delegator(pool: AsyncConnectionPool[Conn]) -> None:
+    a, b = await team(pool, "a", "b")
+    async with pool.connection() as conn:  # 199 open tasks already
+        await conn.execute(
+            "INSERT INTO ipc_tasks (id, from_employee, from_generation, to_employee, task, "
+            "reply_to, chain_id, hop, created_at) SELECT 'old_' || n, %s, 1, %s, 't', '{}', "
+            "'c', 1, now() FROM generate_series(1, 199) n", (a, b))  # fmt: skip
+        await conn.commit()
+    ok, _ = await run(pool, call(a, "delegate_to_employee", {"to": b, "task": "200th"}))
+    assert ok == names.TOOL_OK
+    outcome, out = await run(pool, call(a, "delegate_to_employee", {"to": b, "task": "201st"}))
+    assert outcome == names.TOOL_REFUSED and "200 delegated tasks are still open" in out["error"]
+    ok, _ = await run(pool, call(b, "delegate_to_employee", {"to": a, "task": "b has room"}))
+    assert ok == names.TOOL_OK
+    (count,) = await query(pool, "SELECT count(*) AS n FROM ipc_tasks WHERE from_employee = %s", a)
+    assert count["n"] == 200
+
+
+def raw_message(sender: str, target: str, n: int, hop: int = 1,
+                path: list[str] | None = None) -> IngressRecord:  # fmt: skip
+    """An ipc message as a tool would append it, with a hop and path the test chooses."""
+    wake = ipc.peer_wake(sender, target, f"chain-{n}", hop, path if path is not None else [sender])
+    data = {"text": f"message {n}", "from": sender}
+    return ipc.record(wake, names.TYPE_IPC_MESSAGE, f"raw-{sender}-{n}", data)
+
+
+async def test_past_500_pending_inputs_the_sender_is_refused(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    a, b = await team(pool, "a", "b")
+    async with pool.connection() as conn:
+        # From 25 senders, 20 each: within every edge's burst, so the router delivers them all.
+        await append(conn, [raw_message(f"s{n % 25}", b, n) for n in range(499)])
+    ok, _ = await run(pool, call(a, "send_to_employee", {"to": b, "text": "500th"}))
+    assert ok == names.TOOL_OK
+    outcome, out = await run(pool, call(a, "send_to_employee", {"to": b, "text": "501st"}))
+    assert outcome == names.TOOL_REFUSED and "500 messages and tasks waiting" in out["error"]
+    # Delivered (not yet consumed) inputs still count.
+    await route(pool, now=datetime.now(UTC))
+    assert len(await deliveries(pool, b)) == 500
+    outcome, _ = await run(pool, call(a, "send_to_employee", {"to": b, "text": "still full"}))
+    assert outcome == names.TOOL_REFUSED
+
+
+async def test_a_peer_thread_never_takes_a_reply_route(pool: AsyncConnectionPool[Conn]) -> None:
+    a, b = await team(pool, "a", "b")
+    wake = ipc.peer_wake(a, b, "chain-r", 1, [a])
+    claims = ipc.Wake(wake.target, wake.lane, wake.thread, {"kind": "chat", "reply": True,
+                      "session": "owner"}, "chain-r", 1, [a], a)  # fmt: skip
+    async with pool.connection() as conn:
+        await append(conn, [ipc.record(claims, names.TYPE_IPC_MESSAGE, "claims-a-reply", {})])
+    await route(pool)
+    (d,) = await deliveries(pool, b)
+    assert d["thread"] == f"peer_{a}" and d["route"]["reply"] is False
+
+
+async def test_a_task_cut_as_a_loop_is_cancelled_with_the_reason(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    a, b = await team(pool, "a", "b")
+    in_b = {"thread": f"peer_{a}", "lane": "worker", "hop": 1, "path": [a]}
+    outcome, out = await run(pool, call(b, "delegate_to_employee", {"to": a, "task": "back"},
+                                        **in_b))  # fmt: skip
+    assert outcome == names.TOOL_OK
+    await route(pool)
+    (task,) = await query(pool, "SELECT status, result FROM ipc_tasks WHERE id = %s",
+                          out["task_id"])  # fmt: skip
+    assert (task["status"], task["result"]) == (
+        "cancelled",
+        f"loop_suppressed: cycle {a} -> {b} -> {a}",
+    )
+    assert await deliveries(pool, a) == []
