@@ -484,3 +484,21 @@ class PollTrigger:
     employee: str
     generation: int
     trigger: str
+
+
+@dataclass(frozen=True)
+class FireAlarms:
+    """The supervisor's `fire_due_alarms` activity: fire what is due for this generation."""
+
+    employee: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class AlarmsDue:
+    """What `fire_due_alarms` did, and the earliest scheduled alarm left (the supervisor's
+    `alarms` deadline; None when there is none)."""
+
+    fired: int
+    missed: int
+    next_due: datetime | None

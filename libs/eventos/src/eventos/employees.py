@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg.types.json import Jsonb
 
 from eventos import names
+from eventos.alarms.store import cancel_generation
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict, EndpointNotAllowed, NotFound, SpecInvalid
@@ -275,6 +276,7 @@ async def reset(conn: Conn, name: str) -> GenerationRef:
         params = {"employee": name, "generation": ref.generation}
         await conn.execute(Q["deliveries_kill_generation"], params)
         await conn.execute(Q["streams_clear_pending"], params)
+        await cancel_generation(conn, name, ref.generation)  # its alarms never fire
     return ref
 
 

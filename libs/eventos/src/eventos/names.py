@@ -362,3 +362,25 @@ LOOP_SUPPRESSED: Final = "loop_suppressed"  # the reason prefix of a cut wake (d
 STORM_DIGESTED: Final = "digested"  # the reason of an ingress row taken into a digest
 ATTENTION_BREAKER_OPEN: Final = "breaker_open"
 ATTENTION_LOOP_SUPPRESSED: Final = "loop_suppressed"
+
+# Alarms and follow-ups (SPEC §10, §15): rows in `alarms`, fired by the supervisor's one timer
+# into the thread that set them (source `alarm:<employee>`, dedupe `alarm:<id>[:<occurrence>]`).
+SIGNAL_ALARMS_CHANGED: Final = "alarms_changed"  # a hint: the supervisor reads the earliest again
+ACT_FIRE_ALARMS: Final = "fire_due_alarms"
+ALARM_SCHEDULED: Final = "scheduled"
+ALARM_FIRED: Final = "fired"
+ALARM_MISSED: Final = "missed"
+ALARM_CANCELLED: Final = "cancelled"
+ALARM_KIND: Final = "alarm"  # set by the alarm tools
+DEADLINE_KIND: Final = "deadline"  # set by other subsystems (a task's deadline)
+TYPE_ALARM_FIRED: Final = "eventos.alarm.fired"
+TYPE_DEADLINE_DUE: Final = "eventos.deadline.due"
+ALARM_TYPES: Final = {ALARM_KIND: TYPE_ALARM_FIRED, DEADLINE_KIND: TYPE_DEADLINE_DUE}
+ALARMS_MAX_PER_EMPLOYEE: Final = 500
+CANCEL_ON_INBOUND: Final = "inbound"
+IF_LATE_FIRE: Final = "fire"
+IF_LATE_SKIP_PREFIX: Final = "skip_after:"
+ATTENTION_MISSED_ALARM: Final = "missed_alarm"
+# Trigger kinds whose deliveries are inbound messages: they cancel their thread's follow-ups
+# (alarms, employee messages, tool retries, ticks and watched data do not).
+INBOUND_KINDS: Final = ("chat", "webhook", "grpc", *CHANNEL_KINDS)

@@ -17,6 +17,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from eventos import ipc, names, storm, users, watch
+from eventos.alarms.store import cancel_follow_ups
 from eventos.db import Conn
 from eventos.db.sql import Q
 
@@ -230,6 +231,8 @@ async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: 
             "causation_id": row["causation_id"],
         },
     )
+    if sub["trigger_kind"] in names.INBOUND_KINDS:  # a message arrived: its follow-ups end
+        await cancel_follow_ups(conn, sub["employee"], sub["generation"], lane, thread)
     stats.deliveries += 1
     stats.streams.add(key)
     return key, seq

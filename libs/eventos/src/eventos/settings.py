@@ -380,3 +380,25 @@ class OutboundSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> OutboundSettings:
         env = os.environ if env is None else env
         return cls(allow_private=_bool(env, "EVENTOS_OUTBOUND_ALLOW_PRIVATE", False))
+
+
+@dataclass(frozen=True)
+class AlarmSettings:
+    """Alarms (SPEC §10): the shortest `repeat.every_s` the tool accepts, how late a fired alarm
+    must be for its text to carry a lateness note, and how many rows one `fire_due` moves."""
+
+    min_every_s: int = 60
+    late_note_after_s: float = 60.0
+    fire_batch: int = 100
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AlarmSettings:
+        env = os.environ if env is None else env
+        late = _float(env, "EVENTOS_ALARMS_LATE_NOTE_AFTER_S", cls.late_note_after_s)
+        if late < 0:
+            raise ConfigError(f"EVENTOS_ALARMS_LATE_NOTE_AFTER_S must be ≥ 0, got {late}")
+        return cls(
+            min_every_s=env_int(env, "EVENTOS_ALARMS_MIN_EVERY_S", cls.min_every_s),
+            late_note_after_s=late,
+            fire_batch=env_int(env, "EVENTOS_ALARMS_FIRE_BATCH", cls.fire_batch),
+        )

@@ -12,8 +12,9 @@ from temporalio.worker import Worker
 
 from eventos import names
 from eventos.activities import DbActivities
+from eventos.alarms.activity import AlarmActivities
 from eventos.polls.activities import PollActivities
-from eventos.settings import SecretStore
+from eventos.settings import AlarmSettings, SecretStore
 from eventos.supervision import SupervisorActivities
 from eventos.temporal import TemporalConnection, worker_build_id
 from eventos.tools.activity import ToolActivities
@@ -45,6 +46,7 @@ def workflow_worker(
         polls = polls or PollActivities(db.pool, SecretStore.from_env())
         activities = db.workflow_queue_activities() + SupervisorActivities(db.pool).activities()
         activities += tools.activities() + polls.activities()
+        activities += AlarmActivities(db.pool, AlarmSettings.from_env()).activities()
     return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities,
                   build_id=worker_build_id())  # fmt: skip
 

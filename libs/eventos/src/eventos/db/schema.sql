@@ -585,3 +585,40 @@ CREATE INDEX storm_edges_digest_due ON storm_edges (digest_due_at) WHERE digest_
 -- The 500-pending bound per target counts the target's undelivered ipc inputs.
 CREATE INDEX bus_deliveries_open_by_subscription ON bus_deliveries (subscription_id)
     WHERE status IN ('pending', 'held', 'delivered');
+
+-- Alarms and follow-ups (issue 13).
+CREATE TABLE alarms (
+    id           text PRIMARY KEY,
+    employee     text NOT NULL,
+    generation   integer NOT NULL,
+    kind         text NOT NULL DEFAULT 'alarm' CHECK (kind IN ('alarm', 'deadline')),
+    ref          text,
+    lane         text NOT NULL,
+    thread       text NOT NULL,
+    route        jsonb NOT NULL,
+    agent        text NOT NULL,
+    text         text NOT NULL,
+    payload      jsonb NOT NULL DEFAULT '{}',
+    due_at       timestamptz NOT NULL,
+    status       text NOT NULL DEFAULT 'scheduled'
+                 CHECK (status IN ('scheduled', 'fired', 'missed', 'cancelled')),
+    if_late      text NOT NULL DEFAULT 'fire',
+    skip_after_s double precision CHECK (skip_after_s > 0),
+    cancel_on    text CHECK (cancel_on IN ('inbound')),
+    repeat       jsonb,
+    occurrence   integer NOT NULL DEFAULT 1,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    fired_at     timestamptz,
+    settled_at   timestamptz,
+    chain_id     text NOT NULL,
+    hop          integer NOT NULL DEFAULT 0,
+    path         jsonb NOT NULL DEFAULT '[]',
+    causation_id text
+);
+-- The supervisor's next deadline and fire_due's batch.
+CREATE INDEX alarms_due ON alarms (employee, generation, due_at) WHERE status = 'scheduled';
+-- The router's follow-up cancel (one per inbound delivery).
+CREATE INDEX alarms_follow_ups ON alarms (employee, generation, lane, thread)
+    WHERE status = 'scheduled' AND cancel_on = 'inbound';
+-- cancel_by_ref (a deadline's owner settles it).
+CREATE INDEX alarms_ref ON alarms (employee, kind, ref) WHERE status = 'scheduled';

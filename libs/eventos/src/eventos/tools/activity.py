@@ -17,11 +17,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from eventos import names
+from eventos.alarms import signal_changed
 from eventos.contracts import ToolCallInput, ToolResult
 from eventos.db import Conn
 from eventos.errors import NotFound
-from eventos.settings import HttpToolSettings, OutboundSettings, SecretStore
-from eventos.tools import http
+from eventos.settings import AlarmSettings, HttpToolSettings, OutboundSettings, SecretStore
+from eventos.tools import alarms, http
 from eventos.tools.runner import ToolRunner
 
 HEARTBEAT_EVERY = timedelta(seconds=3)  # a third of the tool heartbeat timeout (policies)
@@ -39,6 +40,7 @@ class ToolActivities:
         extras = {
             http.SETTINGS_KEY: HttpToolSettings.from_env(),
             http.OUTBOUND_KEY: OutboundSettings.from_env(),
+            alarms.SETTINGS_KEY: AlarmSettings.from_env(),
         }
         return cls(pool, SecretStore.from_env(), extras)
 
@@ -46,7 +48,9 @@ class ToolActivities:
     async def tool_call(self, call: ToolCallInput) -> ToolResult:
         beat = asyncio.create_task(_heartbeat())
         try:
-            return await self.runner.run(call)
+            result = await self.runner.run(call)
+            await _after_commit(call, result)
+            return result
         except NotFound as exc:  # the generation or agent is gone: nothing to retry
             raise ApplicationError(str(exc), type="NotFound", non_retryable=True) from exc
         finally:
@@ -56,6 +60,15 @@ class ToolActivities:
 
     def activities(self) -> list[Callable[..., Awaitable[object]]]:
         return [self.tool_call]
+
+
+async def _after_commit(call: ToolCallInput, result: ToolResult) -> None:
+    """What a call does once its transaction committed (a handler cannot signal inside it):
+    a call that set or cancelled an alarm tells the supervisor. A retry that read the stored
+    result tells it again (a hint, harmless); a failed Signal fails the attempt, so Temporal
+    retries it and the retry reads the stored result and signals again."""
+    if result.outcome == names.TOOL_OK and call.name in alarms.SIGNALS_SUPERVISOR:
+        await signal_changed(activity.client(), call.employee, call.generation)
 
 
 async def _heartbeat() -> None:

@@ -8,12 +8,15 @@ merge point, entities woken or cancelled); the database side of the change was c
 the intent. Its first run (a start, a rebuild or a re-arm: the argument comes from the
 database) converges the world on the control block: the generation runs, the `start` trigger
 fires once, the cron Schedules exist. One live timer serves every named absolute deadline:
-the daily roll and the budget period's end (the owner's midnight plus the employee's offset,
-read from the ledger). At the period's end, after a limit change, or on `budget_changed`, the
+the daily roll, the budget period's end (the owner's midnight plus the employee's offset, read
+from the ledger) and the earliest scheduled alarm (`alarms`, read by `fire_due_alarms`, which
+fires what is due first). At the period's end, after a limit change, or on `budget_changed`, the
 ledger lowers the budget's state: a budget pause is lifted (the supervisor adopts the control
 block the ledger wrote), held work is woken and suspended turns are released. It continues
 as new when the server suggests it, daily, or at 1,800 Updates, and completes once the
-generation is retired.
+generation is retired. `alarms_changed` (a hint, I1) makes it read the earliest alarm again; so
+does a control change, every run's start (a rebuild or re-arm reads the database: EG13) and,
+as a reconciliation, an hour without either. A paused generation's alarms wait for Resume.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from eventos import names
     from eventos.contracts import (
+        AlarmsDue,
         ApplyControl,
         BudgetRefresh,
         BudgetStatus,
         Control,
+        FireAlarms,
         SetControl,
         SetLimits,
         SupervisorInput,
@@ -39,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from eventos.workflows import policies
 
 ROLL_EVERY = timedelta(days=1)
+ALARMS_RECHECK = timedelta(hours=1)  # the alarms are read again at least this often (I1)
 CONTROL_STATES = (names.GEN_RUNNING, names.GEN_PAUSED, names.GEN_RETIRED)
 
 
@@ -55,6 +61,8 @@ class EmployeeSupervisorWorkflow:
         self.state_revision = arg.control.revision  # of the newest state change
         self.deadlines: dict[str, datetime] = {}
         self.budget_due = True  # ask the ledger (first run, period end, top-up, Signal)
+        self.alarms_due = True  # read the alarms (every run's start, Signal, deadline)
+        self.alarms_state = ""  # the control state the alarms deadline was armed in
 
     def _check_revision(self, revision: int) -> None:
         if revision <= self.control.revision:
@@ -100,6 +108,11 @@ class EmployeeSupervisorWorkflow:
         """The budget's limit or period changed outside an Update: ask the ledger again."""
         self.budget_due = True
 
+    @workflow.signal(name=names.SIGNAL_ALARMS_CHANGED)
+    def alarms_changed(self) -> None:
+        """An alarm was set or cancelled: read the earliest again."""
+        self.alarms_due = True
+
     @workflow.query(name=names.QUERY_STATUS)
     def status(self) -> SupervisorStatus:
         c = self.control
@@ -132,6 +145,21 @@ class EmployeeSupervisorWorkflow:
                 self.state_revision = done.control.revision
         self.deadlines["budget"] = done.period_end
 
+    async def _alarms(self) -> None:
+        """Fire what is due (a running generation's only) and arm the `alarms` deadline at the
+        earliest scheduled alarm, at most ALARMS_RECHECK ahead."""
+        self.alarms_due, self.alarms_state = False, self.control.state
+        if self.control.state != names.GEN_RUNNING:
+            self.deadlines.pop("alarms", None)  # paused: they fire after Resume
+            return
+        done = await workflow.execute_activity(
+            names.ACT_FIRE_ALARMS, FireAlarms(self.arg.employee, self.arg.generation),
+            result_type=AlarmsDue, start_to_close_timeout=policies.CONTROL_TIMEOUT,
+            retry_policy=policies.CONTROL_RETRY,
+        )  # fmt: skip
+        recheck = workflow.now() + ALARMS_RECHECK
+        self.deadlines["alarms"] = min(done.next_due, recheck) if done.next_due else recheck
+
     def _should_roll(self) -> bool:
         info = workflow.info()
         return info.is_continue_as_new_suggested() or self.updates >= self.arg.roll_after
@@ -148,6 +176,7 @@ class EmployeeSupervisorWorkflow:
                         self.control.revision != revision
                         or self.control.state == names.GEN_RETIRED
                         or self.budget_due
+                        or self.alarms_due
                         or self._should_roll()
                     ),
                     timeout=max(wake_at - now, timedelta(seconds=1)),
@@ -169,8 +198,11 @@ class EmployeeSupervisorWorkflow:
             if self.control.state != names.GEN_RETIRED and not self._should_roll():
                 if self.budget_due:
                     await self._budget()
+                if self.alarms_due or self.alarms_state != self.control.state:
+                    await self._alarms()
                 due = await self._sleep()
                 self.budget_due = self.budget_due or "budget" in due
+                self.alarms_due = self.alarms_due or "alarms" in due
             if self.control.state == names.GEN_RETIRED or self._should_roll() or "roll" in due:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 # No await between this check and the close: a late Update is handled first.
