@@ -20,7 +20,7 @@ spec:
     - name: front
       model: {provider: openai, name: gpt-4.1-mini, credential: openai-main}
       system: You answer customers of ACME.
-      tools: [http_request]
+      tools: [set_alarm, send_to_employee, delegate_to_employee, http_request]
       http_hosts: [api.acme.example]
   triggers:
     - {kind: chat}
@@ -182,9 +182,9 @@ def test_a_driver_token_is_a_reference_on_grpc_triggers_only(trigger: str, fragm
 
 
 def test_apply_refuses_an_unknown_tool_and_an_http_tool_without_hosts() -> None:
-    unknown = errors_of(EXAMPLE.replace("tools: [http_request]", "tools: [http_request, teleport]"))
-    assert "unknown tool 'teleport'" in unknown["spec.agents[0].tools[1]"]
-    assert "known tools:" in unknown["spec.agents[0].tools[1]"]
+    unknown = errors_of(EXAMPLE.replace("http_request]", "http_request, teleport]"))
+    assert "unknown tool 'teleport'" in unknown["spec.agents[0].tools[4]"]
+    assert "known tools:" in unknown["spec.agents[0].tools[4]"]
     hostless = errors_of(EXAMPLE.replace("      http_hosts: [api.acme.example]\n", ""))
     assert "needs the hosts" in hostless["spec.agents[0].http_hosts"]
     bad_host = errors_of(EXAMPLE.replace("[api.acme.example]", "['http://x/']"))

@@ -43,10 +43,8 @@ def shipped_migrations() -> list[Migration]:
             found.append(Migration(int(version), rest.removesuffix(".sql"), entry.read_text()))
     found.sort(key=lambda m: m.version)
     versions = [m.version for m in found]
-    # Numbers are handed out to parallel branches (0013 before 0010-0012 may land), so a gap is
-    # allowed; a number used twice is not.
-    if len(set(versions)) != len(versions) or min(versions, default=1) < 1:
-        raise RuntimeError(f"migration versions must be unique and positive, got {versions}")
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migration versions must be 1..n without gaps, got {versions}")
     return found
 
 
