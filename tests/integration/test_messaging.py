@@ -246,7 +246,8 @@ async def test_a_task_cut_as_a_loop_is_cancelled_with_the_reason(
 ) -> None:
     a, b = await team(pool, "a", "b")
     in_b = {"thread": f"peer_{a}", "lane": "worker", "hop": 1, "path": [a]}
-    outcome, out = await run(pool, call(b, "delegate_to_employee", {"to": a, "task": "back"},
+    outcome, out = await run(pool, call(b, "delegate_to_employee",
+                                        {"to": a, "task": "back", "deadline_s": 60},
                                         **in_b))  # fmt: skip
     assert outcome == names.TOOL_OK
     await route(pool)
@@ -257,3 +258,4 @@ async def test_a_task_cut_as_a_loop_is_cancelled_with_the_reason(
         f"loop_suppressed: cycle {a} -> {b} -> {a}",
     )
     assert await deliveries(pool, a) == []
+    assert (await deadline_of(pool, out["task_id"]))["status"] == "cancelled"  # with its task
