@@ -5,6 +5,7 @@ the assignee completes a task, a task's deadline (an alarm fired by `fire_due`) 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 from messaging_helpers import call, run, team
@@ -164,6 +165,23 @@ async def test_a_result_in_time_cancels_the_deadline(pool: AsyncConnectionPool[C
     assert (await run(pool, done))[0] == names.TOOL_OK
     assert (await deadline_of(pool, out["task_id"]))["status"] == "cancelled"
     assert await fire(pool, a) == store.Fired()
+    await route(pool)
+    assert [d["type"] for d in await deliveries(pool, a)] == [names.TYPE_IPC_RESULT]
+
+
+async def test_a_result_while_the_deadline_fires_is_not_blocked_and_wins(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    a, b = await team(pool, "a", "b")
+    _, out = await run(pool, call(a, "delegate_to_employee",
+                                  {"to": b, "task": "close call", "deadline_s": 30}))  # fmt: skip
+    done = call(b, "complete_task", {"task_id": out["task_id"], "result": "just in time"})
+    async with pool.connection() as firing, firing.transaction():  # fire_due holds the alarm
+        await firing.execute("SELECT 1 FROM alarms WHERE ref = %s FOR UPDATE",
+                             (f"task:{out['task_id']}",))  # fmt: skip
+        assert (await asyncio.wait_for(run(pool, done), timeout=10))[0] == names.TOOL_OK
+    fired = await fire(pool, a)  # the deadline the result could not cancel finds it done
+    assert (fired.fired, fired.cancelled) == (0, 1)
     await route(pool)
     assert [d["type"] for d in await deliveries(pool, a)] == [names.TYPE_IPC_RESULT]
 

@@ -134,7 +134,9 @@ async def create_deadline(conn: Conn, *, employee: str, generation: int, ref: st
 async def cancel_by_ref(conn: Conn, employee: str, ref: str,
                         kind: str = names.DEADLINE_KIND) -> int:  # fmt: skip
     """Cancel the scheduled alarms of `kind` with `ref` (a task settled before its deadline);
-    returns how many. No Signal is needed: the supervisor finds nothing due."""
+    returns how many. No Signal is needed: the supervisor finds nothing due. One that
+    `fire_due` is firing right now is left to it (a hooked ref: its owner's hook sees the
+    settled owner and cancels it)."""
     cur = await conn.execute(Q["alarms_cancel_by_ref"],
                              {"employee": employee, "kind": kind, "ref": ref})  # fmt: skip
     return len(await cur.fetchall())

@@ -44,7 +44,7 @@ RETURNING id, from_employee, to_employee, reply_to, chain_id, hop, path, deadlin
 
 -- name: ipc_task_cancel
 -- A task whose wake the storm guards cut as a loop is `cancelled` with the reason, in the
--- routing transaction (it would otherwise hold a slot of the 200 until its deadline).
+-- routing transaction (it would otherwise hold a slot of the 200); its deadline alarm goes too.
 UPDATE ipc_tasks SET status = 'cancelled', result = %(reason)s, completed_at = %(now)s
 WHERE id = %(id)s AND status = 'open'
 RETURNING from_employee;
