@@ -4,11 +4,12 @@ other as fast as the model allows, on a simulated clock.
     .venv/bin/python bench/storm.py [--minutes 150] [--tick 2] [--kick-every 10]
 
 Starts an embedded PostgreSQL (or uses EVENTOS_DATABASE_URL) and runs the real router (storm
-guards included), its messaging upkeep (deadlines, digests) and the real tools; the model is
+guards included), its messaging upkeep (digests) and the real tools; the model is
 a script with no latency (the fastest a model can be), so every turn is one instant pass:
 - every `--kick-every` simulated seconds A's owner chat starts a new chain: A delegates to B;
 - B, woken by a task, completes it and delegates a task back to A at once;
-- A, woken by a result or a timeout, delegates to B again (deadline 300 s on every task).
+- A, woken by a result, delegates to B again (deadline 300 s on every task: alarms that no
+  supervisor fires here, and B completes every task first).
 Nothing ever stops on its own: the guards must. Printed: hops and cycles cut, the breaker's
 openings, digests, and the messages per minute that still cross the edge A → B (delivered one
 by one, and as digests). The clock is simulated (the guards take `now` from the caller), so
@@ -29,7 +30,7 @@ from typing import Any
 from harness import exit_on_signals, progress, run_in_temp_folder
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import employees, ipc, names
+from eventos import employees, names
 from eventos.contracts import DeliveryItem, ToolCallInput
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
@@ -38,6 +39,7 @@ from eventos.llm.endpoints import LlmEndpoints
 from eventos.routing import route_pass
 from eventos.settings import DatabaseSettings, SecretStore
 from eventos.spec import load_specs
+from eventos.storm import flush_due
 from eventos.tools.runner import ToolRunner
 from eventos.workflows.turn import causal, task_ids
 
@@ -129,7 +131,7 @@ class Storm:
         async with self.pool.connection() as conn:
             while (await route_pass(conn, now=now)).rows:
                 pass
-            await ipc.upkeep(conn, now)
+            await flush_due(conn, now)
             while (await route_pass(conn, now=now)).rows:
                 pass
 

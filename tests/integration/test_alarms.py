@@ -1,7 +1,8 @@
 """Alarms and follow-ups (SPEC §10) on real PostgreSQL, and through the whole in-process stack on
 the real dev server: the tools (set, list, cancel, refusals, the 500 cap), `fire_due` (late with
 a note, missed past `skip_after` with an attention item, repeats), follow-ups cancelled by an
-inbound message in the routing transaction, and alarms fired by the supervisor's one timer."""
+inbound message in the routing transaction, deadlines of other subsystems (create_deadline,
+cancel_by_ref, a hooked ref settled by its owner), and alarms fired by the supervisor's one timer."""
 
 from __future__ import annotations
 
@@ -280,6 +281,56 @@ async def test_a_repeating_alarm_is_scheduled_again_and_only_a_running_generatio
     (row,) = await alarm_rows(pool, employee)
     assert row["status"] == "cancelled"  # a retired generation's alarms never fire
     assert (await fire(pool, employee)).fired == 0
+
+
+async def deadline(pool: AsyncConnectionPool[Conn], employee: str, ref: str,
+                   late_s: float) -> str:  # fmt: skip
+    """A deadline of another subsystem, due `late_s` ago (set twice, as a retry would)."""
+    due = datetime.now(UTC) - timedelta(seconds=late_s)
+    kw: dict[str, Any] = dict(
+        employee=employee, generation=1, ref=ref, due_at=due, lane="talk", thread="main",
+        route={"kind": "chat", "session": "owner"}, agent="front", text="report overdue",
+        chain_id="chain-dl", hop=2, path=["boss"], payload={"report": "q3"},
+    )  # fmt: skip
+    async with pool.connection() as conn, conn.transaction():
+        did = await alarms.create_deadline(conn, **kw)
+        assert await alarms.create_deadline(conn, **kw) == did  # one row
+    return did
+
+
+async def test_a_deadline_fires_its_payload_once_and_cancel_by_ref_settles_it(
+    pool: AsyncConnectionPool[Conn], employee: str
+) -> None:
+    did = await deadline(pool, employee, "report:q3", 120)
+    settled = await deadline(pool, employee, "report:q4", 120)
+    async with pool.connection() as conn:
+        assert await alarms.cancel_by_ref(conn, employee, "report:q4") == 1
+        await conn.commit()
+    done = await fire(pool, employee)
+    assert (done.fired, done.missed, done.cancelled) == (1, 0, 0)  # late, never skipped
+    assert (await fire(pool, employee)).fired == 0
+    status = {r["id"]: (r["kind"], r["status"]) for r in await alarm_rows(pool, employee)}
+    assert status == {did: ("deadline", "fired"), settled: ("deadline", "cancelled")}
+    (row,) = await fired_inputs(pool, employee)
+    env, data = row["envelope"], row["envelope"]["data"]
+    assert (row["dedupe_key"], row["type"], row["hop"]) == (f"alarm:{did}", "eventos.deadline.due",
+                                                            3)  # fmt: skip
+    assert (data["report"], data["ref"], data["alarm_id"]) == ("q3", "report:q3", did)
+    assert data["text"].startswith("report overdue\n[late: due at ")
+    assert (env[names.ATTR_THREAD], env[names.ATTR_PATH]) == ("main", ["boss"])
+    async with pool.connection() as conn:  # a settled deadline is not cancelled again
+        assert await alarms.cancel_by_ref(conn, employee, "report:q3") == 0
+
+
+async def test_a_hooked_deadline_whose_owner_has_nothing_open_is_cancelled(
+    pool: AsyncConnectionPool[Conn], employee: str
+) -> None:
+    did = await deadline(pool, employee, "task:task_gone", 5)  # no such task (ipc's hook)
+    done = await fire(pool, employee)
+    assert (done.fired, done.cancelled) == (0, 1)
+    assert [(r["id"], r["status"]) for r in await alarm_rows(pool, employee)] == [
+        (did, "cancelled")]  # fmt: skip
+    assert await fired_inputs(pool, employee) == []
 
 
 # --- follow-ups, on PostgreSQL --------------------------------------------------------------

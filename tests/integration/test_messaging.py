@@ -1,9 +1,11 @@
 """Messages and delegation between employees on real PostgreSQL (SPEC §10, §15): the tools
 write `ipc_tasks` and the inbox in the sender's transaction, the router places each wake, only
-the assignee completes a task, deadlines turn into `timed_out`, and the bounds hold."""
+the assignee completes a task, a task's deadline (an alarm fired by `fire_due`) turns into
+`timed_out` once, a result in time cancels it, and the bounds hold."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 from messaging_helpers import call, run, team
@@ -11,6 +13,7 @@ from psycopg_pool import AsyncConnectionPool
 from test_router import query
 
 from eventos import ipc, names
+from eventos.alarms import store
 from eventos.bus import IngressRecord, append
 from eventos.db import Conn
 from eventos.routing import route_pass
@@ -101,27 +104,103 @@ async def test_delegation_result_goes_back_to_the_delegating_thread_and_route(
     assert (task["status"], task["result"]) == ("done", "42")
 
 
+async def fire(pool: AsyncConnectionPool[Conn], employee: str, *,
+               due: bool = True) -> store.Fired:  # fmt: skip
+    """What the supervisor's timer does for `employee` (its deadlines made due first)."""
+    async with pool.connection() as conn:
+        if due:
+            await conn.execute("UPDATE alarms SET due_at = now() - interval '1 second' "
+                               "WHERE employee = %s", (employee,))  # fmt: skip
+            await conn.commit()
+        return await store.fire_due(conn, employee, 1, "UTC")
+
+
+async def deadline_of(pool: AsyncConnectionPool[Conn], task_id: str) -> dict[str, object]:
+    (alarm,) = await query(pool, "SELECT * FROM alarms WHERE ref = %s", f"task:{task_id}")
+    return alarm
+
+
 async def test_a_deadline_turns_into_timed_out_in_the_origin_thread(
     pool: AsyncConnectionPool[Conn],
 ) -> None:
     a, b = await team(pool, "a", "b")
     outcome, out = await run(pool, call(a, "delegate_to_employee",
-                                        {"to": b, "task": "slow", "deadline_s": 30}))  # fmt: skip
+                                        {"to": b, "task": "slow", "deadline_s": 30},
+                                        hop=3, path=["x"]))  # fmt: skip
     assert outcome == names.TOOL_OK
+    task_id = out["task_id"]
     (task,) = await query(pool, "SELECT created_at, deadline_at FROM ipc_tasks")
-    now = task["created_at"]
-    assert task["deadline_at"] == now + timedelta(seconds=30)
-    async with pool.connection() as conn:
-        assert await ipc.expire_due(conn, now + timedelta(seconds=29)) == 0
-        assert await ipc.expire_due(conn, now + timedelta(seconds=31)) == 1
-        assert await ipc.expire_due(conn, now + timedelta(seconds=32)) == 0  # once
+    assert task["deadline_at"] == task["created_at"] + timedelta(seconds=30)
+    # The deadline is an alarm of the delegating generation, in the delegating thread.
+    alarm = await deadline_of(pool, task_id)
+    assert (alarm["employee"], alarm["generation"], alarm["kind"],
+            alarm["status"]) == (a, 1, "deadline", "scheduled")  # fmt: skip
+    assert (alarm["lane"], alarm["thread"], alarm["due_at"]) == ("talk", "main",
+                                                                task["deadline_at"])  # fmt: skip
+    assert (alarm["chain_id"], alarm["hop"], alarm["path"]) == ("chain-1", 4, ["x"])
+    assert await fire(pool, a, due=False) == store.Fired()  # not due yet
+    fired = await fire(pool, a)
+    assert (fired.fired, fired.cancelled) == (1, 0)
+    assert await fire(pool, a) == store.Fired()  # once
+    assert (await deadline_of(pool, task_id))["status"] == "fired"
     await route(pool)
     (r,) = await deliveries(pool, a)
     assert (r["stream_key"], r["type"]) == (f"{a}/g1/talk/main", names.TYPE_IPC_TIMED_OUT)
-    assert "timed out" in r["payload"]["data"]["text"] and r["route"]["reply"] is True
-    late = call(b, "complete_task", {"task_id": out["task_id"], "result": "finally"})
+    assert r["payload"]["data"]["text"] == (
+        f"[task {task_id} for {b} timed out at {task['deadline_at'].isoformat()}; no result came]"
+    )
+    assert r["route"]["reply"] is True and r["hop"] == 4 and r["class"] == names.C3_INTERNAL
+    late = call(b, "complete_task", {"task_id": task_id, "result": "finally"})
     outcome, refused = await run(pool, late)
     assert outcome == names.TOOL_REFUSED and "already timed_out" in refused["error"]
+    (task,) = await query(pool, "SELECT status FROM ipc_tasks")
+    assert task["status"] == "timed_out"
+
+
+async def test_a_result_in_time_cancels_the_deadline(pool: AsyncConnectionPool[Conn]) -> None:
+    a, b = await team(pool, "a", "b")
+    _, out = await run(pool, call(a, "delegate_to_employee",
+                                  {"to": b, "task": "quick", "deadline_s": 30}))  # fmt: skip
+    done = call(b, "complete_task", {"task_id": out["task_id"], "result": "ok"})
+    assert (await run(pool, done))[0] == names.TOOL_OK
+    assert (await deadline_of(pool, out["task_id"]))["status"] == "cancelled"
+    assert await fire(pool, a) == store.Fired()
+    await route(pool)
+    assert [d["type"] for d in await deliveries(pool, a)] == [names.TYPE_IPC_RESULT]
+
+
+async def test_a_result_while_the_deadline_fires_is_not_blocked_and_wins(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    a, b = await team(pool, "a", "b")
+    _, out = await run(pool, call(a, "delegate_to_employee",
+                                  {"to": b, "task": "close call", "deadline_s": 30}))  # fmt: skip
+    done = call(b, "complete_task", {"task_id": out["task_id"], "result": "just in time"})
+    async with pool.connection() as firing, firing.transaction():  # fire_due holds the alarm
+        await firing.execute("SELECT 1 FROM alarms WHERE ref = %s FOR UPDATE",
+                             (f"task:{out['task_id']}",))  # fmt: skip
+        assert (await asyncio.wait_for(run(pool, done), timeout=10))[0] == names.TOOL_OK
+    fired = await fire(pool, a)  # the deadline the result could not cancel finds it done
+    assert (fired.fired, fired.cancelled) == (0, 1)
+    await route(pool)
+    assert [d["type"] for d in await deliveries(pool, a)] == [names.TYPE_IPC_RESULT]
+
+
+async def test_a_deadline_of_a_task_settled_meanwhile_delivers_nothing(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    a, b = await team(pool, "a", "b")
+    _, out = await run(pool, call(a, "delegate_to_employee",
+                                  {"to": b, "task": "raced", "deadline_s": 30}))  # fmt: skip
+    async with pool.connection() as conn:  # settled without its deadline (a race, an old row)
+        await conn.execute("UPDATE ipc_tasks SET status = 'cancelled'")
+        await conn.commit()
+    fired = await fire(pool, a)
+    assert (fired.fired, fired.cancelled) == (0, 1)
+    assert (await deadline_of(pool, out["task_id"]))["status"] == "cancelled"
+    assert await query(pool, "SELECT 1 FROM bus_ingress WHERE source_key = %s", f"ipc:{a}") == []
+    (task,) = await query(pool, "SELECT status FROM ipc_tasks")
+    assert task["status"] == "cancelled"
 
 
 async def test_at_most_200_open_tasks_per_delegator(pool: AsyncConnectionPool[Conn]) -> None:
@@ -185,7 +264,8 @@ async def test_a_task_cut_as_a_loop_is_cancelled_with_the_reason(
 ) -> None:
     a, b = await team(pool, "a", "b")
     in_b = {"thread": f"peer_{a}", "lane": "worker", "hop": 1, "path": [a]}
-    outcome, out = await run(pool, call(b, "delegate_to_employee", {"to": a, "task": "back"},
+    outcome, out = await run(pool, call(b, "delegate_to_employee",
+                                        {"to": a, "task": "back", "deadline_s": 60},
                                         **in_b))  # fmt: skip
     assert outcome == names.TOOL_OK
     await route(pool)
@@ -196,3 +276,4 @@ async def test_a_task_cut_as_a_loop_is_cancelled_with_the_reason(
         f"loop_suppressed: cycle {a} -> {b} -> {a}",
     )
     assert await deliveries(pool, a) == []
+    assert (await deadline_of(pool, out["task_id"]))["status"] == "cancelled"  # with its task

@@ -1,6 +1,7 @@
 """Employees messaging each other through whole turns on the real dev server and PostgreSQL:
 the local provider's `call:` scripts drive the tools, the in-process router (with its
-messaging upkeep), relay and workers do the rest (SPEC §10, scenario (e), EG18)."""
+messaging upkeep), relay, workers and the delegators' supervisors (whose one timer fires the
+task deadlines) do the rest (SPEC §10, scenario (e), EG18)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,23 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import pytest
 from conftest import ADMIN_TOKEN
 from messaging_helpers import team
 from psycopg_pool import AsyncConnectionPool
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDReusePolicy
 from test_router import query
 from test_turns import IDLE_S, PRICES, PUMP_STOP_S, ROLL_AFTER
 
-from eventos import ipc
+from eventos import names
 from eventos.activities import DbActivities
+from eventos.contracts import Control, SupervisorInput
 from eventos.db import Conn
+from eventos.db.sql import Q
 from eventos.deliverer import Deliverer
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
@@ -34,6 +39,7 @@ from eventos.relay import Relay
 from eventos.routing import route_pass
 from eventos.service import cancel_and_wait
 from eventos.settings import SecretStore, TemporalSettings
+from eventos.storm import flush_due
 from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
 from eventos.workers import egress_worker, workflow_worker
@@ -68,14 +74,29 @@ class Team:
 
 
 async def pump(pool: AsyncConnectionPool[Conn], relay: Relay, deliverer: Deliverer) -> None:
-    """The router's loop and its messaging upkeep, the relay and the deliverer, for tests."""
+    """The router's loop and its messaging upkeep (digests), the relay and the deliverer."""
     while True:
         async with pool.connection() as conn:
             await route_pass(conn)
-            await ipc.upkeep(conn, datetime.now(UTC))
+            await flush_due(conn, datetime.now(UTC))
         await relay.pass_once()
         await deliverer.pass_once()
         await asyncio.sleep(0.05)
+
+
+async def supervise(pool: AsyncConnectionPool[Conn], client: Client, queue: str,
+                    employee: str) -> WorkflowHandle[Any, Any]:  # fmt: skip
+    """The running generation's supervisor on the test queue, as a rebuild would start it."""
+    async with pool.connection() as conn:
+        cur = await conn.execute(Q["generation_control"], {"employee": employee, "generation": 1})
+        row = await cur.fetchone()
+    assert row is not None
+    control = Control.from_row(row)
+    return await client.start_workflow(
+        names.WF_SUPERVISOR, SupervisorInput(employee, 1, control, continued=True),
+        id=names.supervisor_id(employee, 1), task_queue=queue,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -101,6 +122,7 @@ async def pair(
         async with contextlib.AsyncExitStack() as stack:
             for w in workers:
                 await stack.enter_async_context(w)
+            supervisors = [await supervise(pool, client, queue, n) for n in (a, b)]
             pumping = asyncio.create_task(pump(pool, relay, deliverer))
             headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
             async with httpx.AsyncClient(base_url=ingress_url, headers=headers, timeout=10) as api:
@@ -108,6 +130,8 @@ async def pair(
                     yield Team(a, b, client, api, pool)
                 finally:
                     await cancel_and_wait([pumping], PUMP_STOP_S)
+                    for handle in supervisors:
+                        await handle.terminate("test over")
 
 
 def script(tool: str, **args: object) -> str:
@@ -152,11 +176,22 @@ async def test_a_delegated_result_continues_the_owner_chat_and_reaches_the_owner
 
 async def test_a_deadline_delivers_timed_out_to_the_delegating_conversation(pair: Team) -> None:
     a, b = pair.a, pair.b
-    await pair.chat(a, script("delegate_to_employee", to=b, task="think forever", deadline_s=1))
+    await pair.chat(a, script("delegate_to_employee", to=b, task="think forever", deadline_s=2))
     _, second = await pair.replies(a, 2)
-    assert "timed out" in second
-    (task,) = await query(pair.pool, "SELECT status FROM ipc_tasks")
+    (task,) = await query(pair.pool, "SELECT id, status, deadline_at FROM ipc_tasks")
     assert task["status"] == "timed_out"
+    notice = f"[task {task['id']} for {b} timed out at {task['deadline_at'].isoformat()}"
+    assert notice in second  # A's next turn read the notice, and the owner got the reply
+    # A's supervisor fired the task's deadline (its one timer), once.
+    (alarm,) = await query(pair.pool, "SELECT employee, kind, ref, status, fired_at FROM alarms")
+    assert (alarm["employee"], alarm["kind"], alarm["ref"],
+            alarm["status"]) == (a, "deadline", f"task:{task['id']}", "fired")  # fmt: skip
+    assert alarm["fired_at"] >= task["deadline_at"]
+    rows = await query(pair.pool, "SELECT dedupe_key FROM bus_ingress WHERE source_key = %s",
+                       f"ipc:{a}")  # fmt: skip
+    assert [r["dedupe_key"] for r in rows] == [f"timed_out:{task['id']}"]
+    turns = await query(pair.pool, "SELECT stream_key FROM turns WHERE employee = %s", a)
+    assert {t["stream_key"] for t in turns} == {f"{a}/g1/talk/main"} and len(turns) == 2
     await no_reply_from(pair.pool, b)
 
 

@@ -1,12 +1,13 @@
 """Employee messaging on the bus (SPEC §10): the inbox records of messages, tasks and task
-results, and the deadline check.
+results, and what a task's deadline does when it is due.
 
 A message or a task goes to source `ipc:<target>` (the target's implicit subscription, C3),
 placed in thread `peer_<sender>` of the worker lane with no reply route; a task result goes to
 `ipc:<delegator>` placed in the task's `reply_to` (the delegating turn's thread, lane and
 route), so the delegator's next turn continues that conversation and its reply goes where
-that thread's replies go. `expire_due` is the deadline check: the router's upkeep calls it
-every few seconds (the supervisor's alarm timer may call it later instead).
+that thread's replies go. A task's deadline is an alarm of kind `deadline` (ref `task:<id>`)
+of the delegating generation: its supervisor's one timer fires it, and `fire_due` calls
+`task_deadline_due` in its transaction (alarms.store.DEADLINE_HOOKS).
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from eventos import names, storm
-from eventos.bus import IngressRecord, append
+from eventos import names
+from eventos.bus import IngressRecord
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.envelope import encoded_size
 
-EXPIRE_BATCH = 100
+TASK_REF_PREFIX = "task:"  # the ref of a task's deadline alarm
 
 
 @dataclass(frozen=True)
@@ -81,27 +82,36 @@ def timed_out_record(task: dict[str, Any]) -> IngressRecord:
     return record(wake, names.TYPE_IPC_TIMED_OUT, f"timed_out:{task['id']}", data)
 
 
-async def expire_due(conn: Conn, now: datetime, limit: int = EXPIRE_BATCH) -> int:
-    """Move open tasks past their deadline to `timed_out` and tell each delegator, in one
-    transaction (compare-and-swap: a result that won the race is left alone)."""
-    async with conn.transaction():
-        cur = await conn.execute(Q["ipc_tasks_expire"], {"now": now, "limit": limit})
-        tasks = [dict(r) for r in await cur.fetchall()]
-        await append(conn, [timed_out_record(t) for t in tasks])
-    return len(tasks)
+def deadline_ref(task_id: str) -> str:
+    """The ref of a task's deadline alarm (cancelled by `complete_task`)."""
+    return TASK_REF_PREFIX + task_id
+
+
+async def task_deadline_due(conn: Conn, alarm: dict[str, Any]) -> IngressRecord | None:
+    """A task's deadline alarm is due (in `fire_due`'s transaction): an open task moves to
+    `timed_out` by compare-and-swap and the delegator's notice is the input to append; a task
+    settled meanwhile (done, cancelled) gives None, so nothing is delivered."""
+    cur = await conn.execute(Q["ipc_task_time_out"], {
+        "id": str(alarm["ref"]).removeprefix(TASK_REF_PREFIX), "employee": alarm["employee"],
+        "now": alarm["now"],
+    })  # fmt: skip
+    task = await cur.fetchone()
+    return timed_out_record(dict(task)) if task is not None else None
 
 
 async def cancel_cut_task(conn: Conn, row: dict[str, Any], reason: str, now: datetime) -> None:
-    """The router cut a task's wake as a loop: the task is `cancelled` with the reason (the
-    delegator is not woken about it; a wake would feed the same loop; the dead row and the
-    attention item tell the operator)."""
+    """The router cut a task's wake as a loop: the task is `cancelled` with the reason and its
+    deadline with it (the delegator is not woken about it; a wake would feed the same loop;
+    the dead row and the attention item tell the operator)."""
     env: dict[str, Any] = row["envelope"] if isinstance(row["envelope"], dict) else {}
     data: dict[str, Any] = env["data"] if isinstance(env.get("data"), dict) else {}
-    if row["type"] == names.TYPE_IPC_TASK and isinstance(data.get("task_id"), str):
-        await conn.execute(Q["ipc_task_cancel"], {"id": data["task_id"], "reason": reason,
-                                                  "now": now})  # fmt: skip
-
-
-async def upkeep(conn: Conn, now: datetime) -> tuple[int, int]:
-    """The router's periodic messaging work: deadlines, then due digests."""
-    return await expire_due(conn, now), await storm.flush_due(conn, now)
+    if row["type"] != names.TYPE_IPC_TASK or not isinstance(data.get("task_id"), str):
+        return
+    cur = await conn.execute(Q["ipc_task_cancel"], {"id": data["task_id"], "reason": reason,
+                                                    "now": now})  # fmt: skip
+    task = await cur.fetchone()
+    if task is not None:  # the alarms' own query (alarms.cancel_by_ref imports this module)
+        await conn.execute(Q["alarms_cancel_by_ref"], {
+            "employee": task["from_employee"], "kind": names.DEADLINE_KIND,
+            "ref": deadline_ref(data["task_id"]),
+        })  # fmt: skip

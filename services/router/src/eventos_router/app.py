@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import blobs, ipc, names
+from eventos import blobs, names, storm
 from eventos.db import Conn, open_pool
 from eventos.db.migrate import drop_expired_partitions, ensure_partitions
 from eventos.db.sql import Q
@@ -83,14 +83,14 @@ async def upkeep_loop(pool: AsyncConnectionPool[Conn]) -> None:
 
 async def messaging_loop(pool: AsyncConnectionPool[Conn],
                          every_s: float = names.IPC_UPKEEP_EVERY_S) -> None:  # fmt: skip
-    """Task deadlines (`timed_out` to the delegator) and the storm guards' due digests, every
-    few seconds (SPEC §10; the supervisor's alarm timer may take the deadlines over)."""
+    """The storm guards' due digests, every few seconds (SPEC §10; task deadlines are alarms,
+    fired by the delegator's supervisor)."""
     while True:
         try:
             async with pool.connection() as conn:
-                expired, digests = await ipc.upkeep(conn, datetime.now(UTC))
-            if expired or digests:
-                log.info("messaging upkeep: %d tasks timed out, %d digests", expired, digests)
+                digests = await storm.flush_due(conn, datetime.now(UTC))
+            if digests:
+                log.info("messaging upkeep: %d digests", digests)
         except Exception:
             log.exception("messaging upkeep failed; next try in %.0f s", every_s)
         await asyncio.sleep(every_s)

@@ -60,9 +60,10 @@ class AlarmActivities:
                                         note_after_s=s.late_note_after_s)  # fmt: skip
             await conn.commit()
             due = await store.next_due(conn, e, g)
-        if done.fired or done.missed:
-            log.info("%s g%d: %d alarm(s) fired, %d missed", req.employee, req.generation,
-                     done.fired, done.missed)  # fmt: skip
+        if done.fired or done.missed or done.cancelled:
+            log.info("%s g%d: %d alarm(s) fired, %d missed, %d deadline(s) settled by their "
+                     "owner", req.employee, req.generation, done.fired, done.missed,
+                     done.cancelled)  # fmt: skip
         return AlarmsDue(done.fired, done.missed, due)
 
     def activities(self) -> list[Callable[..., Awaitable[object]]]:

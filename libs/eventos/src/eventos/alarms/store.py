@@ -9,20 +9,23 @@ and carries the setting turn's chain, hop + 1 and path (I8).
 
 Other subsystems set alarms of their own kind through `create_deadline` and settle them through
 `cancel_by_ref`: a deadline fires an event of type `eventos.deadline.due` whose `data` holds its
-`payload` (so the task's owner reads what timed out) next to the usual fields.
+`payload` next to the usual fields, unless its ref's prefix is in DEADLINE_HOOKS: then its owner
+decides in `fire_due`'s transaction what the due deadline delivers (a task's `timed_out`), or
+that it delivers nothing (the row is cancelled).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from eventos import names
+from eventos import ipc, names
 from eventos.alarms.timing import Repeat, humanize, next_occurrence
 from eventos.bus import IngressRecord, append
 from eventos.db import Conn
@@ -34,6 +37,11 @@ LIST_MAX = 100  # alarms `list_alarms` shows (the rest is counted in `more`)
 # What an alarm may carry into its fired input, so that input always fits the bus (64 KB):
 # a row the bus refused at fire time would stop its supervisor's alarms.
 CARRIED_MAX_BYTES = 32 * 1024
+# A due deadline whose ref starts with a key here is its owner's to settle, in fire_due's
+# transaction: the hook answers the input to append, or None (nothing is delivered, the row is
+# cancelled). The one place where alarms know their owners.
+DeadlineHook = Callable[[Conn, dict[str, Any]], Awaitable[IngressRecord | None]]
+DEADLINE_HOOKS: dict[str, DeadlineHook] = {ipc.TASK_REF_PREFIX: ipc.task_deadline_due}
 
 
 class TooManyAlarms(EventOSError):
@@ -126,7 +134,9 @@ async def create_deadline(conn: Conn, *, employee: str, generation: int, ref: st
 async def cancel_by_ref(conn: Conn, employee: str, ref: str,
                         kind: str = names.DEADLINE_KIND) -> int:  # fmt: skip
     """Cancel the scheduled alarms of `kind` with `ref` (a task settled before its deadline);
-    returns how many. No Signal is needed: the supervisor finds nothing due."""
+    returns how many. No Signal is needed: the supervisor finds nothing due. One that
+    `fire_due` is firing right now is left to it (a hooked ref: its owner's hook sees the
+    settled owner and cancels it)."""
     cur = await conn.execute(Q["alarms_cancel_by_ref"],
                              {"employee": employee, "kind": kind, "ref": ref})  # fmt: skip
     return len(await cur.fetchall())
@@ -192,6 +202,7 @@ class Fired:
 
     fired: int = 0
     missed: int = 0
+    cancelled: int = 0  # deadlines their owner settled at fire time (DEADLINE_HOOKS)
     lateness_s: list[float] = field(default_factory=list)
 
 
@@ -242,6 +253,40 @@ async def _missed(conn: Conn, row: dict[str, Any], lateness_s: float) -> None:
     })  # fmt: skip
 
 
+def deadline_hook(row: dict[str, Any]) -> DeadlineHook | None:
+    """The owner's hook of a due deadline, by its ref's prefix (None: it fires as it is)."""
+    if row["kind"] != names.DEADLINE_KIND or not row["ref"]:
+        return None
+    ref = str(row["ref"])
+    return next((h for prefix, h in DEADLINE_HOOKS.items() if ref.startswith(prefix)), None)
+
+
+async def _settle(conn: Conn, row: dict[str, Any], status: str, next_at: datetime) -> bool:
+    """Move a taken occurrence on (compare-and-swap); False when someone else did first."""
+    cur = await conn.execute(Q["alarm_settle"], {
+        "id": row["id"], "status": status, "next_due": next_at,
+        "fired": status not in (names.ALARM_MISSED, names.ALARM_CANCELLED),
+        "occurrence": row["occurrence"],
+    })  # fmt: skip
+    return await cur.fetchone() is not None
+
+
+async def _fire_hooked(conn: Conn, row: dict[str, Any], hook: DeadlineHook,
+                       done: Fired) -> IngressRecord | None:  # fmt: skip
+    """A deadline its owner settles: the hook's input fires it, none cancels it. The row is
+    locked (alarms_take_due), so its settle holds; the hook's own compare-and-swap makes its
+    input once."""
+    record = await hook(conn, row)
+    await _settle(conn, row, names.ALARM_FIRED if record else names.ALARM_CANCELLED,
+                  row["due_at"])  # fmt: skip
+    if record is None:
+        done.cancelled += 1
+        return None
+    done.fired += 1
+    done.lateness_s.append(max(0.0, (row["now"] - row["due_at"]).total_seconds()))
+    return record
+
+
 async def fire_due(conn: Conn, employee: str, generation: int, zone: str, *,
                    limit: int = 100, note_after_s: float = 60.0) -> Fired:  # fmt: skip
     """Fire (or miss) up to `limit` due occurrences of a running generation, in one
@@ -252,6 +297,11 @@ async def fire_due(conn: Conn, employee: str, generation: int, zone: str, *,
                                                         "generation": generation,
                                                         "limit": limit})  # fmt: skip
         for row in await cur.fetchall():
+            hook = deadline_hook(row)
+            if hook is not None:
+                if (hooked := await _fire_hooked(conn, row, hook, done)) is not None:
+                    records.append(hooked)
+                continue
             lateness = max(0.0, (row["now"] - row["due_at"]).total_seconds())
             missed = row["skip_after_s"] is not None and lateness > float(row["skip_after_s"])
             repeat = Repeat.from_doc(row["repeat"])
@@ -260,11 +310,7 @@ async def fire_due(conn: Conn, employee: str, generation: int, zone: str, *,
             if repeat is not None:
                 status = names.ALARM_SCHEDULED
                 next_at = next_occurrence(repeat, row["due_at"], row["now"], zone)
-            cur = await conn.execute(Q["alarm_settle"], {
-                "id": row["id"], "status": status, "next_due": next_at, "fired": not missed,
-                "occurrence": row["occurrence"],
-            })  # fmt: skip
-            if await cur.fetchone() is None:
+            if not await _settle(conn, row, status, next_at):
                 continue  # someone else moved it on first
             if missed:
                 await _missed(conn, row, lateness)

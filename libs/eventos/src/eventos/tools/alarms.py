@@ -19,8 +19,9 @@ from eventos.tools.base import Effect, Tool, ToolContext, ToolRefused, obj
 
 SETTINGS_KEY = "alarms"
 TEXT_MAX = 2000
-# Tools whose successful call changed what the supervisor's timer must cover.
-SIGNALS_SUPERVISOR = frozenset({"set_alarm", "cancel_alarm"})
+# Tools whose successful call changed what the supervisor's timer must cover (a delegation
+# may set its task's deadline; one without is a harmless hint).
+SIGNALS_SUPERVISOR = frozenset({"set_alarm", "cancel_alarm", "delegate_to_employee"})
 
 SET_PARAMETERS = obj({
     "text": {"type": "string", "minLength": 1, "maxLength": TEXT_MAX,

@@ -2,7 +2,9 @@
 `delegate_to_employee {to, task, deadline_s?}` and `complete_task {task_id?, result}`.
 
 Each runs in the transaction that records the call (idempotent per turn and tool call): the
-`ipc_tasks` row and the inbox append commit together, in the sender's transaction. Names
+`ipc_tasks` row, the inbox append and a task's deadline (an alarm of the delegating generation,
+ref `task:<id>`, fired by its supervisor's timer) commit together, in the sender's transaction;
+the tool activity then signals that supervisor (SIGNALS_SUPERVISOR). Names
 resolve within the instance; the target must be running; nobody messages itself. Every wake
 carries the turn's chain, hop + 1 and path + [sender] (I8); the router's storm guards decide
 whether it is delivered, collected into a digest, or cut as a loop. Bounds (SPEC §15): 200 open
@@ -17,7 +19,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from eventos import ipc, names
+from eventos import alarms, ipc, names
 from eventos.bus import append
 from eventos.db.sql import Q
 from eventos.tools.base import Effect, Tool, ToolContext, ToolRefused, obj
@@ -82,6 +84,13 @@ async def delegate_to_employee(ctx: ToolContext, args: dict[str, Any]) -> dict[s
         "chain_id": call.chain_id, "hop": call.hop + 1, "path": Jsonb(call.path),
         "deadline_at": deadline_at, "now": ctx.now,
     })  # fmt: skip
+    if deadline_at is not None:
+        await alarms.create_deadline(
+            ctx.conn, employee=me, generation=call.generation, ref=ipc.deadline_ref(task_id),
+            due_at=deadline_at, lane=call.lane, thread=call.thread, route=call.route,
+            agent=call.agent, text=f"task {task_id} for {to} is due", chain_id=call.chain_id,
+            hop=call.hop + 1, path=call.path, payload={"task_id": task_id, "to": to},
+        )  # fmt: skip
     due = f", due {deadline_at.isoformat()}" if deadline_at else ""
     data = {"text": f"[task {task_id} from {me}{due}; finish it with complete_task]\n"
                     f"{args['task']}", "task_id": task_id, "from": me}  # fmt: skip
@@ -114,6 +123,7 @@ async def complete_task(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
             raise ToolRefused(f"task {task_id} is {found['to_employee']}'s: only the assignee "
                               "completes it")  # fmt: skip
         raise ToolRefused(f"task {task_id} is already {found['status']}")
+    await alarms.cancel_by_ref(ctx.conn, str(task["from_employee"]), ipc.deadline_ref(task_id))
     text = f"[result of task {task_id} from {me}]\n{args['result']}"
     data = {"text": text, "task_id": task_id, "status": names.TASK_DONE, "from": me}
     # The result returns to the delegating turn: its hop goes on, its path is restored (the

@@ -1,7 +1,8 @@
 -- Employee messaging and storm guards (issue 13; SPEC §10, §15). A delegated task: who asked
 -- (employee, generation), whom, what, and where its result goes (`reply_to`: the delegating
 -- turn's thread, lane and reply route, so the result continues that conversation). Only the
--- assignee moves it out of `open` (compare-and-swap); a deadline moves it to `timed_out`.
+-- assignee moves it out of `open` (compare-and-swap); its deadline (an alarm of kind `deadline`,
+-- ref `task:<id>`) moves it to `timed_out`; `deadline_at` is shown in the task's texts.
 -- `hop` and `path` are the delegating turn's causal context (I8): the result carries the hop
 -- on and restores the path, as a call that returns.
 CREATE TABLE ipc_tasks (
@@ -22,8 +23,6 @@ CREATE TABLE ipc_tasks (
     completed_at     timestamptz
 );
 CREATE INDEX ipc_tasks_open_from ON ipc_tasks (from_employee) WHERE status = 'open';
-CREATE INDEX ipc_tasks_due ON ipc_tasks (deadline_at)
-    WHERE status = 'open' AND deadline_at IS NOT NULL;
 -- One row per edge (sender → target) of internal wakes: a token bucket (10/min, burst 20),
 -- the exhausted one-minute windows in a row, the breaker, and the digest buffer the edge's
 -- messages collect in while they are not delivered one by one. Counters for operators.

@@ -30,9 +30,14 @@ WHERE id = %(id)s AND employee = %(employee)s AND generation = %(generation)s
 RETURNING id, status;
 
 -- name: alarms_cancel_by_ref
--- Cancel the scheduled alarms of one kind and ref (a task completed before its deadline).
+-- Cancel the scheduled alarms of one kind and ref (a task completed before its deadline). A row
+-- fire_due holds is skipped, not waited for: that transaction may be waiting for the owner's row
+-- this one holds (a deadlock), and it settles the alarm itself (a hook finds the owner settled).
 UPDATE alarms SET status = 'cancelled', settled_at = now()
-WHERE employee = %(employee)s AND kind = %(kind)s AND ref = %(ref)s AND status = 'scheduled'
+WHERE id IN (SELECT id FROM alarms
+             WHERE employee = %(employee)s AND kind = %(kind)s AND ref = %(ref)s
+               AND status = 'scheduled'
+             FOR UPDATE SKIP LOCKED)
 RETURNING id;
 
 -- name: alarms_list

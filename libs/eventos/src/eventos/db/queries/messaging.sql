@@ -35,19 +35,16 @@ UPDATE ipc_tasks SET status = 'done', result = %(result)s, completed_at = %(now)
 WHERE id = %(id)s AND to_employee = %(employee)s AND status = 'open'
 RETURNING id, from_employee, to_employee, reply_to, chain_id, hop, path;
 
--- name: ipc_tasks_expire
--- Open tasks past their deadline move to `timed_out` by compare-and-swap (skipping rows
--- another router holds), oldest deadline first.
-UPDATE ipc_tasks t SET status = 'timed_out', completed_at = %(now)s
-FROM (SELECT id FROM ipc_tasks
-      WHERE status = 'open' AND deadline_at IS NOT NULL AND deadline_at <= %(now)s
-      ORDER BY deadline_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED) due
-WHERE t.id = due.id AND t.status = 'open'
-RETURNING t.id, t.from_employee, t.to_employee, t.reply_to, t.chain_id, t.hop, t.path,
-          t.deadline_at, t.created_at;
+-- name: ipc_task_time_out
+-- A task's deadline alarm fired: an open task of that delegator moves to `timed_out` by
+-- compare-and-swap (a result that won the race is left alone), in `fire_due`'s transaction.
+UPDATE ipc_tasks SET status = 'timed_out', completed_at = %(now)s
+WHERE id = %(id)s AND from_employee = %(employee)s AND status = 'open'
+RETURNING id, from_employee, to_employee, reply_to, chain_id, hop, path, deadline_at;
 
 -- name: ipc_task_cancel
 -- A task whose wake the storm guards cut as a loop is `cancelled` with the reason, in the
--- routing transaction (it would otherwise hold a slot of the 200 until its deadline).
+-- routing transaction (it would otherwise hold a slot of the 200); its deadline alarm goes too.
 UPDATE ipc_tasks SET status = 'cancelled', result = %(reason)s, completed_at = %(now)s
-WHERE id = %(id)s AND status = 'open';
+WHERE id = %(id)s AND status = 'open'
+RETURNING from_employee;
