@@ -12,7 +12,7 @@ from messaging_helpers import call, run, team
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
 
-from eventos import ipc, names
+from eventos import employees, ipc, names
 from eventos.alarms import store
 from eventos.bus import IngressRecord, append
 from eventos.db import Conn
@@ -219,6 +219,26 @@ async def test_at_most_200_open_tasks_per_delegator(pool: AsyncConnectionPool[Co
     assert ok == names.TOOL_OK
     (count,) = await query(pool, "SELECT count(*) AS n FROM ipc_tasks WHERE from_employee = %s", a)
     assert count["n"] == 200
+
+
+async def test_reset_cancels_the_retired_generations_open_delegations(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    a, b = await team(pool, "a", "b")
+    ok, _ = await run(
+        pool, call(a, "delegate_to_employee", {"to": b, "task": "t", "deadline_s": 60})
+    )
+    assert ok == names.TOOL_OK
+    ok, _ = await run(pool, call(b, "delegate_to_employee", {"to": a, "task": "b's own"}))
+    assert ok == names.TOOL_OK
+    async with pool.connection() as conn:
+        await employees.reset(conn, a)
+    rows = await query(pool, "SELECT from_employee, status FROM ipc_tasks ORDER BY from_employee")
+    assert [(r["from_employee"], r["status"]) for r in rows] == sorted(
+        [(a, "cancelled"), (b, "open")]
+    )
+    (deadline,) = await query(pool, "SELECT status FROM alarms WHERE employee = %s", a)
+    assert deadline["status"] == "cancelled"  # it never fires into the retired generation
 
 
 def raw_message(sender: str, target: str, n: int, hop: int = 1,

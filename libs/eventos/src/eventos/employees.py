@@ -269,7 +269,8 @@ async def resume(conn: Conn, name: str) -> GenerationRef:
 
 
 async def reset(conn: Conn, name: str) -> GenerationRef:
-    """Retire the live generation: its open deliveries become dead(reset)."""
+    """Retire the live generation: its open deliveries become dead(reset), its alarms and its
+    open delegations are cancelled."""
     async with conn.transaction():
         allowed = (names.GEN_STARTING, names.GEN_RUNNING, names.GEN_PAUSED)
         ref = await _transition(conn, name, allowed=allowed, to=names.GEN_RETIRED)
@@ -277,6 +278,7 @@ async def reset(conn: Conn, name: str) -> GenerationRef:
         await conn.execute(Q["deliveries_kill_generation"], params)
         await conn.execute(Q["streams_clear_pending"], params)
         await cancel_generation(conn, name, ref.generation)  # its alarms never fire
+        await conn.execute(Q["ipc_tasks_cancel_generation"], params)  # nor its task deadlines
     return ref
 
 

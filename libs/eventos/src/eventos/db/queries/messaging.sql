@@ -48,3 +48,10 @@ RETURNING id, from_employee, to_employee, reply_to, chain_id, hop, path, deadlin
 UPDATE ipc_tasks SET status = 'cancelled', result = %(reason)s, completed_at = %(now)s
 WHERE id = %(id)s AND status = 'open'
 RETURNING from_employee;
+
+-- name: ipc_tasks_cancel_generation
+-- Reset: the retired generation's open delegations are cancelled (their results would land in
+-- a retired generation; they no longer count toward the delegator's 200).
+UPDATE ipc_tasks SET status = 'cancelled', result = 'the delegating generation was reset',
+    completed_at = now()
+WHERE from_employee = %(employee)s AND from_generation = %(generation)s AND status = 'open';
