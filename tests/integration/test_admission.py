@@ -203,6 +203,8 @@ async def test_a_merged_higher_class_input_moves_the_turn_up(instance: Instance)
     ]  # fmt: skip
     c4 = names.queue_for("llm-c4", instance.relay.task_queue)
     c1 = names.queue_for("llm-c1", instance.relay.task_queue)
-    assert queues == [(c4, 4), (c1, 1)]  # step 0 before the merge, step 1 after it
+    # Step 0 before the merge, its tool call (on the workflow queue, in the turn's class), then
+    # step 1 after it.
+    assert queues == [(c4, 4), (instance.relay.task_queue, 4), (c1, 1)]
     (lease,) = await query(instance.pool, "SELECT class FROM sched_leases WHERE turn_id = %s", tid)
     assert lease == {"class": names.C1_OWNER}

@@ -134,7 +134,7 @@ async def test_migration_0009_leaves_no_plaintext_recipient(before_0009: Databas
                 "'chat', 1, 'hi', %s)", (f"k{i}", f"turn-{i}", recipient, status),
             )  # fmt: skip
         applied = await migrate(conn)
-        assert [m.version for m in applied] == [9]
+        assert applied[0].version == 9  # and those after it
         cur = await conn.execute("SELECT idempotency_key, recipient, recipient_key_id, status "
                                  "FROM outbound_messages ORDER BY idempotency_key")  # fmt: skip
         after = await cur.fetchall()

@@ -322,6 +322,7 @@ class TurnWorkflow:
                 result = await workflow.execute_activity(
                     names.ACT_TOOL, req, result_type=ToolResult,
                     activity_id=f"{turn.turn_id}:tool-{call.id}",
+                    priority=Priority(priority_key=self.klass, fairness_key=turn.employee),
                     start_to_close_timeout=policies.TOOL_ATTEMPT_TIMEOUT,
                     schedule_to_close_timeout=policies.TOOL_BUDGET,
                     heartbeat_timeout=policies.TOOL_HEARTBEAT, retry_policy=policies.TOOL_RETRY,
