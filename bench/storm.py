@@ -8,8 +8,9 @@ guards included), its messaging upkeep (digests) and the real tools; the model i
 a script with no latency (the fastest a model can be), so every turn is one instant pass:
 - every `--kick-every` simulated seconds A's owner chat starts a new chain: A delegates to B;
 - B, woken by a task, completes it and delegates a task back to A at once;
-- A, woken by a result, delegates to B again (deadline 300 s on every task: alarms that no
-  supervisor fires here, and B completes every task first).
+- A, woken by a result, delegates to B again (deadline 300 s on every task, fired as the
+  supervisors' alarm timers would, on the simulated clock: a task whose wake was digested times
+  out instead of holding one of A's 200 open tasks for ever).
 Nothing ever stops on its own: the guards must. Printed: hops and cycles cut, the breaker's
 openings, digests, and the messages per minute that still cross the edge A → B (delivered one
 by one, and as digests). The clock is simulated (the guards take `now` from the caller), so
@@ -31,6 +32,7 @@ from harness import exit_on_signals, progress, run_in_temp_folder
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import employees, names
+from eventos.alarms.store import fire_due
 from eventos.contracts import DeliveryItem, ToolCallInput
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
@@ -73,6 +75,7 @@ class Storm:
         self.tools = ToolRunner(pool, SecretStore(env={}))
         self.calls: Counter[str] = Counter()
         self.turns = 0
+        self.timed_out = 0
 
     async def call(self, employee: str, stream: str, route: dict[str, Any], tool: str,
                    args: dict[str, Any], context: tuple[str, int, list[str]],
@@ -126,6 +129,13 @@ class Storm:
             await self.call(A, stream, route, "delegate_to_employee",
                             {"to": B, "task": "again", "deadline_s": DEADLINE_S}, context,
                             tasks, now)  # fmt: skip
+
+    async def deadlines(self, now: datetime) -> None:
+        """What the supervisors' alarm timers would fire by now: tasks past their deadline
+        time out (on the simulated clock)."""
+        async with self.pool.connection() as conn:
+            for employee in (A, B):
+                self.timed_out += (await fire_due(conn, employee, 1, "UTC", now=now)).fired
 
     async def route(self, now: datetime) -> None:
         async with self.pool.connection() as conn:
@@ -197,6 +207,7 @@ async def storm(db: DatabaseSettings, minutes: int, tick_s: float, kick_every_s:
                 await s.kick(now)
                 next_kick += timedelta(seconds=kick_every_s)
             await s.route(now)
+            await s.deadlines(now)
             await s.turns_pass(now)
             await s.route(now)
             await stamp(pool, int((now - T0).total_seconds() // 60))
@@ -213,7 +224,7 @@ def report(fig: dict[str, Any], per_minute: dict[int, tuple[int, int]], s: Storm
     print(f"simulated {minutes} min in {wall:.1f} s wall; {s.turns} instant turns")
     print("tool calls:", dict(sorted(s.calls.items())))
     print("ipc ingress rows by outcome:", dict(sorted(fig["ingress_by_reason"].items())))
-    print("tasks:", fig["tasks"])
+    print("tasks:", fig["tasks"], f"({s.timed_out} deadlines fired)")
     for e in fig["edges"]:
         print(f"edge {e['sender']} -> {e['target']}: breaker {e['breaker']}, "
               f"passed {e['passed']}, digested {e['digested']}, suppressed {e['suppressed']}, "

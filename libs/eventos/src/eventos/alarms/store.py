@@ -266,7 +266,7 @@ async def _settle(conn: Conn, row: dict[str, Any], status: str, next_at: datetim
     cur = await conn.execute(Q["alarm_settle"], {
         "id": row["id"], "status": status, "next_due": next_at,
         "fired": status not in (names.ALARM_MISSED, names.ALARM_CANCELLED),
-        "occurrence": row["occurrence"],
+        "occurrence": row["occurrence"], "now": row["now"],
     })  # fmt: skip
     return await cur.fetchone() is not None
 
@@ -288,14 +288,16 @@ async def _fire_hooked(conn: Conn, row: dict[str, Any], hook: DeadlineHook,
 
 
 async def fire_due(conn: Conn, employee: str, generation: int, zone: str, *,
-                   limit: int = 100, note_after_s: float = 60.0) -> Fired:  # fmt: skip
+                   limit: int = 100, note_after_s: float = 60.0,
+                   now: datetime | None = None) -> Fired:  # fmt: skip
     """Fire (or miss) up to `limit` due occurrences of a running generation, in one
-    transaction with their inputs; a repeating alarm is scheduled at its next occurrence."""
+    transaction with their inputs; a repeating alarm is scheduled at its next occurrence.
+    The clock is the transaction's, unless the caller passes one (a simulated bench)."""
     done, records = Fired(), []
     async with conn.transaction():
         cur = await conn.execute(Q["alarms_take_due"], {"employee": employee,
                                                         "generation": generation,
-                                                        "limit": limit})  # fmt: skip
+                                                        "limit": limit, "now": now})  # fmt: skip
         for row in await cur.fetchall():
             hook = deadline_hook(row)
             if hook is not None:

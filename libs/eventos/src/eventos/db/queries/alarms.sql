@@ -63,14 +63,15 @@ WHERE employee = %(employee)s AND generation = %(generation)s AND status = 'sche
 
 -- name: alarms_take_due
 -- Due alarms of a running generation, earliest first, locked (a concurrent attempt skips
--- them); `now` is the transaction's clock, the one the compare-and-swap uses.
+-- them); `now` is the transaction's clock (or the caller's, a bench's simulated one), the one
+-- the compare-and-swap uses.
 SELECT a.id, a.employee, a.generation, a.kind, a.ref, a.lane, a.thread, a.route, a.agent,
        a.text, a.payload, a.due_at, a.if_late, a.skip_after_s, a.repeat, a.occurrence,
-       a.chain_id, a.hop, a.path, a.causation_id, now() AS now
+       a.chain_id, a.hop, a.path, a.causation_id, COALESCE(%(now)s, now()) AS now
 FROM alarms a
 JOIN generations g ON g.employee = a.employee AND g.generation = a.generation
 WHERE a.employee = %(employee)s AND a.generation = %(generation)s AND a.status = 'scheduled'
-  AND a.due_at <= now() AND g.state = 'running'
+  AND a.due_at <= COALESCE(%(now)s, now()) AND g.state = 'running'
 ORDER BY a.due_at, a.id
 LIMIT %(limit)s
 FOR UPDATE OF a SKIP LOCKED;
@@ -80,9 +81,9 @@ FOR UPDATE OF a SKIP LOCKED;
 -- `fired` or `missed`, or, for a repeating alarm, scheduled again at its next occurrence.
 UPDATE alarms SET status = %(status)s, due_at = %(next_due)s,
     occurrence = CASE WHEN %(status)s = 'scheduled' THEN occurrence + 1 ELSE occurrence END,
-    fired_at = CASE WHEN %(fired)s THEN now() ELSE fired_at END,
-    settled_at = CASE WHEN %(status)s = 'scheduled' THEN NULL ELSE now() END
-WHERE id = %(id)s AND status = 'scheduled' AND due_at <= now() AND occurrence = %(occurrence)s
+    fired_at = CASE WHEN %(fired)s THEN %(now)s ELSE fired_at END,
+    settled_at = CASE WHEN %(status)s = 'scheduled' THEN NULL ELSE %(now)s END
+WHERE id = %(id)s AND status = 'scheduled' AND due_at <= %(now)s AND occurrence = %(occurrence)s
 RETURNING id;
 
 -- name: alarms_next_due
