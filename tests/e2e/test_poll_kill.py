@@ -4,7 +4,7 @@ and doubles nothing (issue 13 point 6, SPEC §7 PollWorkflow, I9).
 The six services run as processes on the session's dev server. The polled endpoint is a real
 HTTP server on loopback that sends its second page all but the last byte and holds it there, so
 the worker surely has the page in hand and has appended nothing when it dies. Temporal notices
-the dead attempt by its heartbeat timeout (30 s) and retries it on the restarted worker; the
+the dead attempt by its heartbeat timeout (10 s) and retries it on the restarted worker; the
 cursor never moved, so the page is fetched again and appended once.
 """
 
@@ -27,7 +27,7 @@ from eventos.settings import DatabaseSettings, TemporalSettings
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 
 RETRY_S = (
-    150.0  # heartbeat timeout (30 s) + the retry interval (10 s) + two pages, on a busy machine
+    150.0  # heartbeat timeout (10 s) + the retry interval (10 s) + two pages, on a busy machine
 )
 
 SPEC = """

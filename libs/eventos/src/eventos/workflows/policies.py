@@ -52,4 +52,4 @@ POLL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=10), backoff_coefficient=1.0, maximum_attempts=0
 )
 POLL_ATTEMPT_TIMEOUT = timedelta(minutes=2)  # the fetch's 30 s deadline and two transactions
-POLL_HEARTBEAT = timedelta(seconds=30)  # a killed worker's attempt is retried this soon
+POLL_HEARTBEAT = timedelta(seconds=10)  # a killed worker's attempt is retried this soon
