@@ -21,7 +21,7 @@ from eventos.polls.cycle import PollEnded, Poller, Verdict
 from eventos.polls.fetch import http_client
 from eventos.settings import OutboundSettings, SecretStore
 
-HEARTBEAT_EVERY_S = 3.0  # about a third of the workflow's heartbeat timeout (policies.POLL_HEARTBEAT)
+HEARTBEAT_EVERY_S = 3.0  # about a third of policies.POLL_HEARTBEAT
 
 
 def next_poll(verdict: Verdict) -> ApplicationError:
