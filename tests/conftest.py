@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from eventos_ingress.app import IngressConfig, build
-from eventos_ingress.limits import IngressBuffers
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import employees
@@ -22,6 +21,7 @@ from eventos.settings import (
     AdminSettings,
     DatabaseSettings,
     GrpcIngressSettings,
+    IngressBuffers,
     SecretStore,
     ServiceSettings,
 )

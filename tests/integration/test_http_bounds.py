@@ -12,11 +12,9 @@ import httpx
 import pytest
 from conftest import ingress_config, run_service
 from eventos_ingress.app import build
-from eventos_ingress.limits import IngressBuffers
 
-from eventos.http_bounds import HttpBounds
 from eventos.service import Service
-from eventos.settings import DatabaseSettings
+from eventos.settings import DatabaseSettings, HttpBounds, IngressBuffers
 
 BOUNDS = HttpBounds(max_header_bytes=8 * 1024, header_timeout_s=1.0, body_idle_timeout_s=1.0,
                     max_in_flight=3, max_connections=64)  # fmt: skip

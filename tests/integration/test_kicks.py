@@ -12,7 +12,6 @@ import pytest
 from conftest import ADMIN_TOKEN, SECRETS, run_service
 from eventos_ingress.app import IngressConfig
 from eventos_ingress.app import build as build_ingress
-from eventos_ingress.limits import IngressBuffers
 from eventos_router.app import RouterConfig
 from eventos_router.app import build as build_router
 from psycopg_pool import AsyncConnectionPool
@@ -22,6 +21,7 @@ from eventos.service import Service
 from eventos.settings import (
     AdminSettings,
     DatabaseSettings,
+    IngressBuffers,
     SecretStore,
     ServiceSettings,
     TemporalSettings,

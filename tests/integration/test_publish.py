@@ -16,7 +16,6 @@ import psycopg
 import pytest
 from conftest import DRIVER_TOKEN, SECRETS
 from eventos_ingress.app import IngressConfig, build
-from eventos_ingress.limits import IngressBuffers
 from psycopg import sql
 
 from eventos import blobs
@@ -27,6 +26,7 @@ from eventos.settings import (
     AdminSettings,
     DatabaseSettings,
     GrpcIngressSettings,
+    IngressBuffers,
     SecretStore,
     ServiceSettings,
 )

@@ -26,7 +26,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from eventos_ingress.app import IngressConfig, build
-from eventos_ingress.limits import IngressBuffers
 from grpc_calls import (
     ACCEPTED,
     CALL_S,
@@ -53,6 +52,7 @@ from eventos.settings import (
     AdminSettings,
     DatabaseSettings,
     GrpcIngressSettings,
+    IngressBuffers,
     SecretStore,
     ServiceSettings,
 )

@@ -11,53 +11,17 @@ answered 408 and closed (one that sent nothing is closed without an answer).
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from eventos.errors import ConfigError
+from eventos.settings import HttpBounds
 
 # Probes and scrapes are never refused for load: a busy process is alive and says so.
 UNCAPPED_PATHS = frozenset({"/livez", "/readyz", "/metrics"})
 RETRY_AFTER_BUSY = "1"
 LINGER_S = 2.0
-
-
-@dataclass(frozen=True)
-class HttpBounds:
-    """Defaults pass real traffic untouched: headers of 32 KiB (providers send a few KiB),
-    10 s for them, 30 s of silence within a body, 512 requests in flight (300 slow 10 MiB
-    uploads and normal traffic beside them: bench/soak.py), 1,024 connections."""
-
-    max_header_bytes: int = 32 * 1024
-    header_timeout_s: float = 10.0
-    body_idle_timeout_s: float = 30.0
-    max_in_flight: int = 512
-    max_connections: int = 1024
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> HttpBounds:
-        env = os.environ if env is None else env
-        d = cls()
-        values: dict[str, Any] = {}
-        for name, default in d.__dict__.items():
-            var = f"EVENTOS_HTTP_{name.upper()}"
-            raw = env.get(var)
-            if raw is None or raw == "":
-                continue
-            try:
-                value = type(default)(raw)
-            except ValueError:
-                raise ConfigError(f"{var} must be a number, got {raw!r}") from None
-            if value <= 0:
-                raise ConfigError(f"{var} must be positive, got {raw!r}")
-            values[name] = value
-        return cls(**values)
 
 
 def _raw_answer(status: bytes, text: str) -> bytes:

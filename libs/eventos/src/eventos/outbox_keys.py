@@ -14,15 +14,14 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from eventos.errors import ConfigError, RecipientUnreadable
+from eventos.settings import OUTBOX_KEYS_FILE_VAR, OUTBOX_KEYS_VAR, OutboxKeySettings
 
-VAR = "EVENTOS_OUTBOX_KEYS"
-FILE_VAR = "EVENTOS_OUTBOX_KEYS_FILE"
+VAR, FILE_VAR = OUTBOX_KEYS_VAR, OUTBOX_KEYS_FILE_VAR
 KEY_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
 KEY_BYTES = 32
 NONCE_BYTES = 12
@@ -92,21 +91,8 @@ class OutboxKeys:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OutboxKeys:
         """Read once at boot; fails naming the variable when neither is set or one is bad."""
-        env = os.environ if env is None else env
-        raw, path = env.get(VAR, "").strip(), env.get(FILE_VAR, "").strip()
-        if raw and path:
-            raise ConfigError(f"set {VAR} or {FILE_VAR}, not both")
-        if path:
-            try:
-                return cls.parse(Path(path).read_text(), FILE_VAR)
-            except OSError as exc:
-                raise ConfigError(f"{FILE_VAR}: cannot read {path}: {exc.strerror}") from None
-        if raw:
-            return cls.parse(raw, VAR)
-        raise ConfigError(
-            f"{VAR} (or {FILE_VAR}) is required: this service writes or reads outbox "
-            "recipients, which are encrypted at rest"
-        )
+        found = OutboxKeySettings.from_env(env)
+        return cls.parse(found.text, found.source)
 
     def seal(self, recipient: str, *, employee: str, idempotency_key: str) -> Sealed:
         """Encrypt a recipient under the first key, bound to its row."""

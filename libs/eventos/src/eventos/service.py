@@ -23,8 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from eventos.http_bounds import HttpBounds, InFlightCap, bounded_protocol
+from eventos.http_bounds import InFlightCap, bounded_protocol
 from eventos.metrics import watch_event_loop_lag
+from eventos.settings import HttpBounds
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from eventos import names
 from eventos.errors import ConfigError, SecretUnavailable
 
 
@@ -401,4 +403,100 @@ class AlarmSettings:
             min_every_s=env_int(env, "EVENTOS_ALARMS_MIN_EVERY_S", cls.min_every_s),
             late_note_after_s=late,
             fire_batch=env_int(env, "EVENTOS_ALARMS_FIRE_BATCH", cls.fire_batch),
+        )
+
+
+@dataclass(frozen=True)
+class HttpBounds:
+    """Defaults pass real traffic untouched: headers of 32 KiB (providers send a few KiB),
+    10 s for them, 30 s of silence within a body, 512 requests in flight (300 slow 10 MiB
+    uploads and normal traffic beside them: bench/soak.py), 1,024 connections."""
+
+    max_header_bytes: int = 32 * 1024
+    header_timeout_s: float = 10.0
+    body_idle_timeout_s: float = 30.0
+    max_in_flight: int = 512
+    max_connections: int = 1024
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> HttpBounds:
+        env = os.environ if env is None else env
+        d = cls()
+        values: dict[str, Any] = {}
+        for name, default in d.__dict__.items():
+            var = f"EVENTOS_HTTP_{name.upper()}"
+            raw = env.get(var)
+            if raw is None or raw == "":
+                continue
+            try:
+                value = type(default)(raw)
+            except ValueError:
+                raise ConfigError(f"{var} must be a number, got {raw!r}") from None
+            if value <= 0:
+                raise ConfigError(f"{var} must be positive, got {raw!r}")
+            values[name] = value
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class IngressBuffers:
+    """Where large webhook bodies wait while they arrive (`EVENTOS_INGRESS_SPOOL_DIR`, default
+    the system's temporary directory) and how many records may wait for a group commit
+    (`EVENTOS_INGRESS_COMMIT_QUEUE_MAX`, 4,096; beyond it 503)."""
+
+    spool_dir: Path | None = None
+    commit_queue_max: int = names.COMMIT_QUEUE_MAX
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> IngressBuffers:
+        env = os.environ if env is None else env
+        spool = env.get("EVENTOS_INGRESS_SPOOL_DIR")
+        queue = env_int(env, "EVENTOS_INGRESS_COMMIT_QUEUE_MAX", names.COMMIT_QUEUE_MAX)
+        return cls(Path(spool) if spool else None, queue)
+
+
+LLM_ENDPOINTS_VAR = "EVENTOS_LLM_ENDPOINTS"
+OUTBOX_KEYS_VAR = "EVENTOS_OUTBOX_KEYS"
+OUTBOX_KEYS_FILE_VAR = "EVENTOS_OUTBOX_KEYS_FILE"
+
+
+@dataclass(frozen=True)
+class LlmEndpointSettings:
+    """`EVENTOS_LLM_ENDPOINTS`: the JSON document of the operator's LLM endpoints (empty: none);
+    `eventos.llm.endpoints.LlmEndpoints` parses it."""
+
+    document: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> LlmEndpointSettings:
+        env = os.environ if env is None else env
+        return cls(env.get(LLM_ENDPOINTS_VAR, "").strip())
+
+
+@dataclass(frozen=True)
+class OutboxKeySettings:
+    """`EVENTOS_OUTBOX_KEYS` or `EVENTOS_OUTBOX_KEYS_FILE` (a mounted Secret): the keys that
+    seal outbox recipients, as text with the variable it came from; `eventos.outbox_keys`
+    parses it. Required by the services that read or write recipients."""
+
+    text: str = field(default="", repr=False)
+    source: str = OUTBOX_KEYS_VAR
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OutboxKeySettings:
+        env = os.environ if env is None else env
+        var, file_var = OUTBOX_KEYS_VAR, OUTBOX_KEYS_FILE_VAR
+        raw, path = env.get(var, "").strip(), env.get(file_var, "").strip()
+        if raw and path:
+            raise ConfigError(f"set {var} or {file_var}, not both")
+        if path:
+            try:
+                return cls(Path(path).read_text(), file_var)
+            except OSError as exc:
+                raise ConfigError(f"{file_var}: cannot read {path}: {exc.strerror}") from None
+        if raw:
+            return cls(raw, var)
+        raise ConfigError(
+            f"{var} (or {file_var}) is required: this service writes or reads outbox "
+            "recipients, which are encrypted at rest"
         )

@@ -10,13 +10,14 @@ from starlette.routing import Route
 
 from eventos.bus import GroupCommitter
 from eventos.db import Conn, open_pool
-from eventos.http_bounds import HttpBounds
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.service import GrpcServerOptions, Service
 from eventos.settings import (
     AdminSettings,
     DatabaseSettings,
     GrpcIngressSettings,
+    HttpBounds,
+    IngressBuffers,
     SecretStore,
     ServiceSettings,
 )
@@ -25,7 +26,7 @@ from eventos.v1 import ingress_pb2_grpc
 from eventos.wake import Kicker
 from eventos_ingress.credentials import DriverTable
 from eventos_ingress.hooks import Hooks
-from eventos_ingress.limits import HookLimits, IngressBuffers
+from eventos_ingress.limits import HookLimits
 from eventos_ingress.owner_api import OwnerApi
 from eventos_ingress.publish import EventIngressServicer
 from eventos_ingress.routes import RouteTable

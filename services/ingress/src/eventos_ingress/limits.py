@@ -7,11 +7,8 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from eventos import names
 from eventos.errors import ConfigError
-from eventos.settings import env_int
 
 
 @dataclass(frozen=True)
@@ -46,23 +43,6 @@ class HookLimits:
             )  # fmt: skip
         except ValueError as exc:
             raise ConfigError(f"webhook limits: {exc}") from None
-
-
-@dataclass(frozen=True)
-class IngressBuffers:
-    """Where large webhook bodies wait while they arrive (`EVENTOS_INGRESS_SPOOL_DIR`, default
-    the system's temporary directory) and how many records may wait for a group commit
-    (`EVENTOS_INGRESS_COMMIT_QUEUE_MAX`, 4,096; beyond it 503)."""
-
-    spool_dir: Path | None = None
-    commit_queue_max: int = names.COMMIT_QUEUE_MAX
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> IngressBuffers:
-        env = os.environ if env is None else env
-        spool = env.get("EVENTOS_INGRESS_SPOOL_DIR")
-        queue = env_int(env, "EVENTOS_INGRESS_COMMIT_QUEUE_MAX", names.COMMIT_QUEUE_MAX)
-        return cls(Path(spool) if spool else None, queue)
 
 
 @dataclass

@@ -10,7 +10,6 @@ list may have changed since), so a key is only ever sent to an address on the op
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,8 +17,9 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from eventos.errors import ConfigError, EndpointNotAllowed
+from eventos.settings import LLM_ENDPOINTS_VAR, LlmEndpointSettings
 
-VAR = "EVENTOS_LLM_ENDPOINTS"
+VAR = LLM_ENDPOINTS_VAR
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 ANY_CREDENTIAL = "*"
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -112,8 +112,7 @@ class LlmEndpoints:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> LlmEndpoints:
         """Read once at boot; a bad value fails naming the variable."""
-        env = os.environ if env is None else env
-        raw = env.get(VAR, "").strip()
+        raw = LlmEndpointSettings.from_env(env).document
         if not raw:
             return cls()
         try:
