@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 from test_router import query
-from test_turns import IDLE_S, PRICES, PUMP_STOP_S, ROLL_AFTER
+from test_turns import IDLE_S, PRICES, PUMP_STOP_S, ROLL_AFTER, pump
 
 from eventos import names
 from eventos.activities import DbActivities
@@ -36,7 +36,6 @@ from eventos.llm.worker import llm_worker
 from eventos.outbox_keys import OutboxKeys
 from eventos.payload_guard import connect
 from eventos.relay import Relay
-from eventos.routing import route_pass
 from eventos.service import cancel_and_wait
 from eventos.settings import SecretStore, TemporalSettings
 from eventos.storm import flush_due
@@ -73,15 +72,9 @@ class Team:
         return await wait_for(sent, timeout=timeout, interval=0.1, what=f"{count} replies")
 
 
-async def pump(pool: AsyncConnectionPool[Conn], relay: Relay, deliverer: Deliverer) -> None:
-    """The router's loop and its messaging upkeep (digests), the relay and the deliverer."""
-    while True:
-        async with pool.connection() as conn:
-            await route_pass(conn)
-            await flush_due(conn, datetime.now(UTC))
-        await relay.pass_once()
-        await deliverer.pass_once()
-        await asyncio.sleep(0.05)
+async def digests(conn: Conn) -> None:
+    """The router's messaging upkeep: digests that are due."""
+    await flush_due(conn, datetime.now(UTC))
 
 
 async def supervise(pool: AsyncConnectionPool[Conn], client: Client, queue: str,
@@ -123,7 +116,7 @@ async def pair(
             for w in workers:
                 await stack.enter_async_context(w)
             supervisors = [await supervise(pool, client, queue, n) for n in (a, b)]
-            pumping = asyncio.create_task(pump(pool, relay, deliverer))
+            pumping = asyncio.create_task(pump(pool, relay, deliverer, digests))
             headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
             async with httpx.AsyncClient(base_url=ingress_url, headers=headers, timeout=10) as api:
                 try:

@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,11 +117,15 @@ class Instance:
         )
 
 
-async def pump(pool: AsyncConnectionPool[Conn], relay: Relay, deliverer: Deliverer) -> None:
-    """The router's, the relay's and the intent deliverer's loops, tightened for tests."""
+async def pump(pool: AsyncConnectionPool[Conn], relay: Relay, deliverer: Deliverer,
+               upkeep: Callable[[Conn], Awaitable[object]] | None = None) -> None:  # fmt: skip
+    """The router's (with its `upkeep`), the relay's and the intent deliverer's loops,
+    tightened for tests."""
     while True:
         async with pool.connection() as conn:
             await route_pass(conn)
+            if upkeep is not None:
+                await upkeep(conn)
         await relay.pass_once()
         await deliverer.pass_once()
         await asyncio.sleep(0.05)
