@@ -4,7 +4,6 @@ them (to kill a worker while a call is surely at the server)."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -103,5 +102,18 @@ def loopback() -> Iterator[Loopback]:
         thread.join(10)
 
 
-def json_body(seen: Seen) -> Any:
-    return json.loads(seen.body)
+def http_employee(name: str, hosts: str) -> str:
+    """An employee on the local model whose one agent may call `http_request` on `hosts`."""
+    return f"""
+apiVersion: eventos/v1
+kind: Employee
+metadata: {{name: {name}}}
+spec:
+  agents:
+    - name: front
+      model: {{provider: local, name: scripted}}
+      tools: [http_request]
+      http_hosts: {hosts}
+  triggers:
+    - {{kind: chat}}
+"""

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import E2E_TIMEOUT_S
-from loopback_http import Answer, Loopback, loopback
+from loopback_http import Answer, Loopback, http_employee, loopback
 from stack import Owner, Stack, base_env, rows, until
 
 from eventos.settings import DatabaseSettings, TemporalSettings
@@ -25,20 +25,6 @@ from eventos.settings import DatabaseSettings, TemporalSettings
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 
 RETRY_S = 120.0  # heartbeat timeout (10 s) + a worker's boot + the rest of the turn, when busy
-
-SPEC = """
-apiVersion: eventos/v1
-kind: Employee
-metadata: {{name: {name}}}
-spec:
-  agents:
-    - name: front
-      model: {{provider: local, name: scripted}}
-      tools: [http_request]
-      http_hosts: [127.0.0.1]
-  triggers:
-    - {{kind: chat}}
-"""
 
 
 @pytest.fixture
@@ -76,7 +62,7 @@ def test_sigkill_mid_call_makes_an_unsafe_call_unknown_and_repeats_a_read_only_o
 ) -> None:
     url, name = db_settings.url, f"k{uuid.uuid4().hex[:8]}"
     owner = Owner(stack.ingress_url)
-    owner.apply_and_start(SPEC.format(name=name), name)
+    owner.apply_and_start(http_employee(name, "[127.0.0.1]"), name)
     server.answer("/pay", Answer(body=b'{"paid": true}', hold_first=1))
     server.answer("/stock", Answer(body=b'{"stock": 7}', hold_first=1))
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from conftest import apply_and_start
-from loopback_http import Answer, Loopback, loopback
+from loopback_http import Answer, Loopback, http_employee, loopback
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
 from test_turns import Instance, instance  # noqa: F401 (the in-process stack fixture)
@@ -31,22 +31,6 @@ LOOPBACK_OK = OutboundSettings(allow_private=True)  # the test's servers are on 
 SETTINGS = HttpToolSettings(timeout_s=5, max_response_bytes=64 * 1024, max_body_shown=1024)
 
 
-def spec(name: str, hosts: str) -> str:
-    return f"""
-apiVersion: eventos/v1
-kind: Employee
-metadata: {{name: {name}}}
-spec:
-  agents:
-    - name: front
-      model: {{provider: local, name: scripted}}
-      tools: [http_request]
-      http_hosts: {hosts}
-  triggers:
-    - {{kind: chat}}
-"""
-
-
 @pytest.fixture
 def server() -> Iterator[Loopback]:
     with loopback() as s:
@@ -60,7 +44,7 @@ async def employee(pool: AsyncConnectionPool[Conn]) -> str:
         "[{host: 127.0.0.1, auth: {scheme: bearer, secret: orders-api}}, 10.1.2.3, "
         "169.254.169.254, '*.example.org']"
     )
-    await apply_and_start(pool, spec(name, hosts))
+    await apply_and_start(pool, http_employee(name, hosts))
     return name
 
 
@@ -226,7 +210,7 @@ async def test_a_turn_calls_a_tool_and_the_owners_retry_runs_an_unknown_call_aga
     server: Loopback,
 ) -> None:
     name = f"r{uuid.uuid4().hex[:8]}"
-    await apply_and_start(instance.pool, spec(name, "[127.0.0.1]"))
+    await apply_and_start(instance.pool, http_employee(name, "[127.0.0.1]"))
     server.answer("/pay", Answer(body=b'{"paid": "' + b"p" * 4000 + b'"}', cut=True))
     args = {"method": "POST", "url": f"{server.base_url}/pay", "body": {"eur": 5}}
     r = await instance.api.post(f"/v1/employees/{name}/chat", json={

@@ -12,12 +12,6 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (*alarms.TOOLS, *messaging.TOOLS, *
                                               *data.TOOLS)}  # fmt: skip
 
 
-def effect_table() -> dict[str, str]:
-    """Each tool's effect class (`by arguments` where its arguments decide), for the docs."""
-    return {name: (t.effect.value if not callable(t.effect) else "by arguments")
-            for name, t in sorted(TOOLS.items())}  # fmt: skip
-
-
 def offered(tool_names: list[str]) -> list[ToolSpec]:
     """What the model is offered for an agent's tools (the OpenAI `tools` format)."""
     return [
