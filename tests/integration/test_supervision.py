@@ -407,7 +407,9 @@ async def test_the_owner_interrupts_a_lower_class_turn_through_an_intent(
     assert await wait_for(order, timeout=40, what="the C1 turn, then the C4 one again") == [
         ("interrupted", 4), ("done", 1), ("done", 4),
     ]  # fmt: skip
-    # With nothing running, an interrupt applies and says so.
+    # With nothing running, an interrupt applies and says so. The turn row is `done` at its
+    # save; the entity holds the turn until the workflow has closed and given its slot back.
+    await slots_given_back(instance, name)
     again = await applied(instance, name, "interrupt", json={"conversation": "worker/main"})
     assert again["outcome"].startswith("no turn running")
 
