@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eventos.examples import missing_secrets, secret_refs
+from eventos.examples import ExampleOutcome, missing_secrets, secret_refs
 from eventos.settings import SecretStore
 from eventos.spec import EmployeeSpec, load_specs
 
@@ -33,3 +33,12 @@ def test_secrets_resolve_from_the_environment_or_the_secrets_directory(tmp_path:
     env = {"EVENTOS_SECRET_STRIPE_WHSEC": "whsec_x"}
     store = SecretStore(env=env, directory=tmp_path)
     assert missing_secrets(example("support.yaml"), store) == ["deploy-hook"]
+
+
+def test_chat_is_offered_for_a_running_or_starting_employee_with_a_chat_trigger() -> None:
+    # A slow first start leaves a generation `starting`: its streams hold the message until it runs.
+    source = EXAMPLES / "hello.yaml"
+    states = {"running": True, "starting": True, "stopped": False, "skipped": False}
+    for state, offered in states.items():
+        assert ExampleOutcome("hello", source, state, has_chat=True).takes_chat is offered, state
+    assert not ExampleOutcome("hooks", source, "running", has_chat=False).takes_chat

@@ -33,8 +33,9 @@ class ExampleOutcome:
     has_chat: bool = False
 
     @property
-    def running(self) -> bool:
-        return self.state == "running"
+    def takes_chat(self) -> bool:
+        """A chat trigger on a live generation (a starting one holds the message until it runs)."""
+        return self.has_chat and self.state in ("running", "starting")
 
     def describe(self) -> str:
         detail = f" ({self.detail})" if self.detail else ""

@@ -467,7 +467,7 @@ class LocalStack:
     def command_to_try(self) -> str:
         ctl = Path(sys.executable).parent / "eventosctl"
         shown = os.path.relpath(ctl) if ctl.is_relative_to(Path.cwd()) else str(ctl)
-        chatty = [e.name for e in self.employees if e.running and e.has_chat]
+        chatty = [e.name for e in self.employees if e.takes_chat]
         if chatty:
             return f'{shown} chat {chatty[0]} "hi"'
         return f"{shown} list"
