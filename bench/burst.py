@@ -116,17 +116,21 @@ async def drain(db: DatabaseSettings, ts: TemporalSettings, messages: int) -> No
             t = await cur.fetchone() or {}
         print(f"turns: {t['turns']} ({t['failed']} failed), {t['per_turn']} inputs per turn, "
               f"{t['turn_s']} s per turn, {t['gap_s']} s between turns")  # fmt: skip
+        # Flat cost: the first turns of the conversation against its last ones.
+        print(f"time per turn: first 20 {t['first_s']} s, last 20 {t['last_s']} s")
     await pool.close()
 
 
 # What the turns did: how many, how many failed, their size and pace.
 TURNS_SQL = """
 WITH t AS (
-    SELECT status, ended_at - started_at AS took,
-           started_at - lag(ended_at) OVER (ORDER BY n) AS gap
+    SELECT n, status, ended_at - started_at AS took,
+           started_at - lag(ended_at) OVER (ORDER BY n) AS gap, count(*) OVER () AS total
     FROM turns
 )
 SELECT count(*) AS turns, count(*) FILTER (WHERE status <> 'done') AS failed,
+       round(extract(epoch FROM avg(took) FILTER (WHERE n <= 20))::numeric, 2) AS first_s,
+       round(extract(epoch FROM avg(took) FILTER (WHERE n > total - 20))::numeric, 2) AS last_s,
        round((SELECT count(*) FROM bus_deliveries WHERE status = 'done')::numeric
              / greatest(count(*) FILTER (WHERE status = 'done'), 1), 1) AS per_turn,
        round(extract(epoch FROM avg(took))::numeric, 2) AS turn_s,

@@ -17,7 +17,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.common import Priority, WorkflowIDReusePolicy
 from test_router import append_all, driver_event, query, route_until_done
 from test_supervision import applied, supervisor_status
-from test_turns import Instance, instance  # noqa: F401 (the in-process stack fixture)
+from test_turns import Instance, instance, transcript  # noqa: F401 (the in-process stack fixture)
 
 from eventos import alarms, employees, names
 from eventos.alarms import store
@@ -402,9 +402,8 @@ async def armed(instance: Instance, name: str) -> None:  # noqa: F811
 
 
 async def user_messages(instance: Instance, name: str) -> list[str]:  # noqa: F811
-    rows = await query(instance.pool, "SELECT transcript FROM conversations WHERE employee = %s "
-                                      "AND thread = 'main'", name)  # fmt: skip
-    return [m["content"] for r in rows for m in r["transcript"] if m["role"] == "user"]
+    messages = await transcript(instance.pool, employee=name)
+    return [m["content"] for m in messages if m["role"] == "user"]
 
 
 async def consumed(instance: Instance, name: str, text: str) -> str:  # noqa: F811

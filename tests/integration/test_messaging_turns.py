@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 from test_router import query
-from test_turns import IDLE_S, PRICES, PUMP_STOP_S, ROLL_AFTER, pump
+from test_turns import IDLE_S, PRICES, PUMP_STOP_S, ROLL_AFTER, pump, transcript
 
 from eventos import names
 from eventos.activities import DbActivities
@@ -132,13 +132,6 @@ def script(tool: str, **args: object) -> str:
     return f"call: {tool} {json.dumps(args)}"
 
 
-async def transcript(pool: AsyncConnectionPool[Conn], employee: str,
-                     thread: str) -> list[dict[str, object]]:  # fmt: skip
-    rows = await query(pool, "SELECT transcript FROM conversations WHERE employee = %s AND "
-                             "thread = %s", employee, thread)  # fmt: skip
-    return list(rows[0]["transcript"]) if rows else []
-
-
 async def no_reply_from(pool: AsyncConnectionPool[Conn], employee: str) -> None:
     """A turn in a `peer_` thread writes nothing to the outbox (SPEC §8)."""
     assert await query(pool, "SELECT 1 FROM outbound_messages WHERE employee = %s", employee) == []
@@ -158,10 +151,10 @@ async def test_a_delegated_result_continues_the_owner_chat_and_reaches_the_owner
     # A's second turn continued the same conversation (thread main of the talk lane).
     turns = await query(pair.pool, "SELECT thread, stream_key FROM turns WHERE employee = %s", a)
     assert {t["stream_key"] for t in turns} == {f"{a}/g1/talk/main"} and len(turns) == 2
-    users = [m["content"] for m in await transcript(pair.pool, a, "main") if m["role"] == "user"]
+    users = [m["content"] for m in await transcript(pair.pool, "main", a) if m["role"] == "user"]
     assert len(users) == 2 and users[1].endswith("\n42 apples")
     # B worked in peer_<a>: its final text stays in its transcript and goes nowhere.
-    said = await transcript(pair.pool, b, f"peer_{a}")
+    said = await transcript(pair.pool, f"peer_{a}", b)
     assert [m["role"] for m in said] == ["user", "assistant", "tool", "assistant"]
     assert "complete_task returned" in str(said[-1]["content"])
     await no_reply_from(pair.pool, b)
@@ -205,7 +198,7 @@ async def test_a_message_back_along_the_path_is_suppressed_as_a_cycle(pair: Team
         f"loop_suppressed: cycle {a} -> {b} -> {a}",
         2,
     )
-    said = await wait_for(lambda: transcript(pair.pool, b, f"peer_{a}"), timeout=15,
+    said = await wait_for(lambda: transcript(pair.pool, f"peer_{a}", b), timeout=15,
                           what="b's turn saved")  # fmt: skip
     assert "send_to_employee returned" in str(said[-1]["content"])
     await no_reply_from(pair.pool, b)

@@ -15,7 +15,7 @@ from conftest import apply_and_start
 from loopback_http import Answer, Loopback, http_employee, loopback
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
-from test_turns import Instance, instance  # noqa: F401 (the in-process stack fixture)
+from test_turns import Instance, instance, transcript  # noqa: F401 (the in-process stack fixture)
 
 from eventos import names
 from eventos.contracts import ToolCallInput, TurnInput
@@ -241,9 +241,8 @@ async def test_a_turn_calls_a_tool_and_the_owners_retry_runs_an_unknown_call_aga
     assert len(server.requests("/pay")) == 2  # once on its own, once because the owner asked
 
     async def told() -> str | None:
-        rows = await query(instance.pool, f"SELECT transcript FROM conversations "
-                                          f"WHERE employee = '{name}'")  # fmt: skip
-        users = [m["content"] for m in rows[0]["transcript"] if m["role"] == "user"]
+        messages = await transcript(instance.pool, employee=name)
+        users = [m["content"] for m in messages if m["role"] == "user"]
         return next((u for u in users if "asked to run your http_request call" in u), None)
 
     text = await wait_for(told, timeout=30, what="the employee told of the retry")

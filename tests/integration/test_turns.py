@@ -210,9 +210,23 @@ async def read_events(
     raise AssertionError(f"the stream ended before a {until!r} event: {events}")
 
 
-async def transcript(pool: AsyncConnectionPool[Conn], thread: str = "main") -> list[dict[str, Any]]:
-    rows = await query(pool, f"SELECT transcript FROM conversations WHERE thread = '{thread}'")
-    return list(rows[0]["transcript"]) if rows else []
+async def transcripts(
+    pool: AsyncConnectionPool[Conn], employee: str | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Every stored transcript (of `employee`, else of all) by thread, in order."""
+    rows = await query(pool, "SELECT thread, message FROM transcript_messages "
+                             "WHERE %s::text IS NULL OR employee = %s ORDER BY thread, n",
+                       employee, employee)  # fmt: skip
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(row["thread"], []).append(row["message"])
+    return out
+
+
+async def transcript(
+    pool: AsyncConnectionPool[Conn], thread: str = "main", employee: str | None = None
+) -> list[dict[str, Any]]:
+    return (await transcripts(pool, employee)).get(thread, [])
 
 
 async def test_owner_chat_gets_one_reply_and_consumes_once(instance: Instance) -> None:
@@ -286,12 +300,11 @@ async def test_two_customers_never_share_a_history(instance: Instance) -> None:
         return rows[0]["n"] == 2
 
     await wait_for(both_done, timeout=30, what="two turns done")
-    rows = await query(
-        instance.pool, "SELECT thread, transcript FROM conversations ORDER BY thread"
-    )
-    assert len(rows) == 2 and rows[0]["thread"] != rows[1]["thread"]
-    for row, own, other in zip(rows, ["alice", "bob"], ["bob", "alice"], strict=False):
-        text = str(row["transcript"])
+    stored = await transcripts(instance.pool)
+    assert len(stored) == 2
+    for messages, own, other in zip(stored.values(), ["alice", "bob"], ["bob", "alice"],
+                                    strict=True):  # fmt: skip
+        text = str(messages)
         assert (own in text) != (other in text)
 
 
@@ -324,8 +337,7 @@ async def test_two_users_never_share_a_history_or_a_stream(
             text = json.dumps(events)
             assert f"I am {name}" in text
             assert not [o for o in own if o != name and f"I am {o}" in text]
-        rows = await query(instance.pool, "SELECT thread, transcript FROM conversations")
-        histories = {r["thread"]: json.dumps(r["transcript"]) for r in rows}
+        histories = {t: json.dumps(m) for t, m in (await transcripts(instance.pool)).items()}
         threads = {"alice": users.thread_of("alice"), "bob": users.thread_of("bob"),
                    "owner": names.THREAD_MAIN}  # fmt: skip
         assert set(histories) == set(threads.values())
@@ -546,9 +558,7 @@ async def test_a_draft_overtaken_on_a_customer_channel_takes_one_more_step(
 
     (turn,) = await wait_for(done, timeout=30, what="the turn done")
     assert turn["consumed_seq"] == 2
-    (row,) = await query(instance.pool, f"SELECT transcript FROM conversations "
-                                        f"WHERE employee = '{name}'")  # fmt: skip
-    messages = row["transcript"]
+    ((_, messages),) = (await transcripts(instance.pool, name)).items()
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "user", "assistant"]
     assert "hi" in messages[1]["content"]  # the draft, kept
     assert "not sent" in messages[2]["content"]  # the one-line note

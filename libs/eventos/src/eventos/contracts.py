@@ -134,8 +134,23 @@ class ModelRef:
 
 
 @dataclass(frozen=True)
+class TranscriptRef:
+    """A conversation's stored transcript as a turn loaded it: messages 1..`through`, whose
+    bytes end at `through_bytes`. Rows are only appended, so every attempt of a step reads the
+    same messages (eventos.transcripts)."""
+
+    generation: int
+    agent: str
+    thread: str
+    through: int
+    through_bytes: int
+
+
+@dataclass(frozen=True)
 class LlmStepInput:
-    """One model call of a turn. The transcript is the one payload allowed past 64 KB (I7)."""
+    """One model call of a turn: the system prompt and the turn's own messages; the stored
+    transcript is read by `transcript` (kept out of Temporal payloads). `messages` is the one
+    payload allowed past 64 KB (I7): a step of a run begun before 0015 carries it whole."""
 
     employee: str
     turn_id: str
@@ -145,6 +160,7 @@ class LlmStepInput:
     messages: list[ChatMessage]
     tools: list[ToolSpec] = field(default_factory=list)
     max_tokens: int = 1024
+    transcript: TranscriptRef | None = None
 
 
 @dataclass(frozen=True)
@@ -255,12 +271,15 @@ class RunEvent:
 
 @dataclass(frozen=True)
 class ConversationContext:
-    """What a turn loads: its model, system prompt, tools and the transcript so far."""
+    """What a turn loads: its model, system prompt, tools and the stored transcript's version
+    (`stored`). `transcript` is what a run begun before 0015 loaded inline (histories keep it);
+    new runs load none."""
 
     model: ModelRef
     system: str
-    transcript: list[ChatMessage]
+    transcript: list[ChatMessage] = field(default_factory=list)
     tools: list[ToolSpec] = field(default_factory=list)
+    stored: TranscriptRef | None = None
 
 
 @dataclass(frozen=True)

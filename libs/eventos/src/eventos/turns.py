@@ -1,24 +1,21 @@
 """Turns, database side: the conversation's context, the consuming save, the outbox.
 
-The consuming save (SPEC §8 step 5) writes the transcript, settles the consumed deliveries,
-advances `consumed_seq` (the watermark below which every input is settled) and queues the
-reply in one transaction. It refuses when the turn is no longer the running one, so a
-cancelled or interrupted turn never saves late. Owner-chat runs also write their events
-(`run.start`, `run.input_merged`) for the session's event stream.
+The consuming save (SPEC §8 step 5) appends the turn's messages to the transcript
+(eventos.transcripts), settles the consumed deliveries, advances `consumed_seq` (the watermark
+below which every input is settled) and queues the reply in one transaction. It refuses when
+the turn is no longer the running one, so a cancelled or interrupted turn never saves late.
+Owner-chat runs also write their events (`run.start`, `run.input_merged`) for the session's
+event stream.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict
 from typing import Any
 
-from psycopg.types.json import Jsonb
-
-from eventos import names
+from eventos import names, transcripts
 from eventos.contracts import (
-    ChatMessage,
     ConversationContext,
     DeadLetter,
     DeliveryItem,
@@ -28,7 +25,7 @@ from eventos.contracts import (
     Saved,
     SaveTurn,
     SkipInputs,
-    ToolCall,
+    TranscriptRef,
     TurnInput,
 )
 from eventos.db import Conn
@@ -37,14 +34,6 @@ from eventos.errors import Conflict, NotFound
 from eventos.outbox_keys import OutboxKeys
 from eventos.tools.registry import offered
 from eventos.users import OWNER
-
-STORED_TRANSCRIPT_MAX_BYTES = 1_000_000
-
-
-def message_of(doc: dict[str, Any]) -> ChatMessage:
-    calls = [ToolCall(**c) for c in doc.get("tool_calls") or []]
-    return ChatMessage(doc["role"], doc.get("content") or "", calls, doc.get("tool_call_id"),
-                       doc.get("name"))  # fmt: skip
 
 
 async def record_run_event(conn: Conn, event: RunEvent) -> None:
@@ -90,8 +79,8 @@ async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
     m = agent["model"]
     model = ModelRef(m["provider"], m["name"], m.get("credential"), m.get("base_url"),
                      m.get("endpoint"))  # fmt: skip
-    recent = newest_within(list(row["transcript"] or []), names.TRANSCRIPT_MAX_BYTES)
-    transcript = [message_of(d) for d in recent]
+    n, total = int(row["transcript_n"] or 0), int(row["transcript_total"] or 0)
+    stored = TranscriptRef(turn.generation, turn.agent, turn.thread, n, total)
     session = chat_session(turn)
     if session is not None:
         await record_run_event(
@@ -106,24 +95,8 @@ async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
             ),
         )
     tools = offered(list(agent.get("tools") or []))
-    return ConversationContext(model=model, system=agent.get("system", ""), transcript=transcript,
-                               tools=tools)  # fmt: skip
-
-
-def newest_within(messages: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
-    """The newest messages whose JSON fits in `limit` bytes, never starting with a tool result
-    (a tool message without the assistant call before it is meaningless to a model)."""
-    kept: list[dict[str, Any]] = []
-    size = 0
-    for doc in reversed(messages):
-        size += len(json.dumps(doc))
-        if size > limit:
-            break
-        kept.append(doc)
-    kept.reverse()
-    while kept and kept[0].get("role") == "tool":
-        kept.pop(0)
-    return kept
+    return ConversationContext(model=model, system=agent.get("system", ""), tools=tools,
+                               stored=stored)  # fmt: skip
 
 
 def reply_key(turn: TurnInput, consumed_ingress_ids: list[int]) -> str:
@@ -153,24 +126,16 @@ def _outbound_row(turn: TurnInput, req: SaveTurn, keys: OutboxKeys) -> dict[str,
 async def save(conn: Conn, req: SaveTurn, keys: OutboxKeys) -> Saved:
     """The consuming save; idempotent for a retried step (same turn, same inputs)."""
     turn = req.turn
-    key = {"employee": turn.employee, "generation": turn.generation, "agent": turn.agent,
-           "thread": turn.thread}  # fmt: skip
     async with conn.transaction():
         cur = await conn.execute(Q["turn_lock"], {"turn_id": turn.turn_id})
         row = await cur.fetchone()
         if row is None or row["status"] not in ("running", "done"):
             raise Conflict(f"turn {turn.turn_id} no longer runs; its save is refused")
         already = row["status"] == "done"
-        cur = await conn.execute(Q["conversation_transcript"], key)
-        loaded = await cur.fetchone() or {}
-        transcript = list(loaded.get("transcript") or [])
         if not already:
-            transcript += [asdict(m) for m in req.new_messages]
-            # The stored conversation stays under 1 MB (I7); compaction will summarize instead.
-            transcript = newest_within(transcript, STORED_TRANSCRIPT_MAX_BYTES)
-            size = len(json.dumps(transcript))
-            saved = {**key, "transcript": Jsonb(transcript), "bytes": size}
-            await conn.execute(Q["conversation_save"], saved)
+            conversation = TranscriptRef(turn.generation, turn.agent, turn.thread, 0, 0)
+            await transcripts.append(conn, turn.employee, conversation, turn.turn_id,
+                                     req.new_messages)  # fmt: skip
             seqs = {"stream_key": turn.stream_key, "seqs": req.consumed_seqs}
             await conn.execute(Q["deliveries_consume"], seqs)
             await conn.execute(Q["stream_consume"], seqs)

@@ -202,10 +202,11 @@ CREATE TABLE conversations (
     agent             text NOT NULL,
     thread            text NOT NULL,
     stream_key        text NOT NULL REFERENCES bus_streams (stream_key),
-    transcript        jsonb NOT NULL DEFAULT '[]',
-    transcript_bytes  integer NOT NULL DEFAULT 0,
     next_turn         integer NOT NULL DEFAULT 1,
     updated_at        timestamptz NOT NULL DEFAULT now(),
+    -- The transcript's rows (transcript_messages, 0015): how many, and their bytes.
+    transcript_n      bigint NOT NULL DEFAULT 0,
+    transcript_total  bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (employee, generation, agent, thread),
     FOREIGN KEY (employee, generation) REFERENCES generations (employee, generation)
 );
@@ -621,3 +622,20 @@ CREATE INDEX alarms_follow_ups ON alarms (employee, generation, lane, thread)
     WHERE status = 'scheduled' AND cancel_on = 'inbound';
 -- cancel_by_ref (a deadline's owner settles it).
 CREATE INDEX alarms_ref ON alarms (employee, kind, ref) WHERE status = 'scheduled';
+-- The transcript as rows (issue 12); see 0015_transcript_messages.sql.
+CREATE TABLE transcript_messages (
+    employee     text NOT NULL,
+    generation   integer NOT NULL,
+    agent        text NOT NULL,
+    thread       text NOT NULL,
+    n            bigint NOT NULL CHECK (n > 0),
+    start_bytes  bigint NOT NULL,
+    bytes        integer NOT NULL,
+    message      jsonb NOT NULL,
+    turn_id      text,
+    PRIMARY KEY (employee, generation, agent, thread, n),
+    FOREIGN KEY (employee, generation, agent, thread)
+        REFERENCES conversations (employee, generation, agent, thread) ON DELETE CASCADE
+);
+CREATE INDEX transcript_messages_bytes
+    ON transcript_messages (employee, generation, agent, thread, start_bytes);

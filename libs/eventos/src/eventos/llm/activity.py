@@ -20,7 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from eventos import ledger, names
+from eventos import ledger, names, transcripts
 from eventos.contracts import LlmStepInput, LlmStepOutput
 from eventos.db import Conn
 from eventos.errors import BudgetExceeded, BudgetHeld
@@ -124,8 +124,9 @@ class LlmActivities:
         waited = (info.started_time - info.current_attempt_scheduled_time).total_seconds()
         SLOT_WAIT.labels(class_label).observe(max(waited, 0.0))
         credential = credential_of(step.model)
-        key, estimate = spend_key(info), self.prices.estimate(step)
-        async with self.pool.connection() as conn:  # one checkout for the bucket and the ledger
+        async with self.pool.connection() as conn:  # one checkout: transcript, bucket, ledger
+            step = await transcripts.resolve(conn, step)
+            key, estimate = spend_key(info), self.prices.estimate(step)
             await self._take_tokens(conn, step, credential)
             await self._reserve(conn, step, key, estimate)
         started = time.monotonic()

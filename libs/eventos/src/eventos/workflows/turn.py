@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from dataclasses import asdict
 from datetime import timedelta
 
 from temporalio import workflow
@@ -56,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         UpgradeLease,
     )
+    from eventos.transcripts import bounded
     from eventos.workflows import policies
 
 
@@ -91,18 +91,6 @@ def user_message(item: DeliveryItem) -> ChatMessage:
     if item.body_ref:
         return ChatMessage("user", f"[{item.type} event; body stored as {item.body_ref}]")
     return ChatMessage("user", f"[{item.type} event] {json.dumps(data, sort_keys=True)[:8000]}")
-
-
-def bounded(messages: list[ChatMessage]) -> list[ChatMessage]:
-    """Drop the oldest messages (never the system prompt) until ≤ 393,216 bytes (I7)."""
-    size = [len(json.dumps(asdict(m))) for m in messages]
-    keep_from = 1
-    while (
-        sum(size[:1]) + sum(size[keep_from:]) > names.TRANSCRIPT_MAX_BYTES
-        and keep_from < len(messages) - 1
-    ):
-        keep_from += 1
-    return messages[:1] + messages[keep_from:]
 
 
 def b2_note(count: int) -> ChatMessage:
@@ -262,7 +250,7 @@ class TurnWorkflow:
         out: LlmStepOutput = await workflow.execute_activity(
             names.ACT_LLM_STEP,
             LlmStepInput(turn.employee, turn.turn_id, step, self.klass, ctx.model, messages,
-                         ctx.tools),
+                         ctx.tools, transcript=ctx.stored),
             result_type=LlmStepOutput,
             task_queue=names.queue_for(names.LLM_QUEUES[self.klass], queue),
             priority=Priority(priority_key=self.klass, fairness_key=turn.employee),
@@ -376,6 +364,8 @@ class TurnWorkflow:
                 new += await self._read(turn, merged)
                 await self._merged(turn, step, merged)
                 await self._inherit(turn, min(i.klass for i in merged))
+            # The stored transcript stays out of the payload: the step reads it by version
+            # (`ctx.stored`); a run loaded before that carries it inline (`ctx.transcript`).
             system = [ChatMessage("system", ctx.system)] if ctx.system else []
             out = await self._step_or_suspend(turn, step, ctx,
                                               bounded(system + ctx.transcript + new))  # fmt: skip

@@ -19,29 +19,16 @@ UPDATE turns SET status = %(status)s, error = %(error)s, ended_at = coalesce(end
 WHERE id = %(turn_id)s AND status = 'running';
 
 -- name: conversation_load
--- The transcript and the generation's frozen spec.
-SELECT c.transcript, g.spec
+-- The transcript's version and the generation's frozen spec.
+SELECT c.transcript_n, c.transcript_total, g.spec
 FROM generations g
 LEFT JOIN conversations c ON c.employee = g.employee AND c.generation = g.generation
     AND c.agent = %(agent)s AND c.thread = %(thread)s
 WHERE g.employee = %(employee)s AND g.generation = %(generation)s;
 
--- name: conversation_transcript
--- The stored transcript alone (the consuming save appends to it).
-SELECT transcript FROM conversations
-WHERE employee = %(employee)s AND generation = %(generation)s AND agent = %(agent)s
-  AND thread = %(thread)s;
-
 -- name: turn_lock
 -- The saving turn must still be the running one (a cancelled turn never saves late).
 SELECT status FROM turns WHERE id = %(turn_id)s FOR UPDATE;
-
--- name: conversation_save
--- Append the turn's messages to the transcript.
-UPDATE conversations
-SET transcript = %(transcript)s, transcript_bytes = %(bytes)s, updated_at = now()
-WHERE employee = %(employee)s AND generation = %(generation)s AND agent = %(agent)s
-  AND thread = %(thread)s;
 
 -- name: stream_consume
 -- `consumed_seq` is the watermark below which every input is settled (a higher class may be

@@ -1,0 +1,107 @@
+"""Transcripts (SPEC §8, I7): a conversation's messages as rows, out of Temporal's payloads.
+
+The consuming save appends a turn's messages (`append`, in its transaction); a turn loads only
+the transcript's version (`TranscriptRef`: message count and byte total), and each LLM step
+reads the newest stored messages within I7's bound by that version (`resolve`). Rows are only
+appended, so every attempt of a step reads the same messages, and a turn costs the same on the
+first message of a conversation as on the five-hundredth. The stored transcript keeps within
+1 MB: past that its oldest rows are deleted (compaction will summarize them instead).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import asdict
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from eventos import names
+from eventos.contracts import ChatMessage, LlmStepInput, ToolCall, TranscriptRef
+from eventos.db import Conn
+from eventos.db.sql import Q
+
+STORED_MAX_BYTES = 1_000_000
+
+
+def size_of(message: ChatMessage) -> int:
+    """A message's size as the bounds count it: its JSON."""
+    return len(json.dumps(asdict(message)))
+
+
+def message_of(doc: dict[str, Any]) -> ChatMessage:
+    calls = [ToolCall(**c) for c in doc.get("tool_calls") or []]
+    return ChatMessage(doc["role"], doc.get("content") or "", calls, doc.get("tool_call_id"),
+                       doc.get("name"))  # fmt: skip
+
+
+def bounded(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """Drop the oldest messages (never the system prompt) until ≤ 393,216 bytes (I7)."""
+    size = [size_of(m) for m in messages]
+    keep_from = 1
+    while (
+        sum(size[:1]) + sum(size[keep_from:]) > names.TRANSCRIPT_MAX_BYTES
+        and keep_from < len(messages) - 1
+    ):
+        keep_from += 1
+    return messages[:1] + messages[keep_from:]
+
+
+def _key(employee: str, ref: TranscriptRef) -> dict[str, object]:
+    return {"employee": employee, "generation": ref.generation, "agent": ref.agent,
+            "thread": ref.thread}  # fmt: skip
+
+
+async def append(conn: Conn, employee: str, ref: TranscriptRef, turn_id: str,
+                 messages: list[ChatMessage]) -> TranscriptRef:  # fmt: skip
+    """Append a turn's messages (inside the caller's transaction) and prune the oldest past
+    1 MB; the transcript's new version. `ref` names the conversation (its version is read
+    again under the row's lock)."""
+    key = _key(employee, ref)
+    cur = await conn.execute(Q["transcript_head"], key)
+    head = await cur.fetchone()
+    if head is None:
+        raise LookupError(f"no conversation {employee}/{ref.agent}/{ref.thread}")
+    n, total = int(head["transcript_n"]), int(head["transcript_total"])
+    rows: dict[str, list[Any]] = {"n": [], "start_bytes": [], "bytes": [], "message": []}
+    for message in messages:
+        size = size_of(message)
+        n += 1
+        rows["n"].append(n)
+        rows["start_bytes"].append(total)
+        rows["bytes"].append(size)
+        rows["message"].append(Jsonb(asdict(message)))
+        total += size
+    if messages:
+        await conn.execute(Q["transcript_append"], {**key, **rows, "turn_id": turn_id})
+        head = {**key, "n": n, "total": total, "keep_from": total - STORED_MAX_BYTES}
+        await conn.execute(Q["transcript_advance"], head)
+    return dataclasses.replace(ref, through=n, through_bytes=total)
+
+
+async def recent(conn: Conn, employee: str, ref: TranscriptRef,
+                 limit: int = names.TRANSCRIPT_MAX_BYTES) -> list[ChatMessage]:  # fmt: skip
+    """The newest messages of version `ref` whose JSON fits in `limit` bytes, never starting
+    with a tool result (a tool message without the assistant call before it means nothing)."""
+    if ref.through == 0:
+        return []
+    window = {**_key(employee, ref), "through": ref.through,
+              "from_bytes": ref.through_bytes - limit}  # fmt: skip
+    async with conn.transaction():  # ends here: the caller's next writes commit on their own
+        cur = await conn.execute(Q["transcript_recent"], window)
+        rows = await cur.fetchall()
+    kept = [message_of(r["message"]) for r in rows]
+    while kept and kept[0].role == "tool":
+        kept.pop(0)
+    return kept
+
+
+async def resolve(conn: Conn, step: LlmStepInput) -> LlmStepInput:
+    """The step with its stored transcript read in after the system prompt, within I7."""
+    if step.transcript is None:
+        return step
+    stored = await recent(conn, step.employee, step.transcript)
+    head = step.messages[:1] if step.messages and step.messages[0].role == "system" else []
+    messages = bounded(head + stored + step.messages[len(head) :])
+    return dataclasses.replace(step, messages=messages, transcript=None)
