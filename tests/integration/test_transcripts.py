@@ -48,15 +48,36 @@ async def test_a_version_reads_the_newest_messages_within_the_limit(conn: Conn) 
     messages = [msg("user", n) for n in range(100)]
     ref = await append(conn, REF, messages)
     assert (ref.through, ref.through_bytes) == (100, sum(map(transcripts.size_of, messages)))
-    kept = await transcripts.recent(conn, EMPLOYEE, ref, 2000)
+    read = transcripts.RecentMessages().read
+    kept = await read(conn, EMPLOYEE, ref, 2000)
     assert kept == messages[-len(kept) :] and 0 < len(kept) < 100
     assert sum(map(transcripts.size_of, kept)) <= 2000
     assert sum(map(transcripts.size_of, messages[-len(kept) - 1 :])) > 2000  # the newest that fit
-    assert await transcripts.recent(conn, EMPLOYEE, ref, 10**9) == messages
-    # A later append leaves the earlier version as it was: a retried step reads the same.
-    later = await append(conn, ref, [msg("assistant", 100)])
-    assert await transcripts.recent(conn, EMPLOYEE, ref, 2000) == kept
-    assert (await transcripts.recent(conn, EMPLOYEE, later, 10**9))[-1] == msg("assistant", 100)
+    assert await read(conn, EMPLOYEE, ref) == messages
+
+
+async def test_a_worker_reads_only_new_rows_and_every_version_reads_the_same(conn: Conn) -> None:
+    await conversation(conn)
+    cache = transcripts.RecentMessages(size=1)
+    first = await append(conn, REF, [msg("user", n, 60_000) for n in range(5)])
+    assert len(await cache.read(conn, EMPLOYEE, first)) == 5
+    second = await append(conn, first, [msg("assistant", n, 60_000) for n in range(5)])
+    newest = await cache.read(conn, EMPLOYEE, second)  # extends its window by the new rows
+    fresh = await transcripts.RecentMessages().read(conn, EMPLOYEE, second)
+    assert newest == fresh and newest[-1] == msg("assistant", 4, 60_000)
+    assert sum(map(transcripts.size_of, newest)) <= names.TRANSCRIPT_MAX_BYTES
+    assert len(newest) == 6  # six of 60 KB fit in 384 KiB, seven do not
+    # A retried step of the earlier version reads what it read before, and leaves the window.
+    assert len(await cache.read(conn, EMPLOYEE, first)) == 5
+    assert await cache.read(conn, EMPLOYEE, second) == fresh
+    # Rows are never rewritten, so a window is not read again (a change behind its back shows
+    # it); a worker that has not seen the conversation reads the rows.
+    async with conn.transaction():
+        await conn.execute("UPDATE transcript_messages SET message = message || '{\"content\": "
+                           "\"changed\"}' WHERE n = 10")  # fmt: skip
+    assert (await cache.read(conn, EMPLOYEE, second))[-1] == msg("assistant", 4, 60_000)
+    other = TranscriptRef(1, "front", "main", 10, second.through_bytes)
+    assert (await transcripts.RecentMessages().read(conn, EMPLOYEE, other))[-1].content == "changed"
 
 
 async def test_a_read_never_starts_with_an_orphaned_tool_result(conn: Conn) -> None:
@@ -65,7 +86,8 @@ async def test_a_read_never_starts_with_an_orphaned_tool_result(conn: Conn) -> N
                 msg("assistant", 4)]  # fmt: skip
     ref = await append(conn, REF, messages)
     per = transcripts.size_of(messages[-1])
-    kept = await transcripts.recent(conn, EMPLOYEE, ref, per * 3)  # would start at a tool result
+    # The newest three would start at a tool result.
+    kept = await transcripts.RecentMessages().read(conn, EMPLOYEE, ref, per * 3)
     assert [m.role for m in kept] == ["assistant"]
 
 
@@ -88,16 +110,17 @@ async def test_a_step_reads_its_stored_transcript_after_the_system_prompt(conn: 
     system, new = ChatMessage("system", "You help."), msg("user", 2)
     step = LlmStepInput(EMPLOYEE, "turn-y", 0, 2, ModelRef("local", "scripted"), [system, new],
                         transcript=ref)  # fmt: skip
-    resolved = await transcripts.resolve(conn, step)
+    resolve = transcripts.RecentMessages().resolve
+    resolved = await resolve(conn, step)
     assert resolved.messages == [system, msg("user", 0), msg("assistant", 1), new]
     assert resolved.transcript is None
     # A step of a run that loaded its transcript inline (before the rows) is left alone.
     inline = LlmStepInput(EMPLOYEE, "turn-z", 0, 2, ModelRef("local", "scripted"), [system, new])
-    assert await transcripts.resolve(conn, inline) == inline
+    assert await resolve(conn, inline) == inline
     # Over I7's bound the oldest stored messages give way, never the prompt or the turn's own.
     big = [msg("user", n, 100_000) for n in range(5)]
     ref = await append(conn, ref, big)
-    resolved = await transcripts.resolve(conn, LlmStepInput(
+    resolved = await resolve(conn, LlmStepInput(
         EMPLOYEE, "turn-w", 0, 2, ModelRef("local", "scripted"), [system, new], transcript=ref))  # fmt: skip
     assert resolved.messages[0] == system and resolved.messages[-1] == new
     assert sum(len(json.dumps(asdict(m))) for m in resolved.messages) <= names.TRANSCRIPT_MAX_BYTES
@@ -141,7 +164,7 @@ async def test_the_migration_moves_a_jsonb_transcript_into_rows(
             assert head == {"transcript_n": 3,
                             "transcript_total": sum(r["bytes"] for r in rows)}  # fmt: skip
             ref = TranscriptRef(1, "front", "main", head["transcript_n"], head["transcript_total"])
-            read = await transcripts.recent(conn, EMPLOYEE, ref)
+            read = await transcripts.RecentMessages().read(conn, EMPLOYEE, ref)
             assert [asdict(m) for m in read][-1]["content"] == "ünïcode"
     finally:
         postgres_server.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))

@@ -114,6 +114,7 @@ class LlmActivities:
         self.prices = prices or PriceTable()
         self.limits = limits or RateLimits()
         self.heartbeat_s = heartbeat_s
+        self.transcripts = transcripts.RecentMessages()
 
     @activity.defn(name=names.ACT_LLM_STEP)
     async def llm_step(self, step: LlmStepInput) -> LlmStepOutput:
@@ -125,7 +126,7 @@ class LlmActivities:
         SLOT_WAIT.labels(class_label).observe(max(waited, 0.0))
         credential = credential_of(step.model)
         async with self.pool.connection() as conn:  # one checkout: transcript, bucket, ledger
-            step = await transcripts.resolve(conn, step)
+            step = await self.transcripts.resolve(conn, step)
             key, estimate = spend_key(info), self.prices.estimate(step)
             await self._take_tokens(conn, step, credential)
             await self._reserve(conn, step, key, estimate)

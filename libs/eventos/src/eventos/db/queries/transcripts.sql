@@ -27,8 +27,8 @@ WHERE employee = %(employee)s AND generation = %(generation)s AND agent = %(agen
   AND thread = %(thread)s AND start_bytes < %(keep_from)s;
 
 -- name: transcript_recent
--- Version `through`'s newest messages whose bytes fit after `from_bytes`, in order.
-SELECT message FROM transcript_messages
+-- Version `through`'s messages after `after` that start at `floor` bytes or later, in order.
+SELECT start_bytes, message FROM transcript_messages
 WHERE employee = %(employee)s AND generation = %(generation)s AND agent = %(agent)s
-  AND thread = %(thread)s AND n <= %(through)s AND start_bytes >= %(from_bytes)s
+  AND thread = %(thread)s AND n > %(after)s AND n <= %(through)s AND start_bytes >= %(floor)s
 ORDER BY n;
