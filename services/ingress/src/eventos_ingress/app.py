@@ -24,6 +24,7 @@ from eventos.settings import (
 from eventos.spec import PROVIDER_SCHEMES
 from eventos.v1 import ingress_pb2_grpc
 from eventos.wake import Kicker
+from eventos.wakeups import ChatWakeups
 from eventos_ingress.credentials import DriverTable
 from eventos_ingress.hooks import Hooks
 from eventos_ingress.limits import HookLimits
@@ -101,7 +102,8 @@ async def build(cfg: IngressConfig) -> Service:
         body_idle_timeout_s=cfg.http_bounds.body_idle_timeout_s,
         spool_dir=str(spool_dir) if spool_dir else None,
     )
-    owner = OwnerApi(pool, cfg.admin.token, kicker, cfg.llm_endpoints)
+    wakeups = ChatWakeups(cfg.database)
+    owner = OwnerApi(pool, cfg.admin.token, wakeups, kicker, cfg.llm_endpoints)
     drivers = DriverTable(pool, cfg.secrets, cfg.grpc.internal_token)
     servicer = EventIngressServicer(pool, committer, drivers, cfg.grpc, kicker)
 
@@ -129,7 +131,7 @@ async def build(cfg: IngressConfig) -> Service:
             lambda s: ingress_pb2_grpc.add_EventIngressServicer_to_server(servicer, s)
         ],
         grpc_server=grpc_server_options(cfg.grpc),
-        loops=[routes.refresh_loop, drivers.refresh_loop],
+        loops=[routes.refresh_loop, drivers.refresh_loop, wakeups.run],
         on_stop=[stop],
         http_bounds=cfg.http_bounds,
     )

@@ -12,9 +12,11 @@ path and query values and the declared body length, translate database errors (a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,11 +40,13 @@ from eventos.llm.endpoints import LlmEndpoints
 from eventos.spec import check_supported, parse_specs, yaml_documents
 from eventos.tools import retry
 from eventos.wake import Kicker
+from eventos.wakeups import ChatWakeups
 from eventos_ingress import bodies, openapi, problems
 
 log = logging.getLogger(__name__)
 
-SSE_POLL_S = 0.25
+SSE_POLL_S = 0.25  # while no listener hears chat events
+SSE_RECHECK_S = 5.0  # while one does (its wake-ups are hints)
 SSE_KEEPALIVE_S = 15.0
 LIFECYCLE = {*intents.LIFECYCLE, names.INTENT_INTERRUPT}
 ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -119,6 +123,7 @@ class OwnerApi:
 
     pool: AsyncConnectionPool[Conn]
     token: str
+    wakeups: ChatWakeups  # wakes the chat event streams when an event commits
     kicker: Kicker | None = None
     endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)  # what apply allows models
 
@@ -319,30 +324,38 @@ class OwnerApi:
     async def _events(
         self, request: Request, name: str, session: str, after: int, audience: str
     ) -> AsyncIterator[str]:
-        """Poll this session's events (only its own audience) and stream them; the stream
-        ends when the database is unavailable (the client reconnects with Last-Event-ID)."""
+        """Stream this session's events (only its own audience): read them whenever a
+        committed chat event of the employee wakes the stream (LISTEN/NOTIFY), else every
+        250 ms while nobody listens, and every 5 s regardless (a wake is only a hint). The
+        stream ends when the database is unavailable (the client reconnects with
+        Last-Event-ID)."""
         yield ": connected\n\n"
-        idle = 0.0
-        while not await request.is_disconnected():
-            try:
-                async with translate(), self.pool.connection() as conn:
-                    rows = await chat.events_after(conn, name, session, after, audience)
-            except DatabaseUnavailable:
-                yield f"retry: {problems.RETRY_AFTER_S * 1000}\n: database unavailable\n\n"
-                return
-            for row in rows:
-                after = int(row["id"])
-                doc: dict[str, object] = {"id": after, "turn_id": row["turn_id"]}
-                if row["kind"] == names.RUN_REPLY:
-                    doc["text"] = row["text"]
-                else:
-                    doc["message_ids"] = list(row["message_ids"])
-                yield f"id: {after}\nevent: {row['kind']}\ndata: {json.dumps(doc)}\n\n"
-            idle = 0.0 if rows else idle + SSE_POLL_S
-            if idle >= SSE_KEEPALIVE_S:
-                idle = 0.0
-                yield ": keep-alive\n\n"
-            await asyncio.sleep(SSE_POLL_S)
+        quiet_since = time.monotonic()
+        with self.wakeups.subscribe(name) as woken:
+            while not await request.is_disconnected():
+                woken.clear()  # before the read: a wake during it means read again
+                try:
+                    async with translate(), self.pool.connection() as conn:
+                        rows = await chat.events_after(conn, name, session, after, audience)
+                except DatabaseUnavailable:
+                    yield f"retry: {problems.RETRY_AFTER_S * 1000}\n: database unavailable\n\n"
+                    return
+                for row in rows:
+                    after = int(row["id"])
+                    doc: dict[str, object] = {"id": after, "turn_id": row["turn_id"]}
+                    if row["kind"] == names.RUN_REPLY:
+                        doc["text"] = row["text"]
+                    else:
+                        doc["message_ids"] = list(row["message_ids"])
+                    yield f"id: {after}\nevent: {row['kind']}\ndata: {json.dumps(doc)}\n\n"
+                if rows:
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since >= SSE_KEEPALIVE_S:
+                    quiet_since = time.monotonic()
+                    yield ": keep-alive\n\n"
+                wait = SSE_RECHECK_S if self.wakeups.listening else SSE_POLL_S
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), wait)
 
     async def chat(self, request: Request, caller: Caller) -> Response:
         """Send a message as the caller's audience (202, queued)."""

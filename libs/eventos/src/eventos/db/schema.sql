@@ -639,3 +639,12 @@ CREATE TABLE transcript_messages (
 );
 CREATE INDEX transcript_messages_bytes
     ON transcript_messages (employee, generation, agent, thread, start_bytes);
+-- Chat event wake-ups (issue 12); see 0016_chat_wakeups.sql.
+CREATE FUNCTION chat_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('eventos_chat_events', NEW.employee);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER chat_events_notify AFTER INSERT ON chat_events
+    FOR EACH ROW EXECUTE FUNCTION chat_events_notify();
