@@ -165,6 +165,8 @@ class Service:
             log_level="warning",
             lifespan="off",
             access_log=False,
+            # Nothing reads the client's address, so no layer rewrites it from X-Forwarded-For.
+            proxy_headers=False,
         )
         http = uvicorn.Server(config)
         http_task = asyncio.create_task(http.serve(sockets=[sock]))
