@@ -95,6 +95,27 @@ async def test_a_stalled_body_is_408_and_stores_nothing(bounded: Service, pool: 
     assert status(answer) == 408
 
 
+async def test_a_body_that_keeps_arriving_is_not_stalled(bounded: Service) -> None:
+    """The idle bound is between parts, not on the whole body: each part comes well within
+    it, the whole body takes longer than it."""
+    parts = [b'{"a": ', b'"', b"x" * 10, b'"', b"}"]
+    head = (b"POST /hooks/internal HTTP/1.1\r\nHost: x\r\nX-Event-Id: trickle\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n") % len(b"".join(parts))  # fmt: skip
+    reader, writer = await asyncio.open_connection("127.0.0.1", bounded.bound_http_port)
+    try:
+        started = time.monotonic()
+        writer.write(head)
+        for part in parts:
+            await asyncio.sleep(BOUNDS.body_idle_timeout_s / 3)  # the client's own pace
+            writer.write(part)
+            await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), DEADLINE_S)
+    finally:
+        writer.close()
+    assert time.monotonic() - started > BOUNDS.body_idle_timeout_s
+    assert status(answer) == 200
+
+
 async def test_requests_past_the_in_flight_cap_are_503_with_retry_after(
     bounded: Service,
 ) -> None:

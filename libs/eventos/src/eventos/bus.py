@@ -11,7 +11,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -82,15 +82,15 @@ def bounded_dedupe_key(key: str) -> str:
     return names.LONG_KEY_PREFIX + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _params(rec: IngressRecord, now: datetime) -> dict[str, object]:
+def _row(rec: IngressRecord) -> dict[str, object]:
+    """One record as an element of ingress_append's jsonb array."""
     return {
         "source_key": rec.source_key,
         "dedupe_key": bounded_dedupe_key(rec.dedupe_key),
         "type": rec.type,
         "class": rec.klass,
-        "received_at": now,
-        "expires_at": now + timedelta(seconds=rec.dedupe_ttl_s),
-        "envelope": Jsonb(rec.envelope) if rec.envelope is not None else None,
+        "ttl_s": rec.dedupe_ttl_s,
+        "envelope": rec.envelope,
         "body_ref": rec.body_ref,
         "size": rec.size,
         "chain_id": rec.chain_id,
@@ -102,38 +102,28 @@ def _params(rec: IngressRecord, now: datetime) -> dict[str, object]:
     }
 
 
-async def _outcome(conn: Conn, params: dict[str, object], row: dict[str, Any] | None) -> Outcome:
-    if row is None:
-        # The key's row committed after our statement's snapshot (the per-source lock makes
-        # this unreachable today; kept so a duplicate is never mistaken for a loss).
-        cur = await conn.execute(Q["dedupe_get"], params)
-        found = await cur.fetchone()
-        if found is None:
-            raise RuntimeError("dedupe row vanished")  # cannot happen: it was just in conflict
-        row = {"accepted": False, "id": found["ingress_id"], "received_at": found["received_at"]}
-    if row["accepted"]:
-        return Accepted(int(row["id"]))
-    await conn.execute(Q["ingress_count_duplicate"], row)
-    return Duplicate(int(row["id"]))
+def _outcome(row: dict[str, Any]) -> Outcome:
+    if row["id"] is None:
+        # Unreachable: the per-source lock precedes the statement, so an earlier row of the
+        # key is in its snapshot. Never mistake a duplicate for a loss.
+        raise RuntimeError("the dedupe row of a duplicate was not found")
+    return Accepted(int(row["id"])) if row["accepted"] else Duplicate(int(row["id"]))
 
 
 async def append(conn: Conn, records: Sequence[IngressRecord]) -> list[Outcome]:
     """Append records in one transaction; durable when this returns."""
     if not records:
         return []
-    now = datetime.now(UTC)
-    params = [_params(rec, now) for rec in records]
+    # The whole batch is one statement with one jsonb parameter: the rows are expanded,
+    # deduplicated and inserted in the database (the client encodes one JSON document).
+    params = {"records": Jsonb([_row(rec) for rec in records]), "received_at": datetime.now(UTC)}
     # Sorted: two transactions lock their shared sources in one order, so they never deadlock.
     sources = sorted({rec.source_key for rec in records})
-    async with translate(), conn.transaction():
-        async with conn.cursor() as cur:
-            await cur.execute(Q["ingress_source_append_lock"], {"sources": sources})
-            # One pipelined round trip for the whole batch, one result set per record.
-            await cur.executemany(Q["ingress_append"], params, returning=True)
-            rows = [await cur.fetchone()]
-            while cur.nextset():
-                rows.append(await cur.fetchone())
-        return [await _outcome(conn, p, row) for p, row in zip(params, rows, strict=True)]
+    async with translate(), conn.transaction(), conn.cursor() as cur:
+        await cur.execute(Q["ingress_source_append_lock"], {"sources": sources})
+        await cur.execute(Q["ingress_append"], params)
+        rows = await cur.fetchall()
+    return [_outcome(row) for row in rows]
 
 
 async def append_isolated(conn: Conn, records: Sequence[IngressRecord]) -> list[Outcome]:

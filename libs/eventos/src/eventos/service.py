@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 import uvicorn
+import uvloop
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -164,6 +165,8 @@ class Service:
             log_level="warning",
             lifespan="off",
             access_log=False,
+            # Nothing reads the client's address, so no layer rewrites it from X-Forwarded-For.
+            proxy_headers=False,
         )
         http = uvicorn.Server(config)
         http_task = asyncio.create_task(http.serve(sockets=[sock]))
@@ -210,3 +213,9 @@ class Service:
 def configure_logging(level: str = "INFO") -> None:
     """Plain one-line logs to stderr."""
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def run_main(main: Coroutine[Any, Any, None]) -> None:
+    """Run a service's `main` on uvloop, every service's event loop (cheaper per request and
+    per socket event than the stock loop; Temporal workers run on it too)."""
+    uvloop.run(main)

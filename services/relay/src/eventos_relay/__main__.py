@@ -3,7 +3,6 @@ re-arm Temporal from the database at boot, and watch running turns."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 
@@ -11,7 +10,7 @@ from eventos.deliverer import Deliverer, deliverer_loop
 from eventos.outbox_keys import OutboxKeys
 from eventos.relay import Relay, relay_loop
 from eventos.scheduler import SchedConfig
-from eventos.service import configure_logging
+from eventos.service import configure_logging, run_main
 from eventos.watchdog import watchdog_loop
 from eventos.wiring import ConnectedConfig, build_connected
 
@@ -32,4 +31,4 @@ async def main() -> None:
 
 if __name__ == "__main__":
     configure_logging()
-    asyncio.run(main())
+    run_main(main())

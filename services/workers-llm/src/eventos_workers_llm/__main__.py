@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from eventos import names
@@ -10,7 +9,7 @@ from eventos.llm import LlmActivities, llm_slots, provider_http_client, run_llm_
 from eventos.llm.buckets import RateLimits
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable
-from eventos.service import configure_logging
+from eventos.service import configure_logging, run_main
 from eventos.settings import SecretStore, llm_classes
 from eventos.wiring import ConnectedConfig, build_connected
 
@@ -35,4 +34,4 @@ async def main() -> None:
 
 if __name__ == "__main__":
     configure_logging()
-    asyncio.run(main())
+    run_main(main())

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from eventos.activities import DbActivities
 from eventos.outbox_keys import OutboxKeys
 from eventos.polls.activities import PollActivities
 from eventos.scheduler import SchedConfig
-from eventos.service import configure_logging
+from eventos.service import configure_logging, run_main
 from eventos.settings import SecretStore
 from eventos.wiring import ConnectedConfig, build_connected
 from eventos.workers import run_forever, workflow_worker
@@ -28,4 +26,4 @@ async def main() -> None:
 
 if __name__ == "__main__":
     configure_logging()
-    asyncio.run(main())
+    run_main(main())

@@ -1,33 +1,54 @@
 -- name: ingress_append
--- Append one event unless its (source, dedupe key) was seen within the dedupe window.
--- An expired dedupe row is taken over. Returns the new id, or the earlier id for a duplicate.
-WITH fresh AS (
+-- Append a batch (one jsonb array of records) in one statement, outcomes in the records' order.
+-- A key seen within its dedupe window is a duplicate: it answers the earlier id and counts on
+-- that row's dup_count; an expired dedupe row is taken over. ON CONFLICT cannot touch one row
+-- twice, so only a key's first record in the batch is inserted; the later ones are duplicates
+-- of whatever the first became. Run after ingress_source_append_lock, in its own statement:
+-- the snapshot must be taken after the lock, so an earlier batch of the source is visible.
+WITH batch AS MATERIALIZED (
+    SELECT r.*, min(r.ord) OVER key AS first_ord, count(*) OVER key - 1 AS dups
+    FROM ROWS FROM (jsonb_to_recordset(%(records)s) AS (source_key text, dedupe_key text,
+            type text, class smallint, ttl_s integer, envelope jsonb, body_ref text,
+            size integer, chain_id text, hop integer, causation_id text, path text,
+            status text, error text))
+        WITH ORDINALITY AS r(source_key, dedupe_key, type, class, ttl_s, envelope, body_ref,
+            size, chain_id, hop, causation_id, path, status, error, ord)
+    WINDOW key AS (PARTITION BY r.source_key, r.dedupe_key)
+), firsts AS MATERIALIZED (
+    SELECT b.*, nextval('bus_ingress_id_seq') AS new_id
+    FROM (SELECT * FROM batch WHERE ord = first_ord ORDER BY ord) b
+), fresh AS (
     INSERT INTO bus_dedupe (source_key, dedupe_key, ingress_id, received_at, expires_at)
-    VALUES (%(source_key)s, %(dedupe_key)s, nextval('bus_ingress_id_seq'), %(received_at)s,
-            %(expires_at)s)
+    SELECT source_key, dedupe_key, new_id, %(received_at)s,
+        %(received_at)s + make_interval(secs => ttl_s)
+    FROM firsts
     ON CONFLICT (source_key, dedupe_key) DO UPDATE
         SET ingress_id = EXCLUDED.ingress_id, received_at = EXCLUDED.received_at,
             expires_at = EXCLUDED.expires_at
         WHERE bus_dedupe.expires_at <= EXCLUDED.received_at
-    RETURNING ingress_id, received_at
+    RETURNING ingress_id
 ), inserted AS (
     INSERT INTO bus_ingress (id, source_key, dedupe_key, type, class, received_at, envelope,
-        body_ref, size, chain_id, hop, causation_id, path, status, error)
-    SELECT f.ingress_id, %(source_key)s, %(dedupe_key)s, %(type)s, %(class)s, f.received_at,
-        %(envelope)s, %(body_ref)s, %(size)s, %(chain_id)s, %(hop)s, %(causation_id)s, %(path)s,
-        %(status)s, %(error)s
-    FROM fresh f
-    RETURNING id, received_at
+        body_ref, size, chain_id, hop, causation_id, path, status, error, dup_count)
+    SELECT f.new_id, f.source_key, f.dedupe_key, f.type, f.class, %(received_at)s, f.envelope,
+        f.body_ref, f.size, f.chain_id, f.hop, f.causation_id, f.path, f.status, f.error, f.dups
+    FROM firsts f JOIN fresh ON fresh.ingress_id = f.new_id
+    ORDER BY f.new_id
+), earlier AS (
+    SELECT f.ord, d.ingress_id, d.received_at, f.dups + 1 AS n
+    FROM firsts f JOIN bus_dedupe d USING (source_key, dedupe_key)
+    WHERE NOT EXISTS (SELECT 1 FROM fresh WHERE fresh.ingress_id = f.new_id)
+), counted AS (
+    UPDATE bus_ingress i SET dup_count = i.dup_count + e.n
+    FROM earlier e WHERE i.id = e.ingress_id AND i.received_at = e.received_at
 )
-SELECT true AS accepted, id, received_at FROM inserted
-UNION ALL
-SELECT false, d.ingress_id, d.received_at FROM bus_dedupe d
-WHERE d.source_key = %(source_key)s AND d.dedupe_key = %(dedupe_key)s
-  AND NOT EXISTS (SELECT 1 FROM fresh);
-
--- name: ingress_count_duplicate
--- Count a duplicate on the row it duplicates.
-UPDATE bus_ingress SET dup_count = dup_count + 1 WHERE id = %(id)s AND received_at = %(received_at)s;
+SELECT b.ord, (fresh.ingress_id IS NOT NULL AND b.ord = b.first_ord) AS accepted,
+    coalesce(fresh.ingress_id, e.ingress_id) AS id
+FROM batch b
+JOIN firsts f ON f.ord = b.first_ord
+LEFT JOIN fresh ON fresh.ingress_id = f.new_id
+LEFT JOIN earlier e ON e.ord = b.first_ord
+ORDER BY b.ord;
 
 -- name: ingress_unrouted_count
 -- Accepted, not yet routed rows of one source (for the backlog high water).
@@ -126,11 +147,6 @@ DELETE FROM event_blobs WHERE id IN (
     ORDER BY b.created_at
     LIMIT %(limit)s
 );
-
--- name: dedupe_get
--- The ingress row a (source, dedupe key) points to.
-SELECT ingress_id, received_at FROM bus_dedupe
-WHERE source_key = %(source_key)s AND dedupe_key = %(dedupe_key)s;
 
 -- name: ingress_source_append_lock
 -- Appends of one source commit one transaction at a time, so ids of a source are assigned
