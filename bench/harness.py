@@ -7,6 +7,7 @@ cleaning up (PR_SET_PDEATHSIG), so a killed bench leaves nothing running.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import ctypes
@@ -25,11 +26,13 @@ from typing import Any
 
 import httpx
 import psycopg
+from psycopg import sql
 
 from eventos.db import connect
 from eventos.db.migrate import migrate
 from eventos.embedded_pg import EmbeddedPostgres, free_port
-from eventos.settings import DatabaseSettings
+from eventos.settings import DatabaseSettings, TemporalSettings
+from eventos.temporal_dev import TemporalDevServer
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -418,6 +421,66 @@ def interrupt_guard() -> Iterator[None]:
     except BenchError as exc:
         progress(f"bench failed: {exc}")
         raise SystemExit(1) from None
+
+
+def parse_with_quick(
+    parser: argparse.ArgumentParser, tiny: dict[str, Any], argv: Sequence[str] | None = None
+) -> argparse.Namespace:
+    """The driver's arguments, with `--quick`: a smoke run of the same code path end to end at
+    the sizes `tiny` (seconds in all), whose figures say that it runs, not how fast."""
+    sizes = ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in tiny.items())
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: {sizes}")
+    args = parser.parse_args(argv)
+    if args.quick:
+        progress(f"--quick: a smoke run ({sizes}); its figures are not a measurement")
+        for key, value in tiny.items():
+            setattr(args, key, value)
+    return args
+
+
+@contextlib.contextmanager
+def fresh_database(folder: Path, prefix: str) -> Iterator[str]:
+    """The URL of an empty database of this run alone (not migrated).
+
+    With EVENTOS_DATABASE_URL, a new database on that server, dropped at the end (the drivers
+    that read whole tables need one of their own); else an embedded PostgreSQL in `folder`.
+    """
+    given = os.environ.get("EVENTOS_DATABASE_URL")
+    if not given:
+        pg = EmbeddedPostgres(folder / "pg", durable=False)
+        pg.start()
+        try:
+            yield pg.create_database("eventos")
+        finally:
+            pg.stop()
+        return
+    name = f"{prefix}_{os.getpid()}_{int(time.time())}"
+    progress(f"using a fresh database {name} on EVENTOS_DATABASE_URL's server")
+    with psycopg.connect(given, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    info = psycopg.conninfo.conninfo_to_dict(given) | {"dbname": name}
+    try:
+        yield psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in info.items() if v})
+    finally:
+        with psycopg.connect(given, autocommit=True) as conn:
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+            conn.execute(drop.format(sql.Identifier(name)))
+
+
+@contextlib.contextmanager
+def temporal_server(folder: Path) -> Iterator[TemporalSettings]:
+    """TEMPORAL_ADDRESS (and TEMPORAL_NAMESPACE) when set, else a dev server in `folder`."""
+    if os.environ.get("TEMPORAL_ADDRESS"):
+        settings = TemporalSettings.from_env()
+        progress(f"using TEMPORAL_ADDRESS {settings.address}, namespace {settings.namespace}")
+        yield settings
+        return
+    server = TemporalDevServer(folder / "temporal")
+    server.start()
+    try:
+        yield TemporalSettings(address=server.address, namespace=server.namespace)
+    finally:
+        server.stop()
 
 
 def run_in_temp_folder(prefix: str, main: Callable[[Path], Coroutine[Any, Any, None]]) -> int:

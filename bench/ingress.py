@@ -47,6 +47,7 @@ from harness import (
     free_ports,
     interrupt_guard,
     others_cpu,
+    parse_with_quick,
     progress,
     scalar,
     start_ingress,
@@ -90,12 +91,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="raise the generic webhook rate limit and high water (EVENTOS_HOOKS_GENERIC_*)\n"
         "so that few paths (even --paths 1) take the whole load",
     )
-    p.add_argument("--quick", action="store_true", help="short phases, for a smoke run")
     p.add_argument("--profile", type=Path, help="run ingress under cProfile, write stats here")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.duration = min(args.duration, 5.0)
-        args.sat_duration = min(args.sat_duration or 4.0, 4.0)
+    args = parse_with_quick(p, {"duration": 1.0, "sat_duration": 1.0, "paths": 64}, argv)
     if args.sat_duration is None:
         args.sat_duration = 15.0
     if args.rate <= 0 or args.concurrency <= 0 or args.paths <= 0:
@@ -237,8 +234,8 @@ class Bench:
         self.rate_paths = len(rate_paths)
         for target in ("ingress", "baseline"):
             progress(f"warm-up -> {target}")
-            cfg = self.load_cfg(target, "warm", mode="closed", duration=1.0, warmup=0.0,
-                                concurrency=8)  # fmt: skip
+            cfg = self.load_cfg(target, "warm", mode="closed", duration=0.3 if a.quick else 1.0,
+                                warmup=0.0, concurrency=8)  # fmt: skip
             self.warm.append(Phase("warm-up", target, run_load(f"warm-up {target}", cfg), {}))
         rate_name = f"rate {a.rate:g}/s"
         for target in ("ingress", "baseline"):
@@ -247,7 +244,7 @@ class Bench:
             cfg["paths"] = rate_paths
             self.phase(rate_name, target, cfg)
         sat_name = f"saturation c={a.concurrency}"
-        warmup = 0.5 if a.quick else 1.0
+        warmup = 0.3 if a.quick else 1.0
         for target in ("ingress", "baseline"):
             cfg = self.load_cfg(target, "sat", mode="closed", duration=a.sat_duration,
                                 concurrency=a.concurrency, warmup=warmup)  # fmt: skip
