@@ -249,7 +249,7 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=1.0, help="seconds per LLM step")
     parser.add_argument("--capacity", type=int, default=8)
     parser.add_argument("--baseline-s", type=float, default=20.0, help="owners alone, seconds")
-    tiny = {"seconds": 3.0, "delay": 0.1, "capacity": 2, "baseline_s": 3.0}
+    tiny = {"seconds": 2.0, "delay": 0.1, "capacity": 2, "baseline_s": 2.0}
     args = parse_with_quick(parser, tiny)
     return run_in_temp_folder("eventos-fairness-", lambda f: run(f, args))
 

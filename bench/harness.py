@@ -32,7 +32,6 @@ from eventos.db import connect
 from eventos.db.migrate import migrate
 from eventos.embedded_pg import EmbeddedPostgres, free_port
 from eventos.settings import DatabaseSettings, TemporalSettings
-from eventos.temporal_dev import TemporalDevServer
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -171,8 +170,11 @@ class Stack:
         env: dict[str, str],
         http_port: int,
         grpc_port: int = 0,
+        *,
+        wait: bool = True,
     ) -> ServiceProc:
-        """Start `python <args>` and wait until its /readyz answers 200."""
+        """Start `python <args>` and wait until its /readyz answers 200 (unless not `wait`:
+        then `wait_ready` does, so that several services start side by side)."""
         log_path = self.workdir / f"{name}.log"
         with log_path.open("ab") as log_file:
             proc = subprocess.Popen(
@@ -187,9 +189,16 @@ class Stack:
             )
         svc = ServiceProc(name, proc, log_path, http_port, grpc_port)
         self._exit.callback(self._stop_service, svc)
-        _wait_ready(svc)
-        progress(f"{name} ready (pid {svc.pid}, http {http_port})")
+        if wait:
+            self.wait_ready(svc)
         return svc
+
+    @staticmethod
+    def wait_ready(*services: ServiceProc) -> None:
+        """Wait until each of `services` answers /readyz with 200."""
+        for svc in services:
+            _wait_ready(svc)
+            progress(f"{svc.name} ready (pid {svc.pid}, http {svc.http_port})")
 
     @staticmethod
     def _stop_service(svc: ServiceProc) -> None:
@@ -237,7 +246,7 @@ def ingress_args(profile_to: Path | None) -> list[str]:
     return ["-m", "cProfile", "-o", str(profile_to), "-m", "eventos_ingress"]
 
 
-def start_router(stack: Stack, url: str) -> ServiceProc:
+def start_router(stack: Stack, url: str, *, wait: bool = True) -> ServiceProc:
     """The real router service (`python -m eventos_router`)."""
     http, grpc_port = free_ports(2)
     env = {
@@ -245,7 +254,7 @@ def start_router(stack: Stack, url: str) -> ServiceProc:
         "EVENTOS_ROUTER_HTTP_PORT": str(http),
         "EVENTOS_ROUTER_GRPC_PORT": str(grpc_port),
     }
-    return stack.service("router", ["-m", "eventos_router"], env, http, grpc_port)
+    return stack.service("router", ["-m", "eventos_router"], env, http, grpc_port, wait=wait)
 
 
 def start_ingress(
@@ -255,6 +264,7 @@ def start_ingress(
     router: ServiceProc | None,
     env: dict[str, str],
     profile_to: Path | None = None,
+    wait: bool = True,
 ) -> ServiceProc:
     """The real ingress service (`python -m eventos_ingress`), kicking the router if any."""
     http, grpc_port = free_ports(2)
@@ -268,7 +278,7 @@ def start_ingress(
     }
     if router is not None:
         full["EVENTOS_INGRESS_KICK"] = f"127.0.0.1:{router.grpc_port}"
-    return stack.service("ingress", ingress_args(profile_to), full, http, grpc_port)
+    return stack.service("ingress", ingress_args(profile_to), full, http, grpc_port, wait=wait)
 
 
 def apply_employee(base_url: str, spec_yaml: str, name: str) -> None:
@@ -475,6 +485,9 @@ def temporal_server(folder: Path) -> Iterator[TemporalSettings]:
         progress(f"using TEMPORAL_ADDRESS {settings.address}, namespace {settings.namespace}")
         yield settings
         return
+    # Imported here: the webhook drivers need no Temporal, and it takes a second to import.
+    from eventos.temporal_dev import TemporalDevServer
+
     server = TemporalDevServer(folder / "temporal")
     server.start()
     try:

@@ -164,14 +164,15 @@ class Bench:
     def start(self) -> None:
         self.url = self.stack.database()
         if not self.args.no_router:
-            self.router = start_router(self.stack, self.url)
+            self.router = start_router(self.stack, self.url, wait=False)
         env = {"EVENTOS_SECRET_" + SECRET_REF.upper().replace("-", "_"): SECRET_VALUE}
         if self.args.lift_limits:
             env |= {"EVENTOS_HOOKS_GENERIC_RATE": "1000000", "EVENTOS_HOOKS_GENERIC_HIGH_WATER":
                     "1000000000"}  # fmt: skip
         self.targets["ingress"] = start_ingress(
-            self.stack, self.url, router=self.router, env=env, profile_to=self.args.profile
-        )
+            self.stack, self.url, router=self.router, env=env, profile_to=self.args.profile,
+            wait=False,
+        )  # fmt: skip
         with_baseline_table(self.url)
         (b_http,) = free_ports(1)
         self.targets["baseline"] = self.stack.service(
@@ -179,7 +180,9 @@ class Bench:
             [str(HERE / "baseline_app.py"), "--url", self.url, "--port", str(b_http)],
             {},
             b_http,
+            wait=False,
         )
+        self.stack.wait_ready(*self.targets.values(), *([self.router] if self.router else []))
         for name, spec, paths in employee_specs(self.tag, self.args.paths):
             apply_employee(self.targets["ingress"].base_url, spec, name)
             self.paths += paths

@@ -232,14 +232,16 @@ class Bench:
     def start(self) -> None:
         self.url = self.stack.database()
         if not self.args.no_router:
-            self.router = start_router(self.stack, self.url)
+            self.router = start_router(self.stack, self.url, wait=False)
         self.ingress = start_ingress(
             self.stack,
             self.url,
             router=self.router,
             env=driver_secrets(self.drivers),
             profile_to=self.args.profile,
+            wait=False,
         )
+        self.stack.wait_ready(self.ingress, *([self.router] if self.router else []))
         name = f"bench-{self.tag}"
         triggers = "\n".join(f"    - {{kind: grpc, driver: {d}}}" for d in self.drivers)
         spec = (

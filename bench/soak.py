@@ -136,9 +136,10 @@ def main() -> None:
     tag = "s" + str(int(time.time()) % 100000)
     with Stack() as stack, interrupt_guard():
         url = stack.database()
-        router = start_router(stack, url)
+        router = start_router(stack, url, wait=False)
         env = {"EVENTOS_SECRET_" + SECRET_REF.upper().replace("-", "_"): SECRET_VALUE}
-        ingress = start_ingress(stack, url, router=router, env=env)
+        ingress = start_ingress(stack, url, router=router, env=env, wait=False)
+        stack.wait_ready(router, ingress)
         normal: list[str] = []
         for name, spec, paths in employee_specs(tag, 64):
             apply_employee(ingress.base_url, spec, name)

@@ -260,7 +260,7 @@ def main() -> int:
     parser.add_argument("--minutes", type=int, default=150)
     parser.add_argument("--tick", type=float, default=2.0, help="simulated seconds per pass")
     parser.add_argument("--kick-every", type=float, default=10.0)
-    args = parse_with_quick(parser, {"minutes": 3})
+    args = parse_with_quick(parser, {"minutes": 1})
     return run_in_temp_folder(
         "eventos-storm-", lambda f: run(f, args.minutes, args.tick, args.kick_every)
     )

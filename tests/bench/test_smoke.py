@@ -3,21 +3,25 @@
 A smoke run checks that a driver still works and still prints what it measures, never how fast
 anything was: the figures of a tiny run on a shared machine mean nothing. The drivers share the
 session's PostgreSQL (each gets a fresh database; those that read whole tables make their own
-on that server) and its Temporal dev server (each in a namespace of its own, so the workflows
-one driver leaves behind are never picked up by the next one's workers).
+on that server) and its Temporal dev server (each in a namespace of its own for this session,
+deleted at its end: the workflows one driver leaves behind are never picked up by another's
+workers, nor by the same driver's next run on a long-lived TEMPORAL_ADDRESS).
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from google.protobuf.duration_pb2 import Duration
+from temporalio.api.operatorservice.v1 import DeleteNamespaceRequest
 from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
@@ -43,20 +47,21 @@ FIGURES = {
                    "commit check"],
     "relay.py": ["calls/s", "events/s", "raw", "relay/raw calls/s"],
     "soak.py": ["ingress peak RSS (MiB)", "chart memory limit", "normal p99 (ms)", "stored whole"],
-    "storm.py": ["simulated 3 min", "instant turns", "tool calls:", "ipc ingress rows by outcome",
+    "storm.py": ["simulated 1 min", "instant turns", "tool calls:", "ipc ingress rows by outcome",
                  "per minute"],
 }  # fmt: skip
 RUN_TIMEOUT_S = 100.0
 STOP_GRACE_S = 20.0
+SESSION = secrets.token_hex(3)
 
 
 def namespace(script: str) -> str:
-    return "bench-" + script.removesuffix(".py").replace("_", "-")
+    return f"bench-{script.removesuffix('.py').replace('_', '-')}-{SESSION}"
 
 
 @pytest.fixture(scope="module")
-async def bench_temporal(temporal_settings: TemporalSettings) -> TemporalSettings:
-    """The session's Temporal with a namespace per driver, each answering."""
+async def bench_temporal(temporal_settings: TemporalSettings) -> AsyncIterator[TemporalSettings]:
+    """The session's Temporal with a namespace per driver, each answering; deleted after."""
     client = await Client.connect(temporal_settings.address, namespace="default")
     retention = Duration()
     retention.FromTimedelta(timedelta(days=1))
@@ -80,7 +85,18 @@ async def bench_temporal(temporal_settings: TemporalSettings) -> TemporalSetting
             return True
 
         await wait_for(answers, timeout=60, interval=0.5, what=f"namespace of {script}")
-    return temporal_settings
+    yield temporal_settings
+    for script in FIGURES:
+        await client.operator_service.delete_namespace(
+            DeleteNamespaceRequest(namespace=namespace(script))
+        )
+
+
+@pytest.fixture(scope="module")
+def bytecode_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """One bytecode cache for every Python process the drivers start (about twenty): where
+    PYTHONDONTWRITEBYTECODE is set, each would compile every module it imports again."""
+    return {"PYTHONPYCACHEPREFIX": str(tmp_path_factory.mktemp("pycache"))}
 
 
 def run_driver(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -115,9 +131,11 @@ def test_driver_runs_and_prints_its_figures(
     postgres_server: PostgresForTests,
     db_name: str,
     bench_temporal: TemporalSettings,
+    bytecode_cache: dict[str, str],
 ) -> None:
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        **bytecode_cache,
         "EVENTOS_DATABASE_URL": postgres_server.url(db_name),
         "TEMPORAL_ADDRESS": bench_temporal.address,
         "TEMPORAL_NAMESPACE": namespace(script),
