@@ -59,9 +59,10 @@ SIGNALED = 26  # EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
 
 
 def record(n: int) -> IngressRecord:
-    envelope = {"specversion": "1.0", "id": uuid.uuid4().hex, "source": "/burst", "type": "msg",
+    event_id = uuid.uuid4().hex
+    envelope = {"specversion": "1.0", "id": event_id, "source": "/burst", "type": "msg",
                 "data": {"text": f"message {n}"}}  # fmt: skip
-    return IngressRecord("grpc:burst", f"b{n}", "msg", envelope["id"], envelope,
+    return IngressRecord("grpc:burst", f"b{n}", "msg", event_id, envelope,
                          len(json.dumps(envelope)))  # fmt: skip
 
 

@@ -53,9 +53,10 @@ spec:
 
 
 def record(stream: int, n: int) -> IngressRecord:
-    env = {"specversion": "1.0", "id": uuid.uuid4().hex, "source": "/bench", "type": "msg",
+    event_id = uuid.uuid4().hex
+    env = {"specversion": "1.0", "id": event_id, "source": "/bench", "type": "msg",
            "subject": f"s{stream}", "data": {"text": f"event {n} of stream {stream}"}}  # fmt: skip
-    return IngressRecord("grpc:bench", f"{stream}:{n}", "msg", env["id"], env, len(json.dumps(env)))
+    return IngressRecord("grpc:bench", f"{stream}:{n}", "msg", event_id, env, len(json.dumps(env)))
 
 
 async def raw_calls(client: Client, streams: int, calls: int, concurrency: int) -> float:
