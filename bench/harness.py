@@ -437,7 +437,7 @@ def parse_with_quick(
     parser: argparse.ArgumentParser, tiny: dict[str, Any], argv: Sequence[str] | None = None
 ) -> argparse.Namespace:
     """The driver's arguments, with `--quick`: a smoke run of the same code path end to end at
-    the sizes `tiny` (seconds in all), whose figures say that it runs, not how fast."""
+    the sizes `tiny` (seconds of work), whose figures say that it runs, not how fast."""
     sizes = ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in tiny.items())
     parser.add_argument("--quick", action="store_true", help=f"smoke run: {sizes}")
     args = parser.parse_args(argv)
