@@ -1,8 +1,9 @@
 """Alarms at the cap: 500 alarms per employee over 20 employees, all due within one minute.
 
-    .venv/bin/python bench/alarms.py [--employees 20] [--alarms 500] [--window-s 60]
+    .venv/bin/python bench/alarms.py [--employees 20] [--alarms 500] [--window-s 60] [--quick]
 
-Starts an embedded PostgreSQL and the Temporal dev server (tier S flags) and the workflow worker
+Starts an embedded PostgreSQL and the Temporal dev server (tier S flags), or takes a fresh
+database on EVENTOS_DATABASE_URL's server and TEMPORAL_ADDRESS, and the workflow worker
 in this process, applies and starts the employees (local provider, the alarm tools) and their
 supervisors. Then each employee sets its alarms through the `set_alarm` tool (the real handler
 and runner, one transaction per call) followed by the `alarms_changed` Signal the tool activity
@@ -23,7 +24,15 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from harness import exit_on_signals, progress, run_in_temp_folder, table
+from harness import (
+    exit_on_signals,
+    fresh_database,
+    parse_with_quick,
+    progress,
+    run_in_temp_folder,
+    table,
+    temporal_server,
+)
 
 from eventos import employees, names
 from eventos.activities import DbActivities
@@ -32,19 +41,20 @@ from eventos.contracts import SupervisorStatus, ToolCallInput
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
 from eventos.deliverer import ensure_supervisor
-from eventos.embedded_pg import EmbeddedPostgres
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.outbox_keys import OutboxKeys, new_key_entry
 from eventos.payload_guard import connect as temporal_connect
-from eventos.settings import AlarmSettings, DatabaseSettings, SecretStore
+from eventos.settings import AlarmSettings, DatabaseSettings, SecretStore, TemporalSettings
 from eventos.spec import load_specs
-from eventos.temporal_dev import TemporalDevServer
 from eventos.tools import alarms as alarm_tools
 from eventos.tools.runner import ToolRunner
 from eventos.workers import workflow_worker
 
 SIGNALED = 26  # EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
 SET_ESTIMATE_S = 0.015  # seconds per set_alarm call and its Signal (2 shared cores)
+LEAD_S = 10.0  # the window opens this long after setting is expected to end
+POLL_S = 0.5
+PROGRESS_EVERY_S = 5.0
 
 
 def spec(name: str) -> str:
@@ -99,13 +109,10 @@ async def scalar(conn: Conn, query: str) -> int:
     return int(next(iter(row.values()), 0))
 
 
-async def run(n_employees: int, n_alarms: int, window_s: float, folder: Path) -> None:
-    pg = EmbeddedPostgres(folder / "pg", durable=False)
-    temporal = TemporalDevServer(folder / "temporal")
-    pg.start()
-    temporal.start()
-    try:
-        db = DatabaseSettings(url=pg.create_database("eventos"), pool_max=30)
+async def run(n_employees: int, n_alarms: int, window_s: float, lead_s: float,
+              folder: Path) -> None:  # fmt: skip
+    with fresh_database(folder, "eventos_alarms") as url, temporal_server(folder) as temporal:
+        db = DatabaseSettings(url=url, pool_max=30)
         names_ = [f"alarm{i:02d}" for i in range(n_employees)]
         async with await connect(db) as conn:
             await migrate(conn)
@@ -113,14 +120,11 @@ async def run(n_employees: int, n_alarms: int, window_s: float, folder: Path) ->
                 (s,) = load_specs(spec(name))
                 await employees.apply(conn, s, LlmEndpoints())
                 await employees.start(conn, name)
-        await measure(db, temporal, names_, n_alarms, window_s)
-    finally:
-        temporal.stop()
-        pg.stop()
+        await measure(db, temporal, names_, n_alarms, window_s, lead_s)
 
 
-async def measure(db: DatabaseSettings, temporal: TemporalDevServer, employees_: list[str],
-                  n_alarms: int, window_s: float) -> None:  # fmt: skip
+async def measure(db: DatabaseSettings, temporal: TemporalSettings, employees_: list[str],
+                  n_alarms: int, window_s: float, lead_s: float) -> None:  # fmt: skip
     pool = await open_pool(db)
     client = await temporal_connect(temporal.address, temporal.namespace)
     acts = DbActivities(pool, outbox=OutboxKeys.parse(new_key_entry("bench")))
@@ -135,7 +139,7 @@ async def measure(db: DatabaseSettings, temporal: TemporalDevServer, employees_:
         for e in employees_:  # each supervisor's first run activated its generation
             await armed(client, e)
         progress(f"{len(employees_)} supervisors running")
-        lead = 10 + SET_ESTIMATE_S * n_alarms * len(employees_)  # the window opens once all are set
+        lead = lead_s + SET_ESTIMATE_S * n_alarms * len(employees_)  # once all are set
         opens = datetime.now(UTC) + timedelta(seconds=lead)
         dues = [opens + timedelta(seconds=window_s * i / n_alarms) for i in range(n_alarms)]
         t0 = time.perf_counter()
@@ -145,10 +149,13 @@ async def measure(db: DatabaseSettings, temporal: TemporalDevServer, employees_:
         early = (opens - datetime.now(UTC)).total_seconds()
         progress(f"{total} alarms set in {set_s:.1f} s; the window opens in {early:.1f} s")
         async with pool.connection() as conn:
+            shown = 0.0
             while (fired := await scalar(conn, "SELECT count(*) FROM alarms "
                                                "WHERE status = 'fired'")) < total:  # fmt: skip
-                progress(f"{fired} of {total} fired")
-                await asyncio.sleep(5)
+                if time.monotonic() - shown >= PROGRESS_EVERY_S:
+                    progress(f"{fired} of {total} fired")
+                    shown = time.monotonic()
+                await asyncio.sleep(POLL_S)
             cur = await conn.execute(
                 "SELECT extract(epoch FROM fired_at - due_at)::float8 AS late FROM alarms"
             )
@@ -192,9 +199,17 @@ def main() -> int:
     parser.add_argument("--employees", type=int, default=20)
     parser.add_argument("--alarms", type=int, default=500)
     parser.add_argument("--window-s", type=float, default=60.0)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--lead-s",
+        type=float,
+        default=LEAD_S,
+        help="seconds from setting's expected end to the window",
+    )
+    tiny = {"employees": 2, "alarms": 5, "window_s": 2.0, "lead_s": 1.0}
+    args = parse_with_quick(parser, tiny)
     return run_in_temp_folder(
-        "eventos-alarms-", lambda folder: run(args.employees, args.alarms, args.window_s, folder)
+        "eventos-alarms-",
+        lambda folder: run(args.employees, args.alarms, args.window_s, args.lead_s, folder),
     )
 
 

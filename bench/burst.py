@@ -1,8 +1,9 @@
 """EG7: a burst to one conversation, appended before the relay runs.
 
-    .venv/bin/python bench/burst.py [--messages 10000]
+    .venv/bin/python bench/burst.py [--messages 10000] [--quick]
 
-Starts an embedded PostgreSQL and the Temporal dev server (tier S flags), applies one employee
+Starts an embedded PostgreSQL and the Temporal dev server (tier S flags), or takes a fresh
+database on EVENTOS_DATABASE_URL's server and TEMPORAL_ADDRESS, applies one employee
 (local provider), appends N events to ONE conversation and routes them, and only then starts the
 relay and the workers (workflows, LLM steps, egress) in this process. It waits until every input
 is consumed and prints, per entity run (continue-as-new makes several), the Signals received,
@@ -21,14 +22,19 @@ import uuid
 from pathlib import Path
 
 import httpx
-from harness import exit_on_signals, run_in_temp_folder
+from harness import (
+    exit_on_signals,
+    fresh_database,
+    parse_with_quick,
+    run_in_temp_folder,
+    temporal_server,
+)
 
 from eventos import employees, names
 from eventos.activities import DbActivities
 from eventos.bus import IngressRecord, append
 from eventos.db import connect, open_pool
 from eventos.db.migrate import migrate
-from eventos.embedded_pg import EmbeddedPostgres
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.worker import llm_worker
@@ -39,7 +45,6 @@ from eventos.routing import route_pass
 from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
 from eventos.spec import load_specs
 from eventos.temporal import TemporalConnection
-from eventos.temporal_dev import TemporalDevServer
 from eventos.workers import egress_worker, workflow_worker
 
 SPEC = """
@@ -54,19 +59,16 @@ SIGNALED = 26  # EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
 
 
 def record(n: int) -> IngressRecord:
-    envelope = {"specversion": "1.0", "id": uuid.uuid4().hex, "source": "/burst", "type": "msg",
+    event_id = uuid.uuid4().hex
+    envelope = {"specversion": "1.0", "id": event_id, "source": "/burst", "type": "msg",
                 "data": {"text": f"message {n}"}}  # fmt: skip
-    return IngressRecord("grpc:burst", f"b{n}", "msg", envelope["id"], envelope,
+    return IngressRecord("grpc:burst", f"b{n}", "msg", event_id, envelope,
                          len(json.dumps(envelope)))  # fmt: skip
 
 
 async def run(messages: int, folder: Path) -> None:
-    pg = EmbeddedPostgres(folder / "pg", durable=False)
-    temporal = TemporalDevServer(folder / "temporal")
-    pg.start()
-    temporal.start()
-    try:
-        db = DatabaseSettings(url=pg.create_database("eventos"), pool_max=20)
+    with fresh_database(folder, "eventos_burst") as url, temporal_server(folder) as ts:
+        db = DatabaseSettings(url=url, pool_max=20)
         async with await connect(db) as conn:
             await migrate(conn)
             (spec,) = load_specs(SPEC)
@@ -79,10 +81,7 @@ async def run(messages: int, folder: Path) -> None:
             while (await route_pass(conn)).rows:
                 pass
             print(f"appended and routed {messages} inputs in {time.perf_counter() - t0:.1f} s")
-        await drain(db, TemporalSettings(address=temporal.address), messages)
-    finally:
-        temporal.stop()
-        pg.stop()
+        await drain(db, ts, messages)
 
 
 async def drain(db: DatabaseSettings, ts: TemporalSettings, messages: int) -> None:
@@ -165,7 +164,7 @@ def main() -> int:
     exit_on_signals()  # SIGTERM unwinds too, so the servers this started are stopped
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=10_000)
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"messages": 50})
     return run_in_temp_folder("eventos-burst-", lambda folder: run(args.messages, folder))
 
 

@@ -1,10 +1,11 @@
 """Owner message to reply, through the whole local instance (all six services as processes).
 
-    .venv/bin/python bench/chat_latency.py [--messages N] [--warmup N]
+    .venv/bin/python bench/chat_latency.py [--messages N] [--warmup N] [--quick]
 
-Starts a LocalStack in a temporary folder (embedded PostgreSQL with fsync on, the Temporal dev
-server, the six services, the `hello` example on the deterministic local provider), sends N
-owner messages one after another and measures each from the POST to the moment its reply is
+Starts a LocalStack in a temporary folder (embedded PostgreSQL with fsync on and the Temporal dev
+server, or the database EVENTOS_DATABASE_URL names and TEMPORAL_ADDRESS; the six services, the
+`hello` example on the deterministic local provider), sends N owner messages one after another
+and measures each from the POST to the moment its reply is
 readable through the owner API (polled every 5 ms). Prints p50/p90/p99/max; target p50 under
 250 ms (issue 3), then p50 and p90 of each stage, from the database's timestamps. Stops
 everything it started, also on Ctrl-C.
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from harness import exit_on_signals
+from harness import exit_on_signals, parse_with_quick
 
 from eventos.localstack import LocalStack
 
@@ -92,7 +93,7 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="keep the state folder (logs)")
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"messages": 3, "warmup": 1})
     folder = Path(tempfile.mkdtemp(prefix="eventos-chat-bench-"))
     stack = LocalStack(folder, examples_dir=ROOT / "examples", say=lambda line: None)
     try:

@@ -1,13 +1,14 @@
 """Scheduler fairness (SPEC §9): every class backlogged, capacity for 8 concurrent turns.
 
-    .venv/bin/python bench/fairness.py [--seconds 300] [--delay 1.0] [--capacity 8]
+    .venv/bin/python bench/fairness.py [--seconds 300] [--delay 1.0] [--capacity 8] [--quick]
 
-Starts an embedded PostgreSQL and the Temporal dev server (tier S flags) and runs the router,
+Starts an embedded PostgreSQL and the Temporal dev server (tier S flags), or takes a fresh
+database on EVENTOS_DATABASE_URL's server and TEMPORAL_ADDRESS, and runs the router,
 the relay and the workers (workflows, LLM steps, egress) in this process, with admission capacity
 `--capacity`. Two employees on the local provider, whose steps each take `--delay` seconds.
 
-1. Baseline: only the owners chat (a message every 5 s each), nothing else waits; the owner's
-   admission wait.
+1. Baseline (`--baseline-s`, 20): only the owners chat (a message every 5 s each), nothing else
+   waits; the owner's admission wait.
 2. Load (`--seconds`): every class is backlogged: conversations of classes C1 to C4 (gRPC
    drivers threaded by subject; 60 background conversations per employee) are kept holding input
    by a feeder, while the owners keep chatting. Printed: the share of the turns admitted in the
@@ -29,7 +30,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
-from harness import exit_on_signals, progress, run_in_temp_folder
+from harness import (
+    NAN,
+    exit_on_signals,
+    fresh_database,
+    parse_with_quick,
+    progress,
+    run_in_temp_folder,
+    temporal_server,
+)
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import chat, employees, names
@@ -37,7 +46,6 @@ from eventos.activities import DbActivities
 from eventos.bus import IngressRecord, append
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
-from eventos.embedded_pg import EmbeddedPostgres
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.worker import llm_worker
@@ -49,14 +57,12 @@ from eventos.scheduler import DEFAULT_CLASS_MAX, SchedConfig
 from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
 from eventos.spec import load_specs
 from eventos.temporal import TemporalConnection
-from eventos.temporal_dev import TemporalDevServer
 from eventos.workers import egress_worker, workflow_worker
 
 EMPLOYEES = ("alpha", "beta")
 # Conversations per employee and class kept holding input (C1 also has the owner's chat).
 CONVERSATIONS = {names.C1_OWNER: 6, names.C2_CUSTOMER: 12, names.C3_INTERNAL: 12,
                  names.C4_BACKGROUND: 60}  # fmt: skip
-BASELINE_S = 20.0
 FEED_EVERY_S = 2.0
 OWNER_EVERY_S = 5.0  # each owner chats this often (their turns are C1 too, on reserved slots)
 
@@ -86,28 +92,20 @@ def event(employee: str, klass: int, subject: str, delay: float) -> IngressRecor
                          len(json.dumps(envelope)))  # fmt: skip
 
 
-async def run(folder: Path, seconds: float, delay: float, capacity: int) -> None:
-    pg = EmbeddedPostgres(folder / "pg", durable=False)
-    temporal = TemporalDevServer(folder / "temporal")
-    pg.start()
-    temporal.start()
-    try:
-        db = DatabaseSettings(url=pg.create_database("eventos"), pool_max=30)
+async def run(folder: Path, args: argparse.Namespace) -> None:
+    with fresh_database(folder, "eventos_fairness") as url, temporal_server(folder) as ts:
+        db = DatabaseSettings(url=url, pool_max=30)
         async with await connect(db) as conn:
             await migrate(conn)
             for spec_doc in load_specs("---".join(spec(e) for e in EMPLOYEES)):
                 await employees.apply(conn, spec_doc, LlmEndpoints())
                 await employees.start(conn, spec_doc.name)
                 await employees.activate(conn, spec_doc.name)
-        ts = TemporalSettings(address=temporal.address)
-        await measure(db, ts, seconds, delay, capacity)
-    finally:
-        temporal.stop()
-        pg.stop()
+        await measure(db, ts, args)
 
 
-async def measure(db: DatabaseSettings, ts: TemporalSettings, seconds: float, delay: float,
-                  capacity: int) -> None:  # fmt: skip
+async def measure(db: DatabaseSettings, ts: TemporalSettings, args: argparse.Namespace) -> None:
+    seconds, delay, capacity = args.seconds, args.delay, args.capacity
     pool = await open_pool(db)
     client = await temporal_connect(ts.address, ts.namespace)
     cfg = SchedConfig(capacity=capacity, class_max={k: capacity for k in names.CLASSES})
@@ -124,8 +122,8 @@ async def measure(db: DatabaseSettings, ts: TemporalSettings, seconds: float, de
         loops.append(asyncio.create_task(forever(lambda: owners_chat(pool, delay))))
         try:
             t0 = datetime.now(UTC)
-            progress(f"baseline: only the owners chat for {BASELINE_S:.0f} s")
-            await asyncio.sleep(BASELINE_S)
+            progress(f"baseline: only the owners chat for {args.baseline_s:g} s")
+            await asyncio.sleep(args.baseline_s)
             baseline = await owner_waits(pool, t0)
             loops.append(asyncio.create_task(forever(lambda: feed(pool, delay))))
             t1 = datetime.now(UTC)
@@ -241,7 +239,7 @@ async def report(pool: AsyncConnectionPool[Conn], since: datetime,
           f"(baseline p99 {pct(baseline['admission'], 0.99) * 1000:.0f} ms)")  # fmt: skip
     start99, base_start99 = pct(load["start"], 0.99), pct(baseline["start"], 0.99)
     print(f"owner message to turn start: baseline p99 {base_start99 * 1000:.0f} ms, under load "
-          f"p99 {start99 * 1000:.0f} ms, ratio {start99 / base_start99:.2f}")  # fmt: skip
+          f"p99 {start99 * 1000:.0f} ms, ratio {start99 / (base_start99 or NAN):.2f}")  # fmt: skip
 
 
 def main() -> int:
@@ -250,10 +248,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=300.0)
     parser.add_argument("--delay", type=float, default=1.0, help="seconds per LLM step")
     parser.add_argument("--capacity", type=int, default=8)
-    args = parser.parse_args()
-    return run_in_temp_folder(
-        "eventos-fairness-", lambda f: run(f, args.seconds, args.delay, args.capacity)
-    )
+    parser.add_argument("--baseline-s", type=float, default=20.0, help="owners alone, seconds")
+    tiny = {"seconds": 2.0, "delay": 0.1, "capacity": 2, "baseline_s": 2.0}
+    args = parse_with_quick(parser, tiny)
+    return run_in_temp_folder("eventos-fairness-", lambda f: run(f, args))
 
 
 if __name__ == "__main__":

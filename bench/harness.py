@@ -7,6 +7,7 @@ cleaning up (PR_SET_PDEATHSIG), so a killed bench leaves nothing running.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import ctypes
@@ -25,11 +26,12 @@ from typing import Any
 
 import httpx
 import psycopg
+from psycopg import sql
 
 from eventos.db import connect
 from eventos.db.migrate import migrate
 from eventos.embedded_pg import EmbeddedPostgres, free_port
-from eventos.settings import DatabaseSettings
+from eventos.settings import DatabaseSettings, TemporalSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -168,8 +170,11 @@ class Stack:
         env: dict[str, str],
         http_port: int,
         grpc_port: int = 0,
+        *,
+        wait: bool = True,
     ) -> ServiceProc:
-        """Start `python <args>` and wait until its /readyz answers 200."""
+        """Start `python <args>` and wait until its /readyz answers 200 (unless not `wait`:
+        then `wait_ready` does, so that several services start side by side)."""
         log_path = self.workdir / f"{name}.log"
         with log_path.open("ab") as log_file:
             proc = subprocess.Popen(
@@ -184,9 +189,16 @@ class Stack:
             )
         svc = ServiceProc(name, proc, log_path, http_port, grpc_port)
         self._exit.callback(self._stop_service, svc)
-        _wait_ready(svc)
-        progress(f"{name} ready (pid {svc.pid}, http {http_port})")
+        if wait:
+            self.wait_ready(svc)
         return svc
+
+    @staticmethod
+    def wait_ready(*services: ServiceProc) -> None:
+        """Wait until each of `services` answers /readyz with 200."""
+        for svc in services:
+            _wait_ready(svc)
+            progress(f"{svc.name} ready (pid {svc.pid}, http {svc.http_port})")
 
     @staticmethod
     def _stop_service(svc: ServiceProc) -> None:
@@ -234,7 +246,7 @@ def ingress_args(profile_to: Path | None) -> list[str]:
     return ["-m", "cProfile", "-o", str(profile_to), "-m", "eventos_ingress"]
 
 
-def start_router(stack: Stack, url: str) -> ServiceProc:
+def start_router(stack: Stack, url: str, *, wait: bool = True) -> ServiceProc:
     """The real router service (`python -m eventos_router`)."""
     http, grpc_port = free_ports(2)
     env = {
@@ -242,7 +254,7 @@ def start_router(stack: Stack, url: str) -> ServiceProc:
         "EVENTOS_ROUTER_HTTP_PORT": str(http),
         "EVENTOS_ROUTER_GRPC_PORT": str(grpc_port),
     }
-    return stack.service("router", ["-m", "eventos_router"], env, http, grpc_port)
+    return stack.service("router", ["-m", "eventos_router"], env, http, grpc_port, wait=wait)
 
 
 def start_ingress(
@@ -252,6 +264,7 @@ def start_ingress(
     router: ServiceProc | None,
     env: dict[str, str],
     profile_to: Path | None = None,
+    wait: bool = True,
 ) -> ServiceProc:
     """The real ingress service (`python -m eventos_ingress`), kicking the router if any."""
     http, grpc_port = free_ports(2)
@@ -265,7 +278,7 @@ def start_ingress(
     }
     if router is not None:
         full["EVENTOS_INGRESS_KICK"] = f"127.0.0.1:{router.grpc_port}"
-    return stack.service("ingress", ingress_args(profile_to), full, http, grpc_port)
+    return stack.service("ingress", ingress_args(profile_to), full, http, grpc_port, wait=wait)
 
 
 def apply_employee(base_url: str, spec_yaml: str, name: str) -> None:
@@ -418,6 +431,69 @@ def interrupt_guard() -> Iterator[None]:
     except BenchError as exc:
         progress(f"bench failed: {exc}")
         raise SystemExit(1) from None
+
+
+def parse_with_quick(
+    parser: argparse.ArgumentParser, tiny: dict[str, Any], argv: Sequence[str] | None = None
+) -> argparse.Namespace:
+    """The driver's arguments, with `--quick`: a smoke run of the same code path end to end at
+    the sizes `tiny` (seconds of work), whose figures say that it runs, not how fast."""
+    sizes = ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in tiny.items())
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: {sizes}")
+    args = parser.parse_args(argv)
+    if args.quick:
+        progress(f"--quick: a smoke run ({sizes}); its figures are not a measurement")
+        for key, value in tiny.items():
+            setattr(args, key, value)
+    return args
+
+
+@contextlib.contextmanager
+def fresh_database(folder: Path, prefix: str) -> Iterator[str]:
+    """The URL of an empty database of this run alone (not migrated).
+
+    With EVENTOS_DATABASE_URL, a new database on that server, dropped at the end (the drivers
+    that read whole tables need one of their own); else an embedded PostgreSQL in `folder`.
+    """
+    given = os.environ.get("EVENTOS_DATABASE_URL")
+    if not given:
+        pg = EmbeddedPostgres(folder / "pg", durable=False)
+        pg.start()
+        try:
+            yield pg.create_database("eventos")
+        finally:
+            pg.stop()
+        return
+    name = f"{prefix}_{os.getpid()}_{int(time.time())}"
+    progress(f"using a fresh database {name} on EVENTOS_DATABASE_URL's server")
+    with psycopg.connect(given, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    info = psycopg.conninfo.conninfo_to_dict(given) | {"dbname": name}
+    try:
+        yield psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in info.items() if v})
+    finally:
+        with psycopg.connect(given, autocommit=True) as conn:
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+            conn.execute(drop.format(sql.Identifier(name)))
+
+
+@contextlib.contextmanager
+def temporal_server(folder: Path) -> Iterator[TemporalSettings]:
+    """TEMPORAL_ADDRESS (and TEMPORAL_NAMESPACE) when set, else a dev server in `folder`."""
+    if os.environ.get("TEMPORAL_ADDRESS"):
+        settings = TemporalSettings.from_env()
+        progress(f"using TEMPORAL_ADDRESS {settings.address}, namespace {settings.namespace}")
+        yield settings
+        return
+    # Imported here: the webhook drivers need no Temporal, and it takes a second to import.
+    from eventos.temporal_dev import TemporalDevServer
+
+    server = TemporalDevServer(folder / "temporal")
+    server.start()
+    try:
+        yield TemporalSettings(address=server.address, namespace=server.namespace)
+    finally:
+        server.stop()
 
 
 def run_in_temp_folder(prefix: str, main: Callable[[Path], Coroutine[Any, Any, None]]) -> int:

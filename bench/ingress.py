@@ -47,6 +47,7 @@ from harness import (
     free_ports,
     interrupt_guard,
     others_cpu,
+    parse_with_quick,
     progress,
     scalar,
     start_ingress,
@@ -90,12 +91,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="raise the generic webhook rate limit and high water (EVENTOS_HOOKS_GENERIC_*)\n"
         "so that few paths (even --paths 1) take the whole load",
     )
-    p.add_argument("--quick", action="store_true", help="short phases, for a smoke run")
     p.add_argument("--profile", type=Path, help="run ingress under cProfile, write stats here")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.duration = min(args.duration, 5.0)
-        args.sat_duration = min(args.sat_duration or 4.0, 4.0)
+    args = parse_with_quick(p, {"duration": 1.0, "sat_duration": 1.0, "paths": 64}, argv)
     if args.sat_duration is None:
         args.sat_duration = 15.0
     if args.rate <= 0 or args.concurrency <= 0 or args.paths <= 0:
@@ -167,14 +164,15 @@ class Bench:
     def start(self) -> None:
         self.url = self.stack.database()
         if not self.args.no_router:
-            self.router = start_router(self.stack, self.url)
+            self.router = start_router(self.stack, self.url, wait=False)
         env = {"EVENTOS_SECRET_" + SECRET_REF.upper().replace("-", "_"): SECRET_VALUE}
         if self.args.lift_limits:
             env |= {"EVENTOS_HOOKS_GENERIC_RATE": "1000000", "EVENTOS_HOOKS_GENERIC_HIGH_WATER":
                     "1000000000"}  # fmt: skip
         self.targets["ingress"] = start_ingress(
-            self.stack, self.url, router=self.router, env=env, profile_to=self.args.profile
-        )
+            self.stack, self.url, router=self.router, env=env, profile_to=self.args.profile,
+            wait=False,
+        )  # fmt: skip
         with_baseline_table(self.url)
         (b_http,) = free_ports(1)
         self.targets["baseline"] = self.stack.service(
@@ -182,7 +180,9 @@ class Bench:
             [str(HERE / "baseline_app.py"), "--url", self.url, "--port", str(b_http)],
             {},
             b_http,
+            wait=False,
         )
+        self.stack.wait_ready(*self.targets.values(), *([self.router] if self.router else []))
         for name, spec, paths in employee_specs(self.tag, self.args.paths):
             apply_employee(self.targets["ingress"].base_url, spec, name)
             self.paths += paths
@@ -237,8 +237,8 @@ class Bench:
         self.rate_paths = len(rate_paths)
         for target in ("ingress", "baseline"):
             progress(f"warm-up -> {target}")
-            cfg = self.load_cfg(target, "warm", mode="closed", duration=1.0, warmup=0.0,
-                                concurrency=8)  # fmt: skip
+            cfg = self.load_cfg(target, "warm", mode="closed", duration=0.3 if a.quick else 1.0,
+                                warmup=0.0, concurrency=8)  # fmt: skip
             self.warm.append(Phase("warm-up", target, run_load(f"warm-up {target}", cfg), {}))
         rate_name = f"rate {a.rate:g}/s"
         for target in ("ingress", "baseline"):
@@ -247,7 +247,7 @@ class Bench:
             cfg["paths"] = rate_paths
             self.phase(rate_name, target, cfg)
         sat_name = f"saturation c={a.concurrency}"
-        warmup = 0.5 if a.quick else 1.0
+        warmup = 0.3 if a.quick else 1.0
         for target in ("ingress", "baseline"):
             cfg = self.load_cfg(target, "sat", mode="closed", duration=a.sat_duration,
                                 concurrency=a.concurrency, warmup=warmup)  # fmt: skip

@@ -40,6 +40,7 @@ from harness import (
     fmt,
     interrupt_guard,
     others_cpu,
+    parse_with_quick,
     progress,
     scalar,
     start_ingress,
@@ -103,11 +104,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--window", type=int, default=1000, help="unacked events per stream (1000)")
     p.add_argument("--envelope-bytes", type=int, default=1024, help="envelope size (1024)")
     p.add_argument("--no-router", action="store_true", help="do not run the router")
-    p.add_argument("--quick", action="store_true", help="2,000 events per phase, a smoke run")
     p.add_argument("--profile", type=Path, help="run ingress under cProfile, write stats here")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.events = min(args.events, 2000)
+    args = parse_with_quick(p, {"events": 400}, argv)
     if args.events < args.streams or args.streams < 1 or not 1 <= args.window <= 1000:
         p.error("need --events >= --streams >= 1 and 1 <= --window <= 1000")
     return args
@@ -234,14 +232,16 @@ class Bench:
     def start(self) -> None:
         self.url = self.stack.database()
         if not self.args.no_router:
-            self.router = start_router(self.stack, self.url)
+            self.router = start_router(self.stack, self.url, wait=False)
         self.ingress = start_ingress(
             self.stack,
             self.url,
             router=self.router,
             env=driver_secrets(self.drivers),
             profile_to=self.args.profile,
+            wait=False,
         )
+        self.stack.wait_ready(self.ingress, *([self.router] if self.router else []))
         name = f"bench-{self.tag}"
         triggers = "\n".join(f"    - {{kind: grpc, driver: {d}}}" for d in self.drivers)
         spec = (

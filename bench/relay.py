@@ -1,8 +1,9 @@
 """Relay throughput next to raw Signal-With-Start calls on the same dev server, same run.
 
-    .venv/bin/python bench/relay.py [--streams 300] [--per-stream 32] [--concurrency 32]
+    .venv/bin/python bench/relay.py [--streams 300] [--per-stream 32] [--concurrency 32] [--quick]
 
-Starts an embedded PostgreSQL and the Temporal dev server (tier S flags). Baseline: the raw
+Starts an embedded PostgreSQL and the Temporal dev server (tier S flags), or takes a fresh
+database on EVENTOS_DATABASE_URL's server and TEMPORAL_ADDRESS. Baseline: the raw
 rate of Signal-With-Start calls carrying one event each, `--concurrency` at a time, to as many
 workflow ids as there are streams (no worker runs: Temporal only records them). Relay: the same
 number of events routed into `--streams` streams of one employee, delivered by the real relay
@@ -19,7 +20,13 @@ import time
 import uuid
 from pathlib import Path
 
-from harness import exit_on_signals, run_in_temp_folder
+from harness import (
+    exit_on_signals,
+    fresh_database,
+    parse_with_quick,
+    run_in_temp_folder,
+    temporal_server,
+)
 from temporalio.client import Client
 from temporalio.common import Priority, WorkflowIDReusePolicy
 
@@ -27,7 +34,6 @@ from eventos import employees, names
 from eventos.bus import IngressRecord, append
 from eventos.db import connect, open_pool
 from eventos.db.migrate import migrate
-from eventos.embedded_pg import EmbeddedPostgres
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.payload_guard import connect as temporal_connect
 from eventos.relay import Relay
@@ -35,7 +41,6 @@ from eventos.routing import route_pass
 from eventos.settings import DatabaseSettings, TemporalSettings
 from eventos.spec import load_specs
 from eventos.temporal import TemporalConnection
-from eventos.temporal_dev import TemporalDevServer
 
 SPEC = """
 apiVersion: eventos/v1
@@ -48,9 +53,10 @@ spec:
 
 
 def record(stream: int, n: int) -> IngressRecord:
-    env = {"specversion": "1.0", "id": uuid.uuid4().hex, "source": "/bench", "type": "msg",
+    event_id = uuid.uuid4().hex
+    env = {"specversion": "1.0", "id": event_id, "source": "/bench", "type": "msg",
            "subject": f"s{stream}", "data": {"text": f"event {n} of stream {stream}"}}  # fmt: skip
-    return IngressRecord("grpc:bench", f"{stream}:{n}", "msg", env["id"], env, len(json.dumps(env)))
+    return IngressRecord("grpc:bench", f"{stream}:{n}", "msg", event_id, env, len(json.dumps(env)))
 
 
 async def raw_calls(client: Client, streams: int, calls: int, concurrency: int) -> float:
@@ -100,12 +106,8 @@ async def relay_delivery(
 
 
 async def run(args: argparse.Namespace, folder: Path) -> None:
-    pg = EmbeddedPostgres(folder / "pg", durable=False)
-    temporal = TemporalDevServer(folder / "temporal")
-    pg.start()
-    temporal.start()
-    try:
-        db = DatabaseSettings(url=pg.create_database("eventos"), pool_max=40)
+    with fresh_database(folder, "eventos_relay") as url, temporal_server(folder) as ts:
+        db = DatabaseSettings(url=url, pool_max=40)
         total = args.streams * args.per_stream
         async with await connect(db) as conn:
             await migrate(conn)
@@ -118,7 +120,6 @@ async def run(args: argparse.Namespace, folder: Path) -> None:
             while (await route_pass(conn)).rows:
                 pass
         print(f"{total} events routed into {args.streams} streams", flush=True)
-        ts = TemporalSettings(address=temporal.address)
         client = await temporal_connect(ts.address, ts.namespace)
         relay_s, relay_calls = await relay_delivery(db, ts, total)
         print(f"relay delivered {total} events in {relay_calls} calls, {relay_s:.1f} s", flush=True)
@@ -133,9 +134,6 @@ async def run(args: argparse.Namespace, folder: Path) -> None:
         e_ok = "PASS" if relay_eps >= 10 * raw_eps else "MISS"
         print(f"\nrelay/raw calls/s {relay_cps / raw_cps:.2f} (target ≥ 0.8: {c_ok}); "
               f"events/s {relay_eps / raw_eps:.1f}x (target ≥ 10x: {e_ok})")  # fmt: skip
-    finally:
-        temporal.stop()
-        pg.stop()
 
 
 def main() -> int:
@@ -144,7 +142,7 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=300)
     parser.add_argument("--per-stream", type=int, default=32, help="≤ 32: no worker consumes")
     parser.add_argument("--concurrency", type=int, default=32)
-    args = parser.parse_args()
+    args = parse_with_quick(parser, {"streams": 10, "per_stream": 4, "concurrency": 4})
     return run_in_temp_folder("eventos-relay-bench-", lambda folder: run(args, folder))
 
 

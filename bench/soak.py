@@ -33,6 +33,7 @@ from harness import (
     die_with_parent,
     fmt,
     interrupt_guard,
+    parse_with_quick,
     progress,
     scalar,
     start_ingress,
@@ -126,11 +127,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--upload-s", type=float, default=60.0, help="seconds each upload takes (60)")
     p.add_argument("--size-mib", type=float, default=10.0, help="size of each upload (10)")
     p.add_argument("--rate", type=float, default=50.0, help="normal webhooks per second (50)")
-    p.add_argument("--quick", action="store_true", help="30 uploads of 2 MiB over 10 s")
-    args = p.parse_args()
-    if args.quick:
-        args.uploads, args.upload_s, args.size_mib = 30, 10.0, 2.0
-    return args
+    return parse_with_quick(p, {"uploads": 3, "upload_s": 2.0, "size_mib": 1.0})
 
 
 def main() -> None:
@@ -139,9 +136,10 @@ def main() -> None:
     tag = "s" + str(int(time.time()) % 100000)
     with Stack() as stack, interrupt_guard():
         url = stack.database()
-        router = start_router(stack, url)
+        router = start_router(stack, url, wait=False)
         env = {"EVENTOS_SECRET_" + SECRET_REF.upper().replace("-", "_"): SECRET_VALUE}
-        ingress = start_ingress(stack, url, router=router, env=env)
+        ingress = start_ingress(stack, url, router=router, env=env, wait=False)
+        stack.wait_ready(router, ingress)
         normal: list[str] = []
         for name, spec, paths in employee_specs(tag, 64):
             apply_employee(ingress.base_url, spec, name)

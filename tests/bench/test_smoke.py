@@ -1,0 +1,153 @@
+"""Every bench/ driver runs end to end with `--quick` and prints its figures.
+
+A smoke run checks that a driver still works and still prints what it measures, never how fast
+anything was: the figures of a tiny run on a shared machine mean nothing. The drivers share the
+session's PostgreSQL (each gets a fresh database; those that read whole tables make their own
+on that server) and its Temporal dev server (each in a namespace of its own for this session,
+deleted at its end: the workflows one driver leaves behind are never picked up by another's
+workers, nor by the same driver's next run on a long-lived TEMPORAL_ADDRESS).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.operatorservice.v1 import DeleteNamespaceRequest
+from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from eventos.settings import TemporalSettings
+from eventos.testing import wait_for
+from eventos.testing.plugin import PostgresForTests
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+# Modules the drivers import or start; slow_uploads.py runs inside soak.py's smoke.
+HELPERS = {"harness.py", "baseline_app.py", "loadgen.py", "slow_uploads.py"}
+# What each driver's run must print: the names of its figures and its table headers.
+FIGURES = {
+    "alarms.py": ["fire lateness: p50", "p99", "supervisor", "signals", "history events"],
+    "burst.py": ["EG7 burst of", "inputs/s", "signals", "history MB", "worst run:", "turns:"],
+    "chat_latency.py": ["owner chat, message → reply", "p50", "p99", "per stage", "routed"],
+    "fairness.py": ["turns admitted in the load window", "share", "floor",
+                    "owner admission wait under load", "owner message to turn start"],
+    "ingress.py": ["Webhook ingress vs baseline", "ok/s", "p99 ms", "server CPU%",
+                   "saturation throughput ingress/baseline", "commit check ingress"],
+    "publish.py": ["EventIngress.Publish", "events/s", "ack p99 ms", "1 stream throughput",
+                   "commit check"],
+    "relay.py": ["calls/s", "events/s", "raw", "relay/raw calls/s"],
+    "soak.py": ["ingress peak RSS (MiB)", "chart memory limit", "normal p99 (ms)", "stored whole"],
+    "storm.py": ["simulated 1 min", "instant turns", "tool calls:", "ipc ingress rows by outcome",
+                 "per minute"],
+}  # fmt: skip
+RUN_TIMEOUT_S = 100.0
+STOP_GRACE_S = 20.0
+SESSION = secrets.token_hex(3)
+
+
+def namespace(script: str) -> str:
+    return f"bench-{script.removesuffix('.py').replace('_', '-')}-{SESSION}"
+
+
+@pytest.fixture(scope="module")
+async def bench_temporal(temporal_settings: TemporalSettings) -> AsyncIterator[TemporalSettings]:
+    """The session's Temporal with a namespace per driver, each answering; deleted after."""
+    client = await Client.connect(temporal_settings.address, namespace="default")
+    retention = Duration()
+    retention.FromTimedelta(timedelta(days=1))
+    for script in FIGURES:
+        request = RegisterNamespaceRequest(
+            namespace=namespace(script), workflow_execution_retention_period=retention
+        )
+        try:
+            await client.workflow_service.register_namespace(request)
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.ALREADY_EXISTS:
+                raise
+    for script in FIGURES:
+        ns = await Client.connect(temporal_settings.address, namespace=namespace(script))
+
+        async def answers(ns: Client = ns) -> bool:
+            try:
+                await ns.count_workflows()
+            except RPCError:
+                return False  # registered, not yet in the frontend's namespace cache
+            return True
+
+        await wait_for(answers, timeout=60, interval=0.5, what=f"namespace of {script}")
+    yield temporal_settings
+    for script in FIGURES:
+        await client.operator_service.delete_namespace(
+            DeleteNamespaceRequest(namespace=namespace(script))
+        )
+
+
+@pytest.fixture(scope="module")
+def bytecode_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """One bytecode cache for every Python process the drivers start (about twenty): where
+    PYTHONDONTWRITEBYTECODE is set, each would compile every module it imports again."""
+    return {"PYTHONPYCACHEPREFIX": str(tmp_path_factory.mktemp("pycache"))}
+
+
+def run_driver(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`python bench/<script> --quick` from the repository root, as the docs run it; stopped
+    with SIGTERM (the drivers stop what they started on it) if it outlives the timeout."""
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCH / script), "--quick"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        pytest.fail(f"{script} --quick still running after {RUN_TIMEOUT_S:.0f}s:\n{err[-3000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.temporal
+@pytest.mark.parametrize("script", sorted(FIGURES))
+def test_driver_runs_and_prints_its_figures(
+    script: str,
+    postgres_server: PostgresForTests,
+    db_name: str,
+    bench_temporal: TemporalSettings,
+    bytecode_cache: dict[str, str],
+) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        **bytecode_cache,
+        "EVENTOS_DATABASE_URL": postgres_server.url(db_name),
+        "TEMPORAL_ADDRESS": bench_temporal.address,
+        "TEMPORAL_NAMESPACE": namespace(script),
+    }
+    done = run_driver(script, env)
+    assert done.returncode == 0, (
+        f"{script} --quick exited {done.returncode}:\n{done.stderr[-3000:]}"
+    )
+    missing = [figure for figure in FIGURES[script] if figure not in done.stdout]
+    assert not missing, f"{script} --quick did not print {missing}; it printed:\n{done.stdout}"
+
+
+def test_every_driver_has_a_smoke_run() -> None:
+    drivers = {p.name for p in BENCH.glob("*.py")} - HELPERS
+    assert drivers == set(FIGURES), "a bench/ driver without a smoke run, or a stale entry"
