@@ -29,8 +29,11 @@ $(UV):
 	$(PYTHON) -m venv $(TOOLS)
 	$(TOOLS)/bin/pip install --quiet uv==$(UV_VERSION)
 
+# Bytecode compiled once at install: every service, test and bench process imports from it
+# (where PYTHONDONTWRITEBYTECODE is set, nothing else would ever write it).
 $(VENV)/.installed: $(UV) uv.lock pyproject.toml libs/eventos/pyproject.toml $(wildcard services/*/pyproject.toml)
-	$(UV) sync --frozen --all-packages
+	$(UV) sync --frozen --all-packages --compile-bytecode
+	$(PY) -m compileall -q libs/eventos/src services
 	@touch $@
 
 install: $(VENV)/.installed ## install everything into .venv from the lock file
@@ -100,6 +103,8 @@ bench: install ## run the load drivers in bench/ and print their figures
 	$(PY) bench/relay.py
 	$(PY) bench/fairness.py
 	$(PY) bench/soak.py
+	$(PY) bench/alarms.py
+	$(PY) bench/storm.py
 
 clean: ## remove the local instance state and the virtualenvs
 	rm -rf .eventos $(VENV) $(TOOLS)
