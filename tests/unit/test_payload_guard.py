@@ -20,6 +20,7 @@ from eventos.payload_guard import (
     STEP_LIMIT,
     PayloadTooLarge,
     allow_large,
+    field_types,
     limit_for,
 )
 
@@ -169,3 +170,43 @@ def test_dataclasses_encode_exactly_as_the_default_converter_does() -> None:
     assert [(p.metadata, p.data) for p in ours] == [(p.metadata, p.data) for p in default]
     (back,) = converter.from_payloads(ours[:1], [contracts.DeliverBatch])
     assert back.items[1].payload == item.payload and back.items[0].route["kind"] == ["x", "y"]
+
+
+def test_contracts_decode_as_temporals_own_converter_decodes_them() -> None:
+    """The guard's decoder (field types resolved once per class) gives the same values."""
+    item = contracts.DeliveryItem(3, 41, 2, "chat.message", {"kind": "chat"}, "c-1", 1, 90,
+                                  {"data": {"text": "hi"}}, None, "cause")  # fmt: skip
+    ref = contracts.TranscriptRef(1, "front", "main", 12, 3400)
+    values: list[Any] = [
+        contracts.TurnInput(
+            "t-1", "ada", 1, "front", "main", "ada/1/talk/main", 2, {"kind": "chat"}, [item, item]
+        ),
+        contracts.DeliverBatch("ada/1/talk/main", [item]),
+        LlmStepInput(
+            "ada",
+            "t-1",
+            0,
+            1,
+            ModelRef("local", "scripted"),
+            [ChatMessage("assistant", "", [contracts.ToolCall("c", "f", "{}")])],
+            transcript=ref,
+        ),
+        LlmStepInput("ada", "t-1", 0, 1, ModelRef("local", "scripted"), []),  # no transcript
+        contracts.ConversationContext(ModelRef("openai", "m", "key"), "You help.", stored=ref),
+    ]
+    default = DataConverter.default.payload_converter
+    looked_up = field_types.cache_info()
+    for value in values:
+        [payload] = converter.to_payloads([value])
+        [ours] = converter.from_payloads([payload], [type(value)])
+        [theirs] = default.from_payloads([payload], [type(value)])
+        assert ours == theirs == value, type(value)
+    now = field_types.cache_info()
+    assert now.hits + now.misses > looked_up.hits + looked_up.misses  # ours decoded them
+    assert now.hits > looked_up.hits  # … with each class's field types resolved once
+
+
+def test_a_contract_that_does_not_fit_its_type_is_refused_on_decode() -> None:
+    [payload] = converter.to_payloads([{"stream_key": "s", "items": [{"seq": "not a number"}]}])
+    with pytest.raises(Exception, match="DeliverBatch"):
+        converter.from_payloads([payload], [contracts.DeliverBatch])
