@@ -8,6 +8,7 @@ crash is a no-op: rows already routed are no longer `accepted`.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -194,9 +195,6 @@ async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: 
                    stats: RouteStats) -> tuple[str, int]:  # fmt: skip
     lane, thread = place.lane, place.thread
     key = names.stream_key(sub["employee"], sub["generation"], lane, thread)
-    hold = names.HOLD_STARTING if sub["generation_state"] == names.GEN_STARTING else None
-    if sub["generation_state"] == names.GEN_PAUSED:
-        hold = names.HOLD_PAUSED
     cur = await conn.execute(
         Q["stream_allocate_seq"],
         {
@@ -205,7 +203,7 @@ async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: 
             "generation": sub["generation"],
             "lane": lane,
             "thread": thread,
-            "hold_reason": hold,
+            "hold_reason": _hold(sub),
             "entity_id": entity_id(sub["employee"], sub["generation"], lane, thread),
             "class": sub["class"],
         },
@@ -268,13 +266,11 @@ async def _storm_gate(conn: Conn, row: dict[str, Any], now: datetime,
     return None
 
 
-async def _route_row(conn: Conn, row: dict[str, Any], subs: list[dict[str, Any]],
-                     stats: RouteStats, now: datetime) -> None:  # fmt: skip
+def _match(row: dict[str, Any], subs: list[dict[str, Any]]
+           ) -> tuple[list[tuple[dict[str, Any], Placement]], str, str | None]:  # fmt: skip
+    """The subscriptions a row reaches (at most FANOUT_MAX) with their placements, the status
+    it takes when none does, and its note (a filter or placement error, the fan-out cap)."""
     status, error = names.INGRESS_NO_CONSUMER, None
-    held = await _storm_gate(conn, row, now, stats)
-    if held is not None:
-        await _settle(conn, row, held[0], held[1], stats)
-        return
     matched: list[tuple[dict[str, Any], Placement]] = []
     try:
         for sub in subs:
@@ -289,20 +285,27 @@ async def _route_row(conn: Conn, row: dict[str, Any], subs: list[dict[str, Any]]
     if len(matched) > names.FANOUT_MAX:
         error = f"fanout_capped: {len(matched)} subscriptions, first {names.FANOUT_MAX} served"
         matched = matched[: names.FANOUT_MAX]
+    return matched, status, error
+
+
+async def _route_row(conn: Conn, row: dict[str, Any], subs: list[dict[str, Any]],
+                     stats: RouteStats, now: datetime) -> None:  # fmt: skip
+    """A row that needs the storm guards or watch coalescing, one statement at a time."""
+    held = await _storm_gate(conn, row, now, stats)
+    if held is not None:
+        await _settle(conn, row, held[0], held[1], stats)
+        return
+    matched, status, error = _match(row, subs)
     notes = [error] if error else []
     for sub, place in matched:
         served = await _serve(conn, row, sub, place, stats, now)
         notes += [served.note] if served.note else []
         if served.reached:
             status = names.INGRESS_ROUTED
-    error = "; ".join(notes) or None
-    await _settle(conn, row, status, error, stats)
+    await _settle(conn, row, status, "; ".join(notes) or None, stats)
 
 
-async def _settle(conn: Conn, row: dict[str, Any], status: str, error: str | None,
-                  stats: RouteStats) -> None:  # fmt: skip
-    params = {"id": row["id"], "received_at": row["received_at"], "status": status, "error": error}
-    await conn.execute(Q["ingress_mark"], params)
+def _count(stats: RouteStats, status: str) -> None:
     if status == names.INGRESS_ROUTED:
         stats.routed += 1
     elif status == names.INGRESS_DEAD:
@@ -311,36 +314,162 @@ async def _settle(conn: Conn, row: dict[str, Any], status: str, error: str | Non
         stats.no_consumer += 1
 
 
-async def route_source(conn: Conn, source: str, stats: RouteStats, limit: int = ROUTE_BATCH,
-                       now: datetime | None = None) -> int:  # fmt: skip
-    """Route the next accepted rows of one source in one transaction; 0 if another router has
-    it. `now` is the storm guards' clock (tests pass theirs)."""
+async def _settle(conn: Conn, row: dict[str, Any], status: str, error: str | None,
+                  stats: RouteStats) -> None:  # fmt: skip
+    params = {"id": row["id"], "received_at": row["received_at"], "status": status, "error": error}
+    await conn.execute(Q["ingress_mark"], params)
+    _count(stats, status)
+
+
+@dataclass
+class _Stream:
+    employee: str
+    generation: int
+    lane: str
+    thread: str
+    hold: str | None
+    top_class: int
+    taken: int = 0  # seqs this batch takes
+
+
+@dataclass
+class Batch:
+    """Rows routed together, written by one statement (`routing_write_batch`): each stream
+    takes its seqs at once, in the order its deliveries were added (ingress id order within a
+    source), the payloads are copied inside the database, the rows are marked."""
+
+    streams: dict[str, _Stream] = field(default_factory=dict)
+    deliveries: list[tuple[str, int, int, datetime, int, str, int]] = field(default_factory=list)
+    marks: list[tuple[int, datetime, str, str | None]] = field(default_factory=list)
+    follow_ups: set[tuple[str, int, str, str]] = field(default_factory=set)
+
+    def deliver(self, row: dict[str, Any], sub: dict[str, Any], place: Placement) -> str:
+        """Add one delivery; its stream key."""
+        key = names.stream_key(sub["employee"], sub["generation"], place.lane, place.thread)
+        stream = self.streams.get(key)
+        if stream is None:
+            stream = _Stream(sub["employee"], sub["generation"], place.lane, place.thread,
+                             _hold(sub), sub["class"])  # fmt: skip
+            self.streams[key] = stream
+        stream.top_class = min(stream.top_class, sub["class"])
+        self.deliveries.append((key, stream.taken, row["id"], row["received_at"], sub["id"],
+                                json.dumps(place.route), sub["class"]))  # fmt: skip
+        stream.taken += 1
+        if sub["trigger_kind"] in names.INBOUND_KINDS:  # a message arrived: its follow-ups end
+            self.follow_ups.add((sub["employee"], sub["generation"], place.lane, place.thread))
+        return key
+
+    def mark(self, row: dict[str, Any], status: str, error: str | None) -> None:
+        self.marks.append((row["id"], row["received_at"], status, error))
+
+    def params(self) -> dict[str, Any]:
+        keys = sorted(self.streams)  # streams are locked in key order: routers never deadlock
+        st = [self.streams[k] for k in keys]
+        d, m, f = self.deliveries, self.marks, sorted(self.follow_ups)
+        return {
+            "stream_keys": keys, "employees": [s.employee for s in st],
+            "generations": [s.generation for s in st], "lanes": [s.lane for s in st],
+            "threads": [s.thread for s in st], "holds": [s.hold for s in st],
+            "entity_ids": [entity_id(s.employee, s.generation, s.lane, s.thread) for s in st],
+            "classes": [s.top_class for s in st], "counts": [s.taken for s in st],
+            "d_streams": [x[0] for x in d], "d_ks": [x[1] for x in d],
+            "d_ingress_ids": [x[2] for x in d], "d_received_ats": [x[3] for x in d],
+            "d_subscriptions": [x[4] for x in d], "d_routes": [x[5] for x in d],
+            "d_classes": [x[6] for x in d],
+            "m_ids": [x[0] for x in m], "m_received_ats": [x[1] for x in m],
+            "m_statuses": [x[2] for x in m], "m_errors": [x[3] for x in m],
+            "f_employees": [x[0] for x in f], "f_generations": [x[1] for x in f],
+            "f_lanes": [x[2] for x in f], "f_threads": [x[3] for x in f],
+        }  # fmt: skip
+
+    async def flush(self, conn: Conn, stats: RouteStats) -> None:
+        """Write what was added, then start empty."""
+        if not self.marks:
+            return
+        await conn.execute(Q["routing_write_batch"], self.params())
+        stats.deliveries += len(self.deliveries)
+        stats.streams.update(self.streams)
+        self.streams, self.deliveries, self.marks, self.follow_ups = {}, [], [], set()
+
+
+def _hold(sub: dict[str, Any]) -> str | None:
+    """The hold a new stream of the subscription's generation starts with."""
+    if sub["generation_state"] == names.GEN_STARTING:
+        return names.HOLD_STARTING
+    return names.HOLD_PAUSED if sub["generation_state"] == names.GEN_PAUSED else None
+
+
+def _plan(batch: Batch, row: dict[str, Any], subs: list[dict[str, Any]],
+          stats: RouteStats) -> None:  # fmt: skip
+    matched, status, error = _match(row, subs)
+    for sub, place in matched:
+        batch.deliver(row, sub, place)
+    status = names.INGRESS_ROUTED if matched else status
+    batch.mark(row, status, error)
+    _count(stats, status)
+
+
+def needs_envelope(source: str, subs: list[dict[str, Any]]) -> bool:
+    """Whether routing a source's rows reads their envelopes (filters, placement, threads,
+    chat and channel routes, storm guards, watched data); else the router never loads them."""
+    if source.startswith(names.SOURCE_IPC + ":"):
+        return True
+    return any(
+        sub["filter"] or sub["thread_by"] not in (None, "event")
+        or sub["trigger_kind"] in ("chat", "watch", *names.CHANNEL_KINDS)
+        for sub in subs
+    )  # fmt: skip
+
+
+def one_by_one(row: dict[str, Any], subs: list[dict[str, Any]]) -> bool:
+    """Rows the storm guards or watch coalescing decide on (`ipc:` wakes, watched changes)."""
+    if str(row["source_key"]).startswith(names.SOURCE_IPC + ":"):
+        return True
+    kind = str(row["type"])
+    return any(s["trigger_kind"] == "watch" and type_matches(list(s["event_types"]), kind)
+               for s in subs)  # fmt: skip
+
+
+async def route_sources(conn: Conn, sources: list[str], stats: RouteStats,
+                        limit: int = ROUTE_BATCH, now: datetime | None = None) -> int:  # fmt: skip
+    """Route the next accepted rows (up to `limit` each) of the sources this transaction can
+    lock (another router holds the others); the rows routed. `now` is the storm guards'
+    clock (tests pass theirs)."""
     now = now or datetime.now(UTC)
     async with conn.transaction():
-        cur = await conn.execute(Q["ingress_source_lock"], {"source_key": source})
-        if not (await cur.fetchone() or {}).get("locked"):
-            stats.busy_sources += 1  # another router holds this source right now
+        cur = await conn.execute(Q["ingress_sources_lock"], {"sources": sources})
+        locked = [str(r["source_key"]) for r in await cur.fetchall() if r["locked"]]
+        stats.busy_sources += len(sources) - len(locked)
+        if not locked:
             return 0
-        cur = await conn.execute(
-            Q["ingress_next_for_source"], {"source_key": source, "limit": limit}
-        )
+        cur = await conn.execute(Q["subscriptions_for_sources"], {"sources": locked})
+        subs: dict[str, list[dict[str, Any]]] = {s: [] for s in locked}
+        for sub in await cur.fetchall():
+            subs[str(sub["source_key"])].append(sub)
+        envelopes = [needs_envelope(s, subs[s]) for s in locked]
+        params = {"sources": locked, "envelopes": envelopes, "limit": limit}
+        cur = await conn.execute(Q["ingress_next_for_sources"], params)
         rows = await cur.fetchall()
-        if not rows:
-            return 0
-        cur = await conn.execute(Q["subscriptions_for_source"], {"source_key": source})
-        subs = await cur.fetchall()
+        batch = Batch()
         for row in rows:
-            await _route_row(conn, row, subs, stats, now)
+            mine = subs[str(row["source_key"])]
+            if one_by_one(row, mine):
+                await batch.flush(conn, stats)  # earlier rows take their seqs first
+                await _route_row(conn, row, mine, stats, now)
+            else:
+                _plan(batch, row, mine, stats)
+        await batch.flush(conn, stats)
     return len(rows)
 
 
 async def route_pass(conn: Conn, *, sources: int = SOURCES_PER_PASS,
                      now: datetime | None = None) -> RouteStats:  # fmt: skip
-    """One pass over the sources with accepted rows (`now`: the storm guards' clock)."""
+    """One pass over the sources with accepted rows, in one transaction (`now`: the storm
+    guards' clock)."""
     stats = RouteStats()
     cur = await conn.execute(Q["ingress_sources_pending"], {"limit": sources})
     pending = [str(r["source_key"]) for r in await cur.fetchall()]
     await conn.commit()
-    for source in pending:
-        await route_source(conn, source, stats, now=now)
+    if pending:
+        await route_sources(conn, pending, stats, now=now)
     return stats
