@@ -322,65 +322,48 @@ async def _settle(conn: Conn, row: dict[str, Any], status: str, error: str | Non
 
 
 @dataclass
-class _Stream:
-    employee: str
-    generation: int
-    lane: str
-    thread: str
-    hold: str | None
-    top_class: int
-    taken: int = 0  # seqs this batch takes
-
-
-@dataclass
 class Batch:
-    """Rows routed together, written by one statement (`routing_write_batch`): each stream
-    takes its seqs at once, in the order its deliveries were added (ingress id order within a
-    source), the payloads are copied inside the database, the rows are marked."""
+    """Rows routed together, written by one statement (`routing_write_batch`, its inputs as
+    JSON documents): each stream takes its seqs at once, in the order its deliveries were
+    added (ingress id order within a source), the payloads are copied inside the database,
+    the rows are marked."""
 
-    streams: dict[str, _Stream] = field(default_factory=dict)
-    deliveries: list[tuple[str, int, int, datetime, int, str, int]] = field(default_factory=list)
-    marks: list[tuple[int, datetime, str, str | None]] = field(default_factory=list)
-    follow_ups: set[tuple[str, int, str, str]] = field(default_factory=set)
+    streams: dict[str, dict[str, Any]] = field(default_factory=dict)
+    deliveries: list[dict[str, Any]] = field(default_factory=list)
+    marks: list[dict[str, Any]] = field(default_factory=list)
+    follow_ups: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def deliver(self, row: dict[str, Any], sub: dict[str, Any], place: Placement) -> str:
-        """Add one delivery; its stream key."""
-        key = names.stream_key(sub["employee"], sub["generation"], place.lane, place.thread)
+    def deliver(self, row: dict[str, Any], sub: dict[str, Any], place: Placement) -> None:
+        """Add one delivery."""
+        employee, generation = sub["employee"], sub["generation"]
+        lane, thread = place.lane, place.thread
+        key = names.stream_key(employee, generation, lane, thread)
         stream = self.streams.get(key)
         if stream is None:
-            stream = _Stream(sub["employee"], sub["generation"], place.lane, place.thread,
-                             _hold(sub), sub["class"])  # fmt: skip
-            self.streams[key] = stream
-        stream.top_class = min(stream.top_class, sub["class"])
-        self.deliveries.append((key, stream.taken, row["id"], row["received_at"], sub["id"],
-                                json.dumps(place.route), sub["class"]))  # fmt: skip
-        stream.taken += 1
+            stream = self.streams[key] = {
+                "stream_key": key, "employee": employee, "generation": generation, "lane": lane,
+                "thread": thread, "hold_reason": _hold(sub), "class": sub["class"], "n": 0,
+                "entity_id": entity_id(employee, generation, lane, thread),
+            }  # fmt: skip
+        stream["class"] = min(stream["class"], sub["class"])
+        self.deliveries.append({
+            "stream_key": key, "k": stream["n"], "ingress_id": row["id"],
+            "received_at": row["received_at"].isoformat(), "subscription_id": sub["id"],
+            "route": place.route, "class": sub["class"],
+        })  # fmt: skip
+        stream["n"] += 1
         if sub["trigger_kind"] in names.INBOUND_KINDS:  # a message arrived: its follow-ups end
-            self.follow_ups.add((sub["employee"], sub["generation"], place.lane, place.thread))
-        return key
+            self.follow_ups[key] = {"employee": employee, "generation": generation, "lane": lane,
+                                    "thread": thread}  # fmt: skip
 
     def mark(self, row: dict[str, Any], status: str, error: str | None) -> None:
-        self.marks.append((row["id"], row["received_at"], status, error))
+        self.marks.append({"id": row["id"], "received_at": row["received_at"].isoformat(),
+                           "status": status, "error": error})  # fmt: skip
 
-    def params(self) -> dict[str, Any]:
-        keys = sorted(self.streams)  # streams are locked in key order: routers never deadlock
-        st = [self.streams[k] for k in keys]
-        d, m, f = self.deliveries, self.marks, sorted(self.follow_ups)
-        return {
-            "stream_keys": keys, "employees": [s.employee for s in st],
-            "generations": [s.generation for s in st], "lanes": [s.lane for s in st],
-            "threads": [s.thread for s in st], "holds": [s.hold for s in st],
-            "entity_ids": [entity_id(s.employee, s.generation, s.lane, s.thread) for s in st],
-            "classes": [s.top_class for s in st], "counts": [s.taken for s in st],
-            "d_streams": [x[0] for x in d], "d_ks": [x[1] for x in d],
-            "d_ingress_ids": [x[2] for x in d], "d_received_ats": [x[3] for x in d],
-            "d_subscriptions": [x[4] for x in d], "d_routes": [x[5] for x in d],
-            "d_classes": [x[6] for x in d],
-            "m_ids": [x[0] for x in m], "m_received_ats": [x[1] for x in m],
-            "m_statuses": [x[2] for x in m], "m_errors": [x[3] for x in m],
-            "f_employees": [x[0] for x in f], "f_generations": [x[1] for x in f],
-            "f_lanes": [x[2] for x in f], "f_threads": [x[3] for x in f],
-        }  # fmt: skip
+    def params(self) -> dict[str, str]:
+        docs = {"streams": list(self.streams.values()), "deliveries": self.deliveries,
+                "marks": self.marks, "follow_ups": list(self.follow_ups.values())}  # fmt: skip
+        return {name: json.dumps(doc, separators=(",", ":")) for name, doc in docs.items()}
 
     async def flush(self, conn: Conn, stats: RouteStats) -> None:
         """Write what was added, then start empty."""
@@ -389,7 +372,7 @@ class Batch:
         await conn.execute(Q["routing_write_batch"], self.params())
         stats.deliveries += len(self.deliveries)
         stats.streams.update(self.streams)
-        self.streams, self.deliveries, self.marks, self.follow_ups = {}, [], [], set()
+        self.streams, self.deliveries, self.marks, self.follow_ups = {}, [], [], {}
 
 
 def _hold(sub: dict[str, Any]) -> str | None:

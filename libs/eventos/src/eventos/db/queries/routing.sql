@@ -34,19 +34,18 @@ CROSS JOIN LATERAL (
 ORDER BY s.n, i.id;
 
 -- name: routing_write_batch
--- A batch of routed rows in one statement. Each touched stream (sorted by key, so routers
--- lock streams in one order) is created or locked and takes `n` seqs at once: its new
--- next_seq - n is the first; a new stream starts held when its generation is starting or
--- paused. Each delivery takes first + k (k: its place among the batch's deliveries to that
--- stream, in ingress id order), with type, payload, body and causal fields copied from its
--- ingress row inside the database. The rows are marked, and inbound deliveries end their
--- threads' `cancel_on: inbound` alarms. (stream, seq) and (ingress, subscription) stay unique:
--- a second routing of a row fails instead of duplicating it.
+-- A batch of routed rows in one statement, its inputs as JSON documents. Each touched stream
+-- (locked in key order, so routers never deadlock on them) is created or locked and takes its
+-- `n` seqs at once: its new next_seq - n is the first; a new stream starts held when its
+-- generation is starting or paused. Each delivery takes first + k (k: its place among the
+-- batch's deliveries to that stream, in ingress id order), with type, payload, body and causal
+-- fields copied from its ingress row inside the database. The rows are marked, and inbound
+-- deliveries end their threads' `cancel_on: inbound` alarms. (stream, seq) and (ingress,
+-- subscription) stay unique: a second routing of a row fails instead of duplicating it.
 WITH wanted AS (
-    SELECT * FROM unnest(%(stream_keys)s::text[], %(employees)s::text[],
-        %(generations)s::integer[], %(lanes)s::text[], %(threads)s::text[], %(holds)s::text[],
-        %(entity_ids)s::text[], %(classes)s::smallint[], %(counts)s::integer[])
-        AS w(stream_key, employee, generation, lane, thread, hold_reason, entity_id, class, n)
+    SELECT * FROM json_to_recordset(%(streams)s::json) AS w(stream_key text, employee text,
+        generation integer, lane text, thread text, hold_reason text, entity_id text,
+        class smallint, n integer)
 ), taken AS (
     INSERT INTO bus_streams AS s (stream_key, employee, generation, lane, thread, next_seq,
         hold_reason, entity_id, top_pending_class, oldest_pending_at)
@@ -66,24 +65,23 @@ WITH wanted AS (
     SELECT d.stream_key, t.next_seq - w.n + d.k, i.id, i.received_at, d.subscription_id,
         d.route, d.class, w.thread, i.type, i.envelope, i.body_ref, i.size, i.chain_id, i.hop,
         i.causation_id
-    FROM unnest(%(d_streams)s::text[], %(d_ks)s::integer[], %(d_ingress_ids)s::bigint[],
-        %(d_received_ats)s::timestamptz[], %(d_subscriptions)s::bigint[], %(d_routes)s::jsonb[],
-        %(d_classes)s::smallint[])
-        AS d(stream_key, k, ingress_id, received_at, subscription_id, route, class)
+    FROM json_to_recordset(%(deliveries)s::json) AS d(stream_key text, k integer,
+        ingress_id bigint, received_at timestamptz, subscription_id bigint, route jsonb,
+        class smallint)
     JOIN taken t ON t.stream_key = d.stream_key
     JOIN wanted w ON w.stream_key = d.stream_key
     JOIN bus_ingress i ON i.id = d.ingress_id AND i.received_at = d.received_at
     RETURNING 1
 ), marked AS (
     UPDATE bus_ingress b SET status = m.status, error = m.error, routed_at = now()
-    FROM unnest(%(m_ids)s::bigint[], %(m_received_ats)s::timestamptz[], %(m_statuses)s::text[],
-        %(m_errors)s::text[]) AS m(id, received_at, status, error)
+    FROM json_to_recordset(%(marks)s::json)
+        AS m(id bigint, received_at timestamptz, status text, error text)
     WHERE b.id = m.id AND b.received_at = m.received_at
     RETURNING 1
 ), cancelled AS (
     UPDATE alarms a SET status = 'cancelled', settled_at = now()
-    FROM unnest(%(f_employees)s::text[], %(f_generations)s::integer[], %(f_lanes)s::text[],
-        %(f_threads)s::text[]) AS f(employee, generation, lane, thread)
+    FROM json_to_recordset(%(follow_ups)s::json)
+        AS f(employee text, generation integer, lane text, thread text)
     WHERE a.employee = f.employee AND a.generation = f.generation AND a.lane = f.lane
       AND a.thread = f.thread AND a.status = 'scheduled' AND a.cancel_on = 'inbound'
     RETURNING 1
