@@ -1,8 +1,12 @@
 """Routing (SPEC §8 step 2): accepted ingress rows become deliveries in numbered streams.
 
-One transaction per batch of one source, under a per-source advisory lock, so several routers
-can run at once without routing a row twice or out of per-source order. Re-running after a
-crash is a no-op: rows already routed are no longer `accepted`.
+A pass is one transaction over the next rows of up to 50 sources, each under a per-source
+advisory lock, so several routers can run at once without routing a row twice or out of
+per-source order. Python matches the rows to subscriptions and places them; one statement per
+batch (`Batch`) then takes every touched stream's seqs, writes the deliveries with the payload
+copied inside the database, and marks the rows. Rows the storm guards or watch coalescing decide
+on are routed one by one, in their place. Re-running after a crash is a no-op: rows already
+routed are no longer `accepted`.
 """
 
 from __future__ import annotations
