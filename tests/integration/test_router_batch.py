@@ -102,8 +102,8 @@ async def test_two_routers_on_one_source_at_once_route_each_row_exactly_once(
             recs = [driver_event(f"s{n % 4}", round_ * 20 + n, "grpc:race") for n in range(20)]
             ids += await append_all(pool, recs)
             stats = [RouteStats(), RouteStats()]
-            await asyncio.gather(route_sources(one, ["grpc:race"], stats[0], limit=7),
-                                 route_sources(two, ["grpc:race"], stats[1], limit=7))  # fmt: skip
+            await asyncio.gather(route_sources(one, ["grpc:race"], stats[0], rows=7),
+                                 route_sources(two, ["grpc:race"], stats[1], rows=7))  # fmt: skip
             busy += stats[0].busy_sources + stats[1].busy_sources
         while await query(pool, "SELECT 1 FROM bus_ingress WHERE status = 'accepted'"):
             await route_sources(one, ["grpc:race"], RouteStats())

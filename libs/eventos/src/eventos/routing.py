@@ -28,7 +28,10 @@ from eventos.db.sql import Q
 
 log = logging.getLogger(__name__)
 
-ROUTE_BATCH = 100
+# Rows one pass routes at most, shared by the sources it locked: one busy source gets them all,
+# 50 get 40 each; a pass stays well within the statement timeout and holds its streams briefly.
+ROWS_PER_PASS = 2000
+ONE_BY_ONE_PER_PASS = 100  # of a source whose rows may take several statements each
 SOURCES_PER_PASS = 50
 
 
@@ -417,9 +420,17 @@ def one_by_one(row: dict[str, Any], subs: list[dict[str, Any]]) -> bool:
                for s in subs)  # fmt: skip
 
 
+def _limit(source: str, subs: list[dict[str, Any]]) -> int:
+    """Rows of a source one pass takes at most: fewer where rows may go one by one."""
+    one_by_one = source.startswith(names.SOURCE_IPC + ":") or any(
+        s["trigger_kind"] == "watch" for s in subs
+    )
+    return ONE_BY_ONE_PER_PASS if one_by_one else ROWS_PER_PASS
+
+
 async def route_sources(conn: Conn, sources: list[str], stats: RouteStats,
-                        limit: int = ROUTE_BATCH, now: datetime | None = None) -> int:  # fmt: skip
-    """Route the next accepted rows (up to `limit` each) of the sources this transaction can
+                        rows: int = ROWS_PER_PASS, now: datetime | None = None) -> int:  # fmt: skip
+    """Route the next accepted rows (`rows` shared among them) of the sources this transaction can
     lock (another router holds the others); the rows routed. `now` is the storm guards'
     clock (tests pass theirs)."""
     now = now or datetime.now(UTC)
@@ -433,12 +444,13 @@ async def route_sources(conn: Conn, sources: list[str], stats: RouteStats,
         subs: dict[str, list[dict[str, Any]]] = {s: [] for s in locked}
         for sub in await cur.fetchall():
             subs[str(sub["source_key"])].append(sub)
-        envelopes = [needs_envelope(s, subs[s]) for s in locked]
-        params = {"sources": locked, "envelopes": envelopes, "limit": limit}
+        share = max(1, rows // len(locked))
+        params = {"sources": locked, "envelopes": [needs_envelope(s, subs[s]) for s in locked],
+                  "limits": [min(share, _limit(s, subs[s])) for s in locked]}  # fmt: skip
         cur = await conn.execute(Q["ingress_next_for_sources"], params)
-        rows = await cur.fetchall()
+        found = await cur.fetchall()
         batch = Batch()
-        for row in rows:
+        for row in found:
             mine = subs[str(row["source_key"])]
             if one_by_one(row, mine):
                 await batch.flush(conn, stats)  # earlier rows take their seqs first
@@ -446,7 +458,7 @@ async def route_sources(conn: Conn, sources: list[str], stats: RouteStats,
             else:
                 _plan(batch, row, mine, stats)
         await batch.flush(conn, stats)
-    return len(rows)
+    return len(found)
 
 
 async def route_pass(conn: Conn, *, sources: int = SOURCES_PER_PASS,

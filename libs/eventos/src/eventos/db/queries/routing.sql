@@ -19,17 +19,17 @@ ORDER BY s.id
 FOR SHARE OF g;
 
 -- name: ingress_next_for_sources
--- The next accepted rows of each source, in acceptance order; the envelope only for the
--- sources whose routing reads it (the deliveries copy it inside the database).
+-- The next accepted rows of each source (up to its limit), in acceptance order; the envelope
+-- only for the sources whose routing reads it (the deliveries copy it inside the database).
 SELECT i.id, i.source_key, i.dedupe_key, i.type, i.class, i.received_at,
        CASE WHEN s.envelope THEN i.envelope END AS envelope, i.body_ref, i.size, i.chain_id,
        i.hop, i.causation_id, i.path
-FROM unnest(%(sources)s::text[], %(envelopes)s::boolean[]) WITH ORDINALITY
-    AS s(source_key, envelope, n)
+FROM unnest(%(sources)s::text[], %(envelopes)s::boolean[], %(limits)s::integer[])
+    WITH ORDINALITY AS s(source_key, envelope, max_rows, n)
 CROSS JOIN LATERAL (
     SELECT * FROM bus_ingress b
     WHERE b.status = 'accepted' AND b.source_key = s.source_key
-    ORDER BY b.id LIMIT %(limit)s
+    ORDER BY b.id LIMIT s.max_rows
 ) i
 ORDER BY s.n, i.id;
 
