@@ -134,9 +134,9 @@ def run(args: argparse.Namespace, stack: Stack) -> None:
     router = start_router(stack, url)
     spy = None
     if args.py_spy is not None:
-        spy = subprocess.Popen([py_spy_binary(), "record", "-p", str(router.pid), "-o",
-                                str(args.py_spy), "--format", "raw", "--nonblocking"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        cmd = [py_spy_binary(), "record", "-p", str(router.pid), "-o", str(args.py_spy),
+               "--format", "raw", "--rate", "500", "--nonblocking"]  # fmt: skip
+        spy = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     meter = CpuMeter({"router": (router.pid, False), "postgres": (stack.postgres_pid, True)})
     meter.start()
     waited = wait_routed(url, source_like, timeout=600.0)

@@ -355,8 +355,7 @@ class Batch:
         stream["class"] = min(stream["class"], sub["class"])
         self.deliveries.append({
             "stream_key": key, "k": stream["n"], "ingress_id": row["id"],
-            "received_at": row["received_at"].isoformat(), "subscription_id": sub["id"],
-            "route": place.route, "class": sub["class"],
+            "subscription_id": sub["id"], "route": place.route, "class": sub["class"],
         })  # fmt: skip
         stream["n"] += 1
         if sub["trigger_kind"] in names.INBOUND_KINDS:  # a message arrived: its follow-ups end

@@ -39,10 +39,14 @@ ORDER BY s.n, i.id;
 -- `n` seqs at once: its new next_seq - n is the first; a new stream starts held when its
 -- generation is starting or paused. Each delivery takes first + k (k: its place among the
 -- batch's deliveries to that stream, in ingress id order), with type, payload, body and causal
--- fields copied from its ingress row inside the database. The rows are marked, and inbound
--- deliveries end their threads' `cancel_on: inbound` alarms. (stream, seq) and (ingress,
--- subscription) stay unique: a second routing of a row fails instead of duplicating it.
-WITH wanted AS (
+-- fields copied inside the database from its ingress row (found through the row's mark). The
+-- rows are marked, and inbound deliveries end their threads' `cancel_on: inbound` alarms.
+-- (stream, seq) and (ingress, subscription) stay unique: a second routing of a row fails
+-- instead of duplicating it.
+WITH settled AS (
+    SELECT * FROM json_to_recordset(%(marks)s::json)
+        AS m(id bigint, received_at timestamptz, status text, error text)
+), wanted AS (
     SELECT * FROM json_to_recordset(%(streams)s::json) AS w(stream_key text, employee text,
         generation integer, lane text, thread text, hold_reason text, entity_id text,
         class smallint, n integer)
@@ -66,16 +70,15 @@ WITH wanted AS (
         d.route, d.class, w.thread, i.type, i.envelope, i.body_ref, i.size, i.chain_id, i.hop,
         i.causation_id
     FROM json_to_recordset(%(deliveries)s::json) AS d(stream_key text, k integer,
-        ingress_id bigint, received_at timestamptz, subscription_id bigint, route jsonb,
-        class smallint)
+        ingress_id bigint, subscription_id bigint, route jsonb, class smallint)
     JOIN taken t ON t.stream_key = d.stream_key
     JOIN wanted w ON w.stream_key = d.stream_key
-    JOIN bus_ingress i ON i.id = d.ingress_id AND i.received_at = d.received_at
+    JOIN settled m ON m.id = d.ingress_id
+    JOIN bus_ingress i ON i.id = m.id AND i.received_at = m.received_at
     RETURNING 1
 ), marked AS (
     UPDATE bus_ingress b SET status = m.status, error = m.error, routed_at = now()
-    FROM json_to_recordset(%(marks)s::json)
-        AS m(id bigint, received_at timestamptz, status text, error text)
+    FROM settled m
     WHERE b.id = m.id AND b.received_at = m.received_at
     RETURNING 1
 ), cancelled AS (
