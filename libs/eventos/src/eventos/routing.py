@@ -398,39 +398,48 @@ def _plan(batch: Batch, row: dict[str, Any], subs: list[dict[str, Any]],
     _count(stats, status)
 
 
-def needs_envelope(source: str, subs: list[dict[str, Any]]) -> bool:
-    """Whether routing a source's rows reads their envelopes (filters, placement, threads,
-    chat and channel routes, storm guards, watched data); else the router never loads them."""
-    if source.startswith(names.SOURCE_IPC + ":"):
-        return True
-    return any(
-        sub["filter"] or sub["thread_by"] not in (None, "event")
-        or sub["trigger_kind"] in ("chat", "watch", *names.CHANNEL_KINDS)
-        for sub in subs
-    )  # fmt: skip
+def _guarded(source: str) -> bool:
+    """Wakes between employees: the storm guards decide on each row (I8)."""
+    return source.startswith(names.SOURCE_IPC + ":")
 
 
-def one_by_one(row: dict[str, Any], subs: list[dict[str, Any]]) -> bool:
-    """Rows the storm guards or watch coalescing decide on (`ipc:` wakes, watched changes)."""
-    if str(row["source_key"]).startswith(names.SOURCE_IPC + ":"):
+def _some_one_by_one(source: str, subs: list[dict[str, Any]]) -> bool:
+    """Whether rows of a source may be routed one by one (storm guards, watched data)."""
+    return _guarded(source) or any(s["trigger_kind"] == "watch" for s in subs)
+
+
+def _one_by_one(row: dict[str, Any], subs: list[dict[str, Any]]) -> bool:
+    """A row the storm guards or watch coalescing decide on."""
+    if _guarded(str(row["source_key"])):
         return True
     kind = str(row["type"])
     return any(s["trigger_kind"] == "watch" and type_matches(list(s["event_types"]), kind)
                for s in subs)  # fmt: skip
 
 
-def _limit(source: str, subs: list[dict[str, Any]]) -> int:
-    """Rows of a source one pass takes at most: fewer where rows may go one by one."""
-    one_by_one = source.startswith(names.SOURCE_IPC + ":") or any(
-        s["trigger_kind"] == "watch" for s in subs
-    )
-    return ONE_BY_ONE_PER_PASS if one_by_one else ROWS_PER_PASS
+def _needs_envelope(source: str, subs: list[dict[str, Any]]) -> bool:
+    """Whether routing a source's rows reads their envelopes (filters, placement, threads,
+    chat and channel routes, storm guards, watched data); else the router never loads them."""
+    return _some_one_by_one(source, subs) or any(
+        sub["filter"] or sub["thread_by"] not in (None, "event")
+        or sub["trigger_kind"] in ("chat", *names.CHANNEL_KINDS)
+        for sub in subs
+    )  # fmt: skip
+
+
+async def _subscriptions(conn: Conn, sources: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The live subscriptions of each source (their generations locked shared)."""
+    cur = await conn.execute(Q["subscriptions_for_sources"], {"sources": sources})
+    subs: dict[str, list[dict[str, Any]]] = {s: [] for s in sources}
+    for sub in await cur.fetchall():
+        subs[str(sub["source_key"])].append(sub)
+    return subs
 
 
 async def route_sources(conn: Conn, sources: list[str], stats: RouteStats,
                         rows: int = ROWS_PER_PASS, now: datetime | None = None) -> int:  # fmt: skip
-    """Route the next accepted rows (`rows` shared among them) of the sources this transaction can
-    lock (another router holds the others); the rows routed. `now` is the storm guards'
+    """Route the next accepted rows (`rows` shared among them) of the sources this transaction
+    can lock (another router holds the others); the rows routed. `now` is the storm guards'
     clock (tests pass theirs)."""
     now = now or datetime.now(UTC)
     async with conn.transaction():
@@ -439,19 +448,20 @@ async def route_sources(conn: Conn, sources: list[str], stats: RouteStats,
         stats.busy_sources += len(sources) - len(locked)
         if not locked:
             return 0
-        cur = await conn.execute(Q["subscriptions_for_sources"], {"sources": locked})
-        subs: dict[str, list[dict[str, Any]]] = {s: [] for s in locked}
-        for sub in await cur.fetchall():
-            subs[str(sub["source_key"])].append(sub)
+        subs = await _subscriptions(conn, locked)
         share = max(1, rows // len(locked))
-        params = {"sources": locked, "envelopes": [needs_envelope(s, subs[s]) for s in locked],
-                  "limits": [min(share, _limit(s, subs[s])) for s in locked]}  # fmt: skip
+        params = {
+            "sources": locked,
+            "envelopes": [_needs_envelope(s, subs[s]) for s in locked],
+            "limits": [min(share, ONE_BY_ONE_PER_PASS) if _some_one_by_one(s, subs[s]) else share
+                       for s in locked],
+        }  # fmt: skip
         cur = await conn.execute(Q["ingress_next_for_sources"], params)
         found = await cur.fetchall()
         batch = Batch()
         for row in found:
             mine = subs[str(row["source_key"])]
-            if one_by_one(row, mine):
+            if _one_by_one(row, mine):
                 await batch.flush(conn, stats)  # earlier rows take their seqs first
                 await _route_row(conn, row, mine, stats, now)
             else:
