@@ -110,6 +110,7 @@ async def test_two_routers_on_one_source_at_once_route_each_row_exactly_once(
     per_row = await query(pool, "SELECT ingress_id, count(*) AS n FROM bus_deliveries "
                                 "GROUP BY ingress_id")  # fmt: skip
     assert {r["ingress_id"]: r["n"] for r in per_row} == {i: 2 for i in ids}
+    assert busy > 0  # the two did meet on the source: one skipped it while the other routed
     by_stream = await streams_of(pool)
     assert len(by_stream) == 8
     for key, items in by_stream.items():
