@@ -97,6 +97,7 @@ images: ## build one image per service (needs a Docker engine; IMAGE_REPOSITORY,
 
 bench: install ## run the load drivers in bench/ and print their figures
 	$(PY) bench/ingress.py
+	$(PY) bench/router.py
 	$(PY) bench/publish.py
 	$(PY) bench/chat_latency.py
 	$(PY) bench/burst.py

@@ -13,7 +13,7 @@ from psycopg_pool import AsyncConnectionPool
 from eventos import employees, names
 from eventos.bus import Accepted, IngressRecord, append
 from eventos.db import Conn
-from eventos.routing import RouteStats, route_pass, route_source
+from eventos.routing import RouteStats, route_pass, route_sources
 
 DRIVER_SOURCE = "grpc:drv-1"
 
@@ -122,7 +122,7 @@ async def test_rerun_is_a_no_op_and_a_router_dying_before_commit_leaves_no_trace
     # A router that dies before its commit: all its work is rolled back.
     async with pool.connection() as conn, conn.transaction(force_rollback=True):
         stats = RouteStats()
-        assert await route_source(conn, DRIVER_SOURCE, stats) == 50
+        assert await route_sources(conn, [DRIVER_SOURCE], stats) == 50
         assert stats.deliveries == 50
     assert await query(pool, "SELECT * FROM bus_deliveries") == []
     first = await route_until_done(pool)

@@ -1,13 +1,18 @@
 """Routing (SPEC §8 step 2): accepted ingress rows become deliveries in numbered streams.
 
-One transaction per batch of one source, under a per-source advisory lock, so several routers
-can run at once without routing a row twice or out of per-source order. Re-running after a
-crash is a no-op: rows already routed are no longer `accepted`.
+A pass is one transaction over the next rows of up to 50 sources, each under a per-source
+advisory lock, so several routers can run at once without routing a row twice or out of
+per-source order. Python matches the rows to subscriptions and places them; one statement per
+batch (`Batch`) then takes every touched stream's seqs, writes the deliveries with the payload
+copied inside the database, and marks the rows. Rows the storm guards or watch coalescing decide
+on are routed one by one, in their place. Re-running after a crash is a no-op: rows already
+routed are no longer `accepted`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -23,7 +28,10 @@ from eventos.db.sql import Q
 
 log = logging.getLogger(__name__)
 
-ROUTE_BATCH = 100
+# Rows one pass routes at most, shared by the sources it locked: one busy source gets them all,
+# 50 get 40 each; a pass stays well within the statement timeout and holds its streams briefly.
+ROWS_PER_PASS = 2000
+ONE_BY_ONE_PER_PASS = 100  # of a source whose rows may take several statements each
 SOURCES_PER_PASS = 50
 
 
@@ -194,9 +202,6 @@ async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: 
                    stats: RouteStats) -> tuple[str, int]:  # fmt: skip
     lane, thread = place.lane, place.thread
     key = names.stream_key(sub["employee"], sub["generation"], lane, thread)
-    hold = names.HOLD_STARTING if sub["generation_state"] == names.GEN_STARTING else None
-    if sub["generation_state"] == names.GEN_PAUSED:
-        hold = names.HOLD_PAUSED
     cur = await conn.execute(
         Q["stream_allocate_seq"],
         {
@@ -205,7 +210,7 @@ async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: 
             "generation": sub["generation"],
             "lane": lane,
             "thread": thread,
-            "hold_reason": hold,
+            "hold_reason": _hold(sub),
             "entity_id": entity_id(sub["employee"], sub["generation"], lane, thread),
             "class": sub["class"],
         },
@@ -268,13 +273,11 @@ async def _storm_gate(conn: Conn, row: dict[str, Any], now: datetime,
     return None
 
 
-async def _route_row(conn: Conn, row: dict[str, Any], subs: list[dict[str, Any]],
-                     stats: RouteStats, now: datetime) -> None:  # fmt: skip
+def _match(row: dict[str, Any], subs: list[dict[str, Any]]
+           ) -> tuple[list[tuple[dict[str, Any], Placement]], str, str | None]:  # fmt: skip
+    """The subscriptions a row reaches (at most FANOUT_MAX) with their placements, the status
+    it takes when none does, and its note (a filter or placement error, the fan-out cap)."""
     status, error = names.INGRESS_NO_CONSUMER, None
-    held = await _storm_gate(conn, row, now, stats)
-    if held is not None:
-        await _settle(conn, row, held[0], held[1], stats)
-        return
     matched: list[tuple[dict[str, Any], Placement]] = []
     try:
         for sub in subs:
@@ -289,20 +292,27 @@ async def _route_row(conn: Conn, row: dict[str, Any], subs: list[dict[str, Any]]
     if len(matched) > names.FANOUT_MAX:
         error = f"fanout_capped: {len(matched)} subscriptions, first {names.FANOUT_MAX} served"
         matched = matched[: names.FANOUT_MAX]
+    return matched, status, error
+
+
+async def _route_row(conn: Conn, row: dict[str, Any], subs: list[dict[str, Any]],
+                     stats: RouteStats, now: datetime) -> None:  # fmt: skip
+    """A row that needs the storm guards or watch coalescing, one statement at a time."""
+    held = await _storm_gate(conn, row, now, stats)
+    if held is not None:
+        await _settle(conn, row, held[0], held[1], stats)
+        return
+    matched, status, error = _match(row, subs)
     notes = [error] if error else []
     for sub, place in matched:
         served = await _serve(conn, row, sub, place, stats, now)
         notes += [served.note] if served.note else []
         if served.reached:
             status = names.INGRESS_ROUTED
-    error = "; ".join(notes) or None
-    await _settle(conn, row, status, error, stats)
+    await _settle(conn, row, status, "; ".join(notes) or None, stats)
 
 
-async def _settle(conn: Conn, row: dict[str, Any], status: str, error: str | None,
-                  stats: RouteStats) -> None:  # fmt: skip
-    params = {"id": row["id"], "received_at": row["received_at"], "status": status, "error": error}
-    await conn.execute(Q["ingress_mark"], params)
+def _count(stats: RouteStats, status: str) -> None:
     if status == names.INGRESS_ROUTED:
         stats.routed += 1
     elif status == names.INGRESS_DEAD:
@@ -311,36 +321,163 @@ async def _settle(conn: Conn, row: dict[str, Any], status: str, error: str | Non
         stats.no_consumer += 1
 
 
-async def route_source(conn: Conn, source: str, stats: RouteStats, limit: int = ROUTE_BATCH,
-                       now: datetime | None = None) -> int:  # fmt: skip
-    """Route the next accepted rows of one source in one transaction; 0 if another router has
-    it. `now` is the storm guards' clock (tests pass theirs)."""
+async def _settle(conn: Conn, row: dict[str, Any], status: str, error: str | None,
+                  stats: RouteStats) -> None:  # fmt: skip
+    params = {"id": row["id"], "received_at": row["received_at"], "status": status, "error": error}
+    await conn.execute(Q["ingress_mark"], params)
+    _count(stats, status)
+
+
+@dataclass
+class Batch:
+    """Rows routed together, written by one statement (`routing_write_batch`, its inputs as
+    JSON documents): each stream takes its seqs at once, in the order its deliveries were
+    added (ingress id order within a source), the payloads are copied inside the database,
+    the rows are marked."""
+
+    streams: dict[str, dict[str, Any]] = field(default_factory=dict)
+    deliveries: list[dict[str, Any]] = field(default_factory=list)
+    marks: list[dict[str, Any]] = field(default_factory=list)
+    follow_ups: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def deliver(self, row: dict[str, Any], sub: dict[str, Any], place: Placement) -> None:
+        """Add one delivery."""
+        employee, generation = sub["employee"], sub["generation"]
+        lane, thread = place.lane, place.thread
+        key = names.stream_key(employee, generation, lane, thread)
+        stream = self.streams.get(key)
+        if stream is None:
+            stream = self.streams[key] = {
+                "stream_key": key, "employee": employee, "generation": generation, "lane": lane,
+                "thread": thread, "hold_reason": _hold(sub), "class": sub["class"], "n": 0,
+                "entity_id": entity_id(employee, generation, lane, thread),
+            }  # fmt: skip
+        stream["class"] = min(stream["class"], sub["class"])
+        self.deliveries.append({
+            "stream_key": key, "k": stream["n"], "ingress_id": row["id"],
+            "subscription_id": sub["id"], "route": place.route, "class": sub["class"],
+        })  # fmt: skip
+        stream["n"] += 1
+        if sub["trigger_kind"] in names.INBOUND_KINDS:  # a message arrived: its follow-ups end
+            self.follow_ups[key] = {"employee": employee, "generation": generation, "lane": lane,
+                                    "thread": thread}  # fmt: skip
+
+    def mark(self, row: dict[str, Any], status: str, error: str | None) -> None:
+        self.marks.append({"id": row["id"], "received_at": row["received_at"].isoformat(),
+                           "status": status, "error": error})  # fmt: skip
+
+    def params(self) -> dict[str, str]:
+        docs = {"streams": list(self.streams.values()), "deliveries": self.deliveries,
+                "marks": self.marks, "follow_ups": list(self.follow_ups.values())}  # fmt: skip
+        return {name: json.dumps(doc, separators=(",", ":")) for name, doc in docs.items()}
+
+    async def flush(self, conn: Conn, stats: RouteStats) -> None:
+        """Write what was added, then start empty."""
+        if not self.marks:
+            return
+        await conn.execute(Q["routing_write_batch"], self.params())
+        stats.deliveries += len(self.deliveries)
+        stats.streams.update(self.streams)
+        self.streams, self.deliveries, self.marks, self.follow_ups = {}, [], [], {}
+
+
+def _hold(sub: dict[str, Any]) -> str | None:
+    """The hold a new stream of the subscription's generation starts with."""
+    if sub["generation_state"] == names.GEN_STARTING:
+        return names.HOLD_STARTING
+    return names.HOLD_PAUSED if sub["generation_state"] == names.GEN_PAUSED else None
+
+
+def _plan(batch: Batch, row: dict[str, Any], subs: list[dict[str, Any]],
+          stats: RouteStats) -> None:  # fmt: skip
+    matched, status, error = _match(row, subs)
+    for sub, place in matched:
+        batch.deliver(row, sub, place)
+    status = names.INGRESS_ROUTED if matched else status
+    batch.mark(row, status, error)
+    _count(stats, status)
+
+
+def _guarded(source: str) -> bool:
+    """Wakes between employees: the storm guards decide on each row (I8)."""
+    return source.startswith(names.SOURCE_IPC + ":")
+
+
+def _some_one_by_one(source: str, subs: list[dict[str, Any]]) -> bool:
+    """Whether rows of a source may be routed one by one (storm guards, watched data)."""
+    return _guarded(source) or any(s["trigger_kind"] == "watch" for s in subs)
+
+
+def _one_by_one(row: dict[str, Any], subs: list[dict[str, Any]]) -> bool:
+    """A row the storm guards or watch coalescing decide on."""
+    if _guarded(str(row["source_key"])):
+        return True
+    kind = str(row["type"])
+    return any(s["trigger_kind"] == "watch" and type_matches(list(s["event_types"]), kind)
+               for s in subs)  # fmt: skip
+
+
+def _needs_envelope(source: str, subs: list[dict[str, Any]]) -> bool:
+    """Whether routing a source's rows reads their envelopes (filters, placement, threads,
+    chat and channel routes, storm guards, watched data); else the router never loads them."""
+    return _some_one_by_one(source, subs) or any(
+        sub["filter"] or sub["thread_by"] not in (None, "event")
+        or sub["trigger_kind"] in ("chat", *names.CHANNEL_KINDS)
+        for sub in subs
+    )  # fmt: skip
+
+
+async def _subscriptions(conn: Conn, sources: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """The live subscriptions of each source (their generations locked shared)."""
+    cur = await conn.execute(Q["subscriptions_for_sources"], {"sources": sources})
+    subs: dict[str, list[dict[str, Any]]] = {s: [] for s in sources}
+    for sub in await cur.fetchall():
+        subs[str(sub["source_key"])].append(sub)
+    return subs
+
+
+async def route_sources(conn: Conn, sources: list[str], stats: RouteStats,
+                        rows: int = ROWS_PER_PASS, now: datetime | None = None) -> int:  # fmt: skip
+    """Route the next accepted rows (`rows` shared among them) of the sources this transaction
+    can lock (another router holds the others); the rows routed. `now` is the storm guards'
+    clock (tests pass theirs)."""
     now = now or datetime.now(UTC)
     async with conn.transaction():
-        cur = await conn.execute(Q["ingress_source_lock"], {"source_key": source})
-        if not (await cur.fetchone() or {}).get("locked"):
-            stats.busy_sources += 1  # another router holds this source right now
+        cur = await conn.execute(Q["ingress_sources_lock"], {"sources": sources})
+        locked = [str(r["source_key"]) for r in await cur.fetchall() if r["locked"]]
+        stats.busy_sources += len(sources) - len(locked)
+        if not locked:
             return 0
-        cur = await conn.execute(
-            Q["ingress_next_for_source"], {"source_key": source, "limit": limit}
-        )
-        rows = await cur.fetchall()
-        if not rows:
-            return 0
-        cur = await conn.execute(Q["subscriptions_for_source"], {"source_key": source})
-        subs = await cur.fetchall()
-        for row in rows:
-            await _route_row(conn, row, subs, stats, now)
-    return len(rows)
+        subs = await _subscriptions(conn, locked)
+        share = max(1, rows // len(locked))
+        params = {
+            "sources": locked,
+            "envelopes": [_needs_envelope(s, subs[s]) for s in locked],
+            "limits": [min(share, ONE_BY_ONE_PER_PASS) if _some_one_by_one(s, subs[s]) else share
+                       for s in locked],
+        }  # fmt: skip
+        cur = await conn.execute(Q["ingress_next_for_sources"], params)
+        found = await cur.fetchall()
+        batch = Batch()
+        for row in found:
+            mine = subs[str(row["source_key"])]
+            if _one_by_one(row, mine):
+                await batch.flush(conn, stats)  # earlier rows take their seqs first
+                await _route_row(conn, row, mine, stats, now)
+            else:
+                _plan(batch, row, mine, stats)
+        await batch.flush(conn, stats)
+    return len(found)
 
 
 async def route_pass(conn: Conn, *, sources: int = SOURCES_PER_PASS,
                      now: datetime | None = None) -> RouteStats:  # fmt: skip
-    """One pass over the sources with accepted rows (`now`: the storm guards' clock)."""
+    """One pass over the sources with accepted rows, in one transaction (`now`: the storm
+    guards' clock)."""
     stats = RouteStats()
     cur = await conn.execute(Q["ingress_sources_pending"], {"limit": sources})
     pending = [str(r["source_key"]) for r in await cur.fetchall()]
     await conn.commit()
-    for source in pending:
-        await route_source(conn, source, stats, now=now)
+    if pending:
+        await route_sources(conn, pending, stats, now=now)
     return stats

@@ -62,33 +62,10 @@ SELECT count(*) AS n FROM (
 SELECT source_key FROM bus_ingress WHERE status = 'accepted'
 GROUP BY source_key ORDER BY min(id) LIMIT %(limit)s;
 
--- name: ingress_source_lock
--- One router per source at a time, for the rest of this transaction.
-SELECT pg_try_advisory_xact_lock(hashtextextended('eventos.route:' || %(source_key)s, 0)) AS locked;
-
--- name: ingress_next_for_source
--- The next accepted rows of one source, in acceptance order.
-SELECT id, source_key, dedupe_key, type, class, received_at, envelope, body_ref, size,
-       chain_id, hop, causation_id, path
-FROM bus_ingress WHERE status = 'accepted' AND source_key = %(source_key)s
-ORDER BY id LIMIT %(limit)s;
-
 -- name: ingress_mark
 -- Settle one ingress row after routing.
 UPDATE bus_ingress SET status = %(status)s, error = %(error)s, routed_at = now()
 WHERE id = %(id)s AND received_at = %(received_at)s;
-
--- name: subscriptions_for_source
--- Subscriptions of routable generations listening to a source, with the generation locked
--- (shared) so a concurrent activate/stop sees our streams.
-SELECT s.id, s.employee, s.generation, s.trigger_name, s.trigger_kind, s.event_types, s.filter,
-       s.class, s.thread_by, s.lane, s.agent, s.reply_capable, s.debounce, s.on_busy,
-       g.state AS generation_state
-FROM bus_subscriptions s
-JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
-WHERE s.source_key = %(source_key)s AND g.state IN ('starting', 'running', 'paused')
-ORDER BY s.id
-FOR SHARE OF g;
 
 -- name: stream_allocate_seq
 -- Create or lock the stream row and take its next seq.
