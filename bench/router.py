@@ -40,6 +40,7 @@ from harness import (
     cpu_summary,
     fmt,
     interrupt_guard,
+    parse_with_quick,
     progress,
     scalar,
     start_ingress,
@@ -60,10 +61,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--paths", type=int, default=256, help="webhook paths = sources (256)")
     p.add_argument("--body-bytes", type=int, default=1024, help="JSON body size (1024)")
     p.add_argument("--py-spy", type=Path, help="record the router's drain with py-spy (raw)")
-    p.add_argument("--quick", action="store_true", help="short phases, for a smoke run")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.sat_duration, args.paths = min(args.sat_duration, 2.0), min(args.paths, 16)
+    args = parse_with_quick(p, {"sat_duration": 1.0, "paths": 16}, argv)
     if args.sat_duration <= 0 or args.concurrency <= 0 or args.paths <= 0:
         p.error("--sat-duration, --concurrency and --paths must be positive")
     return args

@@ -46,6 +46,8 @@ FIGURES = {
     "publish.py": ["EventIngress.Publish", "events/s", "ack p99 ms", "1 stream throughput",
                    "commit check"],
     "relay.py": ["calls/s", "events/s", "raw", "relay/raw calls/s"],
+    "router.py": ["Router drain vs ingress saturation", "rows/s", "router drain (ingress idle)",
+                  "router drain / ingress saturation"],
     "soak.py": ["ingress peak RSS (MiB)", "chart memory limit", "normal p99 (ms)", "stored whole"],
     "storm.py": ["simulated 1 min", "instant turns", "tool calls:", "ipc ingress rows by outcome",
                  "per minute"],
