@@ -137,8 +137,9 @@ async def test_the_migration_moves_a_jsonb_transcript_into_rows(
     conn = await connect(DatabaseSettings(url=postgres_server.url(name)))
     try:
         async with conn:
-            before = [m for m in shipped_migrations() if m.name != "transcript_messages"]
-            assert before[-1].version == 14
+            shipped = shipped_migrations()
+            (rows_at,) = [m.version for m in shipped if m.name == "transcript_messages"]
+            before = [m for m in shipped if m.version < rows_at]
             for m in before:
                 await conn.execute(m.text.encode())
             await conn.execute(CONVERSATION)
@@ -152,7 +153,7 @@ async def test_the_migration_moves_a_jsonb_transcript_into_rows(
                 await conn.execute(Q["migration_record"], record)
             await conn.commit()
             applied = await migrate(conn)
-            assert [m.name for m in applied] == ["transcript_messages"]
+            assert [m.version for m in applied] == list(range(rows_at, len(shipped) + 1))
             cur = await conn.execute("SELECT transcript_n, transcript_total FROM conversations")
             head = await cur.fetchone()
             cur = await conn.execute("SELECT n, start_bytes, bytes, message "
