@@ -176,5 +176,6 @@ def assert_consumed_and_answered_once(url: str, message_id: int, turn_id: str) -
     assert (shown["outbound_id"], shown["text"], shown["turn_id"]) == (out["id"], REPLY, turn_id)
     (message,) = rows(url, "SELECT status, turn_id FROM chat_messages")
     assert (message["status"], message["turn_id"]) == ("answered", turn_id)
-    roles = [m["role"] for m in one(url, "SELECT transcript FROM conversations")]
+    stored = rows(url, "SELECT message FROM transcript_messages ORDER BY n")
+    roles = [r["message"]["role"] for r in stored]
     assert roles == ["user", "assistant"]
