@@ -9,13 +9,14 @@ entity by known id, one call in flight per stream, at most 4 per entity per seco
 fencing token is still current.
 A repeat after a crash between accept and commit is dropped by the entity (seq ≤ applied).
 
-The streams of a pass are served concurrently, and their per-batch statements are grouped: the
-reads (and the commits, and the lease releases) asked for while one such statement runs go
-together in the next one, each stream's own result (a commit fenced off is that stream's alone).
+A pass claims up to 256 streams and serves 64 of them at once, the next starting as one is done.
+Their statements are grouped: the reads (and the commits, and the lease releases) asked for while
+one such statement runs go together in the next one, each with its stream's own result (a commit
+fenced off is that stream's alone), and a stream's next batch is read in its commit's round trip.
 
 Claimed streams are served class by class, owner first. When Temporal pushes back
 (RESOURCE_EXHAUSTED) the lowest class still served pauses first, the calls per pass halve
-(and grow back one per accepted call), and for the next 30 s the calls of each pass are
+(from 64, and grow back one per accepted call), and for the next 30 s the calls of each pass are
 shared among the classes by deficit round-robin weighted by their floors, one batch per
 stream, so no class starves and none takes the others' share.
 """
@@ -47,7 +48,9 @@ from eventos.wake import WakeSignal
 log = logging.getLogger(__name__)
 
 LEASE_TTL_S = 30.0
-CLAIM_LIMIT = 64
+CLAIM_LIMIT = 256  # streams claimed per pass
+STREAMS_AT_ONCE = 64  # of those, served at once (each with one call in flight); also the most
+# calls per pass while pushback shapes the passes
 PROBE_INTERVAL_S = 5.0
 PER_ENTITY_PER_SECOND = 4
 MAX_CLASS_PAUSE_S = 30.0
@@ -173,7 +176,7 @@ class Pushback:
 
     until: dict[int, float] = field(default_factory=dict)
     step: dict[int, float] = field(default_factory=dict)
-    budget: int = CLAIM_LIMIT
+    budget: int = STREAMS_AT_ONCE
     last_at: float | None = None
     shares: ClassShares = field(default_factory=ClassShares)
 
@@ -197,7 +200,7 @@ class Pushback:
 
     def relax(self, klass: int) -> None:
         self.step.pop(klass, None)
-        self.budget = min(CLAIM_LIMIT, self.budget + 1)
+        self.budget = min(STREAMS_AT_ONCE, self.budget + 1)
 
 
 def take_batch(rows: list[dict[str, Any]], room_inputs: int, room_bytes: int) -> list[DeliveryItem]:
@@ -236,6 +239,7 @@ class Relay:
     _read: Grouped[str, Rows] = field(init=False)
     _commit_one: Grouped[Commit, Committed] = field(init=False)
     _release: Grouped[tuple[str, int], None] = field(init=False)
+    _at_once: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(STREAMS_AT_ONCE))
 
     def __post_init__(self) -> None:
         self._read = Grouped(self._read_batches, [])
@@ -262,9 +266,14 @@ class Relay:
         sent = 0
         for klass in names.CLASSES:  # owner first
             mine = [(key, token) for key, token, c in leases if c == klass]
-            results = await asyncio.gather(*(self._serve(k, t, batches) for k, t in mine))
+            results = await asyncio.gather(*(self._serve_one(k, t, batches) for k, t in mine))
             sent += sum(results)
         return sent
+
+    async def _serve_one(self, stream_key: str, token: int, batches: int | None) -> int:
+        """Serve a claimed stream once one of the `STREAMS_AT_ONCE` places is free."""
+        async with self._at_once:
+            return await self._serve(stream_key, token, batches)
 
     async def _share(self, leases: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
         """Keep the streams the class shares grant this pass; give the other leases back."""
