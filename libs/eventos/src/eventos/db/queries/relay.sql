@@ -38,13 +38,12 @@ WHERE l.name = 'relay:' || g.stream_key AND l.owner = %(owner)s AND l.fencing_to
 -- batch of every stream asked about.
 SELECT s.stream_key, s.employee, s.generation, s.lane, s.thread, s.delivered_seq, s.consumed_seq,
        s.hold_reason, s.entity_id, s.top_pending_class, g.state AS generation_state,
-       coalesce((SELECT b.state FROM employee_budgets b WHERE b.employee = s.employee),
-                'normal') AS budget_state,
-       w.inputs AS window_inputs, w.bytes AS window_bytes,
+       coalesce(b.state, 'normal') AS budget_state, w.inputs AS window_inputs, w.bytes AS window_bytes,
        d.seq, d.ingress_id, d.class, d.type, d.route, d.chain_id, d.hop, d.causation_id, d.size,
        d.payload, d.body_ref, d.attempts
 FROM bus_streams s
 JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
+LEFT JOIN employee_budgets b ON b.employee = s.employee
 CROSS JOIN LATERAL (
     SELECT count(*) AS inputs, coalesce(sum(size), 0) AS bytes
     FROM bus_deliveries d WHERE d.stream_key = s.stream_key AND d.status = 'delivered'
