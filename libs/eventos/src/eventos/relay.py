@@ -12,7 +12,8 @@ A repeat after a crash between accept and commit is dropped by the entity (seq â
 A pass claims up to 256 streams and serves 64 of them at once, the next starting as one is done.
 Their statements are grouped: the reads (and the commits, and the lease releases) asked for while
 one such statement runs go together in the next one, each with its stream's own result (a commit
-fenced off is that stream's alone), and a stream's next batch is read in its commit's round trip.
+fenced off is that stream's alone), and a stream's next batch is read right after its commit, on
+the same connection.
 
 Claimed streams are served class by class, owner first. When Temporal pushes back
 (RESOURCE_EXHAUSTED) the lowest class still served pauses first, the calls per pass halve
@@ -488,9 +489,9 @@ class Relay:
         return found
 
     async def _commit_batches(self, batches: list[Commit]) -> dict[Commit, Committed]:
-        """One round trip for every batch: the commit (one statement, atomic on its own), then
-        the next read of the streams that asked. A deadlock with another transaction over
-        several streams' rows falls back to one round trip per stream."""
+        """One commit for every batch (one statement, atomic on its own), then one read of the
+        committed streams that asked. A deadlock with another transaction over several streams'
+        rows falls back to one commit per stream."""
         try:
             return await self._commit_statement(batches)
         except errors.DeadlockDetected:
@@ -505,10 +506,11 @@ class Relay:
         params = {"stream_keys": [b[0] for b in batches], "tokens": [b[1] for b in batches],
                   "throughs": [b[2] for b in batches], "owner": self.relay_id}  # fmt: skip
         again = [b[0] for b in batches if b[3]]
-        async with self.pool.connection() as conn, conn.pipeline():
+        async with self.pool.connection() as conn:
             cur = await conn.execute(Q["stream_commit_delivered"], params)
-            found = await self._read_statement(conn, again) if again else {}
             committed = {r["stream_key"] for r in await cur.fetchall()}
+            again = [key for key in again if key in committed]
+            found = await self._read_statement(conn, again) if again else {}
         return {b: (b[0] in committed, found.get(b[0], [])) for b in batches}
 
     async def _release_leases(self, leases: list[tuple[str, int]]) -> dict[tuple[str, int], None]:
