@@ -32,7 +32,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from psycopg import errors
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from temporalio.common import Priority, WorkflowIDReusePolicy
@@ -490,19 +489,9 @@ class Relay:
 
     async def _commit_batches(self, batches: list[Commit]) -> dict[Commit, Committed]:
         """One commit for every batch (one statement, atomic on its own), then one read of the
-        committed streams that asked. A deadlock with another transaction over several streams'
-        rows falls back to one commit per stream."""
-        try:
-            return await self._commit_statement(batches)
-        except errors.DeadlockDetected:
-            if len(batches) == 1:
-                raise
-        answers: dict[Commit, Committed] = {}
-        for batch in batches:
-            answers.update(await self._commit_statement([batch]))
-        return answers
-
-    async def _commit_statement(self, batches: list[Commit]) -> dict[Commit, Committed]:
+        committed streams that asked. A statement that fails (a deadlock with another
+        transaction over several streams' rows, say) fails every stream of the group: their
+        batches go again on a later pass and the entities drop the repeats."""
         params = {"stream_keys": [b[0] for b in batches], "tokens": [b[1] for b in batches],
                   "throughs": [b[2] for b in batches], "owner": self.relay_id}  # fmt: skip
         again = [b[0] for b in batches if b[3]]
