@@ -339,3 +339,83 @@ async def test_while_temporal_pushes_back_each_pass_shares_its_calls_by_class(
         pass
     rows = await query(pool, "SELECT delivered_seq FROM bus_streams")
     assert [r["delivered_seq"] for r in rows] == [1] * 7
+
+
+async def statuses(client: Client, pool: AsyncConnectionPool[Conn]) -> list[EntityStatus]:
+    rows = await query(pool, "SELECT entity_id FROM bus_streams ORDER BY stream_key")
+    return [
+        await client.get_workflow_handle(r["entity_id"]).query(
+            names.QUERY_STATUS, result_type=EntityStatus
+        )
+        for r in rows
+    ]
+
+
+async def test_streams_served_together_keep_each_streams_order_and_window(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    subjects = [f"t{n}" for n in range(12)]
+    for n in range(32):  # interleaved: each stream's seq order is not the append order
+        await append_all(pool, [driver_event(s, n) for s in subjects])
+    await route_until_done(pool)
+    relay = relay_for(pool, temporal_settings, task_queue)
+    assert await relay.pass_once() == 24  # 16 + 16 per stream, their statements grouped
+    for status in await statuses(client, pool):  # a batch out of order would be dropped
+        assert (status.received, status.applied_seq, status.signals, status.dropped) == (
+            32, 32, 2, 0,
+        )  # fmt: skip
+    rows = await query(
+        pool, "SELECT delivered_seq, hold_reason, top_pending_class FROM bus_streams"
+    )
+    assert [tuple(r.values()) for r in rows] == [(32, None, None)] * 12  # nothing left to hold
+    assert await relay.pass_once() == 0
+
+
+async def test_a_grouped_commit_fenced_off_for_one_stream_commits_the_others(
+    employee: str, pool: AsyncConnectionPool[Conn], temporal_settings: TemporalSettings,
+    task_queue: str,
+) -> None:  # fmt: skip
+    await append_all(pool, [driver_event("first", n) for n in range(3)])
+    await append_all(pool, [driver_event("second", n) for n in range(3)])
+    await route_until_done(pool)
+    async with pool.connection() as conn:
+        params = {"owner": "stale", "classes": list(names.CLASSES), "limit": 2, "ttl_s": 0.3}
+        cur = await conn.execute(Q["stream_claim"], params)
+        old = {r["stream_key"]: int(r["fencing_token"]) for r in await cur.fetchall()}
+    first, second = sorted(old, key=lambda k: "first" not in k)
+
+    async def taken_over() -> bool:  # the first stream (oldest pending) passes to another relay
+        async with pool.connection() as conn:
+            params = {"owner": "fresh", "classes": list(names.CLASSES), "limit": 1, "ttl_s": 30}
+            cur = await conn.execute(Q["stream_claim"], params)
+            return [r["stream_key"] for r in await cur.fetchall()] == [first]
+
+    await wait_for(taken_over, timeout=10, interval=0.1, what="the first stream's lease expires")
+    stale = relay_for(pool, temporal_settings, task_queue, "stale")
+    results = await asyncio.gather(
+        stale._commit(first, old[first], 3), stale._commit(second, old[second], 3, True),
+        return_exceptions=True,
+    )  # fmt: skip
+    assert isinstance(results[0], StaleLease)
+    assert results[1] and all(r["seq"] is None for r in results[1])  # read again: none pending
+    rows = await query(pool, "SELECT stream_key, delivered_seq FROM bus_streams")
+    assert {r["stream_key"]: r["delivered_seq"] for r in rows} == {first: 0, second: 3}
+
+
+async def test_one_call_in_flight_per_stream(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    await append_all(pool, [driver_event("ivy", n) for n in range(32)])
+    await route_until_done(pool)
+    async with pool.connection() as conn:
+        params = {"owner": "relay-a", "classes": list(names.CLASSES), "limit": 1, "ttl_s": 30}
+        cur = await conn.execute(Q["stream_claim"], params)
+        (lease,) = await cur.fetchall()
+    relay = relay_for(pool, temporal_settings, task_queue)
+    key, token = str(lease["stream_key"]), int(lease["fencing_token"])
+    sent = await asyncio.gather(relay._serve(key, token), relay._serve(key, token))
+    assert sorted(sent) == [0, 2]  # the second serving of the stream found it being served
+    status = await entity(client, pool)
+    assert (status.received, status.signals, status.dropped) == (32, 2, 0)

@@ -8,7 +8,7 @@ import pytest
 
 from eventos import names
 from eventos.contracts import DeliveryItem
-from eventos.relay import CLAIM_LIMIT, ClassShares, Pushback
+from eventos.relay import STREAMS_AT_ONCE, ClassShares, Pushback
 from eventos.workflows.conversation import next_inputs
 
 EVERYONE_WAITING = {c: 1000 for c in names.CLASSES}
@@ -52,11 +52,11 @@ def test_pushback_pauses_the_lowest_class_and_halves_the_calls() -> None:
     pushback = Pushback()
     assert not pushback.shaping() and pushback.active() == list(names.CLASSES)
     assert pushback.push_back() == names.C4_BACKGROUND
-    assert pushback.shaping() and pushback.budget == CLAIM_LIMIT // 2
+    assert pushback.shaping() and pushback.budget == STREAMS_AT_ONCE // 2
     assert pushback.push_back() == names.C3_INTERNAL  # C4 is paused: the next lowest
     assert pushback.active() == [names.C1_OWNER, names.C2_CUSTOMER]
     pushback.relax(names.C1_OWNER)
-    assert pushback.budget == CLAIM_LIMIT // 4 + 1
+    assert pushback.budget == STREAMS_AT_ONCE // 4 + 1
 
 
 def item(seq: int, klass: int, route: str) -> DeliveryItem:

@@ -9,9 +9,15 @@ entity by known id, one call in flight per stream, at most 4 per entity per seco
 fencing token is still current.
 A repeat after a crash between accept and commit is dropped by the entity (seq ≤ applied).
 
+A pass claims up to 256 streams and serves 64 of them at once, the next starting as one is done.
+Their statements are grouped: the reads (and the commits, and the lease releases) asked for while
+one such statement runs go together in the next one, each with its stream's own result (a commit
+fenced off is that stream's alone), and a stream's next batch is read right after its commit, on
+the same connection.
+
 Claimed streams are served class by class, owner first. When Temporal pushes back
 (RESOURCE_EXHAUSTED) the lowest class still served pauses first, the calls per pass halve
-(and grow back one per accepted call), and for the next 30 s the calls of each pass are
+(from 64, and grow back one per accepted call), and for the next 30 s the calls of each pass are
 shared among the classes by deficit round-robin weighted by their floors, one batch per
 stream, so no class starves and none takes the others' share.
 """
@@ -21,10 +27,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, deque
-from collections.abc import Callable
+from collections import Counter, defaultdict, deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
@@ -42,7 +48,9 @@ from eventos.wake import WakeSignal
 log = logging.getLogger(__name__)
 
 LEASE_TTL_S = 30.0
-CLAIM_LIMIT = 64
+CLAIM_LIMIT = 256  # streams claimed per pass
+STREAMS_AT_ONCE = 64  # of those, served at once (each with one call in flight); also the most
+# calls per pass while pushback shapes the passes
 PROBE_INTERVAL_S = 5.0
 PER_ENTITY_PER_SECOND = 4
 MAX_CLASS_PAUSE_S = 30.0
@@ -51,7 +59,51 @@ PUSHBACK_MEMORY_S = 30.0  # passes stay shaped this long after the last pushback
 QUANTUM = {c: f / min(names.CLASS_FLOORS.values()) for c, f in names.CLASS_FLOORS.items()}
 # Refusals that will not change on a retry: the input itself is the problem.
 DETERMINISTIC = {RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.FAILED_PRECONDITION}
+BACKGROUND = (names.C3_INTERNAL, names.C4_BACKGROUND)
 UNAVAILABLE = {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED}
+
+
+Rows = list[dict[str, Any]]
+Commit = tuple[str, int, int, bool]  # stream_key, fencing token, through seq, read it again
+Committed = tuple[bool, Rows]  # committed (else the lease was taken over), the stream read again
+K = TypeVar("K")
+R = TypeVar("R")
+
+
+class Grouped(Generic[K, R]):
+    """One statement for many callers: the first call runs at once, and the calls that arrive
+    while a statement runs go together in the next one. `run` answers each key (a key missing
+    from its answer gets `missing`)."""
+
+    def __init__(self, run: Callable[[list[K]], Awaitable[dict[K, R]]], missing: R) -> None:
+        self._run = run
+        self._missing = missing
+        self._waiting: list[tuple[K, asyncio.Future[R]]] = []
+        self._flushing: asyncio.Task[None] | None = None
+
+    async def __call__(self, key: K) -> R:
+        future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._waiting.append((key, future))
+        if self._flushing is None:
+            self._flushing = asyncio.create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        try:
+            while self._waiting:
+                group, self._waiting = self._waiting, []
+                try:
+                    answers = await self._run([key for key, _ in group])
+                except Exception as exc:
+                    for _, future in group:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for key, future in group:
+                    if not future.done():
+                        future.set_result(answers.get(key, self._missing))
+        finally:
+            self._flushing = None
 
 
 class StaleLease(Exception):
@@ -124,7 +176,7 @@ class Pushback:
 
     until: dict[int, float] = field(default_factory=dict)
     step: dict[int, float] = field(default_factory=dict)
-    budget: int = CLAIM_LIMIT
+    budget: int = STREAMS_AT_ONCE
     last_at: float | None = None
     shares: ClassShares = field(default_factory=ClassShares)
 
@@ -148,7 +200,7 @@ class Pushback:
 
     def relax(self, klass: int) -> None:
         self.step.pop(klass, None)
-        self.budget = min(CLAIM_LIMIT, self.budget + 1)
+        self.budget = min(STREAMS_AT_ONCE, self.budget + 1)
 
 
 def take_batch(rows: list[dict[str, Any]], room_inputs: int, room_bytes: int) -> list[DeliveryItem]:
@@ -184,6 +236,15 @@ class Relay:
     _sent: dict[str, deque[float]] = field(default_factory=dict)
     _rate_free_at: float | None = None  # when the soonest rate-limited stream may send again
     _serving: set[str] = field(default_factory=set)
+    _read: Grouped[str, Rows] = field(init=False)
+    _commit_one: Grouped[Commit, Committed] = field(init=False)
+    _release: Grouped[tuple[str, int], None] = field(init=False)
+    _at_once: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(STREAMS_AT_ONCE))
+
+    def __post_init__(self) -> None:
+        self._read = Grouped(self._read_batches, [])
+        self._commit_one = Grouped(self._commit_batches, (False, []))
+        self._release = Grouped(self._release_leases, None)
 
     async def pass_once(self) -> int:
         """Claim streams and serve each; returns how many batches Temporal accepted."""
@@ -205,9 +266,14 @@ class Relay:
         sent = 0
         for klass in names.CLASSES:  # owner first
             mine = [(key, token) for key, token, c in leases if c == klass]
-            results = await asyncio.gather(*(self._serve(k, t, batches) for k, t in mine))
+            results = await asyncio.gather(*(self._serve_one(k, t, batches) for k, t in mine))
             sent += sum(results)
         return sent
+
+    async def _serve_one(self, stream_key: str, token: int, batches: int | None) -> int:
+        """Serve a claimed stream once one of the `STREAMS_AT_ONCE` places is free."""
+        async with self._at_once:
+            return await self._serve(stream_key, token, batches)
 
     async def _share(self, leases: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
         """Keep the streams the class shares grant this pass; give the other leases back."""
@@ -222,10 +288,7 @@ class Relay:
             else:
                 back.append(lease)
         if back:
-            params = {"stream_keys": [k for k, _, _ in back], "tokens": [t for _, t, _ in back],
-                      "owner": self.relay_id}  # fmt: skip
-            async with self.pool.connection() as conn:
-                await conn.execute(Q["leases_release"], params)
+            await self._release_leases([(key, token) for key, token, _ in back])
         return kept
 
     async def _probe(self) -> bool:
@@ -253,9 +316,10 @@ class Relay:
     async def _serve_leased(self, stream_key: str, token: int, batches: int | None) -> int:
         sent = 0
         try:
-            again = True
-            while again and (batches is None or sent < batches):
-                delivered, again = await self._one_batch(stream_key, token)
+            found = await self._read(stream_key)
+            while found and (batches is None or sent < batches):
+                read_next = batches is None or sent + 1 < batches
+                delivered, found = await self._one_batch(stream_key, token, found, read_next)
                 sent += delivered
         except StaleLease:
             log.warning("lease on %s was taken over; stopping there", stream_key)
@@ -267,9 +331,7 @@ class Relay:
             pass  # the stream is served again on a later pass
         except Exception:
             log.exception("relay failed on %s", stream_key)
-        async with self.pool.connection() as conn:
-            params = {"stream_key": stream_key, "owner": self.relay_id, "token": token}
-            await conn.execute(Q["lease_release"], params)
+        await self._release((stream_key, token))
         return sent
 
     def _rate_ok(self, stream_key: str) -> bool:
@@ -288,48 +350,41 @@ class Relay:
             return poll_s
         return min(poll_s, max(0.0, free_at - self.clock()))
 
-    async def _one_batch(self, stream_key: str, token: int) -> tuple[bool, bool]:
-        """Gates, then one Signal-With-Start: (a batch was delivered, the stream may have more
-        to send now). A stream whose pending inputs all went out, or whose window this batch
-        filled, is not read again in this pass."""
-        if not self._rate_ok(stream_key):
-            return False, False
-        async with self.pool.connection() as conn:
-            params = {"stream_key": stream_key, "limit": names.BATCH_MAX_ITEMS}
-            cur = await conn.execute(Q["stream_next_batch"], params)
-            found = await cur.fetchall()
-            if not found or found[0]["hold_reason"] is not None:
-                return False, False
-            stream = found[0]
-            if stream["generation_state"] not in (names.GEN_RUNNING, names.GEN_PAUSED):
+    async def _one_batch(
+        self, stream_key: str, token: int, found: list[dict[str, Any]], read_next: bool
+    ) -> tuple[bool, list[dict[str, Any]]]:
+        """Gates on the stream as `found` (its row with its next pending inputs), then one
+        Signal-With-Start: (a batch was delivered, the stream as read again right after the
+        commit when `read_next`, empty when it has nothing to send now)."""
+        if not self._rate_ok(stream_key) or found[0]["hold_reason"] is not None:
+            return False, []
+        stream = found[0]
+        if stream["generation_state"] not in (names.GEN_RUNNING, names.GEN_PAUSED):
+            async with self.pool.connection() as conn:
                 await self._kill(conn, stream_key)
-                return False, False
-            rows = [r for r in found if r["seq"] is not None]
-            if not rows:
-                if stream["top_pending_class"] is not None:  # nothing sendable: stop claiming it
+            return False, []
+        rows = [r for r in found if r["seq"] is not None]
+        if not rows:
+            if stream["top_pending_class"] is not None:  # nothing sendable: stop claiming it
+                async with self.pool.connection() as conn:
                     await conn.execute(Q["stream_refresh_pending"], {"stream_key": stream_key})
-                return False, False
-            if stream["budget_state"] != names.BUDGET_NORMAL and min(
-                int(r["class"]) for r in rows
-            ) in (names.C3_INTERNAL, names.C4_BACKGROUND):
-                # Background work past 80% of the budget waits; the ledger lifts the hold.
+            return False, []
+        top_class = min(int(r["class"]) for r in rows)
+        if stream["budget_state"] != names.BUDGET_NORMAL and top_class in BACKGROUND:
+            # Background work past 80% of the budget waits; the ledger lifts the hold.
+            async with self.pool.connection() as conn:
                 await conn.execute(Q["stream_hold_budget"], {"stream_key": stream_key})
-                return False, False
-            room_inputs = names.WINDOW_MAX_INPUTS - int(stream["window_inputs"])
-            room_bytes = names.WINDOW_MAX_BYTES - int(stream["window_bytes"])
-            if room_inputs <= 0 or room_bytes <= 0:
-                await self._hold_window(conn, stream_key)
-                return False, False
-        batch = take_batch(rows, room_inputs, room_bytes)
-        if not await self._send(stream, batch):
-            return False, True  # a dead-lettered input: try the rest
-        await self._commit(stream_key, token, batch[-1].seq)
-        more = len(rows) > len(batch) or len(rows) == names.BATCH_MAX_ITEMS
-        full = len(batch) >= room_inputs or sum(i.size for i in batch) >= room_bytes
-        if more and full:
+            return False, []
+        room_inputs = names.WINDOW_MAX_INPUTS - int(stream["window_inputs"])
+        room_bytes = names.WINDOW_MAX_BYTES - int(stream["window_bytes"])
+        if room_inputs <= 0 or room_bytes <= 0:
             async with self.pool.connection() as conn:
                 await self._hold_window(conn, stream_key)
-        return True, more and not full
+            return False, []
+        batch = take_batch(rows, room_inputs, room_bytes)
+        if not await self._send(stream, batch):
+            return False, await self._read(stream_key)  # a dead-lettered input: try the rest
+        return True, await self._commit(stream_key, token, batch[-1].seq, read_next)
 
     async def _hold_window(self, conn: Conn, stream_key: str) -> None:
         """Hold the stream while its window is still full, counted under the stream's lock."""
@@ -410,13 +465,50 @@ class Relay:
         log.warning("dead-lettered %s seq %d after %d refusals", stream_key, first, attempts)
         return False
 
-    async def _commit(self, stream_key: str, token: int, through: int) -> None:
-        async with self.pool.connection() as conn:  # one statement: atomic on its own
-            params = {"stream_key": stream_key, "owner": self.relay_id, "token": token,
-                      "through": through}  # fmt: skip
+    async def _commit(
+        self, stream_key: str, token: int, through: int, read_next: bool = False
+    ) -> list[dict[str, Any]]:
+        """Commit `delivered_seq` through `through` under our lease; with `read_next`, the
+        stream as read right after (as `stream_next_batches`: empty with nothing pending)."""
+        committed, found = await self._commit_one((stream_key, token, through, read_next))
+        if not committed:
+            raise StaleLease(stream_key)
+        return found
+
+    async def _read_batches(self, stream_keys: list[str]) -> dict[str, Rows]:
+        async with self.pool.connection() as conn:
+            return await self._read_statement(conn, stream_keys)
+
+    async def _read_statement(self, conn: Conn, stream_keys: list[str]) -> dict[str, Rows]:
+        params = {"stream_keys": stream_keys, "limit": names.BATCH_MAX_ITEMS}
+        cur = await conn.execute(Q["stream_next_batches"], params)
+        found: dict[str, Rows] = defaultdict(list)
+        for row in await cur.fetchall():
+            found[row["stream_key"]].append(row)
+        return found
+
+    async def _commit_batches(self, batches: list[Commit]) -> dict[Commit, Committed]:
+        """One commit for every batch (one statement, atomic on its own), then one read of the
+        committed streams that asked. A statement that fails (a deadlock with another
+        transaction over several streams' rows, say) fails every stream of the group: their
+        batches go again on a later pass and the entities drop the repeats."""
+        params = {"stream_keys": [b[0] for b in batches], "tokens": [b[1] for b in batches],
+                  "throughs": [b[2] for b in batches], "owner": self.relay_id}  # fmt: skip
+        again = [b[0] for b in batches if b[3]]
+        async with self.pool.connection() as conn:
             cur = await conn.execute(Q["stream_commit_delivered"], params)
-            if await cur.fetchone() is None:
-                raise StaleLease(stream_key)
+            committed = {r["stream_key"] for r in await cur.fetchall()}
+            again = [key for key in again if key in committed]
+            found = await self._read_statement(conn, again) if again else {}
+        return {b: (b[0] in committed, found.get(b[0], [])) for b in batches}
+
+    async def _release_leases(self, leases: list[tuple[str, int]]) -> dict[tuple[str, int], None]:
+        """Give leases back early (only those we still hold, by their tokens)."""
+        params = {"stream_keys": [k for k, _ in leases], "tokens": [t for _, t in leases],
+                  "owner": self.relay_id}  # fmt: skip
+        async with self.pool.connection() as conn:
+            await conn.execute(Q["leases_release"], params)
+        return {}
 
     async def _kill(self, conn: Conn, stream_key: str) -> None:
         async with conn.transaction():

@@ -25,30 +25,25 @@ SELECT c.stream_key, l.fencing_token, c.top_pending_class
 FROM claimed l JOIN candidates c ON l.name = 'relay:' || c.stream_key
 ORDER BY c.top_pending_class;
 
--- name: lease_release
--- Give a stream lease back early (only while we still hold it).
-UPDATE bus_leases SET until = now()
-WHERE name = 'relay:' || %(stream_key)s AND owner = %(owner)s AND fencing_token = %(token)s;
-
 -- name: leases_release
 -- Give several stream leases back at once (only those we still hold, by their tokens).
 UPDATE bus_leases l SET until = now()
 FROM unnest(%(stream_keys)s::text[], %(tokens)s::bigint[]) AS g(stream_key, token)
 WHERE l.name = 'relay:' || g.stream_key AND l.owner = %(owner)s AND l.fencing_token = g.token;
 
--- name: stream_next_batch
--- A leased stream with its generation's and budget's state, its window use (inputs delivered to the
--- entity and not yet consumed) and its next pending inputs in seq order: one row per input,
--- or one row with a NULL seq when none is pending. One round trip per batch.
+-- name: stream_next_batches
+-- Leased streams with their generation's and budget's state, their window use (inputs delivered
+-- to the entity and not yet consumed) and their next pending inputs in seq order: one row per
+-- input, or one row with a NULL seq for a stream with none pending. One round trip for the next
+-- batch of every stream asked about.
 SELECT s.stream_key, s.employee, s.generation, s.lane, s.thread, s.delivered_seq, s.consumed_seq,
        s.hold_reason, s.entity_id, s.top_pending_class, g.state AS generation_state,
-       coalesce((SELECT b.state FROM employee_budgets b WHERE b.employee = s.employee),
-                'normal') AS budget_state,
-       w.inputs AS window_inputs, w.bytes AS window_bytes,
+       coalesce(b.state, 'normal') AS budget_state, w.inputs AS window_inputs, w.bytes AS window_bytes,
        d.seq, d.ingress_id, d.class, d.type, d.route, d.chain_id, d.hop, d.causation_id, d.size,
        d.payload, d.body_ref, d.attempts
 FROM bus_streams s
 JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
+LEFT JOIN employee_budgets b ON b.employee = s.employee
 CROSS JOIN LATERAL (
     SELECT count(*) AS inputs, coalesce(sum(size), 0) AS bytes
     FROM bus_deliveries d WHERE d.stream_key = s.stream_key AND d.status = 'delivered'
@@ -58,40 +53,51 @@ LEFT JOIN LATERAL (
     WHERE d.stream_key = s.stream_key AND d.status = 'pending' AND d.seq > s.delivered_seq
     ORDER BY d.seq LIMIT %(limit)s
 ) d ON true
-WHERE s.stream_key = %(stream_key)s
-ORDER BY d.seq;
+WHERE s.stream_key = ANY(%(stream_keys)s::text[])
+ORDER BY s.stream_key, d.seq;
 
 -- name: stream_commit_delivered
--- Temporal accepted the batch: in one statement, fenced by the lease's token, the batch's
--- inputs become `delivered`, `delivered_seq` advances and the relay's ordering columns are
--- recomputed from what is still pending. A delivery the router committed after this
--- statement's snapshot is invisible here: then the router's own values are kept.
-WITH lease AS (
-    SELECT 1 FROM bus_leases
-    WHERE name = 'relay:' || %(stream_key)s AND owner = %(owner)s AND fencing_token = %(token)s
-    FOR SHARE
+-- Temporal accepted a batch of each stream given (`through`: its batch's last seq): in one
+-- statement, each fenced by its own lease's token, the batches' inputs become `delivered`,
+-- `delivered_seq` advances and the relay's ordering columns are recomputed from what is still
+-- pending. A stream whose lease was taken over is left alone and missing from the result.
+-- A delivery the router committed after this statement's snapshot is invisible here: then the
+-- router's own values are kept. One stream appears at most once (one call in flight per stream).
+WITH asked AS (
+    SELECT * FROM unnest(%(stream_keys)s::text[], %(tokens)s::bigint[], %(throughs)s::bigint[])
+        AS a(stream_key, token, through)
+), lease AS (
+    SELECT a.stream_key, a.through FROM asked a
+    JOIN bus_leases l ON l.name = 'relay:' || a.stream_key
+    WHERE l.owner = %(owner)s AND l.fencing_token = a.token
+    FOR SHARE OF l
 ), marked AS (
-    UPDATE bus_deliveries SET status = 'delivered', attempts = attempts + 1, updated_at = now()
-    WHERE stream_key = %(stream_key)s AND status = 'pending' AND seq <= %(through)s
-      AND EXISTS (SELECT 1 FROM lease)
-    RETURNING seq
-), seen AS (
-    SELECT coalesce(max(seq), 0) AS last_seq FROM bus_deliveries
-    WHERE stream_key = %(stream_key)s
-), rest AS (
-    SELECT min(class) AS top_class, min(created_at) AS oldest FROM bus_deliveries
-    WHERE stream_key = %(stream_key)s AND status = 'pending' AND seq > %(through)s
+    UPDATE bus_deliveries d SET status = 'delivered', attempts = d.attempts + 1, updated_at = now()
+    FROM lease
+    WHERE d.stream_key = lease.stream_key AND d.status = 'pending' AND d.seq <= lease.through
+    RETURNING d.seq
+), facts AS (
+    SELECT lease.stream_key, lease.through, seen.last_seq, rest.top_class, rest.oldest
+    FROM lease
+    CROSS JOIN LATERAL (
+        SELECT coalesce(max(seq), 0) AS last_seq FROM bus_deliveries
+        WHERE stream_key = lease.stream_key
+    ) seen
+    CROSS JOIN LATERAL (
+        SELECT min(class) AS top_class, min(created_at) AS oldest FROM bus_deliveries
+        WHERE stream_key = lease.stream_key AND status = 'pending' AND seq > lease.through
+    ) rest
 )
 UPDATE bus_streams s
-SET delivered_seq = greatest(s.delivered_seq, %(through)s),
-    top_pending_class = CASE WHEN s.next_seq - 1 > seen.last_seq
-                             THEN s.top_pending_class ELSE rest.top_class END,
-    oldest_pending_at = CASE WHEN s.next_seq - 1 > seen.last_seq
-                             THEN s.oldest_pending_at ELSE rest.oldest END,
+SET delivered_seq = greatest(s.delivered_seq, f.through),
+    top_pending_class = CASE WHEN s.next_seq - 1 > f.last_seq
+                             THEN s.top_pending_class ELSE f.top_class END,
+    oldest_pending_at = CASE WHEN s.next_seq - 1 > f.last_seq
+                             THEN s.oldest_pending_at ELSE f.oldest END,
     updated_at = now()
-FROM seen, rest
-WHERE s.stream_key = %(stream_key)s AND EXISTS (SELECT 1 FROM lease)
-RETURNING s.delivered_seq;
+FROM facts f
+WHERE s.stream_key = f.stream_key
+RETURNING s.stream_key, s.delivered_seq, s.top_pending_class;
 
 -- name: stream_refresh_pending
 -- Recompute the relay's ordering columns from what is still pending.
