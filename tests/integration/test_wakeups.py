@@ -21,11 +21,15 @@ VALUES (%s, 'owner', 'notice', '', gen_random_uuid()::text, 'hi')
 """
 
 
+async def listening(wakeups: ChatWakeups, state: bool) -> bool:
+    return wakeups.listening is state
+
+
 @pytest.fixture
 async def wakeups(db_settings: DatabaseSettings) -> AsyncIterator[ChatWakeups]:
     w = ChatWakeups(db_settings)
     task = asyncio.create_task(w.run())
-    await wait_for(lambda: asyncio.sleep(0, w.listening), timeout=10, what="listening")
+    await wait_for(lambda: listening(w, True), timeout=10, what="listening")
     yield w
     await cancel_and_wait([task], 10)
 
@@ -59,9 +63,7 @@ async def test_a_lost_listener_polls_meanwhile_and_wakes_every_stream_when_back(
             await conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                                "WHERE query LIKE 'LISTEN%'")  # fmt: skip
             await conn.commit()
-        await wait_for(lambda: asyncio.sleep(0, not wakeups.listening), timeout=10,
-                       what="the listener down")  # fmt: skip
+        await wait_for(lambda: listening(wakeups, False), timeout=10, what="the listener down")
         ada.clear()
-        await wait_for(lambda: asyncio.sleep(0, wakeups.listening), timeout=15,
-                       what="the listener back")  # fmt: skip
+        await wait_for(lambda: listening(wakeups, True), timeout=15, what="the listener back")
         assert ada.is_set()  # what committed meanwhile is read at once
