@@ -17,7 +17,7 @@ import httpx
 import pytest
 from conftest import ADMIN_TOKEN, apply_and_start
 from psycopg_pool import AsyncConnectionPool
-from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 from test_router import append_all, driver_event, query
@@ -248,6 +248,29 @@ async def test_owner_chat_gets_one_reply_and_consumes_once(instance: Instance) -
     assert roles == ["user", "assistant"]
     (msg,) = await query(pool, "SELECT status, turn_id FROM chat_messages")
     assert (msg["status"], msg["turn_id"]) == ("answered", turn["id"])
+
+
+async def test_owner_chat_is_sent_in_the_workflow_task_that_saved(instance: Instance) -> None:
+    """Owner chat's send is a local activity of the turn, after the save in the same task:
+    no egress activity task, one reply row, and the turn closes without another task."""
+    await instance.reply(await instance.chat("quick one"))
+    (turn,) = await query(instance.pool, "SELECT id FROM turns")
+    handle = instance.client.get_workflow_handle(turn["id"])
+    await asyncio.wait_for(handle.result(), timeout=15)
+    history = await handle.fetch_history()
+    kinds = [EventType.Name(e.event_type) for e in history.events]
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
+                 for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
+    assert names.ACT_SEND not in scheduled and names.ACT_LLM_STEP in scheduled
+    # After the step's result: one workflow task (markers for save and send), then the close.
+    after_step = kinds[kinds.index("EVENT_TYPE_ACTIVITY_TASK_COMPLETED"):]
+    assert after_step.count("EVENT_TYPE_WORKFLOW_TASK_COMPLETED") == 1, after_step
+    assert after_step[-1] == "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED", after_step
+    q = "SELECT outbound_id FROM chat_events WHERE kind = 'reply'"
+    replies = await query(instance.pool, q)
+    (out,) = await query(instance.pool, "SELECT id, status FROM outbound_messages")
+    assert replies == [{"outbound_id": out["id"]}] and out["status"] == "sent"
+    await slots_given_back(instance, instance.name)
 
 
 async def test_a_tool_batch_is_answered_whole_before_the_next_step(instance: Instance) -> None:

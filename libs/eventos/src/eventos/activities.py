@@ -131,6 +131,7 @@ class DbActivities:
             self.admit_turn, self.release_turn, self.load_conversation, self.save_turn,
             self.dead_letter_inputs, self.load_inputs, self.record_run_event,
             self.terminate_workflow, self.skip_inputs, self.suspend_turn, self.upgrade_lease,
+            self.egress_send,  # owner chat's send, as a local activity of the turn
         ]  # fmt: skip
 
     def egress_activities(self) -> list[Callable[..., Awaitable[object]]]:

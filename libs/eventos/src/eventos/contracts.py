@@ -295,9 +295,11 @@ class SaveTurn:
 
 @dataclass(frozen=True)
 class Saved:
-    """The outbox row the reply was written to (none when the turn had nothing to say)."""
+    """The outbox row the reply was written to (none when the turn had nothing to say), and
+    its channel kind (`chat`: owner chat, sent by a local activity of the turn)."""
 
     outbound_id: int | None
+    kind: str | None = None
 
 
 @dataclass(frozen=True)

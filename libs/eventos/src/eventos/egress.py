@@ -1,6 +1,6 @@
 """Egress (SPEC §11): claim an outbox row by compare-and-swap, deliver it, mark it sent.
 
-Owner chat is the first channel: the reply is written to `chat_replies` (once per outbox row,
+Owner chat is the first channel: the reply is written to `chat_events` (once per outbox row,
 so a retried send cannot show it twice) and the owner's event stream picks it up.
 
 The recipient is sealed at rest (`eventos.outbox_keys`) and opened only here, when a sender
@@ -59,7 +59,7 @@ async def send(conn: Conn, outbound_id: int, keys: OutboxKeys) -> str:
                 return str(row["status"])
             # An attempt broke off after its claim. Owner chat's "provider" is our own table,
             # whose unique outbound_id makes a second write a no-op: finishing is safe.
-        if row["kind"] != "chat":
+        if row["kind"] != names.KIND_CHAT:
             # No sender for this channel yet: the claim is undone and the row waits, queued.
             await conn.execute(Q["outbound_unclaim"], {"id": outbound_id})
             log.warning("outbox row %d waits: no sender for %r yet", outbound_id, row["kind"])

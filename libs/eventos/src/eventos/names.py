@@ -80,6 +80,7 @@ COMMIT_QUEUE_MAX: Final = 4096
 # Source keys: "<kind>:<scope>" (SPEC §5 source_key).
 SOURCE_WEBHOOK: Final = "webhook"
 SOURCE_CHAT: Final = "chat"
+KIND_CHAT: Final = "chat"  # owner chat, as a route and an outbox row kind
 SOURCE_GRPC: Final = "grpc"
 # Internal producers (alarms, employee messaging, tools, the platform itself). No spec trigger
 # declares these kinds; over gRPC only the internal credential may publish them (SPEC §6.3).

@@ -53,7 +53,7 @@ async def record_run_event(conn: Conn, event: RunEvent) -> None:
 
 def chat_session(turn: TurnInput) -> str | None:
     """The owner-chat session a turn answers, if it answers one."""
-    if turn.route.get("kind") != "chat":
+    if turn.route.get("kind") != names.KIND_CHAT:
         return None
     return str(turn.route.get("session") or "owner")
 
@@ -118,7 +118,7 @@ def _outbound_row(turn: TurnInput, req: SaveTurn, keys: OutboxKeys) -> dict[str,
         "turn_id": turn.turn_id, "account": None,
         "recipient": sealed.blob if sealed else None,
         "recipient_key_id": sealed.key_id if sealed else None,
-        "kind": turn.route.get("kind", "chat"), "class": turn.klass, "body": req.reply,
+        "kind": turn.route.get("kind", names.KIND_CHAT), "class": turn.klass, "body": req.reply,
         "audience": _audience_column(turn),
     }  # fmt: skip
 
@@ -143,18 +143,19 @@ async def save(conn: Conn, req: SaveTurn, keys: OutboxKeys) -> Saved:
             await conn.execute(Q["chat_messages_answered"], answered)
             done = {"turn_id": turn.turn_id, "through": max(req.consumed_seqs)}
             await conn.execute(Q["turn_done"], done)
-        outbound_id = None
+        outbound_id, kind = None, None
         # A `peer_` thread has no reply route (SPEC §8): its final text stays in the transcript.
         peer = turn.thread.startswith(names.PEER_THREAD_PREFIX)
         if req.reply is not None and turn.route.get("reply") and not peer:
-            cur = await conn.execute(Q["outbound_insert"], _outbound_row(turn, req, keys))
-            outbound_id = int((await cur.fetchone() or {})["id"])
-    return Saved(outbound_id)
+            row = _outbound_row(turn, req, keys)
+            cur = await conn.execute(Q["outbound_insert"], row)
+            outbound_id, kind = int((await cur.fetchone() or {})["id"]), str(row["kind"])
+    return Saved(outbound_id, kind)
 
 
 def _audience_column(turn: TurnInput) -> str | None:
     """The outbox row's audience: the user whose chat it answers; NULL for the admin's."""
-    if turn.route.get("kind") != "chat":
+    if turn.route.get("kind") != names.KIND_CHAT:
         return None
     audience = chat_audience(turn)
     return None if audience == OWNER else audience

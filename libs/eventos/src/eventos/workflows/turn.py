@@ -69,6 +69,7 @@ PARK_PROBE = timedelta(minutes=15)
 # Workflow changes that running turns must replay as they were (Temporal's patching): remove a
 # patch's old branch two releases after it shipped (docs/turns.md).
 PATCH_TOOLS = "tools-as-activities"
+PATCH_LOCAL_CHAT_SEND = "owner-chat-send-local"
 
 
 def hold_reason(exc: ActivityError) -> str | None:
@@ -390,12 +391,27 @@ class TurnWorkflow:
         req = SaveTurn(turn, new, seqs, [i.ingress_id for i in consumed], reply)
         saved = await self._save(req)
         told = asyncio.ensure_future(self._tell_consumed(req))
-        if saved.outbound_id is not None:
+        if saved.outbound_id is None:
+            await told
+        elif saved.kind == names.KIND_CHAT and workflow.patched(PATCH_LOCAL_CHAT_SEND):
+            # Owner chat's "provider" is our own table: a short database step, sent in the
+            # workflow task that saved, and the turn closes in that task too: the entity's
+            # Signal goes out with the close (the result names the consumed inputs as well).
+            try:
+                await workflow.execute_local_activity(
+                    names.ACT_SEND, saved.outbound_id, result_type=str,
+                    activity_id=f"{turn.turn_id}:send",
+                    start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.SEND_RETRY,
+                )  # fmt: skip
+            except BaseException:
+                await told  # a failed turn's entity must know first what the save consumed
+                raise
+        else:
             await workflow.execute_activity(
                 names.ACT_SEND, saved.outbound_id, result_type=str,
                 task_queue=names.queue_for(names.EGRESS_QUEUE, workflow.info().task_queue),
                 activity_id=f"{turn.turn_id}:send",
                 start_to_close_timeout=policies.SEND_TIMEOUT, retry_policy=policies.SEND_RETRY,
             )  # fmt: skip
-        await told
+            await told
         return TurnResult(turn.turn_id, names.TURN_DONE, seqs, saved.outbound_id)
