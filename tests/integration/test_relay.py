@@ -111,6 +111,63 @@ async def test_batches_of_16_up_to_the_window_then_hold(
     assert s["top_pending_class"] == names.C3_INTERNAL
 
 
+async def test_a_streams_batches_go_from_one_read_and_its_last_commit_gives_the_lease_back(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    await append_all(pool, [driver_event("carol", n) for n in range(32)])
+    await route_until_done(pool)
+    relay = relay_for(pool, temporal_settings, task_queue)
+    reads: list[list[str]] = []
+    releases: list[object] = []
+    read, release = relay._read_statement, relay._release_leases
+
+    async def counted_read(conn: Conn, keys: list[str]) -> dict[str, list[dict[str, Any]]]:
+        reads.append(keys)
+        return await read(conn, keys)
+
+    async def counted_release(leases: list[tuple[str, int]]) -> dict[tuple[str, int], None]:
+        releases.append(leases)
+        return await release(leases)
+
+    relay._read_statement = counted_read  # type: ignore[method-assign]
+    relay._release_leases = counted_release  # type: ignore[method-assign]
+    assert await relay.pass_once() == 2
+    assert len(reads) == 1 and releases == []  # the read was short of the window: no re-read
+    s = await stream(pool)
+    assert (s["delivered_seq"], s["hold_reason"], s["top_pending_class"]) == (32, None, None)
+    (lease,) = await query(pool, "SELECT until <= now() AS free FROM bus_leases")
+    assert lease["free"]  # given back with the last commit
+    status = await entity(client, pool)
+    assert (status.received, status.applied_seq, status.signals) == (32, 32, 2)
+
+
+async def test_a_read_cut_by_bytes_delivers_in_order_until_the_window_holds(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    """Inputs of ~40 KB: a read stops at the window's 512 KB, batches stop at 256 KB, and the
+    window holds once full, every input delivered once and in order."""
+    pad = "x" * 40_000
+    await append_all(pool, [driver_event("dave", n, pad=pad) for n in range(20)])
+    await route_until_done(pool)
+    relay = relay_for(pool, temporal_settings, task_queue)
+    now = [1000.0]  # the rate's clock: a second passes between passes (4 calls per second)
+    relay.clock = lambda: now[0]
+    while await relay.pass_once():
+        now[0] += 1.0
+    s = await stream(pool)
+    rows = await query(pool, "SELECT seq, status, size FROM bus_deliveries ORDER BY seq")
+    delivered = [r for r in rows if r["status"] == "delivered"]
+    assert [r["seq"] for r in delivered] == list(range(1, len(delivered) + 1))
+    # The last batch went while the window had room (a batch holds at least one input).
+    sizes = [r["size"] for r in delivered]
+    assert sum(sizes[:-1]) < names.WINDOW_MAX_BYTES <= sum(sizes) < len(rows) * sizes[0]
+    assert (s["delivered_seq"], s["hold_reason"]) == (len(delivered), names.HOLD_WINDOW)
+    status = await entity(client, pool)
+    assert (status.received, status.applied_seq, status.dropped) == (len(delivered),) * 2 + (0,)
+
+
 async def test_a_crash_between_accept_and_commit_repeats_a_batch_the_entity_drops(
     employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
     temporal_settings: TemporalSettings,
@@ -119,7 +176,7 @@ async def test_a_crash_between_accept_and_commit_repeats_a_batch_the_entity_drop
     await route_until_done(pool)
     dying = relay_for(pool, temporal_settings, task_queue, "relay-dying", lease_ttl_s=1.0)
 
-    async def crash(*args: object) -> None:
+    async def crash(*args: object, **kwargs: object) -> None:
         raise asyncio.CancelledError  # the process dies: no commit, no lease release
 
     dying._commit = crash  # type: ignore[method-assign]

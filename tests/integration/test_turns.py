@@ -259,11 +259,14 @@ async def test_owner_chat_is_sent_in_the_workflow_task_that_saved(instance: Inst
     await asyncio.wait_for(handle.result(), timeout=15)
     history = await handle.fetch_history()
     kinds = [EventType.Name(e.event_type) for e in history.events]
-    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
-                 for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
     assert names.ACT_SEND not in scheduled and names.ACT_LLM_STEP in scheduled
     # After the step's result: one workflow task (markers for save and send), then the close.
-    after_step = kinds[kinds.index("EVENT_TYPE_ACTIVITY_TASK_COMPLETED"):]
+    after_step = kinds[kinds.index("EVENT_TYPE_ACTIVITY_TASK_COMPLETED") :]
     assert after_step.count("EVENT_TYPE_WORKFLOW_TASK_COMPLETED") == 1, after_step
     assert after_step[-1] == "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED", after_step
     q = "SELECT outbound_id FROM chat_events WHERE kind = 'reply'"

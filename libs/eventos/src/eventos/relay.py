@@ -12,8 +12,10 @@ A repeat after a crash between accept and commit is dropped by the entity (seq �
 A pass claims up to 256 streams and serves 64 of them at once, the next starting as one is done.
 Their statements are grouped: the reads (and the commits, and the lease releases) asked for while
 one such statement runs go together in the next one, each with its stream's own result (a commit
-fenced off is that stream's alone), and a stream's next batch is read right after its commit, on
-the same connection.
+fenced off is that stream's alone). A stream's read takes what its window can hold, so its next
+batches go from the same read (the gates as that read saw them); it is read again, right after
+a commit on the same connection, only when that read may have left inputs out. The commit of a
+stream's last batch of the pass gives its lease back in the same statement.
 
 Claimed streams are served class by class, owner first. When Temporal pushes back
 (RESOURCE_EXHAUSTED) the lowest class still served pauses first, the calls per pass halve
@@ -53,6 +55,11 @@ STREAMS_AT_ONCE = 64  # of those, served at once (each with one call in flight);
 # calls per pass while pushback shapes the passes
 PROBE_INTERVAL_S = 5.0
 PER_ENTITY_PER_SECOND = 4
+# A stream's read takes what its window can hold and one more (33 inputs, or until 512 KB): the
+# batches after the first go from the same read, and a read that came back short of that has
+# seen every pending input (one that did not ends at the window's hold, or is read again).
+READ_AHEAD_INPUTS = names.WINDOW_MAX_INPUTS + 1
+READ_AHEAD_BYTES = names.WINDOW_MAX_BYTES
 MAX_CLASS_PAUSE_S = 30.0
 PUSHBACK_MEMORY_S = 30.0  # passes stay shaped this long after the last pushback
 # Deficit round-robin quanta: calls per round in proportion to the class floors.
@@ -64,7 +71,8 @@ UNAVAILABLE = {RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCSt
 
 
 Rows = list[dict[str, Any]]
-Commit = tuple[str, int, int, bool]  # stream_key, fencing token, through seq, read it again
+# stream_key, fencing token, through seq, read it again, give the lease back
+Commit = tuple[str, int, int, bool, bool]
 Committed = tuple[bool, Rows]  # committed (else the lease was taken over), the stream read again
 K = TypeVar("K")
 R = TypeVar("R")
@@ -218,6 +226,19 @@ def take_batch(rows: list[dict[str, Any]], room_inputs: int, room_bytes: int) ->
     return batch
 
 
+def after_batch(rows: Rows, batch: list[DeliveryItem]) -> Rows:
+    """The stream as it stands once `batch` (a prefix of `rows`) is committed, from the same
+    read: the inputs after it, headed by the stream's row with the batch added to its
+    `delivered_seq` and its window (empty when the read held no more)."""
+    rest = rows[len(batch) :]
+    if not rest:
+        return []
+    head = {**rest[0], "delivered_seq": batch[-1].seq, "read_more": rows[0]["read_more"],
+            "window_inputs": int(rows[0]["window_inputs"]) + len(batch),
+            "window_bytes": int(rows[0]["window_bytes"]) + sum(i.size for i in batch)}  # fmt: skip
+    return [head, *rest[1:]]
+
+
 @dataclass
 class Relay:
     """One relay process's loop over the streams it leases."""
@@ -314,12 +335,13 @@ class Relay:
                 del self._sent[stream_key]  # only the last second matters: keep memory bounded
 
     async def _serve_leased(self, stream_key: str, token: int, batches: int | None) -> int:
-        sent = 0
+        sent, released = 0, False
         try:
             found = await self._read(stream_key)
             while found and (batches is None or sent < batches):
                 read_next = batches is None or sent + 1 < batches
-                delivered, found = await self._one_batch(stream_key, token, found, read_next)
+                delivered, found, released = await self._one_batch(stream_key, token, found,
+                                                                   read_next)  # fmt: skip
                 sent += delivered
         except StaleLease:
             log.warning("lease on %s was taken over; stopping there", stream_key)
@@ -331,7 +353,8 @@ class Relay:
             pass  # the stream is served again on a later pass
         except Exception:
             log.exception("relay failed on %s", stream_key)
-        await self._release((stream_key, token))
+        if not released:
+            await self._release((stream_key, token))
         return sent
 
     def _rate_ok(self, stream_key: str) -> bool:
@@ -352,39 +375,44 @@ class Relay:
 
     async def _one_batch(
         self, stream_key: str, token: int, found: list[dict[str, Any]], read_next: bool
-    ) -> tuple[bool, list[dict[str, Any]]]:
+    ) -> tuple[bool, list[dict[str, Any]], bool]:
         """Gates on the stream as `found` (its row with its next pending inputs), then one
-        Signal-With-Start: (a batch was delivered, the stream as read again right after the
-        commit when `read_next`, empty when it has nothing to send now)."""
+        Signal-With-Start: (a batch was delivered, the stream as it stands after the commit
+        when `read_next` — the rest of the same read, or read again when that read may have
+        left some out —, the lease was given back with the commit)."""
         if not self._rate_ok(stream_key) or found[0]["hold_reason"] is not None:
-            return False, []
+            return False, [], False
         stream = found[0]
         if stream["generation_state"] not in (names.GEN_RUNNING, names.GEN_PAUSED):
             async with self.pool.connection() as conn:
                 await self._kill(conn, stream_key)
-            return False, []
+            return False, [], False
         rows = [r for r in found if r["seq"] is not None]
         if not rows:
             if stream["top_pending_class"] is not None:  # nothing sendable: stop claiming it
                 async with self.pool.connection() as conn:
                     await conn.execute(Q["stream_refresh_pending"], {"stream_key": stream_key})
-            return False, []
+            return False, [], False
         top_class = min(int(r["class"]) for r in rows)
         if stream["budget_state"] != names.BUDGET_NORMAL and top_class in BACKGROUND:
             # Background work past 80% of the budget waits; the ledger lifts the hold.
             async with self.pool.connection() as conn:
                 await conn.execute(Q["stream_hold_budget"], {"stream_key": stream_key})
-            return False, []
+            return False, [], False
         room_inputs = names.WINDOW_MAX_INPUTS - int(stream["window_inputs"])
         room_bytes = names.WINDOW_MAX_BYTES - int(stream["window_bytes"])
         if room_inputs <= 0 or room_bytes <= 0:
             async with self.pool.connection() as conn:
                 await self._hold_window(conn, stream_key)
-            return False, []
+            return False, [], False
         batch = take_batch(rows, room_inputs, room_bytes)
         if not await self._send(stream, batch):
-            return False, await self._read(stream_key)  # a dead-lettered input: try the rest
-        return True, await self._commit(stream_key, token, batch[-1].seq, read_next)
+            return False, await self._read(stream_key), False  # a dead letter: try the rest
+        rest = after_batch(rows, batch) if read_next else []
+        again = read_next and not rest and bool(stream["read_more"])
+        done = not rest and not again
+        found = await self._commit(stream_key, token, batch[-1].seq, again, release=done)
+        return True, rest or found, done
 
     async def _hold_window(self, conn: Conn, stream_key: str) -> None:
         """Hold the stream while its window is still full, counted under the stream's lock."""
@@ -466,11 +494,19 @@ class Relay:
         return False
 
     async def _commit(
-        self, stream_key: str, token: int, through: int, read_next: bool = False
+        self,
+        stream_key: str,
+        token: int,
+        through: int,
+        read_next: bool = False,
+        *,
+        release: bool = False,
     ) -> list[dict[str, Any]]:
-        """Commit `delivered_seq` through `through` under our lease; with `read_next`, the
-        stream as read right after (as `stream_next_batches`: empty with nothing pending)."""
-        committed, found = await self._commit_one((stream_key, token, through, read_next))
+        """Commit `delivered_seq` through `through` under our lease (giving it back with
+        `release`); with `read_next`, the stream as read right after (as `stream_next_batches`:
+        empty with nothing pending)."""
+        commit = (stream_key, token, through, read_next, release)
+        committed, found = await self._commit_one(commit)
         if not committed:
             raise StaleLease(stream_key)
         return found
@@ -480,11 +516,16 @@ class Relay:
             return await self._read_statement(conn, stream_keys)
 
     async def _read_statement(self, conn: Conn, stream_keys: list[str]) -> dict[str, Rows]:
-        params = {"stream_keys": stream_keys, "limit": names.BATCH_MAX_ITEMS}
+        params = {"stream_keys": stream_keys, "limit": READ_AHEAD_INPUTS,
+                  "max_bytes": READ_AHEAD_BYTES}  # fmt: skip
         cur = await conn.execute(Q["stream_next_batches"], params)
         found: dict[str, Rows] = defaultdict(list)
         for row in await cur.fetchall():
             found[row["stream_key"]].append(row)
+        for rows in found.values():  # the read may have left inputs out: read again after it
+            pending = [r for r in rows if r["seq"] is not None]
+            size = sum(int(r["size"]) for r in pending)
+            rows[0]["read_more"] = len(pending) >= READ_AHEAD_INPUTS or size >= READ_AHEAD_BYTES
         return found
 
     async def _commit_batches(self, batches: list[Commit]) -> dict[Commit, Committed]:
@@ -493,7 +534,8 @@ class Relay:
         transaction over several streams' rows, say) fails every stream of the group: their
         batches go again on a later pass and the entities drop the repeats."""
         params = {"stream_keys": [b[0] for b in batches], "tokens": [b[1] for b in batches],
-                  "throughs": [b[2] for b in batches], "owner": self.relay_id}  # fmt: skip
+                  "throughs": [b[2] for b in batches], "releases": [b[4] for b in batches],
+                  "owner": self.relay_id}  # fmt: skip
         again = [b[0] for b in batches if b[3]]
         async with self.pool.connection() as conn:
             cur = await conn.execute(Q["stream_commit_delivered"], params)

@@ -33,9 +33,9 @@ WHERE l.name = 'relay:' || g.stream_key AND l.owner = %(owner)s AND l.fencing_to
 
 -- name: stream_next_batches
 -- Leased streams with their generation's and budget's state, their window use (inputs delivered
--- to the entity and not yet consumed) and their next pending inputs in seq order: one row per
--- input, or one row with a NULL seq for a stream with none pending. One round trip for the next
--- batch of every stream asked about.
+-- to the entity and not yet consumed) and their next pending inputs in seq order, up to `limit`
+-- and until `max_bytes` is reached: one row per input, or one row with a NULL seq for a stream
+-- with none pending. One round trip for the next batches of every stream asked about.
 SELECT s.stream_key, s.employee, s.generation, s.lane, s.thread, s.delivered_seq, s.consumed_seq,
        s.hold_reason, s.entity_id, s.top_pending_class, g.state AS generation_state,
        coalesce(b.state, 'normal') AS budget_state, w.inputs AS window_inputs, w.bytes AS window_bytes,
@@ -49,9 +49,12 @@ CROSS JOIN LATERAL (
     FROM bus_deliveries d WHERE d.stream_key = s.stream_key AND d.status = 'delivered'
 ) w
 LEFT JOIN LATERAL (
-    SELECT * FROM bus_deliveries d
-    WHERE d.stream_key = s.stream_key AND d.status = 'pending' AND d.seq > s.delivered_seq
-    ORDER BY d.seq LIMIT %(limit)s
+    SELECT * FROM (
+        SELECT d.*, sum(d.size) OVER (ORDER BY d.seq) - d.size AS bytes_before
+        FROM bus_deliveries d
+        WHERE d.stream_key = s.stream_key AND d.status = 'pending' AND d.seq > s.delivered_seq
+        ORDER BY d.seq LIMIT %(limit)s
+    ) ahead WHERE ahead.bytes_before < %(max_bytes)s
 ) d ON true
 WHERE s.stream_key = ANY(%(stream_keys)s::text[])
 ORDER BY s.stream_key, d.seq;
@@ -63,14 +66,20 @@ ORDER BY s.stream_key, d.seq;
 -- pending. A stream whose lease was taken over is left alone and missing from the result.
 -- A delivery the router committed after this statement's snapshot is invisible here: then the
 -- router's own values are kept. One stream appears at most once (one call in flight per stream).
+-- A stream with `release` gives its lease back in the same statement (its last batch this pass).
 WITH asked AS (
-    SELECT * FROM unnest(%(stream_keys)s::text[], %(tokens)s::bigint[], %(throughs)s::bigint[])
-        AS a(stream_key, token, through)
+    SELECT * FROM unnest(%(stream_keys)s::text[], %(tokens)s::bigint[], %(throughs)s::bigint[],
+                         %(releases)s::bool[])
+        AS a(stream_key, token, through, release)
 ), lease AS (
-    SELECT a.stream_key, a.through FROM asked a
+    SELECT a.stream_key, a.through, a.release FROM asked a
     JOIN bus_leases l ON l.name = 'relay:' || a.stream_key
     WHERE l.owner = %(owner)s AND l.fencing_token = a.token
-    FOR SHARE OF l
+    FOR UPDATE OF l
+), freed AS (
+    UPDATE bus_leases l SET until = now()
+    FROM lease WHERE l.name = 'relay:' || lease.stream_key AND lease.release
+    RETURNING l.name
 ), marked AS (
     UPDATE bus_deliveries d SET status = 'delivered', attempts = d.attempts + 1, updated_at = now()
     FROM lease
