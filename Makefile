@@ -100,6 +100,7 @@ bench: install ## run the load drivers in bench/ and print their figures
 	$(PY) bench/router.py
 	$(PY) bench/publish.py
 	$(PY) bench/chat_latency.py
+	$(PY) bench/fleet.py
 	$(PY) bench/burst.py
 	$(PY) bench/relay.py
 	$(PY) bench/fairness.py

@@ -78,7 +78,8 @@ def stages(database_url: str) -> dict[str, tuple[float, float]]:
 class Replies:
     """The owner session's event stream, read in a thread: when each reply arrived."""
 
-    def __init__(self, base_url: str, headers: dict[str, str]) -> None:
+    def __init__(self, base_url: str, headers: dict[str, str], employee: str = "hello") -> None:
+        self.employee = employee
         self.arrived: list[tuple[float, str]] = []
         self.changed = threading.Condition()
         self.client = httpx.Client(base_url=base_url, headers=headers, timeout=None)
@@ -86,7 +87,7 @@ class Replies:
         self.thread.start()
 
     def _read(self) -> None:
-        url = "/v1/employees/hello/chat/events"
+        url = f"/v1/employees/{self.employee}/chat/events"
         with (
             contextlib.suppress(httpx.HTTPError),  # the instance stopped
             self.client.stream("GET", url, params={"session": "owner", "after": 0}) as r,
@@ -120,7 +121,7 @@ def one(api: httpx.Client, replies: Replies, text: str, timeout_s: float = 30.0)
     token = f"{text} {uuid.uuid4().hex[:8]}"
     started = time.perf_counter()
     body = {"client_message_id": uuid.uuid4().hex, "text": token}
-    api.post("/v1/employees/hello/chat", json=body).raise_for_status()
+    api.post(f"/v1/employees/{replies.employee}/chat", json=body).raise_for_status()
     return replies.wait(token, timeout_s) - started
 
 

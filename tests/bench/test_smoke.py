@@ -39,6 +39,8 @@ FIGURES = {
     "alarms.py": ["fire lateness: p50", "p99", "supervisor", "signals", "history events"],
     "burst.py": ["EG7 burst of", "inputs/s", "signals", "history MB", "worst run:", "turns:"],
     "chat_latency.py": ["owner chat, message → reply", "p50", "p99", "per stage", "routed"],
+    "fleet.py": ["employees; webhooks at", "turns finished in the load window", "under load p99",
+                 "inputs still waiting", "RSS MiB"],
     "fairness.py": ["turns admitted in the load window", "share", "floor",
                     "owner admission wait under load", "owner message to turn start"],
     "ingress.py": ["Webhook ingress vs baseline", "ok/s", "p99 ms", "server CPU%",
