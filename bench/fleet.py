@@ -155,8 +155,8 @@ def run(folder: Path, args: argparse.Namespace) -> None:
     try:
         print(f"starting the local instance with {args.employees} employees …", flush=True)
         stack.start()
-        wait_for_sync(lambda: all_running(stack, args.employees), timeout=READY_TIMEOUT_S, interval=1,
-                   what=f"{args.employees} employees running")  # fmt: skip
+        wait_for_sync(lambda: all_running(stack, args.employees), timeout=READY_TIMEOUT_S,
+                      interval=1, what=f"{args.employees} employees running")  # fmt: skip
         headers = {"Authorization": f"Bearer {stack.admin_token}"}
         replies = Replies(stack.ingress_url, headers, employee=name(0))
         owner_latencies(stack, replies, args.warmup, "warm-up")
