@@ -6,6 +6,7 @@ take the one-by-one path (storm guards, watched data)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import uuid
 from typing import Any
@@ -17,7 +18,7 @@ from test_router import append_all, driver_event, query
 from eventos import names
 from eventos.bus import IngressRecord
 from eventos.db import Conn
-from eventos.routing import RouteStats, route_sources
+from eventos.routing import SOURCES_PER_PASS, RouteStats, route_pass, route_sources
 
 EMPLOYEE = """
 apiVersion: eventos/v1
@@ -209,3 +210,22 @@ async def test_rows_routed_one_by_one_keep_their_place_among_batched_rows(
     assert [r["ingress_id"] for r in items] == a + watched + wakes + b
     pending = await query(pool, "SELECT stream_key, seq FROM watch_pending")
     assert [(p["stream_key"], p["seq"]) for p in pending] == [(items[3]["stream_key"], 4)]
+
+
+async def test_the_owners_chat_is_routed_in_the_first_pass_behind_a_backlog_of_other_sources(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    """More background sources than a pass takes, all older than the owner's message: the pass
+    takes the chat's source first (class C1), then the oldest of the others."""
+    backlog = [driver_event("bg", n, source=f"grpc:drv-{n}") for n in range(SOURCES_PER_PASS + 5)]
+    await append_all(pool, [dataclasses.replace(r, klass=names.C4_BACKGROUND) for r in backlog])
+    chat = record(names.source_key(names.SOURCE_CHAT, "someone"), "chat.message",
+                  {"data": {"text": "hi"}}, klass=names.C1_OWNER)  # fmt: skip
+    (chat_id,) = await append_all(pool, [chat])
+    async with pool.connection() as conn:
+        await route_pass(conn)
+    rows = await query(pool, "SELECT id, source_key, status FROM bus_ingress ORDER BY id")
+    left = [r["source_key"] for r in rows if r["status"] == "accepted"]
+    assert [r["status"] for r in rows if r["id"] == chat_id] != ["accepted"]
+    # The other sources of the pass were the oldest: those left over are the newest.
+    assert left == [r.source_key for r in backlog][SOURCES_PER_PASS - 1 :]

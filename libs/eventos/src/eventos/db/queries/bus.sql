@@ -58,9 +58,10 @@ SELECT count(*) AS n FROM (
 ) t;
 
 -- name: ingress_sources_pending
--- Sources with accepted rows, oldest first.
+-- Sources with accepted rows, those holding the highest class first (the owner's chat is never
+-- left for a later pass behind a backlog of background sources), then oldest first.
 SELECT source_key FROM bus_ingress WHERE status = 'accepted'
-GROUP BY source_key ORDER BY min(id) LIMIT %(limit)s;
+GROUP BY source_key ORDER BY min(class) NULLS LAST, min(id) LIMIT %(limit)s;
 
 -- name: ingress_mark
 -- Settle one ingress row after routing.
