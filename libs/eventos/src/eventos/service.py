@@ -23,6 +23,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from eventos.http_bounds import InFlightCap, bounded_protocol
 from eventos.metrics import watch_event_loop_lag
@@ -117,15 +118,35 @@ class GrpcServerOptions:
     max_concurrent_rpcs: int | None = None
 
 
+class PrefixDispatch:
+    """HTTP requests under one of `prefixes` go straight to its bare ASGI app (a hot path
+    with no framework layer); everything else to `app`."""
+
+    def __init__(self, app: ASGIApp, prefixes: list[tuple[str, ASGIApp]]) -> None:
+        self.app = app
+        self.prefixes = prefixes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = scope["path"]
+            for prefix, raw in self.prefixes:
+                if path.startswith(prefix):
+                    await raw(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
 @dataclass
 class Service:
-    """One running service: its HTTP app, gRPC server and background loops."""
+    """One running service: its HTTP app (Starlette `routes`, and `raw_routes` by path prefix),
+    gRPC server and background loops."""
 
     name: str
     host: str = "127.0.0.1"
     http_port: int = 0
     grpc_port: int | None = None
     routes: list[BaseRoute] = field(default_factory=list)
+    raw_routes: list[tuple[str, ASGIApp]] = field(default_factory=list)
     checks: dict[str, ReadinessCheck] = field(default_factory=dict)
     grpc_registrars: list[GrpcRegistrar] = field(default_factory=list)
     grpc_server: GrpcServerOptions = field(default_factory=GrpcServerOptions)
@@ -137,8 +158,9 @@ class Service:
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _started: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def app(self) -> Starlette:
-        return Starlette(routes=[*health_routes(self.name, self.checks), *self.routes])
+    def app(self) -> ASGIApp:
+        app = Starlette(routes=[*health_routes(self.name, self.checks), *self.routes])
+        return PrefixDispatch(app, self.raw_routes) if self.raw_routes else app
 
     def stop(self) -> None:
         """Ask the service to stop (what SIGTERM does)."""

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 import grpc
 from psycopg_pool import AsyncConnectionPool
-from starlette.routing import Route
 
 from eventos.bus import GroupCommitter
 from eventos.db import Conn, open_pool
@@ -30,10 +29,11 @@ from eventos_ingress.hooks import Hooks
 from eventos_ingress.limits import HookLimits
 from eventos_ingress.owner_api import OwnerApi
 from eventos_ingress.publish import EventIngressServicer
+from eventos_ingress.raw_http import hook_app
 from eventos_ingress.routes import RouteTable
 
 NAME = "ingress"
-HOOK_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+HOOKS_PREFIX = "/hooks/"
 
 
 @dataclass
@@ -125,7 +125,8 @@ async def build(cfg: IngressConfig) -> Service:
         host=cfg.service.host,
         http_port=cfg.service.http_port,
         grpc_port=cfg.service.grpc_port,
-        routes=[Route("/hooks/{path:path}", hooks.handle, methods=HOOK_METHODS), *owner.routes()],
+        routes=owner.routes(),
+        raw_routes=[(HOOKS_PREFIX, hook_app(HOOKS_PREFIX, hooks.handle))],
         checks={"database": database_ready},
         grpc_registrars=[
             lambda s: ingress_pb2_grpc.add_EventIngressServicer_to_server(servicer, s)

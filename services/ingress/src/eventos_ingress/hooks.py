@@ -17,8 +17,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
-from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
 
 from eventos import blobs, names
 from eventos.blobs import Spool
@@ -44,6 +42,7 @@ from eventos.verify import (
 )
 from eventos.wake import Kicker
 from eventos_ingress.limits import HookLimits, SourceLimits
+from eventos_ingress.raw_http import Answer, ClientDisconnect, HookRequest
 from eventos_ingress.routes import Endpoint, RouteTable
 
 log = logging.getLogger(__name__)
@@ -61,17 +60,17 @@ class BodyStalled(Exception):
     """No part of the body arrived within the read timeout."""
 
 
-def _answer(code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
+def _answer(code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Answer:
     INGRESS_ANSWERS.labels(str(code)).inc()
-    return JSONResponse(body, status_code=code, headers=headers)
+    return Answer(code, body, headers)
 
 
-def _unavailable(reason: str) -> Response:
+def _unavailable(reason: str) -> Answer:
     return _answer(503, {"error": reason}, {"Retry-After": RETRY_AFTER_UNAVAILABLE})
 
 
 async def receive_body(
-    request: Request, cap: int, spool: Spool, feed: list[BodyCheck], idle_timeout_s: float
+    request: HookRequest, cap: int, spool: Spool, feed: list[BodyCheck], idle_timeout_s: float
 ) -> None:
     """Stream the body into `spool` (and each check in `feed`), refusing as soon as it passes
     `cap` (whatever Content-Length claimed) or stalls for `idle_timeout_s`."""
@@ -131,9 +130,9 @@ class Hooks:
     # uploads never starves small webhooks of connections (the waiting bodies are on disk).
     _blob_writes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
 
-    async def handle(self, request: Request) -> Response:
+    async def handle(self, request: HookRequest) -> Answer:
         started = time.perf_counter()
-        path = str(request.path_params.get("path", ""))
+        path = request.path
         if not path.strip("/"):
             return _answer(401, {"error": "an empty path never matches"})
         try:
@@ -151,11 +150,11 @@ class Hooks:
         INGRESS_APPEND_SECONDS.labels(kind, outcome).observe(time.perf_counter() - started)
         return response
 
-    async def _accept(self, request: Request, endpoint: Endpoint) -> Response:
-        declared = request.headers.get("content-length")
+    async def _accept(self, request: HookRequest, endpoint: Endpoint) -> Answer:
+        headers = request.headers
+        declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > endpoint.max_body:
             return _answer(413, {"error": f"body over {endpoint.max_body} bytes"})
-        headers = {k.lower(): v for k, v in request.headers.items()}
         try:
             secret = self.secrets.resolve(endpoint.secret_ref) if endpoint.secret_ref else None
             cfg = VerifyConfig(endpoint.scheme, secret, endpoint.header, endpoint.tolerance_s)
@@ -172,13 +171,13 @@ class Hooks:
 
     async def _receive(
         self,
-        request: Request,
+        request: HookRequest,
         endpoint: Endpoint,
         cfg: VerifyConfig,
         check: BodyCheck,
         headers: dict[str, str],
         spool: Spool,
-    ) -> Response:
+    ) -> Answer:
         try:
             await receive_body(request, endpoint.max_body, spool, [check],
                                self.body_idle_timeout_s)  # fmt: skip
