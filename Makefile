@@ -95,7 +95,10 @@ images: ## build one image per service (needs a Docker engine; IMAGE_REPOSITORY,
 	  docker build -f services/$$s/Dockerfile -t $(IMAGE_REPOSITORY)/$$s:$(IMAGE_TAG) . || exit 1; \
 	done
 
+# Bytecode refreshed first: with PYTHONDONTWRITEBYTECODE set, a source edited since `make install`
+# would be compiled again by every process (and by Temporal's sandbox at every workflow run).
 bench: install ## run the load drivers in bench/ and print their figures
+	$(PY) -m compileall -q libs/eventos/src services
 	$(PY) bench/ingress.py
 	$(PY) bench/router.py
 	$(PY) bench/publish.py
