@@ -37,7 +37,8 @@ HELPERS = {"harness.py", "baseline_app.py", "loadgen.py", "slow_uploads.py"}
 # What each driver's run must print: the names of its figures and its table headers.
 FIGURES = {
     "alarms.py": ["fire lateness: p50", "p99", "supervisor", "signals", "history events"],
-    "burst.py": ["EG7 burst of", "inputs/s", "signals", "history MB", "worst run:", "turns:"],
+    "burst.py": ["EG7 burst of", "inputs/s", "signals", "history MB", "worst run:", "turns:",
+                 "delivery ceiling of one conversation"],
     "chat_latency.py": ["owner chat, message → reply", "p50", "p99", "per stage", "routed"],
     "fleet.py": ["employees; webhooks at", "turns finished in the load window", "under load p99",
                  "inputs still waiting", "RSS MiB"],
