@@ -106,7 +106,8 @@ class RegistryBridge:
             if not s.name.endswith("_created"):
                 values[_attrs(s.labels)] += s.value
         points = [NumberDataPoint(dict(k), self.start_ns, now, v) for k, v in values.items()]
-        return Metric(family.name, family.documentation, family.unit, Gauge(points))
+        name = family.name + "_info" if family.type == "info" else family.name  # as /metrics has it
+        return Metric(name, family.documentation, family.unit, Gauge(points))
 
     def _histogram(self, family: PromMetric, now: int) -> Metric:
         series: dict[Attrs, _Buckets] = defaultdict(_Buckets)

@@ -66,7 +66,7 @@ class _Series:
             self.sums[labels] = self.sums.get(labels, 0.0) + value
 
 
-@dataclass
+@dataclass(eq=False)  # prometheus_client keeps collectors in a dict
 class TemporalMetrics(Collector):
     """A `MetricBuffer`'s updates, kept as Prometheus series."""
 
@@ -75,13 +75,23 @@ class TemporalMetrics(Collector):
     )
     _series: dict[str, _Series] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _runtime: Runtime | None = None
 
     def runtime(self) -> Runtime:
-        """A Temporal runtime whose metrics go to this buffer (Core's own logs stay on)."""
-        return Runtime(telemetry=TelemetryConfig(metrics=self.buffer, attach_service_name=False))
+        """The Temporal runtime whose metrics go to this buffer (Core's own logs stay on)."""
+        if self._runtime is None:
+            config = TelemetryConfig(metrics=self.buffer, attach_service_name=False)
+            self._runtime = Runtime(telemetry=config)
+        return self._runtime
+
+    def describe(self) -> Iterator[Metric]:
+        # Nothing to declare at registration: the families appear as Core reports them.
+        return iter(())
 
     def drain(self) -> None:
         """Move every buffered update into the series."""
+        if self._runtime is None:
+            return
         with self._lock:
             for update in self.buffer.retrieve_updates():
                 metric = update.metric
