@@ -76,3 +76,4 @@ def configure_logging(settings: LogSettings) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(settings.level)
+    logging.captureWarnings(True)  # Python's warnings in the same format

@@ -10,6 +10,7 @@ allowlist on the way in (task_queue becomes `queue`), so a workflow id can never
 
 from __future__ import annotations
 
+import logging
 import threading
 from bisect import bisect_left
 from collections.abc import Iterator
@@ -26,10 +27,13 @@ from prometheus_client.registry import Collector
 from temporalio.runtime import (
     BUFFERED_METRIC_KIND_COUNTER,
     BUFFERED_METRIC_KIND_GAUGE,
+    LogForwardingConfig,
+    LoggingConfig,
     MetricBuffer,
     MetricBufferDurationFormat,
     Runtime,
     TelemetryConfig,
+    TelemetryFilter,
 )
 
 from eventos.telemetry.allowlist import datapoint_attributes
@@ -78,9 +82,15 @@ class TemporalMetrics(Collector):
     _runtime: Runtime | None = None
 
     def runtime(self) -> Runtime:
-        """The Temporal runtime whose metrics go to this buffer (Core's own logs stay on)."""
+        """The Temporal runtime whose metrics go to this buffer, and whose own (Core's) logs go
+        to the Python logger `temporalio.core` (so they take the service's log format)."""
         if self._runtime is None:
-            config = TelemetryConfig(metrics=self.buffer, attach_service_name=False)
+            core_logs = LoggingConfig(
+                filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+                forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")),
+            )
+            config = TelemetryConfig(logging=core_logs, metrics=self.buffer,
+                                     attach_service_name=False)  # fmt: skip
             self._runtime = Runtime(telemetry=config)
         return self._runtime
 
