@@ -104,7 +104,7 @@ lint: install ## ruff (format + lint) and mypy
 test: lint $(HELM) $(HCLFMT) $(OTELCOL) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q
 
-deploy-check: install $(HELM) $(HCLFMT) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout
+deploy-check: install $(HELM) $(HCLFMT) $(OTELCOL) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout
 	$(VENV)/bin/pytest -q tests/deploy
 
 images: ## build one image per service (needs a Docker engine; IMAGE_REPOSITORY, IMAGE_TAG)

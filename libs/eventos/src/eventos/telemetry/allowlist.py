@@ -22,7 +22,7 @@ DATAPOINT_KEYS: dict[str, type] = {
     key: str
     for key in (
         "source_kind", "outcome", "code", "status", "result", "reason", "llm_class", "queue",
-        "activity_type", "workflow_type", "poller_type", "worker_type",
+        "activity_type", "poller_type", "worker_type",
         "gen_ai_provider_name", "gen_ai_token_type",
         "gen_ai.provider.name", "gen_ai.token.type", "gen_ai.operation.name",
     )
