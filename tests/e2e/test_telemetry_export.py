@@ -285,7 +285,9 @@ def test_the_temporal_runtime_figures_are_served_by_queue(run: Run, service: str
 @pytest.mark.parametrize("service", ORDER)
 def test_logs_at_info_are_json_without_canaries(run: Run, service: str) -> None:
     # The harness writes a `--- <time> starting <service>` line before each start.
-    lines = [ln for ln in run.logs[service].splitlines() if ln.strip() and not ln.startswith("--- ")]
+    lines = [
+        ln for ln in run.logs[service].splitlines() if ln.strip() and not ln.startswith("--- ")
+    ]
     assert lines
     for line in lines:
         doc = json.loads(line)
