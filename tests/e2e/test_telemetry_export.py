@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ import httpx
 import pytest
 from collector import Collector, batches
 from conftest import E2E_TIMEOUT_S, SECRETS
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 from signing import stripe
@@ -30,6 +32,10 @@ from stack import ORDER, OUTBOX_KEYS, Owner, Stack, base_env, one, until
 
 from eventos.settings import TemporalSettings
 from eventos.telemetry.allowlist import DATAPOINT_KEYS, LOG_KEYS, RESOURCE_KEYS, violations
+from eventos.telemetry.errors import ErrorCounter
+from eventos.telemetry.exporter import Exporter
+from eventos.telemetry.settings import TelemetrySettings
+from eventos.telemetry.temporal_metrics import TemporalMetrics
 from eventos.testing import wait_for_sync
 from eventos.testing.plugin import PostgresForTests
 
@@ -325,3 +331,31 @@ def test_logs_at_info_are_json_without_canaries(run: Run, service: str) -> None:
         assert doc["level"] in ("INFO", "WARNING", "ERROR", "CRITICAL"), line
     leaked = [c for c in CONTENT if c in run.logs[service]]
     assert not leaked, f"{service} logged {leaked}"
+
+
+def test_http_protobuf_export_reaches_the_collector(collector: Collector) -> None:
+    """The other protocol the chart offers (`telemetry.otlpProtocol: http/protobuf`)."""
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.http_port}",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_SERVICE_NAME": "eventos-http-probe",
+        "OTEL_METRIC_EXPORT_INTERVAL": "3600000",
+    }
+    registry = CollectorRegistry()
+    Counter("probe_events", "Probe.", ["outcome"], registry=registry).labels("ok").inc()
+    errors = ErrorCounter()
+    exporter = Exporter(
+        TelemetrySettings.from_env("probe", env), registry, TemporalMetrics(), errors
+    )
+    exporter.start()
+    try:
+        boom = logging.LogRecord("probe", logging.ERROR, __file__, 1, "x", (),
+                                 (KeyError, KeyError(CHAT), None))  # fmt: skip
+        errors.handle(boom)
+        exporter.export()
+    finally:
+        exporter.stop()
+    wait_for_sync(lambda: "probe_events" in metric_names(batches(collector.out), "eventos-http-probe")
+                  and "eventos-http-probe" in services_in(batches(collector.out), "logs"),
+                  timeout=30, what="the HTTP export in the collector's output")  # fmt: skip
+    assert CHAT not in collector.raw.read_text()  # the exception's message stayed home

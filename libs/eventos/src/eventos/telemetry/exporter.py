@@ -9,14 +9,6 @@ import time
 from dataclasses import dataclass, field
 
 from opentelemetry._logs import SeverityNumber
-from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogs
-from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-    OTLPMetricExporter as GrpcMetrics,
-)
-from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogs
-from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-    OTLPMetricExporter as HttpMetrics,
-)
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter
 from opentelemetry.sdk.metrics.export import MetricExporter
@@ -35,6 +27,16 @@ STOP_S = 5.0  # a stopping service waits this long for its last export
 
 def exporters(settings: TelemetrySettings) -> tuple[MetricExporter, LogRecordExporter]:
     """The OTLP metric and log exporters of the configured protocol."""
+    # Imported here: a service with no endpoint does not pay for the gRPC and HTTP clients.
+    from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogs
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+        OTLPMetricExporter as GrpcMetrics,
+    )
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogs
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+        OTLPMetricExporter as HttpMetrics,
+    )
+
     timeout = settings.timeout_ms / 1000
     headers = dict(settings.headers)
     if settings.protocol == "http/protobuf":
