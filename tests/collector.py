@@ -139,7 +139,9 @@ class Collector:
 
 
 def batches(path: Path) -> list[dict[str, Any]]:
-    """The OTLP/JSON requests a file exporter wrote, one a line."""
+    """The OTLP/JSON requests a file exporter wrote, one a line. The exporter may be writing
+    while we read: a last line without its newline is not complete yet, and is left out."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    complete = path.read_text().rpartition("\n")[0]
+    return [json.loads(line) for line in complete.splitlines() if line.strip()]
