@@ -14,6 +14,13 @@ HELM := $(TOOLS)/bin/helm
 # package.json and package-lock.json (exact versions, integrity hashes) are in HCLFMT_SRC.
 HCLFMT_SRC := tests/deploy/hclfmt
 HCLFMT := $(TOOLS)/bin/hclfmt
+# The OpenTelemetry Collector of the collector chart, built by the collector's official builder
+# (ocb) from deploy/collector/manifest.yaml at the chart's appVersion, with the user's Go caches.
+# Both binaries carry the version in their name: a warm run builds nothing.
+OTELCOL_VERSION := $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' deploy/helm/eventos-collector/Chart.yaml)
+OTELCOL_MANIFEST := deploy/collector/manifest.yaml
+OCB := $(TOOLS)/bin/ocb-v$(OTELCOL_VERSION)
+OTELCOL := $(TOOLS)/bin/otelcol-eventos-v$(OTELCOL_VERSION)
 SERVICES := ingress router relay workers-workflow workers-llm egress
 IMAGE_REPOSITORY ?= eventos
 IMAGE_TAG ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -63,7 +70,19 @@ $(HCLFMT): $(HCLFMT_SRC)/package.json $(HCLFMT_SRC)/package-lock.json $(HCLFMT_S
 	$(TOOLS)/hclfmt/hclfmt.js -version
 	ln -sf ../hclfmt/hclfmt.js $@
 
-tools: install $(HELM) $(HCLFMT) ## install the tools the checks need (helm and hclfmt into .tools/bin)
+$(OCB):
+	@command -v go >/dev/null || { echo "go is needed to build the OpenTelemetry Collector" >&2; exit 1; }
+	mkdir -p $(TOOLS)/gobin $(TOOLS)/bin
+	GOBIN=$(abspath $(TOOLS)/gobin) go install go.opentelemetry.io/collector/cmd/builder@v$(OTELCOL_VERSION)
+	mv $(TOOLS)/gobin/builder $@
+
+$(OTELCOL): $(OCB) $(OTELCOL_MANIFEST)
+	rm -rf $(TOOLS)/otelcol && mkdir -p $(TOOLS)/otelcol
+	$(OCB) --config $(OTELCOL_MANIFEST)
+	mv $(TOOLS)/otelcol/src/otelcol-eventos $@
+	$@ --version
+
+tools: install $(HELM) $(HCLFMT) $(OTELCOL) ## install the tools the checks need (helm, hclfmt, the collector into .tools/bin)
 
 lock: $(UV) ## re-resolve uv.lock after a dependency change
 	$(UV) lock
@@ -82,10 +101,10 @@ lint: install ## ruff (format + lint) and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy libs/eventos/src services/*/src
 
-test: lint $(HELM) $(HCLFMT) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
+test: lint $(HELM) $(HCLFMT) $(OTELCOL) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q
 
-deploy-check: install $(HELM) $(HCLFMT) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout
+deploy-check: install $(HELM) $(HCLFMT) $(OTELCOL) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout
 	$(VENV)/bin/pytest -q tests/deploy
 
 images: ## build one image per service (needs a Docker engine; IMAGE_REPOSITORY, IMAGE_TAG)

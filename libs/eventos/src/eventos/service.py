@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from eventos import telemetry
 from eventos.http_bounds import InFlightCap, bounded_protocol
 from eventos.metrics import watch_event_loop_lag
 from eventos.settings import HttpBounds
@@ -232,12 +233,9 @@ class Service:
         return server
 
 
-def configure_logging(level: str = "INFO") -> None:
-    """Plain one-line logs to stderr."""
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-
-
-def run_main(main: Coroutine[Any, Any, None]) -> None:
+def run_main(service: str, main: Coroutine[Any, Any, None]) -> None:
     """Run a service's `main` on uvloop, every service's event loop (cheaper per request and
-    per socket event than the stock loop; Temporal workers run on it too)."""
-    uvloop.run(main)
+    per socket event than the stock loop; Temporal workers run on it too), with its logging
+    and telemetry (eventos.telemetry) set up first and flushed last."""
+    with telemetry.started(service):
+        uvloop.run(main)

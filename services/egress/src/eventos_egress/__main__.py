@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from eventos.activities import DbActivities
 from eventos.outbox_keys import OutboxKeys
-from eventos.service import configure_logging, run_main
+from eventos.service import run_main
 from eventos.wiring import ConnectedConfig, build_connected
 from eventos.workers import egress_worker, run_forever
 
@@ -19,5 +19,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    configure_logging()
-    run_main(main())
+    run_main("egress", main())

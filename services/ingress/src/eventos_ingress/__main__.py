@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eventos.service import configure_logging, run_main
+from eventos.service import run_main
 from eventos_ingress.app import IngressConfig, build
 
 
@@ -12,5 +12,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    configure_logging()
-    run_main(main())
+    run_main("ingress", main())

@@ -10,7 +10,7 @@ from eventos.deliverer import Deliverer, deliverer_loop
 from eventos.outbox_keys import OutboxKeys
 from eventos.relay import Relay, relay_loop
 from eventos.scheduler import SchedConfig
-from eventos.service import configure_logging, run_main
+from eventos.service import run_main
 from eventos.watchdog import watchdog_loop
 from eventos.wiring import ConnectedConfig, build_connected
 
@@ -30,5 +30,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    configure_logging()
-    run_main(main())
+    run_main("relay", main())

@@ -9,7 +9,7 @@ from eventos.llm import LlmActivities, llm_slots, provider_http_client, run_llm_
 from eventos.llm.buckets import RateLimits
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable
-from eventos.service import configure_logging, run_main
+from eventos.service import run_main
 from eventos.settings import SecretStore, llm_classes
 from eventos.wiring import ConnectedConfig, build_connected
 
@@ -33,5 +33,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    configure_logging()
-    run_main(main())
+    run_main("workers-llm", main())

@@ -6,7 +6,7 @@ from eventos.activities import DbActivities
 from eventos.outbox_keys import OutboxKeys
 from eventos.polls.activities import PollActivities
 from eventos.scheduler import SchedConfig
-from eventos.service import configure_logging, run_main
+from eventos.service import run_main
 from eventos.settings import SecretStore
 from eventos.wiring import ConnectedConfig, build_connected
 from eventos.workers import run_forever, workflow_worker
@@ -25,5 +25,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    configure_logging()
-    run_main(main())
+    run_main("workers-workflow", main())

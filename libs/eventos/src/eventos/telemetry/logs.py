@@ -1,0 +1,79 @@
+"""The services' own logs on stderr: one line per record, as text or JSON
+(`EVENTOS_LOG_FORMAT`), at `EVENTOS_LOG_LEVEL`.
+
+At INFO and above a record's exception is shown as its type and frames only: an exception's
+message may quote a message, a prompt or a credential (a database driver's error quotes the
+row). At DEBUG the full traceback is shown, for a developer on their own instance.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import traceback
+from datetime import UTC, datetime
+
+from eventos.telemetry.errors import frames_of, type_name
+from eventos.telemetry.settings import LogSettings
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def exception_text(record: logging.LogRecord) -> str:
+    """The record's exception: full at DEBUG, type and frames above."""
+    if not record.exc_info or record.exc_info[0] is None:
+        return ""
+    exc_type, exc, tb = record.exc_info
+    if record.levelno <= logging.DEBUG:
+        return "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
+    lines = [f"  {path}:{line} in {function}" for path, line, function in frames_of(tb)]
+    return "\n".join([f"{type_name(exc_type)} (message not shown)", *lines])
+
+
+class TextFormatter(logging.Formatter):
+    """The classic one-line format; exceptions as `exception_text`."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatException(self, ei: object) -> str:
+        return ""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record).rstrip()
+        extra = exception_text(record)
+        return f"{line}\n{extra}" if extra else line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message; an exception as its type and
+    frames (and its text at DEBUG)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info and record.exc_info[0] is not None:
+            doc["exception.type"] = type_name(record.exc_info[0])
+            doc["exception.frames"] = [
+                f"{p}:{n} in {f}" for p, n, f in frames_of(record.exc_info[2])
+            ]
+            if record.levelno <= logging.DEBUG:
+                doc["exception.text"] = exception_text(record)
+        return json.dumps(doc, ensure_ascii=False, default=str)
+
+
+def configure_logging(settings: LogSettings) -> None:
+    """Replace the root logger's handlers with one stderr handler of the chosen format."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if settings.format == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(settings.level)
+    logging.captureWarnings(True)  # Python's warnings in the same format
