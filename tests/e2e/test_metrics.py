@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import E2E_TIMEOUT_S
+from metrics_table import documented
 from stack import Stack, base_env
 
 from eventos import names
@@ -21,37 +22,21 @@ from eventos.settings import DatabaseSettings, TemporalSettings
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 
-DOC = Path(__file__).parents[2] / "docs" / "operations.md"
 OURS = ("eventos_", "gen_ai_")  # Python's and the process's families are the library's own
 TYPE_LINE = re.compile(r"^# TYPE (\S+) \S+$", re.MULTILINE)
-
-
-def documented() -> dict[str, set[str]]:
-    """{service: the families the Metrics table gives it}."""
-    text = DOC.read_text()
-    section = text.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
-    rows = [line for line in section.splitlines() if line.startswith("| `")]
-    assert rows, "docs/operations.md has no Metrics table"
-    served: dict[str, set[str]] = {s: set() for s in names.SERVICES}
-    for row in rows:
-        metric_cell, services_cell = row.split(" | ")[:2]
-        families = {m.split("{")[0] for m in re.findall(r"`([^`]+)`", metric_cell)}
-        services = (
-            list(names.SERVICES)
-            if services_cell.strip() == "every service"
-            else [s.strip() for s in services_cell.split(",")]
-        )
-        for service in services:
-            assert service in served, f"unknown service {service!r} in the Metrics table"
-            served[service] |= families
-    return served
 
 
 def exported(text: str) -> set[str]:
     """Our families in a /metrics answer; prometheus_client's `<counter or histogram>_created`
     timestamps (typed as gauges of their own) go with their family."""
     found = {name for name in TYPE_LINE.findall(text) if name.startswith(OURS)}
-    return {n for n in found if not (n.endswith("_created") and n.count("_") > 1)}
+    created = {
+        n
+        for n in found
+        if n.endswith("_created")
+        and ({n.removesuffix("_created"), n.removesuffix("_created") + "_total"} & found)
+    }
+    return found - created
 
 
 @pytest.fixture
