@@ -108,10 +108,10 @@ lint: install ## ruff (format + lint) and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy libs/eventos/src services/*/src
 
-test: lint $(HELM) $(HCLFMT) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
+test: lint $(HELM) $(HCLFMT) $(PROMTOOL) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q
 
-deploy-check: install $(HELM) $(HCLFMT) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout
+deploy-check: install $(HELM) $(HCLFMT) $(PROMTOOL) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout, alert rules
 	$(VENV)/bin/pytest -q tests/deploy
 
 images: ## build one image per service (needs a Docker engine; IMAGE_REPOSITORY, IMAGE_TAG)
