@@ -1,10 +1,12 @@
-"""docs/operations.md's Metrics table, read the way the metric tests hold it: {service: the
-families the table gives it}."""
+"""docs/operations.md's Metrics table, read the way the metric tests hold it, and a family's
+sample as a test reads it (in-process services count into the same family objects)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from prometheus_client.metrics import MetricWrapperBase
 
 from eventos import names
 
@@ -12,7 +14,9 @@ DOC = Path(__file__).parents[1] / "docs" / "operations.md"
 HISTOGRAM_SERIES = ("_bucket", "_count", "_sum")  # a histogram family's series in PromQL
 FAMILY = re.compile(r"\b((?:eventos|gen_ai)_[a-z0-9_]+)")
 # What in PromQL names labels, not series: matchers and grouping or matching clauses.
-LABEL_PARTS = re.compile(r"\{[^}]*\}|\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
+LABEL_PARTS = re.compile(
+    r"\{[^}]*\}|\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)"
+)
 
 
 def documented() -> dict[str, set[str]]:
@@ -50,3 +54,13 @@ def used_in(expr: str) -> set[str]:
                 family = series.removesuffix(suffix)
         found.add(family)
     return found
+
+
+def sample(family: MetricWrapperBase, suffix: str = "_total", **labels: str) -> float:
+    """The value of the family's `<name><suffix>` sample with exactly these labels (0 if none):
+    `_total` of a counter, `_count` or `_sum` of a histogram, `""` of a gauge."""
+    for metric in family.collect():
+        for s in metric.samples:
+            if s.name == metric.name + suffix and s.labels == labels:
+                return float(s.value)
+    return 0.0
