@@ -191,7 +191,8 @@ SERVED: Final[dict[str, tuple[MetricWrapperBase, ...]]] = {
                 PUBLISH_READ_AHEAD_BYTES, PUBLISH_READ_AHEAD_EVENTS, DEAD_LETTERS, KICKS_SENT),
     "router": (ROUTER_ROWS, ROUTER_DELIVERIES, DEAD_LETTERS, KICKS_SENT),
     "relay": (RELAY_LAG, PENDING_OLDEST_AGE, PENDING_HELD, BREAKERS_OPEN, DEAD_LETTERS,
-              SLOW_TURNS, BACKSTOPS),
+              SLOW_TURNS, BACKSTOPS,
+              TURN_DURATION, EGRESS_LATENCY),  # turns lost and sends orphaned, at a re-arm
     "workers-workflow": (TURN_DURATION, RUN_SIGNALS, RUN_HISTORY_BYTES, ADMISSION_WAIT,
                          PARKED_TURNS, TOOL_CALLS, BUDGET_TRANSITIONS, DEAD_LETTERS,
                          ACTIVITY_RETRIES),
