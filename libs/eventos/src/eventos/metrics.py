@@ -248,6 +248,7 @@ def count_dead(reason: str | None, n: int = 1) -> None:
 
 
 def class_label(klass: int) -> str:
+    """A class as its label value: `c1` … `c4`."""
     return f"c{klass}"
 
 
