@@ -4,8 +4,8 @@ ids or content: only classes, outcomes, statuses, kinds and fixed reason words.
 Every family is a plain prometheus_client object created outside any registry; a service
 registers the families it updates (`SERVED`, plus `COMMON`) into the default registry when it
 starts (`register`), so each /metrics, and whatever reads the default registry, shows that
-service's families only. docs/operations.md lists them per service; tests/e2e/test_metrics.py
-holds the list against each service's /metrics.
+service's families only. docs/operations.md lists them per service, and
+tests/e2e/test_metrics_served.py holds the list against each service's /metrics.
 """
 
 from __future__ import annotations
