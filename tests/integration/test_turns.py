@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import ADMIN_TOKEN, apply_and_start
+from metrics_table import sample
 from psycopg_pool import AsyncConnectionPool
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
@@ -31,6 +32,7 @@ from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable
 from eventos.llm.worker import llm_worker
+from eventos.metrics import DEAD_LETTERS, RUN_HISTORY_BYTES, RUN_SIGNALS, TURN_DURATION
 from eventos.outbox_keys import OutboxKeys
 from eventos.payload_guard import connect
 from eventos.relay import Relay
@@ -415,6 +417,8 @@ async def test_five_customer_messages_in_the_debounce_window_make_one_turn(
 async def test_a_failing_turn_is_retried_once_then_dead_lettered_with_attention(
     instance: Instance,
 ) -> None:
+    dead_before = sample(DEAD_LETTERS, reason="turn_failed")
+    failed_before = sample(TURN_DURATION, "_count", llm_class="c1", outcome="failed")
     bad = await instance.chat("this one breaks\nfail: 400")
     pool = instance.pool
 
@@ -427,6 +431,8 @@ async def test_a_failing_turn_is_retried_once_then_dead_lettered_with_attention(
     assert [t["status"] for t in turns] == ["failed", "failed"]  # the first try and one retry
     (delivery,) = await query(pool, "SELECT status, reason FROM bus_deliveries")
     assert delivery["status"] == "dead" and delivery["reason"].startswith("turn_failed")
+    assert sample(DEAD_LETTERS, reason="turn_failed") == dead_before + 1
+    assert sample(TURN_DURATION, "_count", llm_class="c1", outcome="failed") == failed_before + 2
     (item,) = await query(pool, "SELECT kind, severity, detail, count FROM attention_items")
     assert (item["kind"], item["severity"], item["count"]) == ("dead_input", "error", 1)
     (stream,) = await query(pool, "SELECT consumed_seq FROM bus_streams")
@@ -439,6 +445,7 @@ async def test_a_long_conversation_continues_as_new_and_consumes_everything_once
     instance: Instance,
 ) -> None:
     source = f"grpc:drv-{instance.name}"
+    rolled_before = sample(RUN_SIGNALS, "_count", end="rolled")
     for batch in range(40):  # slow steps, so inputs keep arriving while turns run
         events = [driver_event("one", batch * 3 + n, source, text=f"part {batch * 3 + n}\nsleep: 0.4")
                   for n in range(3)]  # fmt: skip
@@ -466,6 +473,9 @@ async def test_a_long_conversation_continues_as_new_and_consumes_everything_once
         w async for w in instance.client.list_workflows(f"WorkflowId = '{stream['entity_id']}'")
     ]
     assert len(runs) >= 2  # it continued as new at least once
+    # Each run that rolled reported its Signals and history size as it ended.
+    assert sample(RUN_SIGNALS, "_count", end="rolled") >= rolled_before + len(runs) - 1
+    assert sample(RUN_HISTORY_BYTES, "_sum", end="rolled") > 0
     messages = await transcript(instance.pool, stream["thread"])
     users = [m for m in messages if m["role"] == "user"]
     assert len(users) == 120  # every input reached the model exactly once

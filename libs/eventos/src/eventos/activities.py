@@ -23,6 +23,7 @@ from eventos.contracts import (
     DeliveryItem,
     ReleaseTurn,
     ReloadInputs,
+    RunEnded,
     RunEvent,
     Saved,
     SaveTurn,
@@ -34,6 +35,7 @@ from eventos.contracts import (
 )
 from eventos.db import Conn
 from eventos.errors import Conflict, NotFound
+from eventos.metrics import RUN_HISTORY_BYTES, RUN_SIGNALS
 from eventos.outbox_keys import OutboxKeys
 from eventos.scheduler import SchedConfig
 from eventos.temporal import wake_entities
@@ -122,6 +124,12 @@ class DbActivities:
             if exc.status != RPCStatusCode.NOT_FOUND:  # already closed: nothing to do
                 raise
 
+    @activity.defn(name=names.ACT_RUN_ENDED)
+    async def entity_run_ended(self, req: RunEnded) -> None:
+        """Count an entity run's Signals and history size (no database)."""
+        RUN_SIGNALS.labels(req.end).observe(req.signals)
+        RUN_HISTORY_BYTES.labels(req.end).observe(req.history_bytes)
+
     @activity.defn(name=names.ACT_SEND)
     async def egress_send(self, outbound_id: int) -> str:
         return await self._run(lambda conn: egress.send(conn, outbound_id, self.outbox))
@@ -132,6 +140,7 @@ class DbActivities:
             self.dead_letter_inputs, self.load_inputs, self.record_run_event,
             self.terminate_workflow, self.skip_inputs, self.suspend_turn, self.upgrade_lease,
             self.egress_send,  # owner chat's send, as a local activity of the turn
+            self.entity_run_ended,
         ]  # fmt: skip
 
     def egress_activities(self) -> list[Callable[..., Awaitable[object]]]:

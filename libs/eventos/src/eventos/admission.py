@@ -14,28 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import Counter, Histogram
-
 from eventos import names, scheduler
 from eventos.contracts import Admission, AdmitRequest, SuspendTurn
 from eventos.db import Conn
 from eventos.db.sql import Q
+from eventos.metrics import ADMISSION_WAIT, PARKED_TURNS, TURN_DURATION, class_label
 from eventos.scheduler import Load, SchedConfig, Waiter
 
 OFFER_TTL_S = 60.0
 STALE_WAITER_S = 3 * names.ADMISSION_ASK_AGAIN_S
 WAITERS_READ = 2000  # waiters considered per serve (oldest first)
 BUDGET_HELD_CLASSES = (names.C3_INTERNAL, names.C4_BACKGROUND)  # held while the budget is high
-
-ADMISSION_WAIT = Histogram(
-    "eventos_admission_wait_seconds",
-    "From an entity's first ask for a turn slot to the grant, by class.",
-    ["llm_class"],
-    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800),
-)
-PARKED_TURNS = Counter(
-    "eventos_turns_parked_total", "Turns parked (no slot held) by reason.", ["reason"]
-)
 
 
 @dataclass(frozen=True)
@@ -186,7 +175,12 @@ async def release(conn: Conn, cfg: SchedConfig, tid: str, status: str,
             Q["turn_finish"], {"turn_id": tid, "status": status, "error": error}
         )
         _, wake = await _serve(conn, cfg) if freed.rowcount else (False, [])
-    return freed.rowcount + ended.rowcount > 0, wake
+        timing = await (await conn.execute(Q["turn_timing"], {"turn_id": tid})).fetchone()
+    changed = freed.rowcount + ended.rowcount > 0
+    if changed and timing is not None:  # once per turn: a repeated release changes nothing
+        labels = (class_label(int(timing["class"])), str(timing["status"]))
+        TURN_DURATION.labels(*labels).observe(max(float(timing["duration_s"]), 0.0))
+    return changed, wake
 
 
 async def suspend(conn: Conn, cfg: SchedConfig, req: SuspendTurn) -> list[str]:

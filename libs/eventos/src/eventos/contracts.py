@@ -258,6 +258,15 @@ class TerminateWorkflow:
 
 
 @dataclass(frozen=True)
+class RunEnded:
+    """An entity run's figures as it ends (`rolled` into a new run, or `closed`)."""
+
+    end: str
+    signals: int
+    history_bytes: int
+
+
+@dataclass(frozen=True)
 class RunEvent:
     """A run event on the owner's chat event stream (`run.start`, `run.input_merged`)."""
 

@@ -11,6 +11,7 @@ data error of one row, never an outage.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -18,6 +19,7 @@ from eventos import names
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import NotFound, RecipientUnreadable
+from eventos.metrics import EGRESS_LATENCY
 from eventos.outbox_keys import OutboxKeys, Sealed
 
 SENT = "sent"
@@ -47,6 +49,7 @@ async def _fail_unreadable(conn: Conn, row: dict[str, Any], exc: RecipientUnread
 async def send(conn: Conn, outbound_id: int, keys: OutboxKeys) -> str:
     """Deliver one outbox row; returns its final status."""
     token = uuid.uuid4().hex
+    started = time.monotonic()
     async with conn.transaction():
         cur = await conn.execute(Q["outbound_claim"], {"id": outbound_id, "token": token})
         row = await cur.fetchone()
@@ -73,4 +76,8 @@ async def send(conn: Conn, outbound_id: int, keys: OutboxKeys) -> str:
             "outbound_id": outbound_id, "turn_id": row["turn_id"], "text": row["body"],
         })  # fmt: skip
         await conn.execute(Q["outbound_sent"], {"id": outbound_id})
+    # From the row's write (by the database's clock) to the committed send.
+    EGRESS_LATENCY.labels(str(row["kind"])).observe(
+        float(row["age_s"]) + time.monotonic() - started
+    )
     return SENT

@@ -18,6 +18,7 @@ from eventos.alarms.store import cancel_generation
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict, EndpointNotAllowed, NotFound, SpecInvalid
+from eventos.metrics import DEAD_RESET, count_dead
 from eventos.spec import CHANNEL_KINDS, EmployeeSpec, Trigger, parse_spec
 
 if TYPE_CHECKING:  # eventos.llm imports the ledger, which imports this module
@@ -275,10 +276,11 @@ async def reset(conn: Conn, name: str) -> GenerationRef:
         allowed = (names.GEN_STARTING, names.GEN_RUNNING, names.GEN_PAUSED)
         ref = await _transition(conn, name, allowed=allowed, to=names.GEN_RETIRED)
         params = {"employee": name, "generation": ref.generation}
-        await conn.execute(Q["deliveries_kill_generation"], params)
+        killed = await conn.execute(Q["deliveries_kill_generation"], params)
         await conn.execute(Q["streams_clear_pending"], params)
         await cancel_generation(conn, name, ref.generation)  # its alarms never fire
         await conn.execute(Q["ipc_tasks_cancel_generation"], params)  # nor its task deadlines
+    count_dead(DEAD_RESET, killed.rowcount)
     return ref
 
 

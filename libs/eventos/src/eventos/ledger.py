@@ -20,25 +20,18 @@ from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from prometheus_client import Counter
-
 from eventos import employees, intents, names
 from eventos.chat import DEFAULT_SESSION
 from eventos.contracts import Control
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import BudgetExceeded, BudgetHeld
+from eventos.metrics import BUDGET_TRANSITIONS
 
 log = logging.getLogger(__name__)
 OFFSET_MAX_S = 600
 HELD_CLASSES = (names.C3_INTERNAL, names.C4_BACKGROUND)
 STATE_RANK = {names.BUDGET_NORMAL: 0, names.BUDGET_HIGH: 1, names.BUDGET_MAX: 2}
-
-BUDGET_TRANSITIONS = Counter(
-    "eventos_budget_transitions_total",
-    "Budget state changes of employees, by the state entered.",
-    ["state"],
-)
 
 
 @dataclass(frozen=True)

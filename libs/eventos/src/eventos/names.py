@@ -154,6 +154,7 @@ ACT_SAVE: Final = "save_turn"
 ACT_SEND: Final = "egress_send"
 ACT_RUN_EVENT: Final = "record_run_event"
 ACT_TERMINATE: Final = "terminate_workflow"
+ACT_RUN_ENDED: Final = "entity_run_ended"  # the run's Signals and history size, for metrics
 ACT_SUSPEND: Final = "suspend_turn"
 ACT_UPGRADE_LEASE: Final = "upgrade_lease"
 SIGNAL_RELEASED: Final = "released"

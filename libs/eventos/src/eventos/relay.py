@@ -43,6 +43,7 @@ from eventos import names
 from eventos.contracts import DeliverBatch, DeliveryItem, StreamCursor
 from eventos.db import Conn
 from eventos.db.sql import Q
+from eventos.metrics import BREAKERS_OPEN, DEAD_RESET, RELAY_LAG, class_label, count_dead
 from eventos.payload_guard import PayloadTooLarge
 from eventos.temporal import TemporalConnection
 from eventos.wake import WakeSignal
@@ -137,6 +138,11 @@ class Breaker:
     def trip(self) -> None:
         self.opened = True
         self.open_until = time.monotonic() + self.probe_interval_s
+        BREAKERS_OPEN.labels("temporal").set(1)
+
+    def close(self) -> None:
+        self.opened = False
+        BREAKERS_OPEN.labels("temporal").set(0)
 
     def may_probe(self) -> bool:
         return self.opened and time.monotonic() >= self.open_until
@@ -263,6 +269,7 @@ class Relay:
     _at_once: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(STREAMS_AT_ONCE))
 
     def __post_init__(self) -> None:
+        BREAKERS_OPEN.labels("temporal").set(int(self.breaker.opened))
         self._read = Grouped(self._read_batches, [])
         self._commit_one = Grouped(self._commit_batches, (False, []))
         self._release = Grouped(self._release_leases, None)
@@ -319,7 +326,7 @@ class Relay:
             self.breaker.trip()
             return False
         log.info("Temporal answers again: breaker closed")
-        self.breaker.opened = False
+        self.breaker.close()
         return True
 
     async def _serve(self, stream_key: str, token: int, batches: int | None = None) -> int:
@@ -408,6 +415,10 @@ class Relay:
         batch = take_batch(rows, room_inputs, room_bytes)
         if not await self._send(stream, batch):
             return False, await self._read(stream_key), False  # a dead letter: try the rest
+        now = time.monotonic()
+        for row in rows[: len(batch)]:  # written `age_s` before the read, read at `read_at`
+            lag = float(row["age_s"]) + now - float(row["read_at"])
+            RELAY_LAG.labels(class_label(int(row["class"]))).observe(max(lag, 0.0))
         rest = after_batch(rows, batch) if read_next else []
         again = read_next and not rest and bool(stream["read_more"])
         done = not rest and not again
@@ -488,8 +499,9 @@ class Relay:
         if attempts < names.DEAD_AFTER_ATTEMPTS:
             raise TemporalBusy()
         async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(Q["delivery_dead_letter"], params)
+            dead = await conn.execute(Q["delivery_dead_letter"], params)
             await conn.execute(Q["stream_refresh_pending"], {"stream_key": stream_key})
+        count_dead(reason, dead.rowcount)
         log.warning("dead-lettered %s seq %d after %d refusals", stream_key, first, attempts)
         return False
 
@@ -520,7 +532,9 @@ class Relay:
                   "max_bytes": READ_AHEAD_BYTES}  # fmt: skip
         cur = await conn.execute(Q["stream_next_batches"], params)
         found: dict[str, Rows] = defaultdict(list)
+        read_at = time.monotonic()
         for row in await cur.fetchall():
+            row["read_at"] = read_at
             found[row["stream_key"]].append(row)
         for rows in found.values():  # the read may have left inputs out: read again after it
             pending = [r for r in rows if r["seq"] is not None]
@@ -554,8 +568,9 @@ class Relay:
 
     async def _kill(self, conn: Conn, stream_key: str) -> None:
         async with conn.transaction():
-            await conn.execute(Q["deliveries_kill_stream"], {"stream_key": stream_key})
+            killed = await conn.execute(Q["deliveries_kill_stream"], {"stream_key": stream_key})
             await conn.execute(Q["stream_refresh_pending"], {"stream_key": stream_key})
+        count_dead(DEAD_RESET, killed.rowcount)
 
 
 async def relay_loop(relay: Relay, wake: WakeSignal, poll_s: float) -> None:

@@ -90,6 +90,7 @@ class RouteStats:
     routed: int = 0
     no_consumer: int = 0
     dead: int = 0
+    dead_reasons: list[str | None] = field(default_factory=list)  # of the rows settled dead
     digested: int = 0  # ipc wakes the storm guard collected into a digest (also `routed`)
     deliveries: int = 0
     busy_sources: int = 0
@@ -312,11 +313,12 @@ async def _route_row(conn: Conn, row: dict[str, Any], subs: list[dict[str, Any]]
     await _settle(conn, row, status, "; ".join(notes) or None, stats)
 
 
-def _count(stats: RouteStats, status: str) -> None:
+def _count(stats: RouteStats, status: str, error: str | None) -> None:
     if status == names.INGRESS_ROUTED:
         stats.routed += 1
     elif status == names.INGRESS_DEAD:
         stats.dead += 1
+        stats.dead_reasons.append(error)
     else:
         stats.no_consumer += 1
 
@@ -325,7 +327,7 @@ async def _settle(conn: Conn, row: dict[str, Any], status: str, error: str | Non
                   stats: RouteStats) -> None:  # fmt: skip
     params = {"id": row["id"], "received_at": row["received_at"], "status": status, "error": error}
     await conn.execute(Q["ingress_mark"], params)
-    _count(stats, status)
+    _count(stats, status, error)
 
 
 @dataclass
@@ -395,7 +397,7 @@ def _plan(batch: Batch, row: dict[str, Any], subs: list[dict[str, Any]],
         batch.deliver(row, sub, place)
     status = names.INGRESS_ROUTED if matched else status
     batch.mark(row, status, error)
-    _count(stats, status)
+    _count(stats, status, error)
 
 
 def _guarded(source: str) -> bool:

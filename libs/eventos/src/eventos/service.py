@@ -25,9 +25,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from eventos import telemetry
+from eventos import metrics, telemetry
 from eventos.http_bounds import InFlightCap, bounded_protocol
-from eventos.metrics import watch_event_loop_lag
 from eventos.settings import HttpBounds
 
 log = logging.getLogger(__name__)
@@ -173,6 +172,7 @@ class Service:
 
     async def run(self, *, install_signals: bool = True) -> None:
         """Serve until stop() or a signal; then stop loops, servers and resources in order."""
+        metrics.register(self.name)  # this service's families on /metrics
         loop = asyncio.get_running_loop()
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -193,7 +193,7 @@ class Service:
         )
         http = uvicorn.Server(config)
         http_task = asyncio.create_task(http.serve(sockets=[sock]))
-        tasks = [asyncio.create_task(fn()) for fn in [watch_event_loop_lag, *self.loops]]
+        tasks = [asyncio.create_task(fn()) for fn in [metrics.watch_event_loop_lag, *self.loops]]
         self._started.set()
         log.info("%s ready: http=%s grpc=%s", self.name, self.bound_http_port, self.bound_grpc_port)
         stop_wait = asyncio.create_task(self._stop.wait())

@@ -15,12 +15,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import temporalio
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
 
 from eventos import names
+from eventos.metrics import ACTIVITY_RETRIES, RETRY_THRESHOLD
 from eventos.payload_guard import connect
 from eventos.settings import TemporalSettings
 
@@ -48,6 +56,22 @@ class TemporalConnection:
         ok = await client.service_client.check_health()
         if not ok:
             raise RuntimeError("Temporal frontend is not serving")
+
+
+class RetryCount(Interceptor):
+    """Every Worker's interceptor: counts activity attempts (local ones too) past
+    `RETRY_THRESHOLD` in `eventos_activity_retries_total`, by activity type."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _RetryCountInbound(next)
+
+
+class _RetryCountInbound(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        info = activity.info()
+        if info.attempt > RETRY_THRESHOLD:
+            ACTIVITY_RETRIES.labels(info.activity_type).inc()
+        return await super().execute_activity(input)
 
 
 @functools.cache

@@ -31,6 +31,7 @@ from eventos.contracts import (
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict, NotFound
+from eventos.metrics import count_dead
 from eventos.outbox_keys import OutboxKeys
 from eventos.tools.registry import offered
 from eventos.users import OWNER
@@ -165,7 +166,7 @@ async def dead_letter(conn: Conn, req: DeadLetter) -> None:
     """Settle a twice-failed turn's inputs as dead (the stream moves on) and tell the owner."""
     async with conn.transaction():
         params = {"stream_key": req.stream_key, "seqs": req.seqs, "reason": req.reason[:500]}
-        await conn.execute(Q["deliveries_dead_letter"], params)
+        dead = await conn.execute(Q["deliveries_dead_letter"], params)
         await conn.execute(Q["chat_messages_dead"], {"ingress_ids": req.ingress_ids})
         await conn.execute(Q["stream_consume"], {"stream_key": req.stream_key})
         await conn.execute(Q["attention_raise"], {
@@ -173,6 +174,7 @@ async def dead_letter(conn: Conn, req: DeadLetter) -> None:
             "ref": f"{req.stream_key}#{req.seqs[0]}-{req.seqs[-1]}",
             "detail": f"turn {req.turn_id} failed twice: {req.reason}"[:1000],
         })  # fmt: skip
+    count_dead(req.reason, dead.rowcount)
 
 
 async def skip_inputs(conn: Conn, req: SkipInputs) -> None:

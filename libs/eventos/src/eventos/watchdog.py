@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from prometheus_client import Counter
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
@@ -25,6 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from eventos import names
 from eventos.db import Conn
 from eventos.db.sql import Q
+from eventos.metrics import BACKSTOPS, SLOW_TURNS
 from eventos.temporal import TemporalConnection
 
 log = logging.getLogger(__name__)
@@ -39,17 +39,6 @@ TERMINATE_AFTER: Final = timedelta(minutes=2)
 WATCH_EVERY_S: Final = 60.0
 WATCH_LIMIT: Final = 5000
 CALL_TIMEOUT: Final = timedelta(seconds=10)
-
-SLOW_TURNS = Counter(
-    "eventos_slow_turns_total",
-    "Turns that passed their class's slow-turn threshold.",
-    ["llm_class"],
-)
-BACKSTOPS = Counter(
-    "eventos_turn_backstops_total",
-    "Turns with no completed step for 24 hours, by what the backstop did.",
-    ["action"],
-)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from eventos.alarms.activity import AlarmActivities
 from eventos.polls.activities import PollActivities
 from eventos.settings import AlarmSettings, SecretStore
 from eventos.supervision import SupervisorActivities
-from eventos.temporal import TemporalConnection, worker_build_id
+from eventos.temporal import RetryCount, TemporalConnection, worker_build_id
 from eventos.tools.activity import ToolActivities
 from eventos.workflows.conversation import ConversationWorkflow
 from eventos.workflows.poll import PollWorkflow
@@ -48,7 +48,7 @@ def workflow_worker(
         activities += tools.activities() + polls.activities()
         activities += AlarmActivities(db.pool, AlarmSettings.from_env()).activities()
     return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities,
-                  build_id=worker_build_id())  # fmt: skip
+                  build_id=worker_build_id(), interceptors=[RetryCount()])  # fmt: skip
 
 
 def egress_worker(
@@ -57,7 +57,7 @@ def egress_worker(
     """The send activities on queue `egress`."""
     queue = names.queue_for(names.EGRESS_QUEUE, workflow_queue)
     return Worker(client, task_queue=queue, activities=db.egress_activities(),
-                  build_id=worker_build_id())  # fmt: skip
+                  build_id=worker_build_id(), interceptors=[RetryCount()])  # fmt: skip
 
 
 async def run_forever(temporal: TemporalConnection, build: Callable[[Client], Any]) -> None:

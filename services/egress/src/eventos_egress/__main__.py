@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from eventos.activities import DbActivities
+from eventos.gauges import gauge_loop, read_outbox
 from eventos.outbox_keys import OutboxKeys
 from eventos.service import run_main
 from eventos.wiring import ConnectedConfig, build_connected
@@ -15,6 +16,7 @@ async def main() -> None:
     service, connected = await build_connected(cfg)
     db = DbActivities(connected.pool, outbox=outbox)
     service.loops.append(lambda: run_forever(connected.temporal, lambda c: egress_worker(c, db)))
+    service.loops.append(lambda: gauge_loop(read_outbox, connected.pool))
     await service.run()
 
 

@@ -31,7 +31,7 @@ from eventos.envelope import (
 )
 from eventos.errors import QueueFull, SecretUnavailable, SignatureInvalid
 from eventos.jsonsafe import REASON_NUL, loads_storable, safe_text
-from eventos.metrics import INGRESS_ANSWERS, INGRESS_APPEND_SECONDS
+from eventos.metrics import INGRESS_ANSWERS, INGRESS_APPEND_SECONDS, count_dead
 from eventos.settings import SecretStore
 from eventos.verify import (
     BodyCheck,
@@ -212,6 +212,8 @@ class Hooks:
         if isinstance(outcome, Rejected):
             log.warning("a dead record was refused too: %s", outcome.reason)
             return _unavailable("append failed")
+        if record.status == names.INGRESS_DEAD and isinstance(outcome, Accepted):
+            count_dead(record.error)
         if self.kicker is not None:
             self.kicker.kick()
         status = "accepted" if isinstance(outcome, Accepted) else "duplicate"

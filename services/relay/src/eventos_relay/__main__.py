@@ -7,6 +7,7 @@ import os
 import socket
 
 from eventos.deliverer import Deliverer, deliverer_loop
+from eventos.gauges import gauge_loop, read_backlog
 from eventos.outbox_keys import OutboxKeys
 from eventos.relay import Relay, relay_loop
 from eventos.scheduler import SchedConfig
@@ -26,6 +27,7 @@ async def main() -> None:
                           outbox=outbox)  # fmt: skip
     service.loops.append(lambda: deliverer_loop(deliverer, cfg.service.poll_interval_s))
     service.loops.append(lambda: watchdog_loop(connected.pool, connected.temporal))
+    service.loops.append(lambda: gauge_loop(read_backlog, connected.pool))
     await service.run()
 
 

@@ -13,7 +13,7 @@ from eventos import blobs, names, storm
 from eventos.db import Conn, open_pool
 from eventos.db.migrate import drop_expired_partitions, ensure_partitions
 from eventos.db.sql import Q
-from eventos.metrics import ROUTER_DELIVERIES, ROUTER_ROWS
+from eventos.metrics import ROUTER_DELIVERIES, ROUTER_ROWS, count_dead
 from eventos.routing import RouteStats, route_pass
 from eventos.service import Service
 from eventos.settings import DatabaseSettings, ServiceSettings
@@ -42,6 +42,8 @@ def count(stats: RouteStats) -> None:
     ROUTER_ROWS.labels(names.INGRESS_NO_CONSUMER).inc(stats.no_consumer)
     ROUTER_ROWS.labels(names.INGRESS_DEAD).inc(stats.dead)
     ROUTER_DELIVERIES.inc(stats.deliveries)
+    for reason in stats.dead_reasons:
+        count_dead(reason)
 
 
 async def route_loop(

@@ -15,7 +15,6 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 import httpx
-from prometheus_client import Counter, Histogram
 from psycopg_pool import AsyncConnectionPool
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -30,6 +29,7 @@ from eventos.llm.buckets import RateLimits, credential_of
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable, prompt_tokens
 from eventos.llm.providers import provider_for
+from eventos.metrics import OPERATION_DURATION, RATE_WAITS, SLOT_WAIT, TOKEN_USAGE
 from eventos.settings import SecretStore
 
 log = logging.getLogger(__name__)
@@ -37,21 +37,6 @@ T = TypeVar("T")
 
 HEARTBEAT_S = 10.0
 KNOWN_PROVIDERS = ("openai", "local")
-
-# Buckets recommended by the OTel GenAI semantic conventions.
-TOKEN_USAGE = Histogram(
-    "gen_ai_client_token_usage",
-    "Tokens per LLM step (gen_ai.client.token.usage), input or output.",
-    ["gen_ai_token_type", "gen_ai_provider_name", "llm_class"],
-    buckets=(1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304),
-)
-OPERATION_DURATION = Histogram(
-    "gen_ai_client_operation_duration_seconds",
-    "Duration of one LLM step attempt (gen_ai.client.operation.duration), by outcome.",
-    ["gen_ai_provider_name", "llm_class", "outcome"],
-    buckets=(0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
-             81.92, 163.84, 327.68),
-)  # fmt: skip
 
 
 def spend_key(info: activity.Info) -> str:
@@ -78,19 +63,6 @@ def _outage_long(step: LlmStepInput) -> bool:
     """The step has been failing since its first attempt for longer than its outage time."""
     first = activity.info().scheduled_time
     return datetime.now(UTC) - first >= outage_after(step)
-
-
-SLOT_WAIT = Histogram(
-    "eventos_llm_slot_wait_seconds",
-    "From an LLM step attempt's scheduling to a worker slot taking it (schedule-to-start).",
-    ["llm_class"],
-    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
-)
-RATE_WAITS = Counter(
-    "eventos_llm_rate_waits_total",
-    "LLM step attempts that waited for their credential's bucket or pause, by class.",
-    ["llm_class"],
-)
 
 
 class LlmActivities:

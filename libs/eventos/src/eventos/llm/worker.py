@@ -16,7 +16,7 @@ from eventos import names
 from eventos.errors import ConfigError
 from eventos.llm.activity import HEARTBEAT_S, LlmActivities
 from eventos.scheduler import DEFAULT_CLASS_MAX
-from eventos.temporal import TemporalConnection, worker_build_id
+from eventos.temporal import RetryCount, TemporalConnection, worker_build_id
 
 log = logging.getLogger(__name__)
 RECONNECT_S = 2.0
@@ -62,6 +62,7 @@ def llm_worker(
         # not at 80% of the heartbeat timeout: a cancelled turn drains in seconds.
         max_heartbeat_throttle_interval=timedelta(seconds=HEARTBEAT_S),
         build_id=worker_build_id(),
+        interceptors=[RetryCount()],
     )
 
 

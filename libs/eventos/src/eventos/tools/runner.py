@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import jsonschema
-from prometheus_client import Counter
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
@@ -27,6 +26,7 @@ from eventos.contracts import ToolCallInput, ToolResult
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import NotFound
+from eventos.metrics import TOOL_CALLS
 from eventos.settings import SecretStore
 from eventos.spec import parse_spec
 from eventos.tools.base import (
@@ -40,10 +40,6 @@ from eventos.tools.base import (
 from eventos.tools.registry import TOOLS
 
 log = logging.getLogger(__name__)
-TOOL_CALLS = Counter(
-    "eventos_tool_calls_total", "Tool call attempts that ended, by tool and outcome.",
-    ["tool", "outcome"],
-)  # fmt: skip
 
 
 def clip(text: str, limit: int = names.TOOL_RESULT_MAX_BYTES) -> str:

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         OfferInputs,
         ReleaseTurn,
         ReloadInputs,
+        RunEnded,
         SkipInputs,
         StreamCursor,
         TerminateWorkflow,
@@ -63,6 +64,8 @@ DEBOUNCE_GROUP = (timedelta(seconds=3), timedelta(seconds=10))  # customer group
 ADMISSION_ASK_AGAIN = timedelta(seconds=names.ADMISSION_ASK_AGAIN_S)  # or until `wake`
 PAUSED_RECHECK = timedelta(minutes=10)  # paused, or held by the budget: wait for `wake`
 FAILED_TURN_BACKOFF = timedelta(seconds=10)
+PATCH_RUN_METRICS = "run-metrics"  # a run reports its Signals and history size as it ends
+RUN_ROLLED, RUN_CLOSED = "rolled", "closed"
 
 
 def route_key(item: DeliveryItem) -> tuple[object, ...]:
@@ -380,6 +383,18 @@ class ConversationWorkflow:
             or self.signals >= limit
         )
 
+    async def _report_run(self, end: str) -> None:
+        """The run's Signals and history size to the workers' metrics (runs begun before
+        the patch report nothing)."""
+        if not workflow.patched(PATCH_RUN_METRICS):
+            return
+        info = workflow.info()
+        report = RunEnded(end, self.signals, info.get_current_history_size())
+        await workflow.execute_local_activity(
+            names.ACT_RUN_ENDED, report,
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+
     def _roll(self) -> None:
         """Continue-as-new carrying cursors only (no await since the caller's last check):
         the pending inputs are read back from above the lowest one."""
@@ -431,6 +446,7 @@ class ConversationWorkflow:
                 await self._follow_turn()
                 continue
             if self._should_roll():  # between turns only
+                await self._report_run(RUN_ROLLED)
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._roll()
             if self.pending:
@@ -453,6 +469,7 @@ class ConversationWorkflow:
             if left >= timedelta(seconds=1) and not self.retired:
                 await self._wait(left)
                 continue
+            await self._report_run(RUN_CLOSED)  # a Signal after it keeps the run open: rare
             before = self.signals
             await workflow.wait_condition(workflow.all_handlers_finished)
             # No await between this check and the return: a late deliver keeps us open.

@@ -40,7 +40,8 @@ SELECT s.stream_key, s.employee, s.generation, s.lane, s.thread, s.delivered_seq
        s.hold_reason, s.entity_id, s.top_pending_class, g.state AS generation_state,
        coalesce(b.state, 'normal') AS budget_state, w.inputs AS window_inputs, w.bytes AS window_bytes,
        d.seq, d.ingress_id, d.class, d.type, d.route, d.chain_id, d.hop, d.causation_id, d.size,
-       d.payload, d.body_ref, d.attempts
+       d.payload, d.body_ref, d.attempts,
+       extract(epoch FROM clock_timestamp() - d.created_at)::float8 AS age_s
 FROM bus_streams s
 JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
 LEFT JOIN employee_budgets b ON b.employee = s.employee

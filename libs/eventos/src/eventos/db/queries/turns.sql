@@ -18,6 +18,12 @@ VALUES (%(id)s, %(employee)s, %(generation)s, %(agent)s, %(thread)s, %(n)s, %(cl
 UPDATE turns SET status = %(status)s, error = %(error)s, ended_at = coalesce(ended_at, now())
 WHERE id = %(turn_id)s AND status = 'running';
 
+-- name: turn_timing
+-- A turn's class, status and duration (to its end, or to now while it runs), for its metric.
+SELECT class, status,
+       extract(epoch FROM coalesce(ended_at, clock_timestamp()) - started_at)::float8 AS duration_s
+FROM turns WHERE id = %(turn_id)s;
+
 -- name: conversation_load
 -- The transcript's version and the generation's frozen spec.
 SELECT c.transcript_n, c.transcript_total, g.spec
@@ -88,12 +94,13 @@ RETURNING id;
 UPDATE outbound_messages
 SET status = 'sending', claim_token = %(token)s, provider_called_at = now(), updated_at = now()
 WHERE id = %(id)s AND status = 'queued'
-RETURNING id, idempotency_key, employee, thread, turn_id, kind, recipient, recipient_key_id, body;
+RETURNING id, idempotency_key, employee, thread, turn_id, kind, recipient, recipient_key_id, body,
+    extract(epoch FROM clock_timestamp() - created_at)::float8 AS age_s;
 
 -- name: outbound_get
 -- One outbox row.
 SELECT id, idempotency_key, employee, thread, turn_id, kind, recipient, recipient_key_id, body,
-    status, claim_token
+    status, claim_token, extract(epoch FROM clock_timestamp() - created_at)::float8 AS age_s
 FROM outbound_messages WHERE id = %(id)s;
 
 -- name: chat_reply_insert
