@@ -45,7 +45,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from eventos import processes
 from eventos.embedded_pg import free_port
 from eventos.errors import EventOSError
-from eventos.temporal_dev import RETENTION, _retention, _run_in_thread, _set_retention
+from eventos.temporal_dev import RETENTION, retention_of, run_in_thread, set_retention
 
 log = logging.getLogger(__name__)
 
@@ -341,7 +341,7 @@ class TemporalServer:
     def ensure_namespace(self, namespace: str, timeout: float = 60.0) -> None:
         """Register `namespace` with a 7-day retention unless it exists with it; return once
         the frontend serves calls in it."""
-        _run_in_thread(self._until_ready(namespace, timeout))
+        run_in_thread(self._until_ready(namespace, timeout))
 
     async def _until_ready(self, namespace: str, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -392,8 +392,8 @@ async def _namespace_ready(client: Client, namespace: str) -> bool:
         request.workflow_execution_retention_period.FromTimedelta(RETENTION)
         await service.register_namespace(request)
         return False
-    if await _retention(client, namespace) != RETENTION:
-        await _set_retention(client, namespace, RETENTION)
+    if await retention_of(client, namespace) != RETENTION:
+        await set_retention(client, namespace, RETENTION)
         return False
     # Registered is not yet served: the frontend's namespace cache must know it too.
     probe = DescribeTaskQueueRequest(namespace=namespace, task_queue=TaskQueue(name=READY_QUEUE))
