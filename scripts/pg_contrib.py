@@ -51,8 +51,8 @@ def main(argv: list[str]) -> int:
         members = {m.name: m for m in tgz.getmembers() if m.isfile()}
         for name in names:
             module = [n for n in members if re.fullmatch(re.escape(LIB + name) + r"\.\w+", n)]
-            sql = [n for n in members if n.startswith(EXTENSIONS + name) and
-                   re.fullmatch(re.escape(name) + r"(\.control|--[\d.-]+\.sql)", Path(n).name)]  # fmt: skip
+            own = re.compile(re.escape(EXTENSIONS + name) + r"(\.control|--[\d.-]+\.sql)")
+            sql = [n for n in members if own.fullmatch(n)]
             if len(module) != 1 or not any(n.endswith(".control") for n in sql):
                 print(f"{package.name} has no extension {name!r}", file=sys.stderr)
                 return 1
