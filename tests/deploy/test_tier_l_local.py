@@ -12,7 +12,8 @@ import charts
 import yaml
 from charts import ROOT, named
 
-from eventos.temporal_server import ServerTools, TemporalServer
+from eventos.settings import ServerTools
+from eventos.temporal_server import TemporalServer
 
 URL = "postgresql://instance-user:s3cret-pw@127.0.0.1:5999/postgres"
 # Where the local config may differ from the shipped one, and nowhere else (plus its log level).
@@ -52,7 +53,7 @@ def differences(a: Any, b: Any, path: str = "") -> set[str]:
 
 
 def test_the_local_server_config_is_the_charts_with_only_places_changed(tmp_path: Path) -> None:
-    server = TemporalServer(tmp_path, ServerTools.of_checkout(ROOT), database_url=URL, shards=4,
+    server = TemporalServer(tmp_path, ServerTools.from_env({}, ROOT), database_url=URL, shards=4,
                             database="temporal_t", visibility_database="temporal_visibility_t")  # fmt: skip
     server.assign_ports()
     local = server.render_config()

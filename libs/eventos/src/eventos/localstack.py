@@ -49,9 +49,9 @@ from eventos.outbox_keys import new_key_entry
 from eventos.processes import LockHeld, PidLock, Recorded, stop_groups
 from eventos.service import READYZ_PROBE_TIMEOUT_S
 from eventos.service_process import HOST, ServiceProcess
-from eventos.settings import DatabaseSettings, SecretStore
+from eventos.settings import DatabaseSettings, SecretStore, ServerTools
 from eventos.temporal_dev import TemporalDevServer
-from eventos.temporal_server import ServerTools, TemporalServer
+from eventos.temporal_server import TemporalServer
 
 STATE_DIR = ".eventos"
 DATABASE = "eventos"
@@ -243,7 +243,7 @@ class LocalStack:
         admin_url = self.postgres.url() if self.postgres is not None else self.database_url
         server = TemporalServer(
             self.state_dir / "temporal-server",
-            ServerTools.of_checkout(self.root),
+            ServerTools.from_env(self.env, self.root),
             database_url=admin_url,
             namespace=self.temporal_namespace,
         )

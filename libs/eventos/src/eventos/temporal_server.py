@@ -46,6 +46,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from eventos import processes
 from eventos.errors import EventOSError
+from eventos.settings import ServerTools
 from eventos.temporal_dev import RETENTION, retention_of, run_in_thread, set_retention
 
 log = logging.getLogger(__name__)
@@ -86,33 +87,6 @@ _POLL_INTERVAL = 0.2
 
 class ServerError(EventOSError):
     """The tier L Temporal server could not be prepared or started."""
-
-
-@dataclass(frozen=True)
-class ServerTools:
-    """Where the built server, its schema tool, helm and the chart are."""
-
-    bin_dir: Path
-    chart: Path
-
-    @classmethod
-    def of_checkout(cls, root: Path) -> ServerTools:
-        """The tools `make tools` installs into a checkout's `.tools/bin`, and its chart."""
-        return cls(root / ".tools" / "bin", root / "deploy" / "helm" / "eventos")
-
-    def binary(self, name: str) -> Path:
-        path = self.bin_dir / name
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise ServerError(f"{path} is missing: run `make tools` to build it")
-        return path
-
-    @property
-    def schema_root(self) -> Path:
-        """schema/postgresql/v12 of the module the server was built from, beside the binary."""
-        found = self.binary(SERVER).resolve().parent.parent / "schema" / "postgresql" / "v12"
-        if not found.is_dir():
-            raise ServerError(f"{found} is missing: run `make tools` to build the server again")
-        return found
 
 
 @dataclass(frozen=True)
@@ -179,6 +153,15 @@ class TemporalServer:
     @property
     def login(self) -> SqlLogin:
         return SqlLogin.of_url(self.database_url)
+
+    @property
+    def schema_root(self) -> Path:
+        """schema/postgresql/v12 of the module the server was built from, beside the binary."""
+        binary = self.tools.binary(SERVER).resolve()
+        found = binary.parent.parent / "schema" / "postgresql" / "v12"
+        if not found.is_dir():
+            raise ServerError(f"{found} is missing: run `make tools` to build the server again")
+        return found
 
     def assign_ports(self) -> None:
         """Give every port still 0 a distinct free one."""
@@ -261,7 +244,7 @@ class TemporalServer:
     def prepare_databases(self) -> None:
         """Create both databases where missing, set up and update their schemas to the
         pinned version (a no-op on databases already there)."""
-        schemas = self.tools.schema_root
+        schemas = self.schema_root
         for database, kind in ((self.database, "main"), (self.visibility_database, "visibility")):
             if not self._database_exists(database):
                 self._checked(self._sql_tool(database, "create-database"), database)

@@ -28,8 +28,8 @@ from psycopg_pool import AsyncConnectionPool
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
 from eventos.outbox_keys import OutboxKeys, new_key_entry
-from eventos.settings import DatabaseSettings, TemporalSettings
-from eventos.temporal_server import ServerTools, TemporalServer
+from eventos.settings import DatabaseSettings, ServerTools, TemporalSettings
+from eventos.temporal_server import TemporalServer
 
 TEMPLATE = "eventos_template"
 _counter = itertools.count(1)
@@ -219,7 +219,7 @@ def tier_l_server(
     suffix = os.getpid()
     server = TemporalServer(
         tmp_path_factory.mktemp("temporal-server"),
-        ServerTools.of_checkout(request.config.rootpath),
+        ServerTools.from_env(root=request.config.rootpath),
         database_url=postgres_server.admin_url,
         shards=TIER_L_SHARDS,
         max_conns=TIER_L_MAX_CONNS,
