@@ -41,6 +41,7 @@ class Stack:
     env: dict[str, str]
     log_dir: Path
     tier: str = "S"
+    watch: tuple[Path, ...] = ()  # more logs for failure messages (a Temporal server's)
     procs: dict[str, Running] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -91,7 +92,11 @@ class Stack:
 
     def logs(self) -> str:
         """The last lines of every service's log, for assertion messages."""
-        return "\n".join(f"--- {n}\n{p.proc.tail(15)}" for n, p in self.procs.items())
+        tails = [f"--- {n}\n{p.proc.tail(15)}" for n, p in self.procs.items()]
+        for path in self.watch:
+            lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+            tails.append(f"--- {path}\n" + "\n".join(line[:600] for line in lines[-15:]))
+        return "\n".join(tails)
 
 
 def spawn(proc: Running) -> None:

@@ -48,9 +48,13 @@ def stack_env(db: DatabaseSettings, temporal: TemporalSettings, tmp_path: Path) 
 
 @pytest.fixture
 def stack_l(
-    db_settings: DatabaseSettings, tier_l_temporal: TemporalSettings, tmp_path: Path
+    db_settings: DatabaseSettings,
+    tier_l_server: TemporalServer,
+    tier_l_temporal: TemporalSettings,
+    tmp_path: Path,
 ) -> Iterator[Stack]:
-    with Stack(stack_env(db_settings, tier_l_temporal, tmp_path), tmp_path, tier="L") as running:
+    env = stack_env(db_settings, tier_l_temporal, tmp_path)
+    with Stack(env, tmp_path, tier="L", watch=(tier_l_server.log_path,)) as running:
         yield running
 
 
@@ -185,7 +189,10 @@ def test_eg13_databases_recreated_by_the_schema_tool_then_rearmed_lose_nothing(
 
 
 def test_the_s_to_l_move_of_the_deploy_guide_loses_and_doubles_nothing(
-    tier_l_temporal: TemporalSettings, db_settings: DatabaseSettings, tmp_path: Path
+    tier_l_server: TemporalServer,
+    tier_l_temporal: TemporalSettings,
+    db_settings: DatabaseSettings,
+    tmp_path: Path,
 ) -> None:
     url = db_settings.url
     dev = TemporalDevServer(tmp_path / "temporal")
@@ -214,7 +221,7 @@ def test_the_s_to_l_move_of_the_deploy_guide_loses_and_doubles_nothing(
         dev.stop()
     # 3. The services on the full server (the chart keeps TEMPORAL_ADDRESS; here it changes).
     env_l = stack_env(db_settings, tier_l_temporal, tmp_path)
-    with Stack(env_l, tmp_path / "l", tier="L") as stack_l:
+    with Stack(env_l, tmp_path / "l", tier="L", watch=(tier_l_server.log_path,)) as stack_l:
         owner = Owner(stack_l.ingress_url)
         # 4. Re-arm from the database; 5. resume the employee stopped in step 1.
         intent_applied(owner, owner.call("POST", "/v1/rearm"), stack_l)
