@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -112,7 +113,7 @@ def _docker_answers() -> bool:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresForTests]:
+def postgres_server() -> Iterator[PostgresForTests]:
     """The session's PostgreSQL server."""
     url = os.environ.get("EVENTOS_DATABASE_URL")
     if url:
@@ -126,12 +127,17 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
         return
     from eventos.embedded_pg import EmbeddedPostgres
 
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg"), durable=False)
+    # Not under pytest's folder: every pytest session that starts on the machine resets
+    # /tmp/pytest-of-<user> to 0700, which (run as root) locks the unprivileged user the server
+    # runs as out of its data directory mid-session, and the server PANICs.
+    data_dir = Path(tempfile.mkdtemp(prefix="eventos-test-pg-"))
+    server = EmbeddedPostgres(data_dir, durable=False)
     server.start()
     try:
         yield PostgresForTests(server.url())
     finally:
         server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
