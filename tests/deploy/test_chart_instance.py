@@ -125,6 +125,37 @@ def test_tier_l_runs_the_full_temporal_server_at_64_shards_on_postgresql() -> No
     assert yaml.safe_load(dynamic)["matching.enableFairness"] == [{"value": True}]
 
 
+def test_tier_l_server_addresses_and_config_folder_are_values() -> None:
+    """What `make run TIER=L` and the tier L tests override to run the chart's config locally."""
+    docs = charts.instance(
+        "L",
+        "temporal.server.bindOnIP=127.0.0.1",
+        "temporal.server.internalPorts.history=17234",
+        "temporal.server.internalPorts.workerMembership=16939",
+        "temporal.server.configDir=/srv/temporal/conf",
+    )
+    config = temporal_server_config(docs)
+    services = config["services"]
+    assert {s["rpc"]["bindOnIP"] for s in services.values()} == {"127.0.0.1"}
+    assert services["history"]["rpc"]["grpcPort"] == 17234
+    assert services["worker"]["rpc"]["membershipPort"] == 16939
+    assert config["global"]["metrics"]["prometheus"]["listenAddress"] == "127.0.0.1:9090"
+    assert config["dynamicConfigClient"]["filepath"] == "/srv/temporal/conf/dynamicconfig.yaml"
+    container = pod_spec(named(docs, "Deployment", f"{P}-temporal"))["containers"][0]
+    assert "--root /srv/temporal --config conf --env server" in container["args"][0]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["config"] == "/srv/temporal/conf"
+
+
+def test_tier_l_server_defaults_keep_the_ports_and_paths_of_the_image() -> None:
+    config = temporal_server_config(charts.instance("L"))
+    ports = {n: (s["rpc"]["grpcPort"], s["rpc"]["membershipPort"])
+             for n, s in config["services"].items()}  # fmt: skip
+    assert ports == {"frontend": (7233, 6933), "history": (7234, 6934),
+                     "matching": (7235, 6935), "worker": (7239, 6939)}  # fmt: skip
+    assert config["dynamicConfigClient"]["filepath"] == "/etc/temporal/eventos/dynamicconfig.yaml"
+
+
 def test_tier_l_schema_job_runs_temporal_sql_tool_before_install_and_upgrade() -> None:
     docs = charts.instance("L")
     job = named(docs, "Job", f"{P}-temporal-schema")

@@ -24,8 +24,11 @@ class Running:
     cwd: Path
 
     @classmethod
-    def of(cls, name: str, env: dict[str, str], log_dir: Path) -> Running:
+    def of(cls, service: str, env: dict[str, str], log_dir: Path, suffix: str = "") -> Running:
+        """`service` as a process named `service-suffix` when a suffix is given."""
+        name = f"{service}-{suffix}" if suffix else service
         proc = ServiceProcess(name, free_port(), free_port(), log_dir / f"{name}.log")
+        proc.service = service
         return cls(proc, env, log_dir)
 
     @property

@@ -30,18 +30,27 @@ ORDER = ("relay", "router", "ingress", "workers-workflow", "egress", "workers-ll
 KICKS = {"ingress": "router", "router": "relay"}
 READY_S = 60.0  # six Python processes booting at once on a small, shared machine
 OUTBOX_KEYS = new_key_entry("e2e-1")  # relay, workers-workflow and egress refuse to start without
+LLM_CLASSES = ("c1", "c2", "c3", "c4")  # tier L: one workers-llm process per class, as the chart
 
 
 @dataclass
 class Stack:
-    """The six services, each a `Running` process on its own fixed ports."""
+    """The six services, each a `Running` process on its own fixed ports; at tier L the LLM
+    workers are one process per class (`workers-llm-c1` … `-c4`, LLM_CLASS set)."""
 
     env: dict[str, str]
     log_dir: Path
+    tier: str = "S"
+    watch: tuple[Path, ...] = ()  # more logs for failure messages (a Temporal server's)
     procs: dict[str, Running] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ORDER:
+            if name == "workers-llm" and self.tier == "L":
+                for c in LLM_CLASSES:
+                    env = {**self.env, "LLM_CLASS": c}
+                    self.procs[f"{name}-{c}"] = Running.of(name, env, self.log_dir, suffix=c)
+                continue
             self.procs[name] = Running.of(name, dict(self.env), self.log_dir)
         for name, kicked in KICKS.items():
             self.procs[name].env[f"EVENTOS_{name.upper()}_KICK"] = self.procs[kicked].grpc_target
@@ -83,7 +92,11 @@ class Stack:
 
     def logs(self) -> str:
         """The last lines of every service's log, for assertion messages."""
-        return "\n".join(f"--- {n}\n{p.proc.tail(15)}" for n, p in self.procs.items())
+        tails = [f"--- {n}\n{p.proc.tail(15)}" for n, p in self.procs.items()]
+        for path in self.watch:
+            lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+            tails.append(f"--- {path}\n" + "\n".join(line[:600] for line in lines[-15:]))
+        return "\n".join(tails)
 
 
 def spawn(proc: Running) -> None:

@@ -3,10 +3,14 @@
 Embedded PostgreSQL (unless EVENTOS_DATABASE_URL is set), the Temporal dev server with the
 tier S flags (unless TEMPORAL_ADDRESS is set), migrations, and the six services as child
 processes, each in its own process group and health-checked on /readyz before the instance
-says "ready". State lives under `.eventos/` of the working directory: `stack.json` (every
-address, written once ready, removed on a clean stop), `pids.json` (what a later run stops
-after a crash), `admin-token`, `internal-token`, `outbox-keys`, `logs/`, `pg/`, `temporal/`,
-`spool/` (webhook bodies while they arrive), `secrets/`.
+says "ready". At tier L (`make run TIER=L`, docs/tier-l.md) the Temporal server is the
+open-source one built by `make tools`, on the chart's configuration and databases `temporal`
+and `temporal_visibility` of the instance's PostgreSQL, and the LLM workers are one process per
+class (`LLM_CLASS=c1` … `c4`), as the chart deploys them. State lives under `.eventos/` of
+the working directory: `stack.json` (every address, written once ready, removed on a clean
+stop), `pids.json` (what a later run stops after a crash), `admin-token`, `internal-token`,
+`outbox-keys`, `logs/`, `pg/`, `temporal/`,
+`spool/` (webhook bodies while they arrive), `secrets/`, and at tier L `temporal-server/`.
 
 `LocalStack` is the programmatic form the tests use; `python -m eventos.localstack` wraps it
 with signal handling, a summary and one command to try.
@@ -45,14 +49,17 @@ from eventos.outbox_keys import new_key_entry
 from eventos.processes import LockHeld, PidLock, Recorded, stop_groups
 from eventos.service import READYZ_PROBE_TIMEOUT_S
 from eventos.service_process import HOST, ServiceProcess
-from eventos.settings import DatabaseSettings, SecretStore
+from eventos.settings import DatabaseSettings, SecretStore, ServerTools
 from eventos.temporal_dev import TemporalDevServer
+from eventos.temporal_server import TemporalServer
 
 STATE_DIR = ".eventos"
 DATABASE = "eventos"
 GRPC_SERVICES = frozenset({"ingress", "router", "relay"})
 # Who kicks whom after a commit (SPEC §4): ingress → router → relay.
 KICKS = {"ingress": "router", "router": "relay"}
+TIERS = ("S", "L")
+LLM_CLASSES = ("c1", "c2", "c3", "c4")  # tier L: one workers-llm process per class queue
 RESTART_BACKOFF_MAX_S = 30.0
 READY_POLL_S = 0.1
 SUPERVISE_POLL_S = 0.5
@@ -85,6 +92,7 @@ class LocalStack:
 
     root: Path
     examples_dir: Path | None = None
+    tier: str = "S"
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     ready_timeout_s: float = 60.0
     stop_timeout_s: float = 10.0
@@ -98,12 +106,14 @@ class LocalStack:
     services: dict[str, ServiceProcess] = field(default_factory=dict)
     employees: list[ExampleOutcome] = field(default_factory=list)
     postgres: EmbeddedPostgres | None = None
-    temporal: TemporalDevServer | None = None
+    temporal: TemporalDevServer | TemporalServer | None = None
     _lock: PidLock = field(init=False)
     _stop: threading.Event = field(default_factory=threading.Event)
     _warned: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
+        if self.tier not in TIERS:
+            raise StackError(f"the tier is S or L, not {self.tier!r}")
         self.root = self.root.absolute()
         self._lock = PidLock(self.state_dir / "lock")
 
@@ -217,13 +227,31 @@ class LocalStack:
             self.say(f"Temporal: using TEMPORAL_ADDRESS {given}")
             self.temporal_address = given
             return
-        self.say(f"starting the Temporal dev server (state in {STATE_DIR}/temporal) …")
-        self.temporal = TemporalDevServer(
-            self.state_dir / "temporal", namespace=self.temporal_namespace
-        )
+        if self.tier == "L":
+            self.temporal = self._tier_l_server()
+        else:
+            self.say(f"starting the Temporal dev server (state in {STATE_DIR}/temporal) …")
+            self.temporal = TemporalDevServer(
+                self.state_dir / "temporal", namespace=self.temporal_namespace
+            )
         self.temporal.start()
         self.temporal_address = self.temporal.address
         self._link_log("temporal", self.temporal.log_path)
+
+    def _tier_l_server(self) -> TemporalServer:
+        """The chart's tier L server on the instance's PostgreSQL (64 shards, the chart's)."""
+        admin_url = self.postgres.url() if self.postgres is not None else self.database_url
+        server = TemporalServer(
+            self.state_dir / "temporal-server",
+            ServerTools.from_env(self.env, self.root),
+            database_url=admin_url,
+            namespace=self.temporal_namespace,
+        )
+        self.say(
+            f"starting the Temporal server (tier L, {server.shards} history shards, the chart's "
+            f"config; databases {server.database} and {server.visibility_database}) …"
+        )
+        return server
 
     def _link_log(self, name: str, target: Path) -> None:
         """Every log under logs/, even those PostgreSQL and Temporal keep in their folders."""
@@ -265,6 +293,14 @@ class LocalStack:
             return port
 
         for name in names.SERVICES:
+            if name == "workers-llm" and self.tier == "L":
+                for c in LLM_CLASSES:
+                    log_path = self.logs_dir / f"{name}-{c}.log"
+                    self.services[f"{name}-{c}"] = ServiceProcess(
+                        f"{name}-{c}", pick(), None, log_path, service=name,
+                        own_env={"LLM_CLASS": c},
+                    )  # fmt: skip
+                continue
             grpc_port = pick() if name in GRPC_SERVICES else None
             log_path = self.logs_dir / f"{name}.log"
             self.services[name] = ServiceProcess(name, pick(), grpc_port, log_path)
@@ -362,6 +398,7 @@ class LocalStack:
             pids["postgres"] = self.postgres.process.pid
             database.update(embedded=True, log=str(self.postgres.log_path))
         temporal: dict[str, Any] = {
+            "tier": self.tier,
             "address": self.temporal_address,
             "namespace": self.temporal_namespace,
             "embedded": False,
@@ -455,7 +492,8 @@ class LocalStack:
             grpc = f"  gRPC {svc.grpc_address}" if svc.grpc_address else ""
             lines.append(f"  {svc.name:<17} {svc.http_url}{grpc}")
         lines.append(f"  {'PostgreSQL':<17} {self.database_url}")
-        lines.append(f"  {'Temporal':<17} {self.temporal_address} ({self.temporal_namespace})")
+        where = f"{self.temporal_address} ({self.temporal_namespace}, tier {self.tier})"
+        lines.append(f"  {'Temporal':<17} {where}")
         lines.append(
             f"  {'addresses':<17} {STATE_DIR}/stack.json (admin and internal tokens inside)"
         )
@@ -481,9 +519,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--examples", type=Path, help="specs to apply (default: ./examples)")
     parser.add_argument("--ready-timeout", type=float, default=60.0, metavar="SECONDS")
+    parser.add_argument(
+        "--tier", choices=TIERS, default="S", help="S: the dev server; L: the full server"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    stack = LocalStack(Path.cwd(), examples_dir=args.examples, ready_timeout_s=args.ready_timeout)
+    stack = LocalStack(
+        Path.cwd(), examples_dir=args.examples, ready_timeout_s=args.ready_timeout, tier=args.tier
+    )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         if stack.stopping:

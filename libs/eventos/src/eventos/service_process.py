@@ -29,14 +29,18 @@ class ServiceProcess:
     log_offset: int = 0
     restarts: int = 0
     restart_at: float = 0.0
+    # The service this process runs when its name is not one (workers-llm-c1 runs
+    # workers-llm), and the settings of this process alone (LLM_CLASS).
+    service: str = ""
+    own_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def module(self) -> str:
-        return "eventos_" + self.name.replace("-", "_")
+        return "eventos_" + (self.service or self.name).replace("-", "_")
 
     @property
     def env_prefix(self) -> str:
-        return "EVENTOS_" + self.name.upper().replace("-", "_")
+        return "EVENTOS_" + (self.service or self.name).upper().replace("-", "_")
 
     @property
     def http_url(self) -> str:
@@ -61,7 +65,9 @@ class ServiceProcess:
         return env
 
     def spawn(self, env: dict[str, str], cwd: Path) -> None:
-        """Start the process in its own session, appending to its log."""
+        """Start the process in its own session, appending to its log; its own settings and
+        ports go over `env`'s."""
+        env = {**env, **self.own_env, **self.port_env()}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = self.argv()
         with self.log_path.open("ab") as log:

@@ -140,6 +140,38 @@ class TemporalSettings:
         )
 
 
+TOOLS_BIN_VAR = "EVENTOS_TOOLS_BIN"
+CHART_VAR = "EVENTOS_CHART"
+
+
+@dataclass(frozen=True)
+class ServerTools:
+    """Where tier L's Temporal server, its schema tool and helm are (`make tools` puts them in a
+    checkout's `.tools/bin`), and the instance chart whose server config they run."""
+
+    bin_dir: Path
+    chart: Path
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, root: Path | None = None
+    ) -> ServerTools:
+        """EVENTOS_TOOLS_BIN and EVENTOS_CHART, else those of the checkout at `root` (the
+        working directory unless given)."""
+        env = os.environ if env is None else env
+        base = root or Path.cwd()
+        return cls(
+            bin_dir=Path(env.get(TOOLS_BIN_VAR) or base / ".tools" / "bin"),
+            chart=Path(env.get(CHART_VAR) or base / "deploy" / "helm" / "eventos"),
+        )
+
+    def binary(self, name: str) -> Path:
+        path = self.bin_dir / name
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ConfigError(f"{path} is missing: run `make tools` to build it ({TOOLS_BIN_VAR})")
+        return path
+
+
 @dataclass(frozen=True)
 class ServiceSettings:
     """Where one service listens and whom it kicks after a commit."""

@@ -57,19 +57,19 @@ DYNAMIC_CONFIG = {
 _POLL_INTERVAL = 0.1
 
 
-def _run_in_thread(coro: Coroutine[Any, Any, T]) -> T:
+def run_in_thread(coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro` on a fresh event loop, so a sync caller may itself be inside a running loop."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="temporal-dev") as pool:
         return pool.submit(asyncio.run, coro).result()
 
 
-async def _retention(client: Client, namespace: str) -> timedelta:
+async def retention_of(client: Client, namespace: str) -> timedelta:
     request = DescribeNamespaceRequest(namespace=namespace)
     found = await client.workflow_service.describe_namespace(request)
     return found.config.workflow_execution_retention_ttl.ToTimedelta()
 
 
-async def _set_retention(client: Client, namespace: str, retention: timedelta) -> None:
+async def set_retention(client: Client, namespace: str, retention: timedelta) -> None:
     config = NamespaceConfig()
     config.workflow_execution_retention_ttl.FromTimedelta(retention)
     request = UpdateNamespaceRequest(namespace=namespace, config=config)
@@ -191,7 +191,7 @@ class TemporalDevServer:
             )
         self.pid_path.write_text(f"{self.process.pid}\n")
         try:
-            _run_in_thread(self._until_ready(seconds=timeout))
+            run_in_thread(self._until_ready(seconds=timeout))
         except BaseException:
             self.stop()
             raise
@@ -205,10 +205,10 @@ class TemporalDevServer:
                 raise RuntimeError(f"the Temporal dev server exited; see {self.log_path}")
             try:
                 client = client or await Client.connect(self.address, namespace=self.namespace)
-                if await _retention(client, self.namespace) == RETENTION:
+                if await retention_of(client, self.namespace) == RETENTION:
                     return
                 # Read back on the next pass: ready means the retention is seen, not just sent.
-                await _set_retention(client, self.namespace, RETENTION)
+                await set_retention(client, self.namespace, RETENTION)
             except (RuntimeError, TemporalError) as exc:
                 error = exc
             if time.monotonic() > deadline:

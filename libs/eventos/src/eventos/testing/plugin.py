@@ -3,6 +3,8 @@
 PostgreSQL: EVENTOS_DATABASE_URL if set, else testcontainers where a Docker engine answers,
 else the embedded server. Each test gets a fresh database cloned from a migrated template.
 Temporal: TEMPORAL_ADDRESS if set, else the pinned dev server binary (started on first use).
+Tier L tests (marker `tier_l`) ask for `tier_l_server` instead: the open-source server `make
+tools` built, on the session's PostgreSQL with the chart's configuration, started once.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -26,10 +29,17 @@ from psycopg_pool import AsyncConnectionPool
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
 from eventos.outbox_keys import OutboxKeys, new_key_entry
-from eventos.settings import DatabaseSettings, TemporalSettings
+from eventos.settings import DatabaseSettings, ServerTools, TemporalSettings
+from eventos.temporal_server import TemporalServer
 
 TEMPLATE = "eventos_template"
 _counter = itertools.count(1)
+# A test instance of tier L: fewer history shards than the chart's 64 (they start faster and
+# carry a test's load), and fewer connections per store than the chart's 40 (one PostgreSQL
+# serves the whole session).
+TIER_L_SHARDS = 4
+TIER_L_MAX_CONNS = 10
+TIER_L_START_S = 120.0
 # A test still running after this long prints its pending asyncio tasks' stacks, shortly
 # before pytest-timeout (pyproject: timeout) fails it with the threads' stacks.
 HANG_DUMP_S = float(os.environ.get("EVENTOS_TEST_HANG_DUMP_S", "240"))
@@ -103,7 +113,7 @@ def _docker_answers() -> bool:
 
 
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresForTests]:
+def postgres_server() -> Iterator[PostgresForTests]:
     """The session's PostgreSQL server."""
     url = os.environ.get("EVENTOS_DATABASE_URL")
     if url:
@@ -117,12 +127,17 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
         return
     from eventos.embedded_pg import EmbeddedPostgres
 
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg"), durable=False)
+    # Not under pytest's folder: every pytest session that starts on the machine resets
+    # /tmp/pytest-of-<user> to 0700, which (run as root) locks the unprivileged user the server
+    # runs as out of its data directory mid-session, and the server PANICs.
+    data_dir = Path(tempfile.mkdtemp(prefix="eventos-test-pg-"))
+    server = EmbeddedPostgres(data_dir, durable=False)
     server.start()
     try:
         yield PostgresForTests(server.url())
     finally:
         server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -197,3 +212,38 @@ def temporal_settings() -> Iterator[TemporalSettings]:
         yield TemporalSettings(address=server.address, namespace=server.namespace)
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def tier_l_server(
+    postgres_server: PostgresForTests,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> Iterator[TemporalServer]:
+    """Tier L: the open-source Temporal server from this checkout's `.tools/bin` (`make tools`),
+    its databases on the session's PostgreSQL, its config the chart's; dropped at the end."""
+    suffix = os.getpid()
+    server = TemporalServer(
+        tmp_path_factory.mktemp("temporal-server"),
+        ServerTools.from_env(root=request.config.rootpath),
+        database_url=postgres_server.admin_url,
+        shards=TIER_L_SHARDS,
+        max_conns=TIER_L_MAX_CONNS,
+        database=f"temporal_{suffix}",
+        visibility_database=f"temporal_visibility_{suffix}",
+    )
+    server.start(timeout=TIER_L_START_S)
+    try:
+        yield server
+    finally:
+        server.stop()
+        server.drop_databases()
+
+
+@pytest.fixture
+def tier_l_temporal(tier_l_server: TemporalServer) -> TemporalSettings:
+    """A namespace of this test's own on the tier L server (7-day retention): workflow ids
+    never meet another test's."""
+    namespace = f"t-{os.getpid()}-{next(_counter)}"
+    tier_l_server.ensure_namespace(namespace)
+    return TemporalSettings(address=tier_l_server.address, namespace=namespace)
