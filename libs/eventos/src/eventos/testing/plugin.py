@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -29,6 +30,12 @@ from eventos.outbox_keys import OutboxKeys, new_key_entry
 from eventos.settings import DatabaseSettings, TemporalSettings
 
 TEMPLATE = "eventos_template"
+# The embedded server's files go to this tmpfs when it has room. Each test clones the
+# template (about 1,300 files) and drops its clone; on ext4 (the CI machine's disk has no
+# journal) every file created walks past the inodes deleted in the last half minute, so a
+# clone cost ~0.5 s of kernel time, growing as tests went by; in memory it costs ~0.03 s.
+MEMORY_FS = Path("/dev/shm")
+MEMORY_FS_MIN_FREE = 2 * 1024**3  # the template, one clone at a time, and the bounded WAL
 _counter = itertools.count(1)
 # A test still running after this long prints its pending asyncio tasks' stacks, shortly
 # before pytest-timeout (pyproject: timeout) fails it with the threads' stacks.
@@ -102,9 +109,23 @@ def _docker_answers() -> bool:
     return True
 
 
+def _memory_fs() -> Path | None:
+    """MEMORY_FS when it is a writable directory with room, else None (the system's temp)."""
+    try:
+        roomy = shutil.disk_usage(MEMORY_FS).free >= MEMORY_FS_MIN_FREE
+    except OSError:
+        return None
+    return MEMORY_FS if roomy and os.access(MEMORY_FS, os.W_OK | os.X_OK) else None
+
+
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresForTests]:
-    """The session's PostgreSQL server."""
+def postgres_server() -> Iterator[PostgresForTests]:
+    """The session's PostgreSQL server.
+
+    The embedded server's data lives outside pytest's /tmp/pytest-of-<user>: every pytest
+    session that starts resets that folder to mode 0700, which locks the server user (when
+    run as root) out of its own data directory and crashes the server of any session
+    already running there."""
     url = os.environ.get("EVENTOS_DATABASE_URL")
     if url:
         yield PostgresForTests(url)
@@ -117,12 +138,14 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
         return
     from eventos.embedded_pg import EmbeddedPostgres
 
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg"), durable=False)
+    data_dir = Path(tempfile.mkdtemp(prefix="eventos-test-pg-", dir=_memory_fs()))
+    server = EmbeddedPostgres(data_dir, durable=False)
     server.start()
     try:
         yield PostgresForTests(server.url())
     finally:
         server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
