@@ -108,9 +108,10 @@ class Guarded:
     stubs: StubActivities
 
 
-@pytest.fixture
-async def guarded(temporal_settings: TemporalSettings) -> AsyncIterator[Guarded]:
-    """A guarded client and a worker using the same converter on a fresh task queue."""
+@pytest.fixture(scope="module")
+async def guarded_worker(temporal_settings: TemporalSettings) -> AsyncIterator[Guarded]:
+    """A guarded client and a worker using the same converter on a fresh task queue, for the
+    module (a worker validates its workflows in the sandbox as it starts: about a second)."""
     client = await connect(temporal_settings.address, temporal_settings.namespace)
     assert client.data_converter is GUARDED_DATA_CONVERTER
     queue = f"test-guard-{uuid.uuid4()}"
@@ -119,6 +120,14 @@ async def guarded(temporal_settings: TemporalSettings) -> AsyncIterator[Guarded]
     activities: list[Callable[..., Any]] = [stubs.llm_step, stubs.fetch_body]
     async with Worker(client, task_queue=queue, workflows=workflows, activities=activities):
         yield Guarded(client, queue, stubs)
+
+
+@pytest.fixture
+def guarded(guarded_worker: Guarded) -> Guarded:
+    """The module's worker, its stubs' call count back at zero (each test's workflows have
+    ids of their own)."""
+    guarded_worker.stubs.calls = 0
+    return guarded_worker
 
 
 def workflow_id() -> str:

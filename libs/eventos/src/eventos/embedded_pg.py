@@ -166,6 +166,8 @@ class EmbeddedPostgres:
             "full_page_writes": "on" if self.durable else "off",
             "log_min_messages": "warning",
         }
+        if not self.durable:  # a throwaway server, maybe in memory: checkpoints bound its WAL
+            settings["max_wal_size"] = "256MB"
         args = [str(bin_dir() / "postgres"), "-D", str(self.pgdata)]
         for key, value in settings.items():
             args += ["-c", f"{key}={value}"]
