@@ -105,6 +105,22 @@ def stop_groups(pids: list[int], timeout: float) -> list[int]:
     return stubborn
 
 
+def stop_child(process: subprocess.Popen[Any] | None, pid_path: Path, timeout: float) -> None:
+    """Stop a server we started: SIGTERM, then SIGKILL after `timeout` seconds; its pid file
+    goes if it still names this process."""
+    if process is None:
+        return
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if pid_path.exists() and pid_path.read_text().strip() == str(process.pid):
+        pid_path.unlink()
+
+
 @dataclass(frozen=True)
 class Recorded:
     """A child as recorded at spawn time, so a later run can recognise it."""

@@ -219,15 +219,4 @@ class TemporalDevServer:
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM, then SIGKILL after `timeout` seconds."""
-        process = self.process
-        if process is None:
-            return
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if self.pid_path.exists() and self.pid_path.read_text().strip() == str(process.pid):
-            self.pid_path.unlink()
+        processes.stop_child(self.process, self.pid_path, timeout)
