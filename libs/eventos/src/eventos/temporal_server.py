@@ -231,7 +231,7 @@ class TemporalServer:
         login = self.login
         args = [str(self.tools.binary(SQL_TOOL)), "--plugin", PLUGIN, "--endpoint", login.host]
         args += ["--port", str(login.port), "--user", login.user, "--database", database]
-        env = {**os.environ, "SQL_PASSWORD": login.password}  # never on the command line
+        env = {"SQL_PASSWORD": login.password}  # its only input outside its arguments
         return subprocess.run(
             [*args, *command], capture_output=True, text=True, env=env, timeout=TOOL_TIMEOUT_S
         )
@@ -303,8 +303,9 @@ class TemporalServer:
         self.assign_ports()
         self.write_config()
         self.prepare_databases()
+        # What the chart's Deployment gives the container, and nothing of ours: the two
+        # variables its config reads.
         env = {
-            **os.environ,
             "TEMPORAL_SQL_PASSWORD": self.login.password,
             "POD_IP": self.host,  # the membership ring's broadcast address (the pod's IP)
         }
