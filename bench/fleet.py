@@ -1,26 +1,33 @@
-"""A fleet under load: N employees, background webhooks at a set rate, the owner's chat latency.
+"""A fleet under load (EG14): N employees, background webhooks at a set rate, what it costs.
 
-    .venv/bin/python bench/fleet.py [--employees 100] [--rate 10] [--step-s 13] [--seconds 60]
-                                    [--messages 40] [--quick]
+    .venv/bin/python bench/fleet.py [--tier S|L] [--employees N] [--rate 10] [--step-s 13]
+                                    [--seconds 60] [--messages 40] [--quick]
 
-Starts a LocalStack (tier S: embedded PostgreSQL with fsync on and the Temporal dev server, or
-EVENTOS_DATABASE_URL and TEMPORAL_ADDRESS; the six services as processes) with `--employees`
-employees on the deterministic local provider, each with an owner chat and a webhook. Then, as
-the owner sees it (from the POST to the reply on the chat's event stream), `--messages` owner
-messages one after another to the first employee: once with nothing else running (the baseline
-of this run), and once while webhooks arrive at `--rate` events/s spread over every employee,
-each turn's model step taking `--step-s` seconds (twice tier S's estimated peak of SPEC §14 by
-default: 10 events/s, ~130 LLM calls in flight).
+Starts a LocalStack with `--employees` employees (100 at tier S, 1,000 at tier L by default) on
+the deterministic local provider, each with an owner chat and a webhook. Tier S is embedded
+PostgreSQL with fsync on and the Temporal dev server; tier L the open-source Temporal server on
+that PostgreSQL with the chart's configuration and one workers-llm process per class
+(docs/tier-l.md); or EVENTOS_DATABASE_URL and TEMPORAL_ADDRESS (then `--temporal-metrics`
+names the server's Prometheus endpoint). Then, as the owner sees it (from the POST to the reply
+on the chat's event stream), `--messages` owner messages one after another to the first
+employee: once with nothing else running (the baseline of this run), and once while webhooks
+arrive at `--rate` events/s spread over every employee, each turn's model step taking
+`--step-s` seconds (twice tier S's estimated peak of SPEC §14 by default: 10 events/s, ~130 LLM
+calls in flight).
 
 Prints the owner's p50/p99 in each phase and their ratio, with the target p99 ≤ 500 ms under
-load (issue 12); webhooks accepted and turns finished per second; what is still waiting at the
-end by class; and each process's CPU (% of one core) and resident memory. Stops everything it
-started, also on Ctrl-C.
+load (issue 12); webhooks accepted and turns finished per second; Temporal actions and workflow
+tasks per second (the server's own `action` and `service_requests` counters); what is still
+waiting at the end by class and whether that backlog grew over the load; and each process's CPU
+(% of one core), its CPU per accepted event and per Temporal action (ms of one core), and its
+resident memory. docs/scaling.md turns these figures into cores. Stops everything it started,
+also on Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -34,12 +41,16 @@ import httpx
 import psycopg
 from chat_latency import Replies, one, percentile
 from harness import CpuMeter, exit_on_signals, parse_with_quick, table
+from prometheus_client.parser import text_string_to_metric_families
 
 from eventos.localstack import LocalStack
+from eventos.settings import CHART_VAR, TOOLS_BIN_VAR, ServerTools
 from eventos.testing import wait_for_sync
 
+ROOT = Path(__file__).resolve().parent.parent
 TARGET_LOAD_P99_MS = 500.0  # issue 12: at twice tier S's estimated peak, 100 employees
-READY_TIMEOUT_S = 600.0
+READY_TIMEOUT_S = 900.0
+EMPLOYEES_BY_TIER = {"S": 100, "L": 1000}  # issue 15 (EG14)
 
 
 def fleet_yaml(count: int) -> str:
@@ -121,15 +132,107 @@ def all_running(stack: LocalStack, count: int) -> bool:
     return states.count("running") >= count
 
 
-def rss_mib(pid: int) -> float:
+def memory_mib(pid: int, tree: bool) -> float:
+    """Resident memory of `pid`; with `tree` (PostgreSQL: one process per connection) the sum
+    of its processes' proportional shares (PSS), so shared buffers count once."""
+    if not tree:
+        return _status_kib(pid, "VmRSS:") / 1024
+    pids = [pid] + [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()
+                    and _status_kib(int(e.name), "PPid:") == pid]  # fmt: skip
+    return sum(_rollup_kib(p, "Pss:") for p in pids) / 1024
+
+
+def _status_kib(pid: int, key: str) -> float:
+    return _field(f"/proc/{pid}/status", key)
+
+
+def _rollup_kib(pid: int, key: str) -> float:
+    return _field(f"/proc/{pid}/smaps_rollup", key)
+
+
+def _field(path: str, key: str) -> float:
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
+                if line.startswith(key):
+                    return float(line.split()[1])
     except OSError:
         pass
     return float("nan")
+
+
+WAITING_SQL = "SELECT count(*) FROM bus_deliveries WHERE status IN ('pending', 'delivered')"
+
+
+class Backlog:
+    """Inputs routed and not yet consumed, sampled every `every` seconds in a thread."""
+
+    def __init__(self, url: str, every: float = 5.0) -> None:
+        self.url, self.every = url, every
+        self.samples: list[int] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(30)
+
+    def _run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while True:
+                self.samples.append(int(conn.execute(WAITING_SQL).fetchone()[0]))
+                if self.stopping.wait(self.every):
+                    return
+
+    def verdict(self) -> str:
+        """Bounded when the last third of the load held no more than the middle third (10% and
+        one turn's worth of slack): a backlog that only grows is a rate the fleet cannot keep."""
+        n = len(self.samples)
+        if n < 6:
+            return "too short to tell"
+        middle = statistics.mean(self.samples[n // 3 : 2 * n // 3])
+        last = statistics.mean(self.samples[2 * n // 3 :])
+        return "bounded" if last <= middle * 1.1 + 50 else "growing"
+
+
+class ServerCounters:
+    """The Temporal server's own counters for one namespace, from its Prometheus endpoint:
+    actions (`action`, what Temporal Cloud would bill) and workflow tasks completed."""
+
+    def __init__(self, url: str | None, namespace: str) -> None:
+        self.url = url
+        self.namespace = namespace.replace("-", "_")  # the server's label values use _
+
+    def read(self) -> dict[str, float]:
+        if self.url is None:
+            return {}
+        text = httpx.get(self.url, timeout=10).text
+        counts = {"actions": 0.0, "workflow tasks": 0.0}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = sample.labels
+                if labels.get("namespace") != self.namespace:
+                    continue
+                name = sample.name.removesuffix("_total")
+                if name == "action":
+                    counts["actions"] += sample.value
+                elif (
+                    name == "service_requests"
+                    and labels.get("operation") == "RespondWorkflowTaskCompleted"
+                    and labels.get("service_name") == "frontend"
+                ):
+                    counts["workflow tasks"] += sample.value
+        return counts
+
+
+def metrics_url(stack: LocalStack, given: str | None) -> str | None:
+    if given:
+        return given
+    server = stack.temporal
+    return f"http://127.0.0.1:{server.metrics_port}/metrics" if server is not None else None
 
 
 def report_database(url: str, since: float, until: float) -> None:
@@ -147,16 +250,28 @@ def report_database(url: str, since: float, until: float) -> None:
           + (", ".join(f"C{k} {n}" for k, n in waiting) or "none"))  # fmt: skip
 
 
+def per_unit_ms(cpu_pct: float, wall: float, units: float) -> str:
+    """Milliseconds of one core per unit (an event, an action) over the load window."""
+    return f"{cpu_pct / 100 * wall / units * 1000:.2f}" if units > 0 else "-"
+
+
 def run(folder: Path, args: argparse.Namespace) -> None:
     examples = folder / "examples"
     examples.mkdir()
     (examples / "fleet.yaml").write_text(fleet_yaml(args.employees))
-    stack = LocalStack(folder / "instance", examples_dir=examples, say=lambda line: None)
+    # The instance lives in a temporary folder: tier L's server, schema tool and chart are
+    # this checkout's (unless EVENTOS_TOOLS_BIN and EVENTOS_CHART say otherwise).
+    tools = ServerTools.from_env(root=ROOT)
+    env = {**os.environ, TOOLS_BIN_VAR: str(tools.bin_dir), CHART_VAR: str(tools.chart)}
+    stack = LocalStack(folder / "instance", examples_dir=examples, say=lambda line: None,
+                       tier=args.tier, ready_timeout_s=READY_TIMEOUT_S, env=env)  # fmt: skip
     try:
-        print(f"starting the local instance with {args.employees} employees …", flush=True)
+        print(f"starting the local instance (tier {args.tier}) with {args.employees} employees …",
+              flush=True)  # fmt: skip
         stack.start()
         wait_for_sync(lambda: all_running(stack, args.employees), timeout=READY_TIMEOUT_S,
                       interval=1, what=f"{args.employees} employees running")  # fmt: skip
+        server = ServerCounters(metrics_url(stack, args.temporal_metrics), stack.temporal_namespace)
         headers = {"Authorization": f"Bearer {stack.admin_token}"}
         replies = Replies(stack.ingress_url, headers, employee=name(0))
         owner_latencies(stack, replies, args.warmup, "warm-up")
@@ -165,9 +280,12 @@ def run(folder: Path, args: argparse.Namespace) -> None:
                 if pid is not None and n != "localstack"}  # fmt: skip
         meter = CpuMeter(pids)
         hooks = Webhooks(stack.ingress_url, args.employees, args.rate, args.step_s)
+        backlog = Backlog(stack.database_url, every=max(1.0, min(5.0, args.seconds / 12)))
         since = time.time()
+        counted = server.read()
         meter.start()
         hooks.start()
+        backlog.start()
         time.sleep(min(args.step_s, args.seconds / 4))  # the load builds up its steps in flight
         loaded = owner_latencies(stack, replies, args.messages, "under load")
         left = args.seconds - (time.time() - since)
@@ -175,13 +293,24 @@ def run(folder: Path, args: argparse.Namespace) -> None:
             hooks.stopping.wait(left)
         wall = hooks.stop()
         usage = meter.stop()
+        backlog.stop()
+        counts = {k: v - counted.get(k, 0.0) for k, v in server.read().items()}
         until = time.time()
         p50i, p99i = statistics.median(idle), percentile(idle, 0.99)
         p50l, p99l = statistics.median(loaded), percentile(loaded, 0.99)
-        print(f"\n{args.employees} employees; webhooks at {args.rate}/s for {wall:.0f} s, steps of "
-              f"{args.step_s} s: {hooks.accepted} accepted ({hooks.accepted / wall:.1f}/s) of "
-              f"{hooks.sent} sent; answers {dict(sorted(hooks.answers.items()))}")  # fmt: skip
+        print(f"\ntier {args.tier}, {args.employees} employees; webhooks at {args.rate}/s for "
+              f"{wall:.0f} s, steps of {args.step_s} s: {hooks.accepted} accepted "
+              f"({hooks.accepted / wall:.1f}/s) of {hooks.sent} sent; answers "
+              f"{dict(sorted(hooks.answers.items()))}")  # fmt: skip
         report_database(stack.database_url, since, until)
+        print(f"inputs waiting, every {backlog.every:.0f} s of the load: {backlog.samples}: "
+              f"{backlog.verdict()}")  # fmt: skip
+        if counts:
+            print(f"Temporal actions: {counts['actions']:.0f} ({counts['actions'] / wall:.1f}/s); "
+                  f"workflow tasks: {counts['workflow tasks']:.0f} "
+                  f"({counts['workflow tasks'] / wall:.1f}/s) (the server's counters)")  # fmt: skip
+        else:
+            print("Temporal actions: - (TEMPORAL_ADDRESS given without --temporal-metrics)")
         print("\nowner chat, message → reply on the event stream (ms):")
         print(table(["phase", "p50", "p90", "p99", "max"], [
             ["idle", f"{p50i:.0f}", f"{percentile(idle, 0.9):.0f}", f"{p99i:.0f}",
@@ -192,10 +321,15 @@ def run(folder: Path, args: argparse.Namespace) -> None:
         verdict = "PASS" if p99l <= TARGET_LOAD_P99_MS else "MISS"
         print(f"  under load p99 {p99l:.0f} ms, {p99l / p99i:.2f}x idle; "
               f"target ≤ {TARGET_LOAD_P99_MS:.0f} ms: {verdict}")  # fmt: skip
-        rows = [[n, f"{pct:.0f}%", f"{rss_mib(pids[n][0]):.0f}" if n in pids else "-"]
+        actions = counts.get("actions", 0.0)
+        rows = [[n, f"{pct:.0f}%", per_unit_ms(pct, wall, hooks.accepted),
+                 per_unit_ms(pct, wall, actions),
+                 f"{memory_mib(*pids[n]):.0f}" if n in pids else "-"]
                 for n, pct in usage.items()]  # fmt: skip
-        print("\nprocesses during the load (CPU as % of one core; RSS now):")
-        print(table(["process", "CPU", "RSS MiB"], rows))
+        print("\nprocesses during the load (CPU as % of one core; ms of one core per accepted "
+              "event and per Temporal action; memory now: RSS, PostgreSQL's PSS summed over its "
+              "processes):")  # fmt: skip
+        print(table(["process", "CPU", "ms/event", "ms/action", "RSS MiB"], rows))
     finally:
         stack.stop()
 
@@ -203,15 +337,23 @@ def run(folder: Path, args: argparse.Namespace) -> None:
 def main() -> int:
     exit_on_signals()  # SIGTERM unwinds too, so the servers this started are stopped
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--employees", type=int, default=100)
+    parser.add_argument("--tier", choices=("S", "L"), default="S")
+    parser.add_argument("--employees", type=int, help="100 at tier S, 1,000 at tier L")
     parser.add_argument("--rate", type=float, default=10.0, help="webhooks per second")
     parser.add_argument("--step-s", type=float, default=13.0, help="seconds per model step")
     parser.add_argument("--seconds", type=float, default=60.0, help="length of the load")
     parser.add_argument("--messages", type=int, default=40, help="owner messages per phase")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument(
+        "--temporal-metrics",
+        metavar="URL",
+        help="the server's Prometheus endpoint, when TEMPORAL_ADDRESS is given",
+    )
     tiny = {"employees": 3, "rate": 2.0, "step_s": 0.2, "seconds": 2.0, "messages": 2,
             "warmup": 1}  # fmt: skip
     args = parse_with_quick(parser, tiny)
+    if args.employees is None:
+        args.employees = EMPLOYEES_BY_TIER[args.tier]
     folder = Path(tempfile.mkdtemp(prefix="eventos-fleet-bench-"))
     try:
         run(folder, args)

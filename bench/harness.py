@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import faulthandler
 import os
 import shutil
 import signal
@@ -70,6 +71,21 @@ def exit_on_signals() -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGUSR1, dump_stacks)
+
+
+def dump_stacks(signum: int, frame: FrameType | None) -> None:
+    """SIGUSR1: every thread's stack and every asyncio task's, on stderr (what a driver that
+    seems stuck is waiting for; the smoke tests ask for it before they stop one)."""
+    faulthandler.dump_traceback(all_threads=True)
+    try:
+        tasks = asyncio.all_tasks(asyncio.get_running_loop())
+    except RuntimeError:
+        tasks = set()  # not inside the event loop
+    for task in tasks:
+        print(f"--- {task!r}", file=sys.stderr)
+        task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.flush()
 
 
 class BenchPostgres(EmbeddedPostgres):

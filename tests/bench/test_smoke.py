@@ -10,6 +10,7 @@ workers, nor by the same driver's next run on a long-lived TEMPORAL_ADDRESS).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -57,6 +58,7 @@ FIGURES = {
 }  # fmt: skip
 RUN_TIMEOUT_S = 100.0
 STOP_GRACE_S = 20.0
+STACKS_WAIT_S = 3.0
 SESSION = secrets.token_hex(3)
 
 
@@ -119,13 +121,19 @@ def run_driver(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[
     try:
         out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # its stacks, on stderr, before it is stopped
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(STACKS_WAIT_S)
         proc.send_signal(signal.SIGTERM)
         try:
             out, err = proc.communicate(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-        pytest.fail(f"{script} --quick still running after {RUN_TIMEOUT_S:.0f}s:\n{err[-3000:]}")
+        pytest.fail(
+            f"{script} --quick still running after {RUN_TIMEOUT_S:.0f}s; it printed:\n"
+            f"{out[-2000:]}\nand on stderr (its stacks at the end):\n{err[-12000:]}"
+        )
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
