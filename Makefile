@@ -200,13 +200,14 @@ images: ## build one image per service (needs a Docker engine; IMAGE_REPOSITORY,
 
 # Bytecode refreshed first: with PYTHONDONTWRITEBYTECODE set, a source edited since `make install`
 # would be compiled again by every process (and by Temporal's sandbox at every workflow run).
-bench: install ## run the load drivers in bench/ and print their figures
+bench: install $(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## run the load drivers in bench/ and print their figures
 	$(PY) -m compileall -q libs/eventos/src services
 	$(PY) bench/ingress.py
 	$(PY) bench/router.py
 	$(PY) bench/publish.py
 	$(PY) bench/chat_latency.py
 	$(PY) bench/fleet.py
+	$(PY) bench/fleet.py --tier L
 	$(PY) bench/burst.py
 	$(PY) bench/relay.py
 	$(PY) bench/fairness.py

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -42,7 +43,7 @@ FIGURES = {
                  "delivery ceiling of one conversation"],
     "chat_latency.py": ["owner chat, message → reply", "p50", "p99", "per stage", "routed"],
     "fleet.py": ["employees; webhooks at", "turns finished in the load window", "under load p99",
-                 "inputs still waiting", "RSS MiB"],
+                 "inputs still waiting", "RSS MiB", "ms/event", "ms/action", "Temporal actions:"],
     "fairness.py": ["turns admitted in the load window", "share", "floor",
                     "owner admission wait under load", "owner message to turn start"],
     "ingress.py": ["Webhook ingress vs baseline", "ok/s", "p99 ms", "server CPU%",
@@ -59,6 +60,7 @@ FIGURES = {
 RUN_TIMEOUT_S = 100.0
 STOP_GRACE_S = 20.0
 STACKS_WAIT_S = 3.0
+TIER_L_RUN_TIMEOUT_S = 240.0  # it creates the server's databases and 64 shards first
 SESSION = secrets.token_hex(3)
 
 
@@ -106,11 +108,13 @@ def bytecode_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {"PYTHONPYCACHEPREFIX": str(tmp_path_factory.mktemp("pycache"))}
 
 
-def run_driver(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def run_driver(
+    script: str, env: dict[str, str], *args: str, timeout_s: float = RUN_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
     """`python bench/<script> --quick` from the repository root, as the docs run it; stopped
     with SIGTERM (the drivers stop what they started on it) if it outlives the timeout."""
     proc = subprocess.Popen(
-        [sys.executable, str(BENCH / script), "--quick"],
+        [sys.executable, str(BENCH / script), "--quick", *args],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -119,7 +123,7 @@ def run_driver(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[
         text=True,
     )
     try:
-        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+        out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGUSR1)  # its stacks, on stderr, before it is stopped
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -131,7 +135,7 @@ def run_driver(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[
             proc.kill()
             out, err = proc.communicate()
         pytest.fail(
-            f"{script} --quick still running after {RUN_TIMEOUT_S:.0f}s; it printed:\n"
+            f"{script} --quick still running after {timeout_s:.0f}s; it printed:\n"
             f"{out[-2000:]}\nand on stderr (its stacks at the end):\n{err[-12000:]}"
         )
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
@@ -164,3 +168,24 @@ def test_driver_runs_and_prints_its_figures(
 def test_every_driver_has_a_smoke_run() -> None:
     drivers = {p.name for p in BENCH.glob("*.py")} - HELPERS
     assert drivers == set(FIGURES), "a bench/ driver without a smoke run, or a stale entry"
+
+
+@pytest.mark.tier_l
+def test_fleet_runs_at_tier_l_with_the_servers_counters(bytecode_cache: dict[str, str]) -> None:
+    """`fleet.py --tier L --quick` on its own instance: embedded PostgreSQL, the tier L server
+    this checkout built, one workers-llm per class; actions counted from the server's metrics."""
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"
+           and not k.startswith(("EVENTOS_DATABASE_URL", "TEMPORAL_"))},
+        **bytecode_cache,
+    }  # fmt: skip
+    done = run_driver("fleet.py", env, "--tier", "L", timeout_s=TIER_L_RUN_TIMEOUT_S)
+    assert done.returncode == 0, (
+        f"fleet.py --tier L --quick exited {done.returncode}:\n{done.stderr[-3000:]}"
+    )
+    out = done.stdout
+    assert "tier L, 3 employees" in out, out
+    for klass in ("c1", "c2", "c3", "c4"):
+        assert f"workers-llm-{klass}" in out, out  # one process per class queue, each measured
+    actions = re.search(r"Temporal actions: (\d+) \(", out)
+    assert actions is not None and int(actions.group(1)) > 0, out
