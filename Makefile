@@ -50,6 +50,9 @@ PG_PLATFORM_Linux_x86_64 := linux-x64
 PG_PLATFORM_Linux_aarch64 := linux-arm64
 PG_PLATFORM_Darwin_arm64 := darwin-arm64
 PG_CONTRIB := $(VENV)/.pg-contrib
+# `make test` runs on this many pytest-xdist workers (each its own PostgreSQL and Temporal); most
+# tests wait on servers, so two keep a 2-core machine busy. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 SERVICES := ingress router relay workers-workflow workers-llm egress
 IMAGE_REPOSITORY ?= eventos
 IMAGE_TAG ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
@@ -186,7 +189,7 @@ lint: install ## ruff (format + lint) and mypy
 	$(VENV)/bin/mypy libs/eventos/src services/*/src
 
 test: lint $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 deploy-check: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout, alert rules
 	$(VENV)/bin/pytest -q tests/deploy

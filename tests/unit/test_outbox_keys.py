@@ -70,6 +70,7 @@ def test_rotation_the_first_key_seals_and_every_key_opens() -> None:
         ("k1:" + base64.b64encode(os.urandom(16)).decode(), "must be 32 bytes, got 16"),
         (f"{new_key_entry('k1')},{new_key_entry('k1')}", "listed twice"),
     ],
+    ids=["empty", "no-key", "bad-id", "not-base64", "short-key", "twice"],  # the keys are random
 )
 def test_bad_keys_fail_naming_the_variable(value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as caught:

@@ -46,6 +46,7 @@ _counter = itertools.count(1)
 TIER_L_SHARDS = 4
 TIER_L_MAX_CONNS = 10
 TIER_L_START_S = 120.0
+TIER_L_GROUP = "tier-l"
 # A test still running after this long prints its pending asyncio tasks' stacks, shortly
 # before pytest-timeout (pyproject: timeout) fails it with the threads' stacks.
 HANG_DUMP_S = float(os.environ.get("EVENTOS_TEST_HANG_DUMP_S", "240"))
@@ -62,6 +63,15 @@ def _dump_tasks(name: str) -> None:
     for task in tasks:
         task.print_stack(file=err)
     err.flush()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` runs the suite on several pytest-xdist workers (`--dist loadgroup`), each
+    with its own PostgreSQL and dev server: the tier L tests go to one worker, so one tier L
+    server starts for the run, not one per worker."""
+    for item in items:
+        if item.get_closest_marker("tier_l") is not None:
+            item.add_marker(pytest.mark.xdist_group(TIER_L_GROUP))
 
 
 @pytest.hookimpl(hookwrapper=True)
