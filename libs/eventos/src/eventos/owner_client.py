@@ -59,6 +59,20 @@ class OwnerClient:
     url: str
     token: str = field(repr=False)
     timeout_s: float = 10.0
+    # One connection for every call (a CLI command or `make run` applying many employees).
+    _http: httpx.Client = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._http = httpx.Client(timeout=self.timeout_s)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> OwnerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _call(
         self, method: str, path: str, *, content: bytes | None = None, content_type: str = ""
@@ -67,12 +81,8 @@ class OwnerClient:
         if content_type:
             headers["Content-Type"] = content_type
         try:
-            response = httpx.request(
-                method,
-                self.url.rstrip("/") + path,
-                content=content,
-                headers=headers,
-                timeout=self.timeout_s,
+            response = self._http.request(
+                method, self.url.rstrip("/") + path, content=content, headers=headers
             )
         except httpx.ConnectError:
             raise InstanceUnreachable(self.url) from None
