@@ -1,19 +1,21 @@
 """A fleet under load (EG14): N employees, background webhooks at a set rate, what it costs.
 
-    .venv/bin/python bench/fleet.py [--tier S|L] [--employees N] [--rate 10] [--step-s 13]
-                                    [--seconds 60] [--messages 40] [--quick]
+    .venv/bin/python bench/fleet.py [--tier S|L] [--employees N] [--rate 10] [--seconds 60]
+                                    [--messages 40] [--quick]
 
 Starts a LocalStack with `--employees` employees (100 at tier S, 1,000 at tier L by default) on
 the deterministic local provider, each with an owner chat and a webhook. Tier S is embedded
 PostgreSQL with fsync on and the Temporal dev server; tier L the open-source Temporal server on
-that PostgreSQL with the chart's configuration and one workers-llm process per class
-(docs/tier-l.md); or EVENTOS_DATABASE_URL and TEMPORAL_ADDRESS (then `--temporal-metrics`
-names the server's Prometheus endpoint). Then, as the owner sees it (from the POST to the reply
-on the chat's event stream), `--messages` owner messages one after another to the first
-employee: once with nothing else running (the baseline of this run), and once while webhooks
-arrive at `--rate` events/s spread over every employee, each turn's model step taking
-`--step-s` seconds (twice tier S's estimated peak of SPEC §14 by default: 10 events/s, ~130 LLM
-calls in flight).
+that PostgreSQL with the chart's configuration, one workers-llm process per class and the
+admission ceilings of the chart's tier L values (docs/tier-l.md); or EVENTOS_DATABASE_URL and
+TEMPORAL_ADDRESS (then `--temporal-metrics` names the server's Prometheus endpoint). Then, as
+the owner sees it (from the POST to the reply on the chat's event stream), `--messages` owner
+messages one after another to the first employee: once with nothing else running (the baseline
+of this run), and once while webhooks arrive at `--rate` events/s spread over every employee
+(twice tier S's estimated peak of SPEC §14 by default). Each webhook makes a turn of one model
+step that the local provider answers at once: the load is the event path and Temporal's, not
+model calls held in flight (a call in flight costs its worker a slot and memory, next to no CPU;
+docs/scaling.md).
 
 Prints the owner's p50/p99 in each phase and their ratio, with the target p99 ≤ 500 ms under
 load (issue 12); webhooks accepted and turns finished per second; Temporal actions and workflow
@@ -39,6 +41,7 @@ from pathlib import Path
 
 import httpx
 import psycopg
+import yaml
 from chat_latency import Replies, one, percentile
 from harness import CpuMeter, exit_on_signals, parse_with_quick, table
 from prometheus_client.parser import text_string_to_metric_families
@@ -51,6 +54,19 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET_LOAD_P99_MS = 500.0  # issue 12: at twice tier S's estimated peak, 100 employees
 READY_TIMEOUT_S = 900.0
 EMPLOYEES_BY_TIER = {"S": 100, "L": 1000}  # issue 15 (EG14)
+LOAD_BUILD_S = 10.0
+TIER_L_VALUES = ROOT / "deploy" / "helm" / "eventos" / "values-tier-l.yaml"
+
+
+def tier_l_admission() -> dict[str, str]:
+    """The chart's tier L admission ceilings, and LLM slots per class process to match (one
+    process per class here, the class Deployments' slots at their most replicas there)."""
+    sched = yaml.safe_load(TIER_L_VALUES.read_text())["scheduler"]
+    env = {"EVENTOS_SCHED_CAPACITY": str(sched["capacity"])}
+    for klass, most in sched["classMax"].items():
+        n = klass.removeprefix("c")
+        env[f"EVENTOS_SCHED_CLASS_MAX_C{n}"] = env[f"EVENTOS_LLM_SLOTS_C{n}"] = str(most)
+    return env
 
 
 def fleet_yaml(count: int) -> str:
@@ -81,8 +97,8 @@ def name(i: int) -> str:
 class Webhooks:
     """Open-loop webhooks at `rate` events/s round-robin over the employees, in a thread."""
 
-    def __init__(self, base_url: str, employees: int, rate: float, step_s: float) -> None:
-        self.base_url, self.employees, self.rate, self.step_s = base_url, employees, rate, step_s
+    def __init__(self, base_url: str, employees: int, rate: float) -> None:
+        self.base_url, self.employees, self.rate = base_url, employees, rate
         self.sent = self.accepted = 0
         self.answers: dict[int, int] = {}
         self.stopping = threading.Event()
@@ -103,7 +119,7 @@ class Webhooks:
         with httpx.Client(base_url=self.base_url, timeout=10) as http:
             while not self.stopping.is_set():
                 i = self.sent
-                body = {"text": f"job {i}\nsleep: {self.step_s}"}
+                body = {"job": i}
                 headers = {"X-Event-Id": uuid.uuid4().hex}
                 try:
                     r = http.post(f"/hooks/{name(i % self.employees)}", json=body, headers=headers)
@@ -187,15 +203,16 @@ class Backlog:
                 if self.stopping.wait(self.every):
                     return
 
-    def verdict(self) -> str:
-        """Bounded when the last third of the load held no more than the middle third (10% and
-        one turn's worth of slack): a backlog that only grows is a rate the fleet cannot keep."""
+    def verdict(self, rate: float) -> str:
+        """Bounded when the last third of the load held no more than the middle third (25% and
+        two seconds of arrivals of slack): a backlog that only grows is a rate the fleet cannot
+        keep."""
         n = len(self.samples)
         if n < 6:
             return "too short to tell"
         middle = statistics.mean(self.samples[n // 3 : 2 * n // 3])
         last = statistics.mean(self.samples[2 * n // 3 :])
-        return "bounded" if last <= middle * 1.1 + 50 else "growing"
+        return "bounded" if last <= middle * 1.25 + 2 * rate else "growing"
 
 
 class ServerCounters:
@@ -263,6 +280,8 @@ def run(folder: Path, args: argparse.Namespace) -> None:
     # this checkout's (unless EVENTOS_TOOLS_BIN and EVENTOS_CHART say otherwise).
     tools = ServerTools.from_env(root=ROOT)
     env = {**os.environ, TOOLS_BIN_VAR: str(tools.bin_dir), CHART_VAR: str(tools.chart)}
+    if args.tier == "L":
+        env.update(tier_l_admission())
     stack = LocalStack(folder / "instance", examples_dir=examples, say=lambda line: None,
                        tier=args.tier, ready_timeout_s=READY_TIMEOUT_S, env=env)  # fmt: skip
     try:
@@ -279,14 +298,14 @@ def run(folder: Path, args: argparse.Namespace) -> None:
         pids = {n: (pid, n == "postgres") for n, pid in stack.stack()["pids"].items()
                 if pid is not None and n != "localstack"}  # fmt: skip
         meter = CpuMeter(pids)
-        hooks = Webhooks(stack.ingress_url, args.employees, args.rate, args.step_s)
+        hooks = Webhooks(stack.ingress_url, args.employees, args.rate)
         backlog = Backlog(stack.database_url, every=max(1.0, min(5.0, args.seconds / 12)))
         since = time.time()
         counted = server.read()
         meter.start()
         hooks.start()
         backlog.start()
-        time.sleep(min(args.step_s, args.seconds / 4))  # the load builds up its steps in flight
+        time.sleep(min(LOAD_BUILD_S, args.seconds / 4))  # the load reaches its steady state
         loaded = owner_latencies(stack, replies, args.messages, "under load")
         left = args.seconds - (time.time() - since)
         if left > 0:
@@ -299,12 +318,12 @@ def run(folder: Path, args: argparse.Namespace) -> None:
         p50i, p99i = statistics.median(idle), percentile(idle, 0.99)
         p50l, p99l = statistics.median(loaded), percentile(loaded, 0.99)
         print(f"\ntier {args.tier}, {args.employees} employees; webhooks at {args.rate}/s for "
-              f"{wall:.0f} s, steps of {args.step_s} s: {hooks.accepted} accepted "
+              f"{wall:.0f} s: {hooks.accepted} accepted "
               f"({hooks.accepted / wall:.1f}/s) of {hooks.sent} sent; answers "
               f"{dict(sorted(hooks.answers.items()))}")  # fmt: skip
         report_database(stack.database_url, since, until)
         print(f"inputs waiting, every {backlog.every:.0f} s of the load: {backlog.samples}: "
-              f"{backlog.verdict()}")  # fmt: skip
+              f"{backlog.verdict(args.rate)}")  # fmt: skip
         if counts:
             print(f"Temporal actions: {counts['actions']:.0f} ({counts['actions'] / wall:.1f}/s); "
                   f"workflow tasks: {counts['workflow tasks']:.0f} "
@@ -340,7 +359,6 @@ def main() -> int:
     parser.add_argument("--tier", choices=("S", "L"), default="S")
     parser.add_argument("--employees", type=int, help="100 at tier S, 1,000 at tier L")
     parser.add_argument("--rate", type=float, default=10.0, help="webhooks per second")
-    parser.add_argument("--step-s", type=float, default=13.0, help="seconds per model step")
     parser.add_argument("--seconds", type=float, default=60.0, help="length of the load")
     parser.add_argument("--messages", type=int, default=40, help="owner messages per phase")
     parser.add_argument("--warmup", type=int, default=3)
@@ -349,7 +367,7 @@ def main() -> int:
         metavar="URL",
         help="the server's Prometheus endpoint, when TEMPORAL_ADDRESS is given",
     )
-    tiny = {"employees": 3, "rate": 2.0, "step_s": 0.2, "seconds": 2.0, "messages": 2,
+    tiny = {"employees": 3, "rate": 2.0, "seconds": 2.0, "messages": 2,
             "warmup": 1}  # fmt: skip
     args = parse_with_quick(parser, tiny)
     if args.employees is None:
