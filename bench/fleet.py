@@ -21,9 +21,10 @@ Prints the owner's p50/p99 in each phase and their ratio, with the target p99 â‰
 load (issue 12); webhooks accepted and turns finished per second; Temporal actions and workflow
 tasks per second (the server's own `action` and `service_requests` counters); what is still
 waiting at the end by class and whether that backlog grew over the load; and each process's CPU
-(% of one core), its CPU per accepted event and per Temporal action (ms of one core), and its
-resident memory. docs/scaling.md turns these figures into cores. Stops everything it started,
-also on Ctrl-C.
+(% of one core) at rest (`--rest-s` with nothing sent: supervisors, timers, the server's shards)
+and under load, what the load added per accepted event and per Temporal action it added (ms of
+one core), and its resident memory. docs/scaling.md turns these figures into cores. Stops
+everything it started, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -269,6 +270,7 @@ def report_database(url: str, since: float, until: float) -> None:
 
 def per_unit_ms(cpu_pct: float, wall: float, units: float) -> str:
     """Milliseconds of one core per unit (an event, an action) over the load window."""
+    cpu_pct = max(0.0, cpu_pct)
     return f"{cpu_pct / 100 * wall / units * 1000:.2f}" if units > 0 else "-"
 
 
@@ -294,9 +296,17 @@ def run(folder: Path, args: argparse.Namespace) -> None:
         headers = {"Authorization": f"Bearer {stack.admin_token}"}
         replies = Replies(stack.ingress_url, headers, employee=name(0))
         owner_latencies(stack, replies, args.warmup, "warm-up")
-        idle = owner_latencies(stack, replies, args.messages, "idle")
         pids = {n: (pid, n == "postgres") for n, pid in stack.stack()["pids"].items()
                 if pid is not None and n != "localstack"}  # fmt: skip
+        # At rest: the employees' supervisors, timers and the server's shards, nothing sent.
+        meter, counted = CpuMeter(pids), server.read()
+        meter.start()
+        time.sleep(args.rest_s)
+        rest = meter.stop()
+        rest_actions_s = (
+            server.read().get("actions", 0.0) - counted.get("actions", 0.0)
+        ) / args.rest_s
+        idle = owner_latencies(stack, replies, args.messages, "idle")
         meter = CpuMeter(pids)
         hooks = Webhooks(stack.ingress_url, args.employees, args.rate)
         backlog = Backlog(stack.database_url, every=max(1.0, min(5.0, args.seconds / 12)))
@@ -340,15 +350,19 @@ def run(folder: Path, args: argparse.Namespace) -> None:
         verdict = "PASS" if p99l <= TARGET_LOAD_P99_MS else "MISS"
         print(f"  under load p99 {p99l:.0f} ms, {p99l / p99i:.2f}x idle; "
               f"target â‰¤ {TARGET_LOAD_P99_MS:.0f} ms: {verdict}")  # fmt: skip
-        actions = counts.get("actions", 0.0)
-        rows = [[n, f"{pct:.0f}%", per_unit_ms(pct, wall, hooks.accepted),
-                 per_unit_ms(pct, wall, actions),
+        # What the load added to the instance at rest, per event and per action of the load.
+        added = counts.get("actions", 0.0) - rest_actions_s * wall
+        rows = [[n, f"{rest[n]:.0f}%", f"{pct:.0f}%",
+                 per_unit_ms(pct - rest[n], wall, hooks.accepted),
+                 per_unit_ms(pct - rest[n], wall, added),
                  f"{memory_mib(*pids[n]):.0f}" if n in pids else "-"]
                 for n, pct in usage.items()]  # fmt: skip
-        print("\nprocesses during the load (CPU as % of one core; ms of one core per accepted "
-              "event and per Temporal action; memory now: RSS, PostgreSQL's PSS summed over its "
-              "processes):")  # fmt: skip
-        print(table(["process", "CPU", "ms/event", "ms/action", "RSS MiB"], rows))
+        print(f"\nat rest ({args.rest_s:.0f} s, nothing sent): {rest_actions_s:.1f} Temporal "
+              f"actions/s; the load added {added / wall:.1f}/s")  # fmt: skip
+        print("\nprocesses (CPU as % of one core, at rest and under load; what the load added, "
+              "in ms of one core per accepted event and per Temporal action it added; memory "
+              "now: RSS, PostgreSQL's PSS summed over its processes):")  # fmt: skip
+        print(table(["process", "at rest", "load", "ms/event", "ms/action", "RSS MiB"], rows))
     finally:
         stack.stop()
 
@@ -362,12 +376,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="length of the load")
     parser.add_argument("--messages", type=int, default=40, help="owner messages per phase")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rest-s", type=float, default=30.0, help="seconds at rest, measured")
     parser.add_argument(
         "--temporal-metrics",
         metavar="URL",
         help="the server's Prometheus endpoint, when TEMPORAL_ADDRESS is given",
     )
-    tiny = {"employees": 3, "rate": 2.0, "seconds": 2.0, "messages": 2,
+    tiny = {"employees": 3, "rate": 2.0, "seconds": 2.0, "messages": 2, "rest_s": 1.0,
             "warmup": 1}  # fmt: skip
     args = parse_with_quick(parser, tiny)
     if args.employees is None:
