@@ -43,7 +43,7 @@ FIGURES = {
                  "delivery ceiling of one conversation"],
     "chat_latency.py": ["owner chat, message → reply", "p50", "p99", "per stage", "routed"],
     "fleet.py": ["employees; webhooks at", "turns finished in the load window", "under load p99",
-                 "inputs still waiting", "RSS MiB", "ms/event", "ms/action", "Temporal actions:"],
+                 "inputs still waiting", "RSS MiB", "ms/event", "ms/action", "Temporal actions:", "at rest"],
     "fairness.py": ["turns admitted in the load window", "share", "floor",
                     "owner admission wait under load", "owner message to turn start"],
     "ingress.py": ["Webhook ingress vs baseline", "ok/s", "p99 ms", "server CPU%",
