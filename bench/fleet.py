@@ -156,7 +156,8 @@ def memory_mib(pid: int, tree: bool) -> float:
         return _status_kib(pid, "VmRSS:") / 1024
     pids = [pid] + [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()
                     and _status_kib(int(e.name), "PPid:") == pid]  # fmt: skip
-    return sum(_rollup_kib(p, "Pss:") for p in pids) / 1024
+    shares = [_rollup_kib(p, "Pss:") for p in pids]
+    return sum(x for x in shares if x == x) / 1024  # a backend gone meanwhile counts nothing
 
 
 def _status_kib(pid: int, key: str) -> float:
