@@ -44,7 +44,7 @@ import httpx
 import psycopg
 import yaml
 from chat_latency import Replies, one, percentile
-from harness import CpuMeter, exit_on_signals, parse_with_quick, table
+from harness import CpuMeter, children, exit_on_signals, parse_with_quick, table
 from prometheus_client.parser import text_string_to_metric_families
 
 from eventos.localstack import LocalStack
@@ -153,24 +153,15 @@ def memory_mib(pid: int, tree: bool) -> float:
     """Resident memory of `pid`; with `tree` (PostgreSQL: one process per connection) the sum
     of its processes' proportional shares (PSS), so shared buffers count once."""
     if not tree:
-        return _status_kib(pid, "VmRSS:") / 1024
-    pids = [pid] + [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()
-                    and _status_kib(int(e.name), "PPid:") == pid]  # fmt: skip
-    shares = [_rollup_kib(p, "Pss:") for p in pids]
+        return _proc_kib(pid, "status", "VmRSS:") / 1024
+    shares = [_proc_kib(p, "smaps_rollup", "Pss:") for p in [pid, *dict(children(pid))]]
     return sum(x for x in shares if x == x) / 1024  # a backend gone meanwhile counts nothing
 
 
-def _status_kib(pid: int, key: str) -> float:
-    return _field(f"/proc/{pid}/status", key)
-
-
-def _rollup_kib(pid: int, key: str) -> float:
-    return _field(f"/proc/{pid}/smaps_rollup", key)
-
-
-def _field(path: str, key: str) -> float:
+def _proc_kib(pid: int, name: str, key: str) -> float:
+    """The kB figure `key` of /proc/<pid>/<name>; NaN when the process is gone."""
     try:
-        with open(path) as f:
+        with open(f"/proc/{pid}/{name}") as f:
             for line in f:
                 if line.startswith(key):
                     return float(line.split()[1])
@@ -300,12 +291,12 @@ def run(folder: Path, args: argparse.Namespace) -> None:
         pids = {n: (pid, n == "postgres") for n, pid in stack.stack()["pids"].items()
                 if pid is not None and n != "localstack"}  # fmt: skip
         # At rest: the employees' supervisors, timers and the server's shards, nothing sent.
-        meter, counted = CpuMeter(pids), server.read()
+        meter, before_rest = CpuMeter(pids), server.read()
         meter.start()
         time.sleep(args.rest_s)
         rest = meter.stop()
         rest_actions_s = (
-            server.read().get("actions", 0.0) - counted.get("actions", 0.0)
+            server.read().get("actions", 0.0) - before_rest.get("actions", 0.0)
         ) / args.rest_s
         idle = owner_latencies(stack, replies, args.messages, "idle")
         meter = CpuMeter(pids)

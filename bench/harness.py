@@ -344,6 +344,19 @@ def _proc_stat(pid: int) -> tuple[int, float, float]:
     return int(fields[1]), own, reaped
 
 
+def children(pid: int) -> list[tuple[int, float]]:
+    """The live children of `pid`: (pid, own CPU seconds) each."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            ppid, own, _ = _proc_stat(int(entry.name))
+            if ppid == pid:
+                found.append((int(entry.name), own))
+    return found
+
+
 def cpu_seconds(pid: int, *, tree: bool = False) -> float:
     """CPU seconds used by `pid` (and, with `tree`, by its live and reaped children)."""
     if pid <= 0:
@@ -354,15 +367,7 @@ def cpu_seconds(pid: int, *, tree: bool = False) -> float:
         return 0.0
     if not tree:
         return own
-    total = own + reaped
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            ppid, child_own, _ = _proc_stat(int(entry.name))
-            if ppid == pid:
-                total += child_own
-    return total
+    return own + reaped + sum(child_own for _, child_own in children(pid))
 
 
 def machine_busy_seconds() -> float:

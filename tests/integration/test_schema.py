@@ -39,27 +39,23 @@ async def test_migrated_schema_equals_declared(postgres_server: PostgresForTests
     from importlib import resources
 
     text = (resources.files("eventos.db") / "schema.sql").read_text()
-    made = {"declared_schema_check": "", "migrated_schema_check": ""}
-    for name in made:
+    migrated, declared = "migrated_schema_check", "declared_schema_check"
+    for name in (migrated, declared):
         ident = sql.Identifier(name)
         postgres_server.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(ident))
         postgres_server.execute(sql.SQL("CREATE DATABASE {}").format(ident))
-        made[name] = postgres_server.url(name)
     try:
-        conn = await connect(DatabaseSettings(url=made["migrated_schema_check"]))
-        async with conn:
+        async with await connect(DatabaseSettings(url=postgres_server.url(migrated))) as conn:
             await migrate(conn)
-        conn = await connect(DatabaseSettings(url=made["declared_schema_check"]), autocommit=True)
-        async with conn:
+        settings = DatabaseSettings(url=postgres_server.url(declared))
+        async with await connect(settings, autocommit=True) as conn:
             await conn.execute(text.encode())
             await ensure_partitions(conn, datetime.now(UTC).date())
-        assert _dump(made["migrated_schema_check"]) == _dump(made["declared_schema_check"])
+        assert _dump(postgres_server.url(migrated)) == _dump(postgres_server.url(declared))
     finally:
-        for name in made:
-            ident = sql.Identifier(name)
-            postgres_server.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident)
-            )
+        for name in (migrated, declared):
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+            postgres_server.execute(drop.format(sql.Identifier(name)))
 
 
 async def test_migrate_twice_applies_nothing_and_runs_under_one_lock(

@@ -66,19 +66,19 @@ def missing_secrets(spec: EmployeeSpec, store: SecretStore) -> list[str]:
 
 
 @dataclass
-class _Applied:
-    """A spec applied and, if it was stopped, started: the start's intent, until it is waited on."""
+class _Starting:
+    """A spec applied and started: the start's intent, until it is waited on."""
 
     name: str
     source: Path
     has_chat: bool
-    intent: dict[str, object] | None
+    intent: dict[str, object]
 
 
 def apply_one(
     client: OwnerClient, store: SecretStore, source: Path, doc: object
-) -> ExampleOutcome | _Applied:
-    """Apply one spec document and start it unless it already has a live generation; the start
+) -> ExampleOutcome | _Starting:
+    """Apply one spec document and start it unless it already has a live generation; a start
     is waited on by the caller, so many employees start together."""
     try:
         spec = parse_spec(doc)
@@ -95,26 +95,29 @@ def apply_one(
     has_chat = any(t.kind == "chat" for t in spec.spec.triggers)
     try:
         client.apply(yaml.safe_dump(doc))
-        intent = None
-        if client.get(spec.name)["state"] == "stopped":
+        current = client.get(spec.name)
+        if current["state"] == "stopped":
             intent = client.lifecycle(spec.name, "start")["intent"]
+            return _Starting(spec.name, source, has_chat, intent)
     except OwnerApiError as exc:
         return ExampleOutcome(spec.name, source, "refused", str(exc))
-    return _Applied(spec.name, source, has_chat, intent)
+    return _outcome(spec.name, source, current, has_chat)
 
 
-def _started(client: OwnerClient, applied: _Applied, deadline: float) -> ExampleOutcome:
+def _started(client: OwnerClient, starting: _Starting, deadline: float) -> ExampleOutcome:
     """The outcome once its start's intent was applied, or as it stands at the deadline (the
     supervisor activates a generation; past the deadline it shows `starting`)."""
     try:
-        if applied.intent is not None:
-            client.wait_intent(applied.intent, max(0.0, deadline - time.monotonic()))
-        current = client.get(applied.name)
+        client.wait_intent(starting.intent, max(0.0, deadline - time.monotonic()))
+        current = client.get(starting.name)
     except OwnerApiError as exc:
-        return ExampleOutcome(applied.name, applied.source, "refused", str(exc))
+        return ExampleOutcome(starting.name, starting.source, "refused", str(exc))
+    return _outcome(starting.name, starting.source, current, starting.has_chat)
+
+
+def _outcome(name: str, source: Path, current: dict[str, object], has_chat: bool) -> ExampleOutcome:
     detail = f"generation {current['generation']}"
-    return ExampleOutcome(applied.name, applied.source, str(current["state"]), detail,
-                          applied.has_chat)  # fmt: skip
+    return ExampleOutcome(name, source, str(current["state"]), detail, has_chat)
 
 
 def apply_examples(folder: Path, url: str, token: str, store: SecretStore) -> list[ExampleOutcome]:
@@ -123,7 +126,7 @@ def apply_examples(folder: Path, url: str, token: str, store: SecretStore) -> li
     the supervisors need, not one after another)."""
     if not folder.is_dir():
         return []
-    results: list[ExampleOutcome | _Applied] = []
+    results: list[ExampleOutcome | _Starting] = []
     with OwnerClient(url, token) as client:
         for source in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
             try:
@@ -133,5 +136,5 @@ def apply_examples(folder: Path, url: str, token: str, store: SecretStore) -> li
                 continue
             results += [apply_one(client, store, source, doc) for doc in docs]
         deadline = time.monotonic() + START_WAIT_S
-        return [_started(client, r, deadline) if isinstance(r, _Applied) else r
+        return [_started(client, r, deadline) if isinstance(r, _Starting) else r
                 for r in results]  # fmt: skip
