@@ -63,6 +63,18 @@ async def publish(target: str, events: list[Any], token: str = DRIVER_TOKEN) -> 
         return [ack async for ack in call]
 
 
+async def publish_refused(target: str, token: str = DRIVER_TOKEN) -> tuple[Any, str]:
+    """The status and details of a Publish stream the server refuses as it opens. Nothing is
+    written: a client writing while the server refuses may see its own send fail first (gRPC's
+    "Internal error from Core"), not the server's answer. One the server accepts ends at its
+    deadline, DEADLINE_EXCEEDED."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = ingress_pb2_grpc.EventIngressStub(channel).Publish(
+            timeout=CALL_S, metadata=bearer(token)
+        )
+        return await call.code(), str(await call.details())
+
+
 async def append(target: str, ev: Any, token: str) -> Any:
     async with grpc.aio.insecure_channel(target) as channel:
         stub = ingress_pb2_grpc.EventIngressStub(channel)
