@@ -85,13 +85,13 @@ async def test_egress_opens_the_recipient_only_on_its_own_row_with_a_listed_key(
         retired = await queue_row(conn, other_key.seal(SESSION, employee="support",
                                                        idempotency_key="k-ret"), key="k-ret")  # fmt: skip
 
-        outcomes = {i: await egress.send(conn, i, outbox_keys)
+        outcomes = {i: await egress.send_chat(conn, i, outbox_keys)
                     for i in (good, owner, moved, tampered, retired)}  # fmt: skip
         assert outcomes == {good: "sent", owner: "sent", moved: "failed", tampered: "failed",
                             retired: "failed"}  # fmt: skip
         assert await reply_sessions(conn) == {good: SESSION, owner: "owner"}
         # A failed row is settled: a retried send changes nothing and sends nothing.
-        assert await egress.send(conn, moved, outbox_keys) == "failed"
+        assert await egress.send_chat(conn, moved, outbox_keys) == "failed"
         cur = await conn.execute("SELECT ref, detail FROM attention_items WHERE kind = %s "
                                  "ORDER BY ref", (names.ATTENTION_RECIPIENT_UNREADABLE,))  # fmt: skip
         items = {r["ref"]: r["detail"] for r in await cur.fetchall()}

@@ -390,7 +390,8 @@ async def test_five_customer_messages_in_the_debounce_window_make_one_turn(
     await apply_and_start(instance.pool, customer(name))
     source = f"telegram:tg-{name}"
     for n in range(5):
-        await append_all(instance.pool, [driver_event("+4915100000", n, source, text=f"part {n}")])
+        event = driver_event("+4915100000", n, source, text=f"part {n}", reply_to="+4915100000")
+        await append_all(instance.pool, [event])
         await asyncio.sleep(0.4)  # the customer typing: each lands on its own before the next
 
     async def consumed() -> bool:
@@ -409,9 +410,13 @@ async def test_five_customer_messages_in_the_debounce_window_make_one_turn(
     status = await handle.query(names.QUERY_STATUS, result_type=EntityStatus)
     assert status.signals >= 2  # the parts arrived separately, yet made one turn
     (out,) = await query(
-        instance.pool, f"SELECT status, kind FROM outbound_messages WHERE employee = '{name}'"
+        instance.pool,
+        f"SELECT status, kind, account, recipient FROM outbound_messages WHERE employee = '{name}'",
     )
-    assert (out["status"], out["kind"]) == ("queued", "telegram")  # no Telegram sender yet
+    # One reply through the account the burst came in on; this instance's egress has no
+    # Telegram sender, so it waits queued. The customer's number is sealed, never stored.
+    assert (out["status"], out["kind"], out["account"]) == ("queued", "telegram", source)
+    assert b"+4915100000" not in bytes(out["recipient"])
 
 
 async def test_a_failing_turn_is_retried_once_then_dead_lettered_with_attention(
@@ -578,14 +583,20 @@ async def test_a_draft_overtaken_on_a_customer_channel_takes_one_more_step(
     name = f"c{uuid.uuid4().hex[:8]}"
     await apply_and_start(instance.pool, customer(name))
     source = f"telegram:tg-{name}"
-    await append_all(instance.pool, [driver_event("+4915100001", 1, source, text="hi\nsleep: 3")])
+    await append_all(
+        instance.pool,
+        [driver_event("+4915100001", 1, source, text="hi\nsleep: 3", reply_to="+4915100001")],
+    )
 
     async def running() -> bool:
         rows = await query(instance.pool, f"SELECT 1 FROM turns WHERE employee = '{name}'")
         return bool(rows)
 
     await wait_for(running, timeout=20, what="the customer turn running")
-    await append_all(instance.pool, [driver_event("+4915100001", 2, source, text="and more")])
+    await append_all(
+        instance.pool,
+        [driver_event("+4915100001", 2, source, text="and more", reply_to="+4915100001")],
+    )
 
     async def done() -> list[dict[str, Any]] | None:
         rows = await query(instance.pool, f"SELECT status, consumed_seq FROM turns "

@@ -7,14 +7,15 @@ retryable.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import TypeVar
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
-from eventos import admission, egress, names, turns
+from eventos import admission, names, turns
 from eventos.contracts import (
     Admission,
     AdmitRequest,
@@ -34,6 +35,7 @@ from eventos.contracts import (
     UpgradeLease,
 )
 from eventos.db import Conn
+from eventos.egress import Egress, SendWait
 from eventos.errors import Conflict, NotFound
 from eventos.metrics import RUN_HISTORY_BYTES, RUN_SIGNALS
 from eventos.outbox_keys import OutboxKeys
@@ -52,10 +54,12 @@ class DbActivities:
         sched: SchedConfig | None = None,
         *,
         outbox: OutboxKeys,
+        egress: Egress | None = None,
     ) -> None:
         self.pool = pool
         self.sched = sched or SchedConfig()
         self.outbox = outbox
+        self.egress = egress or Egress(pool, outbox)  # owner chat only, unless given senders
 
     async def _run(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         try:
@@ -132,7 +136,17 @@ class DbActivities:
 
     @activity.defn(name=names.ACT_SEND)
     async def egress_send(self, outbound_id: int) -> str:
-        return await self._run(lambda conn: egress.send(conn, outbound_id, self.outbox))
+        """One send (SPEC §11); a wait ends the attempt at once with its delay (BENIGN: no
+        worker slot is held while a bucket refills or a provider's retry hint passes)."""
+        try:
+            return await self.egress.send(outbound_id)
+        except SendWait as exc:
+            raise ApplicationError(
+                str(exc), type=names.SEND_WAIT, category=ApplicationErrorCategory.BENIGN,
+                next_retry_delay=timedelta(seconds=max(exc.wait_s, 0.05)),
+            ) from None  # fmt: skip
+        except (Conflict, NotFound) as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
 
     def workflow_queue_activities(self) -> list[Callable[..., Awaitable[object]]]:
         return [

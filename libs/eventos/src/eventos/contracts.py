@@ -304,11 +304,12 @@ class SaveTurn:
 
 @dataclass(frozen=True)
 class Saved:
-    """The outbox row the reply was written to (none when the turn had nothing to say), and
-    its channel kind (`chat`: owner chat, sent by a local activity of the turn)."""
+    """The outbox row the reply was written to (none when the turn had nothing to say), its
+    channel kind (`chat`: owner chat, sent by a local activity of the turn) and account."""
 
     outbound_id: int | None
     kind: str | None = None
+    account: str | None = None  # a channel send's account: the egress task's fairness key
 
 
 @dataclass(frozen=True)

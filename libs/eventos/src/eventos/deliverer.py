@@ -292,7 +292,10 @@ async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str,
                 await wake_entities(client, wake)
         cur = await conn.execute(Q["outbox_orphaned"])
         for o in await cur.fetchall():
-            await egress.send(conn, int(o["id"]), outbox)  # once: the send claims the row first
+            if o["kind"] == names.KIND_CHAT:  # once: the send claims the row first
+                await egress.send_chat(conn, int(o["id"]), outbox)
+            else:  # a channel's provider is called by the egress only, which sends it next
+                await conn.execute(Q["outbound_hand_to_egress"], {"id": o["id"]})
             sends += 1
         cur = await conn.execute(Q["streams_holding"])
         for s in await cur.fetchall():

@@ -295,6 +295,12 @@ POLL_UNROUTED_MAX: Final = 1000  # this many accepted rows of the source: the cy
 POLL_FAILURES_DRIVER_DOWN: Final = 5  # consecutive failures, then "driver down"
 POLL_RESPONSE_MAX_BYTES: Final = 2 * 1024 * 1024
 ATTENTION_DRIVER_DOWN: Final = "driver_down"
+# Channels and egress (issue 14).
+ATTENTION_CHANNEL_DOWN: Final = "channel_down"  # an account not read for over 5 minutes
+ATTENTION_SEND_UNKNOWN: Final = "send_unknown"  # a send that may or may not have left
+ATTENTION_SEND_FAILED: Final = "send_failed"  # a send the provider refused for good
+SEND_WAIT: Final = "SendWait"  # a send's retryable error: a bucket, the high water, a claim
+SEND_CLAIM_TTL_S: Final = 30  # a send's claim lasts as long as its activity attempt
 # ApplicationError types of the poll activity: each attempt ends with POLL_NEXT (BENIGN, its
 # next_retry_delay the wait); POLL_ENDED (non-retryable) ends the workflow.
 POLL_NEXT: Final = "PollNext"

@@ -186,8 +186,17 @@ def _route_of(sub: dict[str, Any], envelope: object, thread: str) -> dict[str, A
         route["session"] = str(session or "owner")
         route["audience"] = chat_audience(sub, envelope)
     grouped = isinstance(envelope, dict) and envelope.get(names.GROUP_ATTRIBUTE) == names.GROUP_CHAT
-    if sub["trigger_kind"] in names.CHANNEL_KINDS and grouped:
-        route["group"] = True  # a customer group: its own debounce (SPEC §8)
+    if sub["trigger_kind"] in names.CHANNEL_KINDS:
+        if grouped:
+            route["group"] = True  # a customer group: its own debounce (SPEC §8)
+        # The reply goes back through the account the event came in on, to the chat it came
+        # from (the driver's `data.reply_to`); the outbox seals the recipient at rest.
+        route["account"] = sub["source_key"]
+        reply_to = lookup(envelope, "data.reply_to") if isinstance(envelope, dict) else None
+        if isinstance(reply_to, str) and reply_to:
+            route["recipient"] = reply_to
+        else:
+            route["reply"] = False  # nowhere to answer
     return route
 
 

@@ -110,13 +110,14 @@ def reply_key(turn: TurnInput, consumed_ingress_ids: list[int]) -> str:
 def _outbound_row(turn: TurnInput, req: SaveTurn, keys: OutboxKeys) -> dict[str, Any]:
     """The reply's outbox row; its recipient sealed to the row (never stored in the clear)."""
     key = reply_key(turn, req.consumed_ingress_ids)
-    recipient = turn.route.get("session")
+    channel = turn.route.get("kind") in names.CHANNEL_KINDS
+    recipient = turn.route.get("recipient" if channel else "session")
     sealed = None
     if recipient is not None:
         sealed = keys.seal(str(recipient), employee=turn.employee, idempotency_key=key)
     return {
         "key": key, "employee": turn.employee, "thread": turn.stream_key,
-        "turn_id": turn.turn_id, "account": None,
+        "turn_id": turn.turn_id, "account": turn.route.get("account") if channel else None,
         "recipient": sealed.blob if sealed else None,
         "recipient_key_id": sealed.key_id if sealed else None,
         "kind": turn.route.get("kind", names.KIND_CHAT), "class": turn.klass, "body": req.reply,
@@ -144,14 +145,15 @@ async def save(conn: Conn, req: SaveTurn, keys: OutboxKeys) -> Saved:
             await conn.execute(Q["chat_messages_answered"], answered)
             done = {"turn_id": turn.turn_id, "through": max(req.consumed_seqs)}
             await conn.execute(Q["turn_done"], done)
-        outbound_id, kind = None, None
+        outbound_id, kind, account = None, None, None
         # A `peer_` thread has no reply route (SPEC §8): its final text stays in the transcript.
         peer = turn.thread.startswith(names.PEER_THREAD_PREFIX)
         if req.reply is not None and turn.route.get("reply") and not peer:
             row = _outbound_row(turn, req, keys)
             cur = await conn.execute(Q["outbound_insert"], row)
             outbound_id, kind = int((await cur.fetchone() or {})["id"]), str(row["kind"])
-    return Saved(outbound_id, kind)
+            account = row["account"]
+    return Saved(outbound_id, kind, account)
 
 
 def _audience_column(turn: TurnInput) -> str | None:

@@ -8,6 +8,10 @@ import grpc
 from psycopg_pool import AsyncConnectionPool
 
 from eventos.bus import GroupCommitter
+from eventos.channels.http import provider_client
+from eventos.channels.readers import ChannelReaders
+from eventos.channels.settings import ChannelSettings
+from eventos.channels.telegram import TelegramApi, TelegramReader
 from eventos.db import Conn, open_pool
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.service import GrpcServerOptions, Service
@@ -50,6 +54,7 @@ class IngressConfig:
     grpc: GrpcIngressSettings = field(default_factory=GrpcIngressSettings)
     group_commit_workers: int = 4
     llm_endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)
+    channels: ChannelSettings = field(default_factory=ChannelSettings)
 
     @classmethod
     def from_env(cls) -> IngressConfig:
@@ -63,6 +68,7 @@ class IngressConfig:
             http_bounds=HttpBounds.from_env(),
             grpc=GrpcIngressSettings.from_env(),
             llm_endpoints=LlmEndpoints.from_env(),
+            channels=ChannelSettings.from_env(),
         )
 
 
@@ -106,12 +112,17 @@ async def build(cfg: IngressConfig) -> Service:
     owner = OwnerApi(pool, cfg.admin.token, wakeups, kicker, cfg.llm_endpoints)
     drivers = DriverTable(pool, cfg.secrets, cfg.grpc.internal_token)
     servicer = EventIngressServicer(pool, committer, drivers, cfg.grpc, kicker)
+    http = provider_client()
+    telegram = TelegramReader(TelegramApi(http, cfg.channels.telegram_api),
+                              cfg.channels.poll_timeout_s)  # fmt: skip
+    readers = ChannelReaders(pool, cfg.secrets, cfg.channels, {telegram.driver: telegram}, kicker)
 
     async def database_ready() -> None:
         async with pool.connection(timeout=1.5) as conn:
             await conn.execute("SELECT 1")
 
     async def stop() -> None:
+        await http.aclose()
         await committer.stop()
         if kicker is not None:
             await kicker.stop()
@@ -132,7 +143,7 @@ async def build(cfg: IngressConfig) -> Service:
             lambda s: ingress_pb2_grpc.add_EventIngressServicer_to_server(servicer, s)
         ],
         grpc_server=grpc_server_options(cfg.grpc),
-        loops=[routes.refresh_loop, drivers.refresh_loop, wakeups.run],
+        loops=[routes.refresh_loop, drivers.refresh_loop, wakeups.run, readers.run],
         on_stop=[stop],
         http_bounds=cfg.http_bounds,
     )

@@ -6,6 +6,8 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
+from eventos import names
+
 # Idempotent bookkeeping in our own database, run as local activities: retry until it works.
 DB_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
@@ -25,7 +27,7 @@ LLM_HEARTBEAT = timedelta(seconds=60)
 SEND_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1)
 )
-SEND_TIMEOUT = timedelta(seconds=30)
+SEND_TIMEOUT = timedelta(seconds=names.SEND_CLAIM_TTL_S)  # a claim expires with its attempt
 
 # The supervisor's effects in Temporal (schedules, entity Signals and Updates) and the cron
 # tick's append: idempotent, so they retry until they work, each attempt bounded.

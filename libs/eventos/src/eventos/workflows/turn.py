@@ -407,11 +407,14 @@ class TurnWorkflow:
                 await told  # a failed turn's entity must know first what the save consumed
                 raise
         else:
+            # SPEC §11: on queue `egress`, priority the class, fairness key the account.
             await workflow.execute_activity(
                 names.ACT_SEND, saved.outbound_id, result_type=str,
                 task_queue=names.queue_for(names.EGRESS_QUEUE, workflow.info().task_queue),
                 activity_id=f"{turn.turn_id}:send",
                 start_to_close_timeout=policies.SEND_TIMEOUT, retry_policy=policies.SEND_RETRY,
+                priority=Priority(priority_key=turn.klass,
+                                  fairness_key=saved.account or turn.employee),
             )  # fmt: skip
             await told
         return TurnResult(turn.turn_id, names.TURN_DONE, seqs, saved.outbound_id)

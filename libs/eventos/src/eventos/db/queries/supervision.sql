@@ -127,6 +127,11 @@ WHERE t.status = 'running' OR EXISTS (SELECT 1 FROM sched_leases l WHERE l.turn_
 
 -- name: outbox_orphaned
 -- Queued replies whose turn no longer runs: the send that turn would have made is lost (re-arm).
-SELECT o.id FROM outbound_messages o JOIN turns t ON t.id = o.turn_id
-WHERE o.status = 'queued' AND t.status <> 'running'
+SELECT o.id, o.kind FROM outbound_messages o JOIN turns t ON t.id = o.turn_id
+WHERE o.status = 'queued' AND t.status <> 'running' AND o.retry_requested_at IS NULL
 ORDER BY o.id;
+
+-- name: outbound_hand_to_egress
+-- An orphaned channel send goes to the egress's own queue of retried sends (sent once).
+UPDATE outbound_messages SET retry_requested_at = now(), updated_at = now()
+WHERE id = %(id)s AND status = 'queued';

@@ -92,15 +92,19 @@ RETURNING id;
 -- name: outbound_claim
 -- Claim a queued send by compare-and-swap.
 UPDATE outbound_messages
-SET status = 'sending', claim_token = %(token)s, provider_called_at = now(), updated_at = now()
+SET status = 'sending', claim_token = %(token)s, claimed_at = now(), provider_called_at = NULL,
+    updated_at = now()
 WHERE id = %(id)s AND status = 'queued'
-RETURNING id, idempotency_key, employee, thread, turn_id, kind, recipient, recipient_key_id, body,
+RETURNING id, idempotency_key, employee, thread, turn_id, kind, account, class, recipient,
+    recipient_key_id, body, status, claim_token, provider_called_at,
     extract(epoch FROM clock_timestamp() - created_at)::float8 AS age_s;
 
 -- name: outbound_get
--- One outbox row.
-SELECT id, idempotency_key, employee, thread, turn_id, kind, recipient, recipient_key_id, body,
-    status, claim_token, extract(epoch FROM clock_timestamp() - created_at)::float8 AS age_s
+-- One outbox row; a claim's age says whether its attempt is over.
+SELECT id, idempotency_key, employee, thread, turn_id, kind, account, class, recipient,
+    recipient_key_id, body, status, claim_token, provider_called_at,
+    extract(epoch FROM clock_timestamp() - created_at)::float8 AS age_s,
+    extract(epoch FROM clock_timestamp() - claimed_at)::float8 AS claim_age_s
 FROM outbound_messages WHERE id = %(id)s;
 
 -- name: chat_reply_insert
@@ -132,16 +136,17 @@ WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(sessio
 ORDER BY id LIMIT 100;
 
 -- name: outbound_fail
--- A claimed send that can never be made (its recipient does not open): nothing was called.
+-- A send that can never be made (its recipient does not open): nothing was called.
 UPDATE outbound_messages SET status = 'failed', claim_token = NULL, provider_called_at = NULL,
-    updated_at = now()
-WHERE id = %(id)s AND status = 'sending';
+    error = 'recipient unreadable', updated_at = now()
+WHERE id = %(id)s AND status IN ('queued', 'sending');
 
 -- name: outbound_unclaim
--- Give a claim back before any provider was called.
+-- Give a claim back: no provider was called, or it refused before sending (a rate limit).
 UPDATE outbound_messages
-SET status = 'queued', claim_token = NULL, provider_called_at = NULL, updated_at = now()
-WHERE id = %(id)s AND status = 'sending';
+SET status = 'queued', claim_token = NULL, claimed_at = NULL, provider_called_at = NULL,
+    updated_at = now()
+WHERE id = %(id)s AND status = 'sending' AND claim_token = %(token)s;
 
 -- name: deliveries_dead_letter
 -- A turn's inputs that failed twice are dead-lettered with a reason.
