@@ -260,6 +260,28 @@ def cmd_users(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_outbox(args: argparse.Namespace) -> int:
+    client = owner_client(args)
+    if args.action == "retry":
+        if args.id is None or not args.id.isdigit():
+            raise CliError("outbox retry needs the row's ID (a number)")
+        done = client.outbox_retry(int(args.id))
+        emit(args, done, f"outbox/{done['id']} queued again; the egress sends it once")
+        return 0
+    rows = client.outbox(status=args.status, employee=args.employee)
+    if getattr(args, "json", False):
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'ID':<8}{'EMPLOYEE':<16}{'KIND':<20}{'STATUS':<9}{'UPDATED':<27}WHY")
+    for r in rows:
+        why = r.get("held_reason") or r.get("error") or ""
+        print(f"{r['id']:<8}{r['employee']:<16}{r['kind']:<20}{r['status']:<9}"
+              f"{r['updated_at']:<27}{why}")  # fmt: skip
+    if not rows:
+        print("the outbox is empty" + (f" ({args.status})" if args.status else ""))
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     url = args.database_url or os.environ.get("EVENTOS_DATABASE_URL")
     if not url:
@@ -378,6 +400,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("users", cmd_users, "add, list or remove users (admin token; a user token chats)")
     p.add_argument("action", choices=["add", "list", "remove"])
     p.add_argument("name", nargs="?", help="the user's name (add, remove)")
+    p = add("outbox", cmd_outbox, "list the outbox, or retry an unknown or failed send")
+    p.add_argument("action", nargs="?", choices=["list", "retry"], default="list")
+    p.add_argument("id", nargs="?", help="the row to retry")
+    p.add_argument(
+        "--status",
+        choices=["held", "queued", "sending", "sent", "failed", "unknown", "expired"],
+        help="only rows in this status",
+    )
+    p.add_argument("--employee", help="only this employee's rows")
     p = add("migrate", cmd_migrate, "apply the database migrations")
     p.add_argument("--database-url", help="(or EVENTOS_DATABASE_URL, else the stack's database)")
     return parser

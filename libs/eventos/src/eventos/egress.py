@@ -298,3 +298,21 @@ async def retry_loop(egress: Egress, poll_s: float = RETRY_POLL_S) -> None:
         except (DatabaseUnavailable, OSError) as exc:
             log.warning("egress retries: %s", exc)
         await asyncio.sleep(poll_s)
+
+
+SEND_ITEM_KINDS = (names.ATTENTION_SEND_UNKNOWN, names.ATTENTION_SEND_FAILED)
+
+
+async def retry_item(conn: Conn, item_id: int) -> int | None:
+    """The Retry action of a send's attention item: the outbox row retried (None: the item is
+    not a send's)."""
+    async with conn.transaction():
+        cur = await conn.execute(Q["attention_item_lock"], {"id": item_id})
+        item = await cur.fetchone()
+        if item is None or item["kind"] not in SEND_ITEM_KINDS:
+            return None
+        if item["state"] != "open":
+            raise Conflict(f"attention item {item_id} is {item['state']}")
+        outbound_id = int(str(item["ref"]).removeprefix("outbox#"))
+        await request_retry(conn, outbound_id)
+    return outbound_id

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,3 +166,13 @@ class OwnerClient:
     def user_remove(self, name: str) -> None:
         """Remove a user; its token stops working."""
         self._call("DELETE", f"/v1/users/{name}")
+
+    def outbox(self, status: str | None = None, employee: str | None = None) -> Rows:
+        """The outbox, newest first (one page); never a recipient or a body."""
+        query = urllib.parse.urlencode({k: v for k, v in (("status", status),
+                                        ("employee", employee)) if v})  # fmt: skip
+        return list(self._call("GET", "/v1/outbox" + (f"?{query}" if query else ""))["outbox"])
+
+    def outbox_retry(self, outbound_id: int) -> dict[str, Any]:
+        """Send an `unknown` or `failed` row once more: {id, status, retry}."""
+        return self._post_json(f"/v1/outbox/{outbound_id}:retry", {})

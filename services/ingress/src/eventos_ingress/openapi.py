@@ -98,7 +98,39 @@ SCHEMAS: dict[str, Schema] = {
     "User": obj({"name": STR, "created_at": {"type": "string", "format": "date-time"}}),
     "UserList": obj({"users": {"type": "array", "items": ref("User")}}),
     "AttentionAct": obj({"action": {"enum": ["retry"]}}),
-    "AttentionActed": obj({"item": INT, "action": STR, "call": STR, "input": INT}),
+    "AttentionActed": obj({"item": INT, "action": STR}, {"call": STR, "input": INT, "outbox": INT}),
+    "OutboxRow": obj(
+        {
+            "id": INT,
+            "employee": STR,
+            "thread": STR,
+            "turn_id": STR,
+            "kind": STR,
+            "class": INT,
+            "status": STR,
+            "created_at": STR,
+            "updated_at": STR,
+        },
+        {
+            k: {"type": ["string", "null"]}
+            for k in (
+                "account",
+                "held_reason",
+                "error",
+                "provider_message_id",
+                "provider_called_at",
+                "retry_requested_at",
+            )
+        }
+        | {"receipt": {"type": ["object", "null"]}},
+    ),
+    "OutboxPage": obj(
+        {
+            "outbox": {"type": "array", "items": {"$ref": "#/components/schemas/OutboxRow"}},
+            "next_before": INT,
+        }
+    ),
+    "OutboxRetried": obj({"id": INT, "status": STR, "retry": {"type": "boolean"}}),
 }
 
 COMMON = {
@@ -272,8 +304,8 @@ def paths() -> dict[str, Any]:
         },
         "/v1/attention/{item_id}:act": {
             "post": op(
-                "Take an attention item's action: `retry` runs an unknown tool call once more "
-                "(admin only)",
+                "Take an attention item's action: `retry` runs an unknown tool call, or sends an "
+                "`unknown` or `failed` outbox row, once more (admin only)",
                 (202, "committed: the call runs again in its thread", "AttentionActed"),
                 errors={
                     "404": "no such attention item",
@@ -281,6 +313,26 @@ def paths() -> dict[str, Any]:
                 },
                 body="AttentionAct",
                 params=[{**intent_id, "name": "item_id"}],
+            )
+        },
+        "/v1/outbox": {
+            "get": op(
+                "The outbox, newest first; never a recipient or a body (admin only)",
+                (200, "a page of rows; `next_before` asks for the next", "OutboxPage"),
+                params=[
+                    {"name": "status", "in": "query", "schema": STR},
+                    {"name": "employee", "in": "query", "schema": STR},
+                    {"name": "before", "in": "query", "schema": INT},
+                    {"name": "limit", "in": "query", "schema": INT},
+                ],
+            )
+        },
+        "/v1/outbox/{id}:retry": {
+            "post": op(
+                "Send an `unknown` or `failed` row once more (admin only)",
+                (202, "queued: the egress sends it once", "OutboxRetried"),
+                errors={"404": "no such row", "409": "the row is not unknown or failed"},
+                params=[{**intent_id, "name": "id"}],
             )
         },
         "/v1/users/{name}": {

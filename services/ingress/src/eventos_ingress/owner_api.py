@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, Route
 
-from eventos import chat, employees, intents, names, users
+from eventos import chat, egress, employees, intents, names, users
 from eventos.db import Conn, translate
 from eventos.errors import (
     DatabaseUnavailable,
@@ -42,6 +42,7 @@ from eventos.tools import retry
 from eventos.wake import Kicker
 from eventos.wakeups import ChatWakeups
 from eventos_ingress import bodies, openapi, problems
+from eventos_ingress.outbox_api import OutboxApi
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,9 @@ class OwnerApi:
     kicker: Kicker | None = None
     endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)  # what apply allows models
 
+    def __post_init__(self) -> None:
+        self.outbox = OutboxApi(self.pool)
+
     async def authenticate(self, request: Request) -> Caller:
         """The caller of a bearer token: the admin's (compared in constant time), else a user's
         (looked up by its hash)."""
@@ -183,6 +187,8 @@ class OwnerApi:
             op("/v1/intents/{intent_id}", self.intent, "GET"),
             op("/v1/rearm", self.rearm, "POST"),
             op("/v1/attention/{target}", self.attention_act, "POST"),
+            op("/v1/outbox", self.outbox.list, "GET"),
+            op("/v1/outbox/{target}", self.outbox.retry, "POST"),
             op("/v1/users", self.user_add, "POST"),
             op("/v1/users", self.user_list, "GET"),
             op("/v1/users/{name}", self.user_remove, "DELETE"),
@@ -271,7 +277,8 @@ class OwnerApi:
         return _requested(req)
 
     async def attention_act(self, request: Request, caller: Caller) -> Response:
-        """`<id>:act` with `{"action": "retry"}`: run an unknown tool call once more."""
+        """`<id>:act` with `{"action": "retry"}`: run an unknown tool call once more, or send
+        an `unknown` or `failed` outbox row once more."""
         item, _, verb = str(request.path_params["target"]).partition(":")
         if verb != "act" or not item.isdigit() or len(item) > 18:
             raise NotFound("use POST /v1/attention/<item id>:act")
@@ -280,6 +287,10 @@ class OwnerApi:
         if action != names.ACTION_RETRY:
             raise InputInvalid("action", f"unknown action {action!r}; use {names.ACTION_RETRY!r}")
         async with self.pool.connection() as conn:
+            outbound = await egress.retry_item(conn, int(item))
+            if outbound is not None:
+                body = {"item": int(item), "action": action, "outbox": outbound}
+                return JSONResponse(body, status_code=202)
             done = await retry.request_retry(conn, int(item))
         if self.kicker is not None:
             self.kicker.kick()
