@@ -19,32 +19,24 @@ import email.policy
 import html
 import itertools
 import json
-import logging
 import math
 import random
 import re
-import socket
 import time
 import urllib.parse
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import uvicorn
-from starlette.applications import Starlette
+from fake_server import HOLD_MAX_S, Broken, Fault, Json, LoopbackFake, Windows, wait_event
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
-from eventos.testing import wait_for
-
-Json = dict[str, Any]
 MAX_TEXT = 4096
 MAX_PENDING = 100_000  # updates kept per bot (the API keeps them 24 h)
 KEEP_S = 24 * 3600.0
 MAX_POLL_S = 50  # the API's longest long poll
-HOLD_MAX_S = 120.0  # a held or hung call is given up by then at the latest
 PARSE_MODES = {"HTML", "Markdown", "MarkdownV2"}
 CONFLICT = "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"
 WEBHOOK_CONFLICT = (
@@ -54,29 +46,10 @@ WEBHOOK_CONFLICT = (
 DEFAULT_UPDATES = ["message", "edited_message", "channel_post", "callback_query"]
 
 
-class _Cut(logging.Filter):
-    """Hide uvicorn's complaint about the answers the fake breaks off on purpose."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "without completing response" not in record.getMessage()
-
-
-logging.getLogger("uvicorn.error").addFilter(_Cut())
-
-
 class BotApiError(Exception):
     def __init__(self, code: int, description: str, parameters: Json | None = None) -> None:
         super().__init__(description)
         self.code, self.description, self.parameters = code, description, parameters
-
-
-@dataclass
-class Fault:
-    """What the next call of a method does instead of its answer."""
-
-    kind: Literal["error", "hang", "cut"]
-    error: BotApiError | None = None
-    applied: bool = True  # hang/cut: the call took effect before its answer was lost
 
 
 @dataclass
@@ -114,8 +87,7 @@ class Bot:
     blocked: set[int] = field(default_factory=set)
     migrated: dict[int, int] = field(default_factory=dict)
     sent: list[Json] = field(default_factory=list)
-    windows: dict[object, deque[float]] = field(default_factory=dict)
-    faults: dict[str, deque[Fault]] = field(default_factory=dict)
+    windows: Windows = field(default_factory=Windows)
     holding: bool = False
     held: list[Held] = field(default_factory=list)
     calls: list[tuple[str, Json]] = field(default_factory=list)
@@ -125,28 +97,13 @@ class Bot:
         old.set()
 
 
-class FakeTelegram:
+class FakeTelegram(LoopbackFake):
+    what = "the fake Telegram Bot API"
+
     def __init__(self) -> None:
+        super().__init__()
         self.bots: dict[str, Bot] = {}
         self.limits = Limits()
-        self.skew = 0.0
-        self.port = 0
-        self._ids = itertools.count(100_000_001)
-        self._release = asyncio.Event()
-        self._server: uvicorn.Server | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def now(self) -> float:
-        """The fake's clock: wall time plus what `advance` added."""
-        return time.time() + self.skew
-
-    def advance(self, seconds: float) -> None:
-        """Move the clock on (rate windows, the 24 h keep)."""
-        self.skew += seconds
 
     # -- accounts and customers -------------------------------------------------------------
 
@@ -242,25 +199,21 @@ class FakeTelegram:
 
     # -- faults and holds -----------------------------------------------------------------
 
-    def inject(self, token: str, method: str, *faults: Fault) -> None:
-        """The next calls of `method` get these faults, in order, then normal answers."""
-        self.bots[token].faults.setdefault(method.lower(), deque()).extend(faults)
-
     def fail_next(self, token: str, k: int, code: int, description: str,
                   parameters: Json | None = None, method: str = "sendMessage") -> None:  # fmt: skip
         """The next k calls answer this error (and have no effect)."""
-        error = BotApiError(code, description, parameters)
-        self.inject(token, method, *[Fault("error", error) for _ in range(k)])
+        body = _error_body(BotApiError(code, description, parameters))
+        self.inject((token, method.lower()), *[Fault("error", code, body) for _ in range(k)])
 
     def hang_next(self, token: str, k: int = 1, method: str = "sendMessage", *,
                   applied: bool = True) -> None:  # fmt: skip
         """The next k calls never answer (the connection closes at `release` or stop)."""
-        self.inject(token, method, *[Fault("hang", applied=applied) for _ in range(k)])
+        self.inject((token, method.lower()), *[Fault("hang", applied=applied) for _ in range(k)])
 
     def cut_next(self, token: str, k: int = 1, method: str = "sendMessage", *,
                  applied: bool = True) -> None:  # fmt: skip
         """The next k calls break off mid-answer: the client cannot know the outcome."""
-        self.inject(token, method, *[Fault("cut", applied=applied) for _ in range(k)])
+        self.inject((token, method.lower()), *[Fault("cut", applied=applied) for _ in range(k)])
 
     def hold(self, token: str) -> None:
         """Park getUpdates calls as they arrive, before they confirm anything."""
@@ -279,39 +232,16 @@ class FakeTelegram:
             parked.done.set()
         bot.held.clear()
 
-    def release_hangs(self) -> None:
-        """Close the connections of hung calls now."""
-        self._release.set()
-        self._release = asyncio.Event()
-
-    # -- the server ------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        self.port = sock.getsockname()[1]
-        app = Starlette(routes=[
+    def routes(self) -> list[Route]:
+        return [
             Route("/bot{token}/{method}", self._call, methods=["GET", "POST"]),
             Route("/{path:path}", self._not_found, methods=["GET", "POST"]),
-        ])  # fmt: skip
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
-        server = self._server
-
-        async def started() -> bool:
-            return server.started
-
-        await wait_for(started, what="the fake Telegram server listens")
+        ]
 
     async def stop(self) -> None:
-        self._release.set()
         for token in self.bots:
             self.release(token, drop=True)
-        if self._server is not None and self._task is not None:
-            self._server.should_exit = True
-            await asyncio.wait_for(self._task, 10)
+        await super().stop()
 
     async def _not_found(self, request: Request) -> Response:
         return _error(BotApiError(404, "Not Found"))
@@ -329,26 +259,21 @@ class FakeTelegram:
         except BotApiError as exc:
             return _error(exc)
         bot.calls.append((method, params))
-        fault = bot.faults[method].popleft() if bot.faults.get(method) else None
-        if fault is not None and fault.kind == "error" and fault.error is not None:
-            return _error(fault.error)
         if method == "getupdates" and bot.holding:
             parked = Held(params)
             bot.held.append(parked)
             await asyncio.wait_for(parked.done.wait(), HOLD_MAX_S)
             if parked.drop:
-                return _Broken(b"")
-        try:
-            result = None if fault and not fault.applied else await handler(bot, params)
-        except BotApiError as exc:
-            return _error(exc)
-        body = json.dumps({"ok": True, "result": result}).encode()
-        if fault is not None:
-            if fault.kind == "hang":
-                await _wait(self._release, HOLD_MAX_S)
-                return _Broken(b"")
-            return _Broken(body)
-        return Response(body, 200, media_type="application/json")
+                return Broken(b"")
+
+        async def run() -> Response:
+            try:
+                result = await handler(bot, params)
+            except BotApiError as exc:
+                return _error(exc)
+            return JSONResponse({"ok": True, "result": result})
+
+        return await self.answer((bot.token, method), run)
 
     def _methods(self) -> dict[str, Any]:
         return {
@@ -412,7 +337,7 @@ class FakeTelegram:
             if bot.updates or left <= 0:
                 bot.poller = None
                 return list(itertools.islice(bot.updates, limit))
-            await _wait(bot.changed, left)
+            await wait_event(bot.changed, left)
 
     def _confirm(self, bot: Bot, below: int) -> None:
         while bot.updates and bot.updates[0]["update_id"] < below:
@@ -454,24 +379,15 @@ class FakeTelegram:
     def _take(self, bot: Bot, chat: Json) -> None:
         """Count one send in each window, or answer 429 with the wait the fullest one needs."""
         per_chat = self.limits.private if chat["type"] == "private" else self.limits.group
-        windows = [(chat["id"], per_chat), ("bot", self.limits.bot)]
-        now, wait = self.now(), 0.0
-        for key, limit in windows:
-            if limit is None:
-                continue
-            seen = bot.windows.setdefault(key, deque())
-            while seen and seen[0] <= now - limit[1]:
-                seen.popleft()
-            if len(seen) >= limit[0]:
-                wait = max(wait, seen[0] + limit[1] - now)
+        now = self.now()
+        wait = max(bot.windows.wait(chat["id"], per_chat, now),
+                   bot.windows.wait("bot", self.limits.bot, now))  # fmt: skip
         if wait > 0:
             after = max(1, math.ceil(wait))
             raise BotApiError(
                 429, f"Too Many Requests: retry after {after}", {"retry_after": after}
             )
-        for key, limit in windows:
-            if limit is not None:
-                bot.windows[key].append(now)
+        bot.windows.take([chat["id"], "bot"], now)
 
     def _message(self, bot: Bot, chat: Json, sender: Json, text: str) -> Json:
         message_id = bot.message_ids.get(chat["id"], 0) + 1
@@ -481,36 +397,13 @@ class FakeTelegram:
                 "date": int(self.now()), "text": text}  # fmt: skip
 
 
-class _Broken(Response):
-    """Announce the whole body, send the first half, then drop the connection."""
-
-    def __init__(self, body: bytes) -> None:
-        super().__init__(body, 200, media_type="application/json")
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        length = max(len(self.body), 2)
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(length).encode()),
-        ]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send(
-            {"type": "http.response.body", "body": self.body[: length // 2], "more_body": True}
-        )
-
-
-async def _wait(event: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(event.wait(), seconds)
-    except TimeoutError:
-        return
+def _error_body(exc: BotApiError) -> Json:
+    body: Json = {"ok": False, "error_code": exc.code, "description": exc.description}
+    return body | ({"parameters": exc.parameters} if exc.parameters else {})
 
 
 def _error(exc: BotApiError) -> Response:
-    body: Json = {"ok": False, "error_code": exc.code, "description": exc.description}
-    if exc.parameters:
-        body["parameters"] = exc.parameters
-    return JSONResponse(body, exc.code)
+    return JSONResponse(_error_body(exc), exc.code)
 
 
 async def _params(request: Request) -> Json:
