@@ -5,9 +5,13 @@ an error, hang, or break off mid-answer (a call whose outcome the client cannot 
 from __future__ import annotations
 
 import asyncio
+import email
+import email.policy
+import json
 import logging
 import socket
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -15,6 +19,7 @@ from typing import Any, Literal
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -79,6 +84,30 @@ class Windows:
             self.seen.setdefault(key, deque()).append(now)
 
 
+async def read_params(request: Request) -> Json:
+    """Query parameters merged with a JSON, urlencoded or multipart body (ValueError: bad JSON)."""
+    params: Json = dict(request.query_params)
+    header = request.headers.get("content-type", "")
+    kind, raw = header.split(";")[0].strip().lower(), await request.body()
+    if request.method != "POST" or not raw:
+        return params
+    if kind == "application/json":
+        body = json.loads(raw)
+        if not isinstance(body, dict):
+            raise ValueError("not a JSON object")
+        return params | body
+    if kind == "application/x-www-form-urlencoded":
+        return params | dict(urllib.parse.parse_qsl(raw.decode(errors="replace")))
+    if kind == "multipart/form-data":
+        head = f"Content-Type: {header}\r\n\r\n".encode()
+        form = email.message_from_bytes(head + raw, policy=email.policy.HTTP)
+        for part in form.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            if isinstance(name, str) and part.get_content_maintype() == "text":
+                params[name] = part.get_content()
+    return params
+
+
 async def wait_event(event: asyncio.Event, seconds: float) -> None:
     """Wait for the event, at most `seconds`."""
     try:
@@ -120,9 +149,9 @@ class LoopbackFake:
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            Starlette(routes=self.routes()), log_level="warning", lifespan="off", access_log=False
-        )
+        app = Starlette(routes=self.routes())
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False,
+                                timeout_graceful_shutdown=5)  # fmt: skip
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         server = self._server

@@ -14,8 +14,6 @@ calls fail, hang or break off. Hooks are synchronous and must be called on the s
 from __future__ import annotations
 
 import asyncio
-import email
-import email.policy
 import html
 import itertools
 import json
@@ -23,12 +21,20 @@ import math
 import random
 import re
 import time
-import urllib.parse
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fake_server import HOLD_MAX_S, Broken, Fault, Json, LoopbackFake, Windows, wait_event
+from fake_server import (
+    HOLD_MAX_S,
+    Broken,
+    Fault,
+    Json,
+    LoopbackFake,
+    Windows,
+    read_params,
+    wait_event,
+)
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -43,6 +49,7 @@ WEBHOOK_CONFLICT = (
     "Conflict: can't use getUpdates method while webhook is active; "
     "use deleteWebhook to delete the webhook first"
 )
+ChatType = Literal["private", "group", "supergroup"]
 DEFAULT_UPDATES = ["message", "edited_message", "channel_post", "callback_query"]
 
 
@@ -104,6 +111,7 @@ class FakeTelegram(LoopbackFake):
         super().__init__()
         self.bots: dict[str, Bot] = {}
         self.limits = Limits()
+        self.closing = False  # long polls answer now
 
     # -- accounts and customers -------------------------------------------------------------
 
@@ -117,15 +125,9 @@ class FakeTelegram(LoopbackFake):
         return token
 
     def add_chat(
-        self,
-        token: str,
-        chat_id: int,
-        *,
-        chat_type: Literal["private", "group", "supergroup"] = "private",
-        title: str = "Customers",
-        first_name: str = "Ada",
-        username: str | None = None,
-    ) -> Json:
+        self, token: str, chat_id: int, *, chat_type: ChatType = "private",
+        title: str = "Customers", first_name: str = "Ada", username: str | None = None,
+    ) -> Json:  # fmt: skip
         """Make a chat known to the bot (a customer wrote, or the bot was added to a group)."""
         bot = self.bots[token]
         if chat_type == "private":
@@ -137,19 +139,10 @@ class FakeTelegram(LoopbackFake):
         return bot.chats.setdefault(chat_id, chat)
 
     def customer_message(
-        self,
-        token: str,
-        chat_id: int,
-        text: str,
-        *,
-        chat_type: Literal["private", "group", "supergroup"] = "private",
-        from_id: int | None = None,
-        first_name: str = "Ada",
-        last_name: str | None = None,
-        username: str | None = None,
-        title: str = "Customers",
-        reply_to: int | None = None,
-    ) -> Json:
+        self, token: str, chat_id: int, text: str, *, chat_type: ChatType = "private",
+        from_id: int | None = None, first_name: str = "Ada", last_name: str | None = None,
+        username: str | None = None, title: str = "Customers", reply_to: int | None = None,
+    ) -> Json:  # fmt: skip
         """Enqueue a `message` update as the API would deliver it; returns the update."""
         bot = self.bots[token]
         user_id = from_id or (chat_id if chat_type == "private" else 5_550_000_001)
@@ -181,7 +174,8 @@ class FakeTelegram(LoopbackFake):
     # -- what the tests read ---------------------------------------------------------------
 
     def pending(self, token: str) -> list[Json]:
-        """Updates not confirmed yet."""
+        """Updates not confirmed yet (and not older than 24 h)."""
+        self._expire(self.bots[token])
         return list(self.bots[token].updates)
 
     def confirmed_offset(self, token: str) -> int:
@@ -239,8 +233,10 @@ class FakeTelegram(LoopbackFake):
         ]
 
     async def stop(self) -> None:
-        for token in self.bots:
-            self.release(token, drop=True)
+        self.closing = True
+        for bot in self.bots.values():
+            self.release(bot.token, drop=True)
+            bot.wake()
         await super().stop()
 
     async def _not_found(self, request: Request) -> Response:
@@ -255,9 +251,9 @@ class FakeTelegram(LoopbackFake):
         if handler is None:
             return _error(BotApiError(404, "Not Found"))
         try:
-            params = await _params(request)
-        except BotApiError as exc:
-            return _error(exc)
+            params = await read_params(request)
+        except ValueError:
+            return _error(BotApiError(400, "Bad Request: can't parse JSON object"))
         bot.calls.append((method, params))
         if method == "getupdates" and bot.holding:
             parked = Held(params)
@@ -334,7 +330,7 @@ class FakeTelegram(LoopbackFake):
             if bot.poller is not me:
                 raise BotApiError(409, CONFLICT)
             left = deadline - time.monotonic()
-            if bot.updates or left <= 0:
+            if bot.updates or left <= 0 or self.closing:
                 bot.poller = None
                 return list(itertools.islice(bot.updates, limit))
             await wait_event(bot.changed, left)
@@ -406,33 +402,6 @@ def _error(exc: BotApiError) -> Response:
     return JSONResponse(_error_body(exc), exc.code)
 
 
-async def _params(request: Request) -> Json:
-    """Query parameters merged with a JSON, urlencoded or multipart body."""
-    params: Json = dict(request.query_params)
-    header = request.headers.get("content-type", "")
-    kind, raw = header.split(";")[0].strip().lower(), await request.body()
-    if request.method != "POST" or not raw:
-        return params
-    if kind == "application/json":
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            raise BotApiError(400, "Bad Request: can't parse JSON object")
-        return params | body
-    if kind == "application/x-www-form-urlencoded":
-        return params | dict(urllib.parse.parse_qsl(raw.decode(errors="replace")))
-    if kind == "multipart/form-data":
-        head = f"Content-Type: {header}\r\n\r\n".encode()
-        form = email.message_from_bytes(head + raw, policy=email.policy.HTTP)
-        for part in form.iter_parts():
-            name = part.get_param("name", header="content-disposition")
-            if isinstance(name, str) and part.get_content_maintype() == "text":
-                params[name] = part.get_content()
-    return params
-
-
 def _int(params: Json, name: str, default: int) -> int:
     value = params.get(name)
     if value is None or value == "":
@@ -477,7 +446,7 @@ def _text(params: Json) -> str:
     shown = _plain(text, str(mode or "")).strip()
     if not shown:
         raise BotApiError(400, "Bad Request: message text is empty")
-    if len(shown.encode("utf-16-le")) // 2 > MAX_TEXT:
+    if len(shown) > MAX_TEXT:
         raise BotApiError(400, "Bad Request: message is too long")
     return shown
 

@@ -283,3 +283,13 @@ async def test_a_held_confirming_call_can_be_dropped_or_let_through(
 
 async def _async(value: Any) -> Any:
     return value
+
+
+async def test_stop_answers_a_waiting_long_poll(http: httpx.AsyncClient) -> None:
+    own = FakeTelegram()
+    await own.start()
+    token = own.add_bot()
+    poll = asyncio.create_task(call(http, own, token, "getUpdates", timeout=50))
+    await wait_for(lambda: _async(own.calls(token, "getUpdates")), what="the poll arrived")
+    await own.stop()
+    assert await asyncio.wait_for(poll, 10) == (200, {"ok": True, "result": []})
