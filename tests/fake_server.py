@@ -47,6 +47,7 @@ class Fault:
     kind: Literal["error", "hang", "cut"]
     status: int = 500
     body: Json | None = None  # the error answer
+    raw: bytes | None = None  # or a body that is not JSON (a proxy's HTML error page)
     applied: bool = True  # hang/cut: the call took effect before its answer was lost
 
 
@@ -182,6 +183,8 @@ class LoopbackFake:
         fault = queue.popleft() if queue else None
         if fault is None:
             return await run()
+        if fault.kind == "error" and fault.raw is not None:
+            return Response(fault.raw, fault.status, media_type="text/html")
         if fault.kind == "error":
             return JSONResponse(fault.body, fault.status)
         body = bytes((await run()).body) if fault.applied else b""

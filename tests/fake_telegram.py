@@ -193,11 +193,13 @@ class FakeTelegram(LoopbackFake):
 
     # -- faults and holds -----------------------------------------------------------------
 
-    def fail_next(self, token: str, k: int, code: int, description: str,
-                  parameters: Json | None = None, method: str = "sendMessage") -> None:  # fmt: skip
-        """The next k calls answer this error (and have no effect)."""
+    def fail_next(self, token: str, k: int, code: int, description: str = "",
+                  parameters: Json | None = None, method: str = "sendMessage",
+                  raw: bytes | None = None) -> None:  # fmt: skip
+        """The next k calls answer this error, or `raw` as an HTML page (and have no effect)."""
         body = _error_body(BotApiError(code, description, parameters))
-        self.inject((token, method.lower()), *[Fault("error", code, body) for _ in range(k)])
+        faults = [Fault("error", code, body, raw) for _ in range(k)]
+        self.inject((token, method.lower()), *faults)
 
     def hang_next(self, token: str, k: int = 1, method: str = "sendMessage", *,
                   applied: bool = True) -> None:  # fmt: skip

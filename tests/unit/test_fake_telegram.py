@@ -243,6 +243,11 @@ async def test_faults_fail_cut_and_hang(
     for _ in range(2):
         assert await call(http, fake, token, "sendMessage", chat_id=CHAT, text="x") == (
             502, {"ok": False, "error_code": 502, "description": "Bad Gateway"})  # fmt: skip
+    fake.fail_next(token, 1, 502, raw=b"<html><body>502 Bad Gateway</body></html>")
+    answer = await http.post(
+        f"{fake.base_url}/bot{token}/sendMessage", json={"chat_id": CHAT, "text": "x"}
+    )
+    assert (answer.status_code, answer.headers["content-type"].split(";")[0]) == (502, "text/html")
     assert fake.sent(token) == []
     fake.cut_next(token)
     with pytest.raises(httpx.RemoteProtocolError):
