@@ -39,11 +39,12 @@ from proxyprotocol.reader import ProxyProtocolReader
 from proxyprotocol.version import ProxyProtocolVersion
 from pymap.backend.dict import Config, DictBackend, Identity, Login
 from pymap.backend.dict import Session as ImapSession
+from pymap.backend.dict.mailbox import MailboxData
 from pymap.concurrent import Subsystem
-from pymap.fetch import FetchRequirement
 from pymap.imap import IMAPServer
 from pymap.parsing.message import AppendMessage
 from pymap.parsing.specials import ExtensionOptions
+from pymap.parsing.specials.fetchattr import FetchRequirement
 from pymap.user import UserMetadata
 from pysasl.hashing import Cleartext
 
@@ -145,6 +146,14 @@ def _header(message: EmailMessage, name: str) -> str | None:
     return None if value is None else str(value).strip()
 
 
+def _abort(transport: asyncio.BaseTransport) -> None:
+    """Cut a connection now, without flushing what is buffered (a crash, not a goodbye)."""
+    if isinstance(transport, asyncio.Transport):
+        transport.abort()
+    else:
+        transport.close()
+
+
 def _not_login_data_notice(record: logging.LogRecord) -> bool:
     # aiosmtpd 1.4.6 logs a warning for its own deprecated Session.login_data at every AUTH.
     return "login_data is deprecated" not in record.getMessage()
@@ -170,7 +179,7 @@ class _Smtp(SMTP):
     async def push(self, status: Any) -> None:
         if self.drop_reply and self.transport is not None:
             self.drop_reply = False
-            self.transport.abort()
+            _abort(self.transport)
             return
         await super().push(status)
         text = status.decode() if isinstance(status, bytes) else str(status)
@@ -181,7 +190,7 @@ class _Smtp(SMTP):
 class _SmtpHandler:
     """aiosmtpd handler: refuses unknown recipients, applies scripted faults, delivers."""
 
-    def __init__(self, state: _State, deliver: Callable[[str, str, bytes], Awaitable[None]]):
+    def __init__(self, state: _State, deliver: Callable[[str, str, bytes], Awaitable[object]]):
         self._state = state
         self._deliver = deliver
 
@@ -224,7 +233,8 @@ class _SmtpHandler:
         dropped = self._state.take_fault("DROP") is not None
         server.drop_reply = dropped
         message = _parse(content)
-        login = session.auth_data.login.decode() if session.authenticated else None
+        auth = session.auth_data if session.authenticated else None
+        login = auth.login.decode() if isinstance(auth, LoginPassword) else None
         record = Accepted(
             _header(message, "Message-ID"),
             envelope.mail_from or "",
@@ -369,10 +379,10 @@ class MailServers:
             for server in (imap, smtp):
                 server.close()
             for writer in list(self._imap_writers):
-                writer.transport.abort()
+                _abort(writer.transport)
             for connection in list(self._smtp_connections):
                 if connection.transport is not None:
-                    connection.transport.abort()
+                    _abort(connection.transport)
             # Python 3.12+ waits here for the connections' ends, which the aborts above bring.
             await asyncio.wait_for(imap.wait_closed(), STOP_TIMEOUT_S)
             await asyncio.wait_for(smtp.wait_closed(), STOP_TIMEOUT_S)
@@ -473,6 +483,31 @@ class MailServers:
         identity = Identity(address, self._login, None, frozenset())
         async with identity.new_session() as session:
             return (await session.mailbox_set.get_mailbox(mailbox)).uid_validity
+
+    def renew_inbox(self, user: MailUser) -> int:
+        """Rebuild `user`'s INBOX as a server does after a migration or an index loss: the same
+        messages and flags under a new UIDVALIDITY, UIDs counted again from the start. Returns
+        the new UIDVALIDITY. A connection that had INBOX selected keeps the old view: reconnect."""
+        return self._call(self._renew_inbox(user.address))
+
+    async def _renew_inbox(self, address: str) -> int:
+        # pymap's dict backend cannot delete INBOX, so its MailboxSet gets a new one in place
+        # (private attributes of pymap 0.36.7, pinned for this).
+        identity = Identity(address, self._login, None, frozenset())
+        async with identity.new_session() as session:
+            boxes = session.mailbox_set
+            old = boxes._inbox
+            new = MailboxData(boxes._content_cache, boxes._thread_cache)
+            while new.uid_validity == old.uid_validity:
+                new = MailboxData(boxes._content_cache, boxes._thread_cache)
+            async for msg in old.messages():
+                loaded = await msg.load_content(FetchRequirement.CONTENT)
+                again = AppendMessage(
+                    bytes(loaded), msg.internal_date, msg.permanent_flags, ExtensionOptions.empty()
+                )
+                await new.append(again)
+            boxes._inbox = new
+            return new.uid_validity
 
     def deliver_inbound(
         self,

@@ -134,6 +134,27 @@ def test_uids_increase_and_uidvalidity_holds_across_sessions(mail: MailServers) 
     assert [s.uid for s in mail.messages(employee)] == [*seen_uids, third]
 
 
+def test_a_renewed_inbox_has_a_new_uidvalidity_and_the_same_mail(mail: MailServers) -> None:
+    employee = mail.new_user("employee")
+    ids = [mail.deliver_inbound(employee, "c@customer.test", s, s)[0] for s in ("a", "b")]
+    with mail.imap(employee) as client:
+        client.select("INBOX")
+        client.uid("STORE", str(uids(client, "ALL")[0]), "+FLAGS", "(\\Seen)")
+        before = uid_validity(client)
+
+    after = mail.renew_inbox(employee)
+    _, third = mail.deliver_inbound(employee, "c@customer.test", "c", "c")
+
+    assert after != before
+    with mail.imap(employee) as client:
+        assert uid_validity(client) == after
+        client.select("INBOX")
+        assert uids(client, "ALL")[-1] == third
+    stored = mail.messages(employee)
+    assert [s.message_id for s in stored][:2] == ids
+    assert [s.seen for s in stored] == [True, False, False]
+
+
 @pytest.mark.parametrize("code", [421, 450, 550])
 def test_the_next_transactions_fail_with_the_chosen_code(mail: MailServers, code: int) -> None:
     employee, customer = mail.new_user("employee"), mail.new_user("customer")
