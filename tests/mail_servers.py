@@ -58,7 +58,7 @@ START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 CALL_TIMEOUT_S = 10.0  # a helper's call into the servers' loop
 SMTP_IDLE_TIMEOUT_S = 60.0  # an SMTP client silent this long is disconnected
-SMTP_MAX_BYTES = 10 * 1024 * 1024  # one message's DATA
+MAX_MESSAGE_BYTES = 25 * 1024 * 1024  # one message, by SMTP DATA or IMAP APPEND (as Gmail's)
 SMTP_LOGGER = "mail.log"  # aiosmtpd's
 Stage = Literal["MAIL", "RCPT", "DATA"]
 FAULT_TEXT = {
@@ -285,6 +285,7 @@ def _imap_config() -> _ImapConfig:
         hash_context=Cleartext(),
         cpu_subsystem=Subsystem.for_asyncio(),
         invalid_user_sleep=0.0,
+        max_append_len=MAX_MESSAGE_BYTES,
         proxy_protocol=ProxyProtocolVersion.get(None),
     )
 
@@ -332,6 +333,8 @@ class MailServers:
         thread.join(STOP_TIMEOUT_S)
         if thread.is_alive():
             raise RuntimeError(f"the mail servers' thread did not end within {STOP_TIMEOUT_S}s")
+        if self._failure is not None:
+            raise RuntimeError("the mail servers failed while stopping") from self._failure
 
     @property
     def running(self) -> bool:
@@ -393,7 +396,7 @@ class MailServers:
             handler,
             self._smtp_connections,
             hostname=HOSTNAME,
-            data_size_limit=SMTP_MAX_BYTES,
+            data_size_limit=MAX_MESSAGE_BYTES,
             timeout=SMTP_IDLE_TIMEOUT_S,
             auth_required=False,
             auth_require_tls=False,
