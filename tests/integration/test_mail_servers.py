@@ -108,9 +108,15 @@ def test_unseen_search_fetch_and_store_seen(mail: MailServers) -> None:
         assert b"\\Seen" in fetch_flags(client, unseen[0])
         assert uids(client, "UNSEEN") == unseen[1:]
         assert uids(client, "SEEN") == unseen[:1]
+
+        # As on any IMAP server, a FETCH of BODY[] (not PEEK) marks the message read itself:
+        # a poller that marks as read only after its commit must fetch with BODY.PEEK[].
+        status, _ = client.uid("FETCH", str(unseen[1]), "(BODY[])")
+        assert status == "OK"
+        assert uids(client, "UNSEEN") == unseen[2:]
     by_id = {s.message_id: s for s in mail.messages(employee)}
-    assert by_id[ids[0]].seen
-    assert not by_id[ids[1]].seen and not by_id[ids[2]].seen
+    assert by_id[ids[0]].seen and by_id[ids[1]].seen
+    assert not by_id[ids[2]].seen
 
 
 def test_uids_increase_and_uidvalidity_holds_across_sessions(mail: MailServers) -> None:
