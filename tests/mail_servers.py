@@ -31,6 +31,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.message import EmailMessage
+from email.parser import BytesHeaderParser
 from email.utils import format_datetime, make_msgid
 from typing import Any, Literal, TypeVar
 
@@ -60,6 +61,7 @@ CALL_TIMEOUT_S = 10.0  # a helper's call into the servers' loop
 SMTP_IDLE_TIMEOUT_S = 60.0  # an SMTP client silent this long is disconnected
 MAX_MESSAGE_BYTES = 25 * 1024 * 1024  # one message, by SMTP DATA or IMAP APPEND (as Gmail's)
 SMTP_LOGGER = "mail.log"  # aiosmtpd's
+_HEADERS = BytesHeaderParser(policy=email.policy.compat32)
 Stage = Literal["MAIL", "RCPT", "DATA"]
 FAULT_TEXT = {
     421: "421 4.3.2 Service shutting down, try again later",
@@ -141,8 +143,9 @@ def _parse(content: bytes) -> EmailMessage:
     return message
 
 
-def _header(message: EmailMessage, name: str) -> str | None:
-    value = message.get(name)
+def _header(content: bytes, name: str) -> str | None:
+    """A header's raw value (compat32 parses any bytes without raising: hostile mail too)."""
+    value = _HEADERS.parsebytes(content).get(name)
     return None if value is None else str(value).strip()
 
 
@@ -224,6 +227,9 @@ class _SmtpHandler:
             return fault.reply
         content = envelope.original_content or b""
         sender = (envelope.mail_from or "").lower()
+        auth = session.auth_data if session.authenticated else None
+        login = auth.login.decode() if isinstance(auth, LoginPassword) else None
+        message_id = _header(content, "Message-ID")
         for rcpt in envelope.rcpt_tos:
             await self._deliver(rcpt.lower(), INBOX, content)
         with self._state.lock:
@@ -232,11 +238,8 @@ class _SmtpHandler:
             await self._deliver(sender, SENT, content)
         dropped = self._state.take_fault("DROP") is not None
         server.drop_reply = dropped
-        message = _parse(content)
-        auth = session.auth_data if session.authenticated else None
-        login = auth.login.decode() if isinstance(auth, LoginPassword) else None
         record = Accepted(
-            _header(message, "Message-ID"),
+            message_id,
             envelope.mail_from or "",
             tuple(envelope.rcpt_tos),
             login,
@@ -465,14 +468,13 @@ class MailServers:
         async for msg in data.messages():
             loaded = await msg.load_content(FetchRequirement.CONTENT)
             content = bytes(loaded)
-            parsed = _parse(content)
             flags = frozenset(flag.value.decode() for flag in msg.permanent_flags)
             stored.append(
                 Stored(
                     msg.uid,
                     flags,
-                    _header(parsed, "Message-ID"),
-                    _header(parsed, "Subject"),
+                    _header(content, "Message-ID"),
+                    _header(content, "Subject"),
                     content,
                 )
             )

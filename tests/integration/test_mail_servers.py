@@ -233,6 +233,21 @@ def test_unknown_recipients_and_wrong_passwords_are_refused(mail: MailServers) -
         mail.imap(MailUser(employee.address, "wrong"))
 
 
+def test_a_malformed_mail_is_taken_and_stored_byte_for_byte(mail: MailServers) -> None:
+    employee, customer = mail.new_user("employee"), mail.new_user("customer")
+    raw = b"Subject: =?bogus?q?\xff\xfe?=\r\nno colon in this header\r\n\r\n\xffbody\r\n"
+    with smtplib.SMTP(mail.host, mail.smtp_port, timeout=10) as client:
+        client.sendmail(customer.address, [employee.address], raw)
+    uid = mail.imap_append(employee, raw)
+
+    stored = mail.messages(employee)
+    assert [s.content for s in stored] == [raw, raw]
+    assert stored[1].uid == uid
+    assert [s.message_id for s in stored] == [None, None]
+    [accepted] = mail.accepted(employee)
+    assert accepted.message_id is None and accepted.auth_login is None
+
+
 def test_idle_reports_a_delivery(mail: MailServers) -> None:
     employee, customer = mail.new_user("employee"), mail.new_user("customer")
     with mail.imap(employee) as client:
