@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from eventos_ingress.app import IngressConfig, build
@@ -26,6 +26,9 @@ from eventos.settings import (
     ServiceSettings,
 )
 from eventos.spec import load_specs
+
+if TYPE_CHECKING:
+    from mail_servers import MailServers
 
 # The outside world of these tests (HTTP servers that tools call and polls read) is on
 # loopback; services started in-process and as processes read this from the environment.
@@ -153,3 +156,21 @@ def ingress_url(ingress: Service) -> str:
 @pytest.fixture
 def ingress_grpc(ingress: Service) -> str:
     return f"127.0.0.1:{ingress.bound_grpc_port}"
+
+
+@pytest.fixture(scope="session")
+def mail_servers() -> Iterator[MailServers]:
+    """The session's SMTP and IMAP servers on loopback (one pair per xdist worker), started by
+    the first test that asks for them; tests share them through their own `new_user()`s."""
+    from mail_servers import MailServers  # pymap is imported only by a session that uses it
+
+    with MailServers() as servers:
+        yield servers
+
+
+@pytest.fixture
+def mail(mail_servers: MailServers) -> Iterator[MailServers]:
+    """The session's mail servers with no scripted fault left from another test, at either end."""
+    mail_servers.clear_faults()
+    yield mail_servers
+    mail_servers.clear_faults()
