@@ -50,6 +50,10 @@ class ChannelReader(Protocol):
 
     def record(self, account_id: str, salt: bytes, item: dict[str, Any]) -> IngressRecord: ...
 
+    async def confirm(self, token: bytes, items: list[dict[str, Any]]) -> None:
+        """After the page committed: tell the provider (mark mail read); a failure is logged,
+        never a loss (the cursor already moved past the page)."""
+
 
 @dataclass(frozen=True)
 class Lease:
@@ -173,6 +177,11 @@ class ChannelReaders:
             cursor, backoff = after, 1.0
             if appended and self.kicker is not None:
                 self.kicker.kick()
+            if items:
+                try:
+                    await reader.confirm(token, items)
+                except (EventOSError, httpx.HTTPError, OSError) as exc:
+                    log.warning("channel %s: confirming a committed page failed: %s", lease.id, exc)
 
     async def _commit(self, lease: Lease, reader: ChannelReader, items: list[dict[str, Any]],
                       after: dict[str, Any]) -> int:  # fmt: skip

@@ -162,6 +162,9 @@ class TelegramReader:
     def record(self, account_id: str, salt: bytes, item: dict[str, Any]) -> IngressRecord:
         return update_record(account_id, salt, item)
 
+    async def confirm(self, token: bytes, items: list[dict[str, Any]]) -> None:
+        """Nothing: the next getUpdates, from the committed cursor, confirms the page."""
+
 
 class TelegramSender:
     """`sendMessage` to the chat the reply answers."""
