@@ -120,12 +120,17 @@ async def test_signature_verifies_with_nacl_and_tampering_is_refused(
     assert (reply.status, reply.body, reply.failed) == (200, {"type": 5}, None)
     headers, body = endpoint.seen[-1]
     key = VerifyKey(bytes.fromhex(discord.public_key))
-    stamp, signature = headers["x-signature-timestamp"], bytes.fromhex(headers["x-signature-ed25519"])
+    stamp, signature = (
+        headers["x-signature-timestamp"],
+        bytes.fromhex(headers["x-signature-ed25519"]),
+    )
     key.verify(stamp.encode() + body, signature)
     with pytest.raises(BadSignatureError):
         key.verify(stamp.encode() + body.replace(b"7731", b"7732"), signature)
     sent = json.loads(body)
-    assert sent["version"] == 1 and sent["member"]["user"]["id"] and sent["channel_id"] == CHANNEL_ID
+    assert (
+        sent["version"] == 1 and sent["member"]["user"]["id"] and sent["channel_id"] == CHANNEL_ID
+    )
     assert sent["data"]["options"] == [
         {"name": "question", "type": 3, "value": "where is 7731?"},
         {"name": "n", "type": 4, "value": 2},
@@ -150,7 +155,9 @@ async def test_deferred_reply_then_follow_ups_are_counted(
     assert follow.status_code == 200 and follow.json()["webhook_id"] == discord.application_id
     assert [m["content"] for m in discord.messages(channel.id)] == ["Your parcel left.", "Anything else?"]  # fmt: skip
     assert len(reply.interaction.followups) == 1
-    unknown = await api.post(f"/webhooks/{discord.application_id}/not-a-token", json={"content": "x"})
+    unknown = await api.post(
+        f"/webhooks/{discord.application_id}/not-a-token", json={"content": "x"}
+    )
     assert (unknown.status_code, unknown.json()) == (404, {"message": "Unknown Webhook", "code": 10015})  # fmt: skip
     discord.advance(15 * 60 + 1)
     expired = await api.post(hook, json={"content": "too late"})
@@ -196,7 +203,10 @@ async def test_errors_have_discord_shapes(discord: FakeDiscord, api: httpx.Async
     assert (unknown.status_code, unknown.json()["code"]) == (404, 10003)
     discord.add_channel("1187000000000000203", can_send=False)
     locked = await api.post("/channels/1187000000000000203/messages", json={"content": "x"}, headers=BOT)  # fmt: skip
-    assert (locked.status_code, locked.json()) == (403, {"message": "Missing Access", "code": 50001})
+    assert (locked.status_code, locked.json()) == (
+        403,
+        {"message": "Missing Access", "code": 50001},
+    )
     long = await api.post(url, json={"content": "x" * 2001}, headers=BOT)
     assert long.status_code == 400 and long.json()["code"] == 50035
     assert long.json()["errors"]["content"]["_errors"][0]["code"] == "BASE_TYPE_MAX_LENGTH"
@@ -218,7 +228,9 @@ async def test_rate_limits_answer_429_with_discord_body_and_headers(
         body = limited.json()
         assert limited.status_code == 429 and set(body) == {"message", "retry_after", "global"}
         assert isinstance(body["retry_after"], float) and 0 < body["retry_after"] <= 60
-        assert body["global"] is False and int(limited.headers["retry-after"]) >= body["retry_after"]
+        assert (
+            body["global"] is False and int(limited.headers["retry-after"]) >= body["retry_after"]
+        )
         for name in ("limit", "remaining", "reset", "reset-after", "bucket"):
             assert f"x-ratelimit-{name}" in limited.headers
         other = await api.post("/channels/1187000000000000202/messages", json={"content": "x"}, headers=BOT)  # fmt: skip
@@ -287,7 +299,10 @@ async def test_gateway_identify_message_drop_resume_replays_once(
         assert resumed["t"] == "RESUMED"
         await discord.post_channel_message(CHANNEL_ID, "1187000000000000301", "after")
         after = await recv(ws)
-        assert (after["d"]["content"], after["s"]) == ("after", resumed["s"] + 1)  # missed came once
+        assert (after["d"]["content"], after["s"]) == (
+            "after",
+            resumed["s"] + 1,
+        )  # missed came once
     assert discord.gateway_paths[-1].startswith("/resume")
 
 
