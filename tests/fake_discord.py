@@ -351,27 +351,11 @@ class FakeDiscord:
         user_id: str = USER_ID,
         guild_id: str | None = GUILD_ID,
         options: Mapping[str, str | int | float | bool] | None = None,
+        tamper: str | None = None,
     ) -> Reply:
         """POST a signed interaction (type 2 command or 1 ping) and judge the answer as Discord."""
         inter = self._new_interaction(channel_id, guild_id)
         body = self._payload(inter, type, name, channel_id, user_id, guild_id, options or {})
-        stamp = str(int(time.time()))
-        signature = self.signing_key.sign(stamp.encode() + body).signature.hex()
-        reply = await self._post(url, inter, body, stamp, signature)
-        reply.failed = reply.failed or await self._accept(inter, type, reply)
-        inter.valid = reply.failed is None
-        return reply
-
-    async def interact_with_bad_signature(
-        self, url: str, *, tamper: str = "key", **kwargs: Any
-    ) -> Reply:
-        """Like `interact`, but the signature is wrong: tamper = key | body | timestamp | missing."""
-        inter = self._new_interaction(kwargs.get("channel_id", CHANNEL_ID), kwargs.get("guild_id", GUILD_ID))  # fmt: skip
-        inter.valid = False
-        body = self._payload(
-            inter, kwargs.get("type", 2), kwargs.get("name", "ask"), inter.channel_id,
-            kwargs.get("user_id", USER_ID), inter.guild_id, kwargs.get("options") or {},
-        )  # fmt: skip
         stamp = str(int(time.time()))
         key = SigningKey.generate() if tamper == "key" else self.signing_key
         signature = key.sign(stamp.encode() + body).signature.hex()
@@ -379,7 +363,19 @@ class FakeDiscord:
             body = body.replace(b'"version":1', b'"version":2')
         if tamper == "timestamp":
             stamp = str(int(stamp) + 1)
-        return await self._post(url, inter, body, None if tamper == "missing" else stamp, signature)
+        reply = await self._post(
+            url, inter, body, None if tamper == "missing" else stamp, signature
+        )
+        if tamper is None:
+            reply.failed = reply.failed or await self._accept(inter, type, reply)
+        inter.valid = tamper is None and reply.failed is None
+        return reply
+
+    async def interact_with_bad_signature(
+        self, url: str, *, tamper: str = "key", **kwargs: Any
+    ) -> Reply:
+        """Like `interact`, signed wrongly: tamper = key | body | timestamp | missing (headers)."""
+        return await self.interact(url, tamper=tamper, **kwargs)
 
     def _new_interaction(self, channel_id: str, guild_id: str | None) -> Interaction:
         if channel_id not in self.channels:
@@ -540,13 +536,10 @@ class FakeDiscord:
 
     def _live(self, app_id: str, token: str) -> Interaction:
         inter = self.interactions.get(token)
-        if (
-            inter is None
-            or app_id != self.application_id
-            or not inter.valid
-            or inter.answer_type not in (4, 5)
-            or self.now() - inter.sent_at > TOKEN_TTL_S
-        ):
+        live = (
+            inter and inter.valid and inter.answer_type in (4, 5) and app_id == self.application_id
+        )
+        if inter is None or not live or self.now() - inter.sent_at > TOKEN_TTL_S:
             raise DiscordError(404, 10015, "Unknown Webhook")
         return inter
 

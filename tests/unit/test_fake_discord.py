@@ -219,6 +219,7 @@ async def test_errors_have_discord_shapes(discord: FakeDiscord, api: httpx.Async
 async def test_rate_limits_answer_429_with_discord_body_and_headers(
     discord: FakeDiscord, api: httpx.AsyncClient
 ) -> None:
+    other_channel = discord.add_channel("1187000000000000205")
     discord.set_limit("messages", 2, 60.0)
     try:
         url = f"/channels/{CHANNEL_ID}/messages"
@@ -233,7 +234,7 @@ async def test_rate_limits_answer_429_with_discord_body_and_headers(
         )
         for name in ("limit", "remaining", "reset", "reset-after", "bucket"):
             assert f"x-ratelimit-{name}" in limited.headers
-        other = await api.post("/channels/1187000000000000202/messages", json={"content": "x"}, headers=BOT)  # fmt: skip
+        other = await api.post(f"/channels/{other_channel.id}/messages", json={"content": "x"}, headers=BOT)  # fmt: skip
         assert other.status_code == 200  # buckets are per channel
     finally:
         discord.set_limit("messages", 5, 5.0)
