@@ -47,10 +47,7 @@ APPLICATION_ID = "1187000000000000001"  # the bot user has the application's id
 GUILD_ID = "1187000000000000100"
 CHANNEL_ID = "1187000000000000200"
 USER_ID = "1187000000000000300"
-TOKEN = (
-    base64.b64encode(APPLICATION_ID.encode()).decode()
-    + ".GfAk3d.fake-discord-bot-token-0123456789ab"
-)
+TOKEN = "MTE4NzAwMDAwMDAwMDAwMDAwMQ.GfAk3d.fake-discord-bot-token-0123456789ab"  # id.time.hmac
 API = "/api/v10"
 CONTENT_MAX = 2000
 NONCE_MAX = 25
@@ -82,10 +79,6 @@ class DiscordError(Exception):
     def __init__(self, status: int, code: int, message: str, errors: Any = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.errors = status, code, message, errors
-
-
-def unauthorized() -> DiscordError:
-    return DiscordError(401, 0, "401: Unauthorized")
 
 
 def form_error(name: str, code: str, message: str) -> DiscordError:
@@ -561,7 +554,7 @@ class FakeDiscord:
         headers: dict[str, str] = {}
         try:
             if bot and request.headers.get("authorization") != f"Bot {self.token}":
-                raise unauthorized()
+                raise DiscordError(401, 0, "401: Unauthorized")
             headers = self._take(route, resource, bot=bot)
             if not isinstance(body, dict):
                 raise DiscordError(400, 50109, "The request body contains invalid JSON.")
@@ -749,6 +742,7 @@ class FakeDiscord:
         finally:
             if session is not None and session.conn is ws:
                 session.conn, session.disconnected_at = None, self.now()
+                session.valid = ws.close_code not in (1000, 1001)  # the client ended its session
 
     async def _on_payload(
         self, ws: ServerConnection, raw: str | bytes, session: Session | None
@@ -810,7 +804,7 @@ class FakeDiscord:
                 old.transport.abort()
             for event in list(session.events):
                 if event["s"] > seq and not await self._send(ws, event):
-                    session.conn = None
+                    session.conn, session.disconnected_at = None, self.now()
                     return None, session
             await self._dispatch(session, "RESUMED", {}, keep=False)
         self.resumes += 1

@@ -333,6 +333,17 @@ async def test_gateway_refuses_with_discord_codes(discord: FakeDiscord) -> None:
     ws = await opened()
     await ws.send(json.dumps({"op": 6, "d": {"token": TOKEN, "session_id": session_id, "seq": 1}}))  # fmt: skip
     assert (await recv(ws))["op"] == 9
+    await ws.send(json.dumps({"op": 2, "d": IDENTIFY}))  # a fresh session on the same socket
+    ended = (await recv(ws))["d"]["session_id"]
+    await ws.close(1000)  # closing with 1000 ends the session: no RESUME after it
+
+    async def let_go() -> bool:
+        return discord.sessions[ended].conn is None
+
+    await wait_for(let_go, what="the fake saw the close")
+    ws = await opened()
+    await ws.send(json.dumps({"op": 6, "d": {"token": TOKEN, "session_id": ended, "seq": 1}}))
+    assert (await recv(ws))["op"] == 9
     await ws.close()
     discord.heartbeat_interval_ms = 200
     try:
