@@ -285,6 +285,17 @@ class FakeDiscord:
             self.limits[route] = (limit, per_s)
         self._buckets = {k: b for k, b in self._buckets.items() if k[0] != route}
 
+    def reset(self) -> None:
+        """Forget messages, interactions, requests, faults, nonces and buckets; default limits."""
+        for channel in self.channels.values():
+            channel.messages.clear()
+        self.interactions.clear()
+        self.requests.clear()
+        self.faults.clear()
+        self._nonces.clear()
+        self._buckets.clear()
+        self.limits, self.global_limit = dict(LIMITS), GLOBAL_LIMIT
+
     def fail_next(self, count: int = 1, fault: Fault | None = None) -> None:
         """The next `count` matching REST requests get `fault` (default: a 500)."""
         self.faults.extend([fault or Fault()] * count)
