@@ -5,8 +5,8 @@ REST checks `Authorization: Bot <token>`, validates bodies as the API does and a
 bodies and headers: message objects, `{"code", "message", "errors"}` errors, per-route and global
 rate limits with their 429 body and `X-RateLimit-*` / `Retry-After` headers. Tests queue faults
 (an error, a hang, a connection cut mid-answer; optionally after the message was delivered) and
-count what was delivered per channel and per interaction. The gateway speaks JSON opcodes 0, 1,
-2, 6, 7, 9, 10, 11 with Discord's close codes, and keeps each session's events for RESUME.
+count what was delivered per channel and per interaction. Messages created here reach the
+gateway (fake_discord_gateway.py) as MESSAGE_CREATE, the bot's own included, as on Discord.
 The fake's clock (`advance`) drives token expiry, the nonce window, rate windows and session expiry.
 """
 
@@ -27,18 +27,16 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import uvicorn
+from fake_discord_gateway import FakeGateway
 from nacl.signing import SigningKey
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
-from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
 
 from eventos.testing import wait_for
 
@@ -54,25 +52,11 @@ NONCE_MAX = 25
 NONCE_WINDOW_S = 300.0  # "the past few minutes"
 ANSWER_WINDOW_S = 3.0  # an interaction unanswered by then failed, and its token is dead
 TOKEN_TTL_S = 15 * 60.0
-HEARTBEAT_MS = 41_250
-PAYLOAD_MAX = 4096  # bytes a client may send in one gateway payload
-REPLAY_MAX = 1000  # events a session keeps for RESUME
-SESSION_TTL_S = 120.0  # a disconnected session can be resumed this long
 HOLD_MAX_S = 120.0  # a hung request is answered by then at the latest
-SEND_TIMEOUT_S = 5.0
 LOADING, EPHEMERAL = 1 << 7, 1 << 6  # message flags
-GUILD_MESSAGES, DIRECT_MESSAGES, MESSAGE_CONTENT = 1 << 9, 1 << 12, 1 << 15
-INTENTS_MAX = (1 << 26) - 1
 FAILED = "This interaction failed"
 LIMITS = {"messages": (5, 5.0), "webhooks": (5, 2.0), "gateway": (20, 5.0)}  # per route bucket
 GLOBAL_LIMIT = (50, 1.0)  # requests per second per bot; webhooks (interactions) are exempt
-CLOSE_REASONS = {
-    4000: "Unknown error.", 4001: "Unknown opcode.", 4002: "Error while decoding payload.",
-    4003: "Not authenticated.", 4004: "Authentication failed.", 4005: "Already authenticated.",
-    4007: "Invalid seq.", 4009: "Session timed out.", 4012: "Invalid API version.",
-    4013: "Invalid intent(s).",
-}  # fmt: skip
-CLIENT_OPS = {1, 2, 3, 4, 6, 8, 31}  # opcodes a client may send
 
 
 class DiscordError(Exception):
@@ -158,19 +142,6 @@ class Reply:
 
 
 @dataclass
-class Session:
-    id: str
-    intents: int
-    seq: int = 0
-    events: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=REPLAY_MAX))
-    evicted_seq: int = 0  # the newest seq no longer kept for replay
-    conn: ServerConnection | None = None
-    disconnected_at: float | None = None
-    valid: bool = True
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
-@dataclass
 class Bucket:
     limit: int
     per_s: float
@@ -221,16 +192,12 @@ class FakeDiscord:
         self.bot_user = user(application_id, bot=True)
         self.channels: dict[str, Channel] = {}
         self.interactions: dict[str, Interaction] = {}
-        self.sessions: dict[str, Session] = {}
         self.requests: list[Seen] = []
         self.faults: deque[Fault] = deque()
         self.limits = dict(LIMITS)
         self.global_limit = GLOBAL_LIMIT
-        self.heartbeat_interval_ms = HEARTBEAT_MS
-        self.session_ttl_s = SESSION_TTL_S
-        self.gateway_paths: list[str] = []  # the request path of every gateway connection
-        self.identifies = self.resumes = 0
-        self.port = self.gateway_port = 0
+        self.gateway = FakeGateway(token, self.bot_user, [GUILD_ID], self.now)
+        self.port = 0
         self._buckets: dict[tuple[str, str], Bucket] = {}
         self._nonces: dict[str, tuple[float, dict[str, Any]]] = {}
         self._offset = 0.0
@@ -238,7 +205,6 @@ class FakeDiscord:
         self._release = asyncio.Event()
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
-        self._gateway: Server | None = None
         self.add_channel(CHANNEL_ID, GUILD_ID)
 
     # -- test-facing API --------------------------------------------------------------------
@@ -246,14 +212,6 @@ class FakeDiscord:
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.port}{API}"
-
-    @property
-    def gateway_url(self) -> str:
-        return f"ws://127.0.0.1:{self.gateway_port}"
-
-    @property
-    def resume_gateway_url(self) -> str:
-        return f"ws://127.0.0.1:{self.gateway_port}/resume"
 
     @property
     def public_key(self) -> str:
@@ -323,10 +281,7 @@ class FakeDiscord:
         config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
         self._server = uvicorn.Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
-        self._gateway = await serve(
-            self._connection, "127.0.0.1", 0, ping_interval=None, compression=None
-        )
-        self.gateway_port = self._gateway.sockets[0].getsockname()[1]
+        await self.gateway.start()
         server = self._server
 
         async def started() -> bool:
@@ -336,9 +291,7 @@ class FakeDiscord:
 
     async def stop(self) -> None:
         self._release.set()
-        if self._gateway is not None:
-            self._gateway.close()
-            await asyncio.wait_for(self._gateway.wait_closed(), 10)
+        await self.gateway.stop()
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
             await asyncio.wait_for(self._task, 10)
@@ -458,7 +411,7 @@ class FakeDiscord:
         channel = self.channels[inter.channel_id]
         inter.answer_type = answer
         inter.original = self._message(channel, content, flags=flags, type=20)
-        await self._broadcast(channel, inter.original)
+        await self.gateway.broadcast(channel.guild_id, inter.original)
         return None
 
     # -- REST --------------------------------------------------------------------------------
@@ -468,9 +421,9 @@ class FakeDiscord:
 
     async def _gateway_bot(self, request: Request) -> Response:
         async def act(body: Any) -> dict[str, Any]:
-            limit = {"total": 1000, "remaining": 1000 - self.identifies,
+            limit = {"total": 1000, "remaining": 1000 - self.gateway.identifies,
                      "reset_after": 86_400_000, "max_concurrency": 1}  # fmt: skip
-            return {"url": self.gateway_url, "shards": 1, "session_start_limit": limit}
+            return {"url": self.gateway.url, "shards": 1, "session_start_limit": limit}
 
         return await self._handle(request, "gateway", "-", act)
 
@@ -495,7 +448,7 @@ class FakeDiscord:
             if enforce and str(nonce) in self._nonces:  # same author (the bot), same nonce
                 return self._nonces[str(nonce)][1]
             message = self._message(channel, content, nonce=nonce, embeds=body.get("embeds"))
-            await self._broadcast(channel, message)
+            await self.gateway.broadcast(channel.guild_id, message)
             if enforce:
                 self._nonces[str(nonce)] = (now, message)
             return message
@@ -512,9 +465,10 @@ class FakeDiscord:
             if original is not None and original["flags"] & LOADING:
                 original.update(content=content, flags=original["flags"] & ~LOADING)
                 return original  # after a defer, the first follow-up fills the loading message
-            message = self._message(self.channels[inter.channel_id], content, webhook=True)
+            channel = self.channels[inter.channel_id]
+            message = self._message(channel, content, webhook=True)
             inter.followups.append(message)
-            await self._broadcast(self.channels[inter.channel_id], message)
+            await self.gateway.broadcast(channel.guild_id, message)
             return message
 
         return await self._handle(request, "webhooks", f"{app_id}/{token}", act, bot=False)
@@ -652,7 +606,7 @@ class FakeDiscord:
         channel.messages.append(message)
         return message
 
-    # -- gateway -----------------------------------------------------------------------------
+    # -- gateway ---------------------------------------------------------------------------
 
     async def post_channel_message(
         self, channel_id: str, author_id: str, content: str
@@ -660,163 +614,9 @@ class FakeDiscord:
         """A user posts in a channel: recorded, and MESSAGE_CREATE to every live session."""
         channel = self.channels.get(channel_id) or self.add_channel(channel_id)
         message = self._message(channel, content, author=user(author_id))
-        await self._broadcast(channel, message)
+        await self.gateway.broadcast(channel.guild_id, message)
         return message
 
     async def drop_connection(self, code: int | None = 4000) -> None:
         """Close every gateway connection (a resumable code; None: cut TCP); sessions stay."""
-        for session in self.sessions.values():
-            async with session.lock:
-                conn, session.conn, session.disconnected_at = session.conn, None, self.now()
-            if conn is not None and code is None:
-                conn.transport.abort()
-            if conn is not None and code is not None:
-                await conn.close(code, CLOSE_REASONS.get(code, ""))
-
-    async def request_reconnect(self) -> None:
-        """Op 7 RECONNECT to every connection, then close it: the client must RESUME."""
-        for session in self.sessions.values():
-            async with session.lock:
-                if session.conn is not None:
-                    await self._send(session.conn, {"op": 7, "d": None, "s": None, "t": None})
-        await self.drop_connection(4000)
-
-    async def expire_sessions(self) -> None:
-        """Sessions end (close 4009); a later RESUME gets op 9 INVALID SESSION."""
-        for session in self.sessions.values():
-            session.valid = False
-        await self.drop_connection(4009)
-
-    def live_sessions(self) -> list[Session]:
-        return [s for s in self.sessions.values() if s.conn is not None]
-
-    async def _broadcast(self, channel: Channel, message: dict[str, Any]) -> None:
-        needed = GUILD_MESSAGES if channel.guild_id else DIRECT_MESSAGES
-        for session in list(self.sessions.values()):
-            if not session.valid or not session.intents & needed:
-                continue
-            event = dict(message)
-            if channel.guild_id:
-                event["guild_id"] = channel.guild_id
-            mine = message["author"]["id"] == self.application_id
-            if channel.guild_id and not mine and not session.intents & MESSAGE_CONTENT:
-                event |= {"content": "", "embeds": [], "attachments": [], "components": []}
-            async with session.lock:
-                await self._dispatch(session, "MESSAGE_CREATE", event, keep=True)
-
-    async def _dispatch(self, session: Session, name: str, data: Any, *, keep: bool) -> None:
-        """One op 0 event with the session's next `s` (call with session.lock held)."""
-        session.seq += 1
-        event = {"op": 0, "d": data, "s": session.seq, "t": name}
-        if keep:
-            if len(session.events) == REPLAY_MAX:
-                session.evicted_seq = session.events[0]["s"]
-            session.events.append(event)
-        if session.conn is not None and not await self._send(session.conn, event):
-            session.conn, session.disconnected_at = None, self.now()
-
-    async def _send(self, conn: ServerConnection, payload: dict[str, Any]) -> bool:
-        try:
-            async with asyncio.timeout(SEND_TIMEOUT_S):
-                await conn.send(json.dumps(payload))
-            return True
-        except (ConnectionClosed, TimeoutError):
-            conn.transport.abort()
-            return False
-
-    async def _connection(self, ws: ServerConnection) -> None:
-        path = ws.request.path if ws.request else "/"
-        self.gateway_paths.append(path)
-        query = parse_qs(urlsplit(path).query)
-        if query.get("v", ["10"]) != ["10"]:
-            return await ws.close(4012, CLOSE_REASONS[4012])
-        if query.get("encoding", ["json"]) != ["json"]:  # the fake speaks JSON only
-            return await ws.close(4002, CLOSE_REASONS[4002])
-        interval = self.heartbeat_interval_ms / 1000
-        await self._send(ws, {"op": 10, "d": {"heartbeat_interval": self.heartbeat_interval_ms}, "s": None, "t": None})  # fmt: skip
-        beat_by = time.monotonic() + interval * 1.5  # first beat after interval * jitter
-        session: Session | None = None
-        try:
-            while True:
-                try:
-                    async with asyncio.timeout(max(0.0, beat_by - time.monotonic())):
-                        raw = await ws.recv()
-                except TimeoutError:
-                    return await ws.close(4009, CLOSE_REASONS[4009])  # no heartbeat in time
-                close, session, beat = await self._on_payload(ws, raw, session)
-                if close is not None:
-                    return await ws.close(close, CLOSE_REASONS[close])
-                if beat:
-                    beat_by = time.monotonic() + interval * 1.5
-        except ConnectionClosed:
-            pass
-        finally:
-            if session is not None and session.conn is ws:
-                session.conn, session.disconnected_at = None, self.now()
-                session.valid = ws.close_code not in (1000, 1001)  # the client ended its session
-
-    async def _on_payload(
-        self, ws: ServerConnection, raw: str | bytes, session: Session | None
-    ) -> tuple[int | None, Session | None, bool]:
-        """One client payload: (close code or None, the connection's session, was a heartbeat)."""
-        if isinstance(raw, bytes) or len(raw.encode()) > PAYLOAD_MAX:
-            return 4002, session, False
-        try:
-            payload = json.loads(raw)
-            op, data = payload["op"], payload.get("d")
-        except (ValueError, TypeError, KeyError):
-            return 4002, session, False
-        if op not in CLIENT_OPS:
-            return 4001, session, False
-        if op == 1:
-            if data is not None and (not isinstance(data, int) or isinstance(data, bool)):
-                return 4002, session, False
-            await self._send(ws, {"op": 11})
-            return None, session, True
-        if op in (2, 6) and session is not None:
-            return 4005, session, False
-        if op not in (2, 6):
-            return (4003 if session is None else None), session, False
-        if not isinstance(data, dict) or data.get("token") != self.token:
-            return 4004, session, False
-        if op == 2:
-            intents = data.get("intents")
-            if not isinstance(intents, int) or isinstance(intents, bool) or not 0 <= intents <= INTENTS_MAX:  # fmt: skip
-                return 4013, session, False
-            return None, await self._identify(ws, intents), False
-        close, resumed = await self._resume(ws, data)
-        return close, resumed, False
-
-    async def _identify(self, ws: ServerConnection, intents: int) -> Session:
-        self.identifies += 1
-        session = Session(secrets.token_hex(16), intents, conn=ws)
-        self.sessions[session.id] = session
-        ready = {"v": 10, "user": self.bot_user, "guilds": [{"id": GUILD_ID, "unavailable": True}],
-                 "session_id": session.id, "resume_gateway_url": self.resume_gateway_url,
-                 "shard": [0, 1], "application": {"id": self.application_id, "flags": 0}}  # fmt: skip
-        async with session.lock:
-            await self._dispatch(session, "READY", ready, keep=False)
-        return session
-
-    async def _resume(
-        self, ws: ServerConnection, data: dict[str, Any]
-    ) -> tuple[int | None, Session | None]:
-        session, seq = self.sessions.get(str(data.get("session_id"))), data.get("seq")
-        gone = session is not None and session.disconnected_at is not None and (
-            self.now() - session.disconnected_at > self.session_ttl_s)  # fmt: skip
-        if session is None or not session.valid or gone or (isinstance(seq, int) and seq < session.evicted_seq):  # fmt: skip
-            await self._send(ws, {"op": 9, "d": False, "s": None, "t": None})
-            return None, None
-        if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= session.seq:
-            return 4007, None
-        async with session.lock:
-            old, session.conn, session.disconnected_at = session.conn, ws, None
-            if old is not None and old is not ws:
-                old.transport.abort()
-            for event in list(session.events):
-                if event["s"] > seq and not await self._send(ws, event):
-                    session.conn, session.disconnected_at = None, self.now()
-                    return None, session
-            await self._dispatch(session, "RESUMED", {}, keep=False)
-        self.resumes += 1
-        return None, session
+        await self.gateway.drop_connection(code)

@@ -17,12 +17,11 @@ import uvicorn
 from fake_discord import (
     CHANNEL_ID,
     FAILED,
-    GUILD_MESSAGES,
-    MESSAGE_CONTENT,
     TOKEN,
     FakeDiscord,
     Fault,
 )
+from fake_discord_gateway import GUILD_MESSAGES, MESSAGE_CONTENT
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 from starlette.applications import Starlette
@@ -289,7 +288,7 @@ async def test_gateway_identify_message_drop_resume_replays_once(
         assert created["d"]["guild_id"] and created["d"]["author"]["id"] == "1187000000000000301"
         await ws.send(json.dumps({"op": 1, "d": 2}))
         assert (await recv(ws))["op"] == 11
-        await discord.drop_connection()
+        await discord.gateway.drop_connection()
         assert await closed_with(ws) == 4000
     await discord.post_channel_message(CHANNEL_ID, "1187000000000000301", "missed")
     async with connect(f"{resume_url}?v=10&encoding=json") as ws:
@@ -304,12 +303,12 @@ async def test_gateway_identify_message_drop_resume_replays_once(
             "after",
             resumed["s"] + 1,
         )  # missed came once
-    assert discord.gateway_paths[-1].startswith("/resume")
+    assert discord.gateway.paths[-1].startswith("/resume")
 
 
 async def test_gateway_refuses_with_discord_codes(discord: FakeDiscord) -> None:
     async def opened() -> ClientConnection:
-        ws = await connect(f"{discord.gateway_url}/?v=10&encoding=json")
+        ws = await connect(f"{discord.gateway.url}/?v=10&encoding=json")
         assert (await recv(ws))["op"] == 10
         return ws
 
@@ -325,11 +324,11 @@ async def test_gateway_refuses_with_discord_codes(discord: FakeDiscord) -> None:
     session_id = (await recv(ws))["d"]["session_id"]
     await discord.post_channel_message(CHANNEL_ID, "1187000000000000301", "secret")
     assert (await recv(ws))["d"]["content"] == ""  # no MESSAGE_CONTENT intent
-    await discord.drop_connection(code=None)
+    await discord.gateway.drop_connection(code=None)
     ws = await opened()
     await ws.send(json.dumps({"op": 6, "d": {"token": TOKEN, "session_id": session_id, "seq": 99}}))  # fmt: skip
     assert await closed_with(ws) == 4007
-    await discord.expire_sessions()
+    await discord.gateway.expire_sessions()
     ws = await opened()
     await ws.send(json.dumps({"op": 6, "d": {"token": TOKEN, "session_id": session_id, "seq": 1}}))  # fmt: skip
     assert (await recv(ws))["op"] == 9
@@ -338,16 +337,16 @@ async def test_gateway_refuses_with_discord_codes(discord: FakeDiscord) -> None:
     await ws.close(1000)  # closing with 1000 ends the session: no RESUME after it
 
     async def let_go() -> bool:
-        return discord.sessions[ended].conn is None
+        return discord.gateway.sessions[ended].conn is None
 
     await wait_for(let_go, what="the fake saw the close")
     ws = await opened()
     await ws.send(json.dumps({"op": 6, "d": {"token": TOKEN, "session_id": ended, "seq": 1}}))
     assert (await recv(ws))["op"] == 9
     await ws.close()
-    discord.heartbeat_interval_ms = 200
+    discord.gateway.heartbeat_interval_ms = 200
     try:
         ws = await opened()
         assert await closed_with(ws) == 4009  # no heartbeat in time
     finally:
-        discord.heartbeat_interval_ms = 41_250
+        discord.gateway.heartbeat_interval_ms = 41_250
