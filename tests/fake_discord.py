@@ -13,25 +13,29 @@ The fake's clock (`advance`) drives token expiry, the nonce window, rate windows
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import hashlib
 import json
 import logging
 import math
-import secrets
 import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-import httpx
 import uvicorn
 from fake_discord_gateway import FakeGateway
-from nacl.signing import SigningKey
+from fake_discord_interactions import (
+    CONTENT_MAX,
+    LOADING,
+    Interaction,
+    InteractionCaller,
+    Reply,
+    iso_now,
+    user,
+)
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -47,14 +51,9 @@ CHANNEL_ID = "1187000000000000200"
 USER_ID = "1187000000000000300"
 TOKEN = "MTE4NzAwMDAwMDAwMDAwMDAwMQ.GfAk3d.fake-discord-bot-token-0123456789ab"  # id.time.hmac
 API = "/api/v10"
-CONTENT_MAX = 2000
 NONCE_MAX = 25
 NONCE_WINDOW_S = 300.0  # "the past few minutes"
-ANSWER_WINDOW_S = 3.0  # an interaction unanswered by then failed, and its token is dead
-TOKEN_TTL_S = 15 * 60.0
 HOLD_MAX_S = 120.0  # a hung request is answered by then at the latest
-LOADING, EPHEMERAL = 1 << 7, 1 << 6  # message flags
-FAILED = "This interaction failed"
 LIMITS = {"messages": (5, 5.0), "webhooks": (5, 2.0), "gateway": (20, 5.0)}  # per route bucket
 GLOBAL_LIMIT = (50, 1.0)  # requests per second per bot; webhooks (interactions) are exempt
 
@@ -118,30 +117,6 @@ class Channel:
 
 
 @dataclass
-class Interaction:
-    id: str
-    token: str
-    channel_id: str
-    guild_id: str | None
-    sent_at: float
-    answer_type: int | None = None
-    valid: bool = True
-    original: dict[str, Any] | None = None
-    followups: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class Reply:
-    """What our endpoint answered one interaction; `failed` is what Discord would show."""
-
-    status: int | None  # None: no answer within the 3 s window
-    body: Any
-    elapsed: float
-    failed: str | None
-    interaction: Interaction
-
-
-@dataclass
 class Bucket:
     limit: int
     per_s: float
@@ -157,16 +132,6 @@ class CutResponse(Response):
         raise _Cut
 
 
-def iso_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
-def user(user_id: str, *, bot: bool = False) -> dict[str, Any]:
-    name = "eventos-fake" if bot else f"user{user_id[-4:]}"
-    return {"id": user_id, "username": name, "global_name": None if bot else name.title(),
-            "discriminator": "0", "avatar": None, "public_flags": 0, **({"bot": True} if bot else {})}  # fmt: skip
-
-
 def check_content(body: dict[str, Any], *, required: bool = True) -> str | None:
     content = body.get("content")
     if content is not None and not isinstance(content, str):
@@ -178,20 +143,12 @@ def check_content(body: dict[str, Any], *, required: bool = True) -> str | None:
     return content
 
 
-def option_type(value: Any) -> int:
-    """Application command option types: STRING 3, INTEGER 4, BOOLEAN 5, NUMBER 10."""
-    if isinstance(value, bool):
-        return 5
-    return 4 if isinstance(value, int) else 10 if isinstance(value, float) else 3
-
-
 class FakeDiscord:
     def __init__(self, token: str = TOKEN, application_id: str = APPLICATION_ID) -> None:
         self.token, self.application_id = token, application_id
-        self.signing_key = SigningKey.generate()
         self.bot_user = user(application_id, bot=True)
         self.channels: dict[str, Channel] = {}
-        self.interactions: dict[str, Interaction] = {}
+        self.caller = InteractionCaller(application_id, self.now, self._snowflake, self._answered)
         self.requests: list[Seen] = []
         self.faults: deque[Fault] = deque()
         self.limits = dict(LIMITS)
@@ -215,8 +172,8 @@ class FakeDiscord:
 
     @property
     def public_key(self) -> str:
-        """The application's Ed25519 public key, hex, as the Developer Portal shows it."""
-        return bytes(self.signing_key.verify_key).hex()
+        """The application's Ed25519 public key, hex, for our endpoint's settings."""
+        return self.caller.public_key
 
     def now(self) -> float:
         return time.monotonic() + self._offset
@@ -247,7 +204,7 @@ class FakeDiscord:
         """Forget messages, interactions, requests, faults, nonces and buckets; default limits."""
         for channel in self.channels.values():
             channel.messages.clear()
-        self.interactions.clear()
+        self.caller.records.clear()
         self.requests.clear()
         self.faults.clear()
         self._nonces.clear()
@@ -310,109 +267,21 @@ class FakeDiscord:
         options: Mapping[str, str | int | float | bool] | None = None,
         tamper: str | None = None,
     ) -> Reply:
-        """POST a signed interaction (type 2 command or 1 ping) and judge the answer as Discord."""
-        inter = self._new_interaction(channel_id, guild_id)
-        body = self._payload(inter, type, name, channel_id, user_id, guild_id, options or {})
-        stamp = str(int(time.time()))
-        key = SigningKey.generate() if tamper == "key" else self.signing_key
-        signature = key.sign(stamp.encode() + body).signature.hex()
-        if tamper == "body":
-            body = body.replace(b'"version":1', b'"version":2')
-        if tamper == "timestamp":
-            stamp = str(int(stamp) + 1)
-        reply = await self._post(
-            url, inter, body, None if tamper == "missing" else stamp, signature
-        )
-        if tamper is None:
-            reply.failed = reply.failed or await self._accept(inter, type, reply)
-        inter.valid = tamper is None and reply.failed is None
-        return reply
+        """POST a signed interaction (type 2 command, 1 ping) to our endpoint; judge the answer."""
+        return await self.caller.interact(
+            url, type=type, name=name, channel_id=channel_id, user_id=user_id,
+            guild_id=guild_id, options=options, tamper=tamper,
+        )  # fmt: skip
 
-    async def interact_with_bad_signature(
-        self, url: str, *, tamper: str = "key", **kwargs: Any
-    ) -> Reply:
+    async def interact_with_bad_signature(self, url: str, *, tamper: str = "key", **fields: Any) -> Reply:  # fmt: skip
         """Like `interact`, signed wrongly: tamper = key | body | timestamp | missing (headers)."""
-        return await self.interact(url, tamper=tamper, **kwargs)
+        return await self.interact(url, tamper=tamper, **fields)
 
-    def _new_interaction(self, channel_id: str, guild_id: str | None) -> Interaction:
-        if channel_id not in self.channels:
-            self.add_channel(channel_id, guild_id)
-        iid = self._snowflake()
-        raw = f"interaction:{iid}:{secrets.token_hex(48)}".encode()
-        token = base64.urlsafe_b64encode(raw).decode().rstrip("=")
-        self.interactions[token] = Interaction(iid, token, channel_id, guild_id, self.now())
-        return self.interactions[token]
-
-    def _payload(
-        self, inter: Interaction, kind: int, name: str, channel_id: str, user_id: str,
-        guild_id: str | None, options: Mapping[str, Any],
-    ) -> bytes:  # fmt: skip
-        payload: dict[str, Any] = {
-            "id": inter.id, "application_id": self.application_id, "type": kind,
-            "token": inter.token, "version": 1, "entitlements": [], "app_permissions": "2248473465835073",
-            "authorizing_integration_owners": {"0": guild_id or "0"}, "attachment_size_limit": 10485760,
-        }  # fmt: skip
-        if kind != 1:
-            command_id = str(int(hashlib.sha256(name.encode()).hexdigest()[:15], 16))
-            data: dict[str, Any] = {"id": command_id, "name": name, "type": 1}
-            if options:
-                data["options"] = [{"name": k, "type": option_type(v), "value": v} for k, v in options.items()]  # fmt: skip
-            channel = {"id": channel_id, "type": 0 if guild_id else 1, "flags": 0}
-            payload |= {"data": data, "channel_id": channel_id, "channel": channel,
-                        "locale": "en-US", "context": 0 if guild_id else 1}  # fmt: skip
-            if guild_id:
-                data["guild_id"] = guild_id
-                member: dict[str, Any] = {"user": user(user_id), "roles": [], "permissions": "2248473465835073",
-                          "joined_at": iso_now(), "nick": None, "avatar": None, "flags": 0,
-                          "pending": False, "deaf": False, "mute": False, "premium_since": None,
-                          "communication_disabled_until": None}  # fmt: skip
-                payload |= {"guild_id": guild_id, "guild_locale": "en-US", "member": member,
-                            "guild": {"id": guild_id, "locale": "en-US", "features": []}}  # fmt: skip
-            else:
-                payload["user"] = user(user_id)
-        return json.dumps(payload, separators=(",", ":")).encode()
-
-    async def _post(
-        self, url: str, inter: Interaction, body: bytes, stamp: str | None, signature: str
-    ) -> Reply:
-        headers = {"content-type": "application/json", "user-agent": "Discord-Interactions/1.0 (+https://discord.com)"}  # fmt: skip
-        if stamp is not None:
-            headers |= {"x-signature-ed25519": signature, "x-signature-timestamp": stamp}
-        began = time.monotonic()
-        try:
-            async with httpx.AsyncClient() as client, asyncio.timeout(ANSWER_WINDOW_S):
-                answer = await client.post(url, content=body, headers=headers)
-        except (TimeoutError, httpx.HTTPError):
-            inter.valid = False
-            return Reply(None, None, time.monotonic() - began, FAILED, inter)
-        try:
-            parsed: Any = answer.json()
-        except ValueError:
-            parsed = None
-        return Reply(answer.status_code, parsed, time.monotonic() - began, None, inter)
-
-    async def _accept(self, inter: Interaction, kind: int, reply: Reply) -> str | None:
-        body = reply.body
-        if reply.status != 200 or not isinstance(body, dict):
-            return FAILED
-        answer, data = body.get("type"), body.get("data") or {}
-        if kind == 1:
-            return None if answer == 1 else FAILED
-        if answer not in (4, 5) or not isinstance(data, dict):
-            return FAILED
-        try:
-            content = check_content(data, required=answer == 4) or ""
-        except DiscordError:
-            return FAILED
-        flags = data.get("flags") or 0
-        if not isinstance(flags, int):
-            return FAILED
-        flags = flags & EPHEMERAL | (LOADING if answer == 5 else 0)
-        channel = self.channels[inter.channel_id]
-        inter.answer_type = answer
-        inter.original = self._message(channel, content, flags=flags, type=20)
-        await self.gateway.broadcast(channel.guild_id, inter.original)
-        return None
+    async def _answered(self, inter: Interaction, content: str, flags: int) -> dict[str, Any]:
+        channel = self.channels.get(inter.channel_id) or self.add_channel(inter.channel_id, inter.guild_id)  # fmt: skip
+        message = self._message(channel, content, flags=flags, type=20)
+        await self.gateway.broadcast(channel.guild_id, message)
+        return message
 
     # -- REST --------------------------------------------------------------------------------
 
@@ -493,11 +362,8 @@ class FakeDiscord:
         return await self._handle(request, "webhooks", f"{app_id}/{token}", act, bot=False)
 
     def _live(self, app_id: str, token: str) -> Interaction:
-        inter = self.interactions.get(token)
-        live = (
-            inter and inter.valid and inter.answer_type in (4, 5) and app_id == self.application_id
-        )
-        if inter is None or not live or self.now() - inter.sent_at > TOKEN_TTL_S:
+        inter = self.caller.live(app_id, token)
+        if inter is None:
             raise DiscordError(404, 10015, "Unknown Webhook")
         return inter
 

@@ -16,12 +16,12 @@ import pytest
 import uvicorn
 from fake_discord import (
     CHANNEL_ID,
-    FAILED,
     TOKEN,
     FakeDiscord,
     Fault,
 )
 from fake_discord_gateway import GUILD_MESSAGES, MESSAGE_CONTENT
+from fake_discord_interactions import FAILED
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 from starlette.applications import Starlette
