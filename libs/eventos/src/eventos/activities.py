@@ -15,10 +15,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
-from eventos import admission, names, turns
+from eventos import admission, approvals, names, turns
 from eventos.contracts import (
     Admission,
     AdmitRequest,
+    ApprovalView,
     ConversationContext,
     DeadLetter,
     DeliveryItem,
@@ -148,13 +149,31 @@ class DbActivities:
         except (Conflict, NotFound) as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
 
+    @activity.defn(name=names.ACT_APPROVAL_READ)
+    async def approval_read(self, approval_id: str) -> ApprovalView:
+        return await self._run(lambda conn: approvals.read(conn, approval_id))
+
+    @activity.defn(name=names.ACT_APPROVAL_REMIND)
+    async def approval_remind(self, approval_id: str) -> None:
+        await self._run(lambda conn: approvals.remind(conn, approval_id))
+
+    @activity.defn(name=names.ACT_APPROVAL_EXPIRE)
+    async def approval_expire(self, approval_id: str) -> str:
+        return await self._run(lambda conn: approvals.expire(conn, approval_id))
+
+    @activity.defn(name=names.ACT_APPROVAL_TAKE)
+    async def approval_take(self, approval_id: str) -> str | None:
+        """Act on the decision once (the turn that waited for it); None: taken already."""
+        return await self._run(lambda conn: approvals.take(conn, approval_id))
+
     def workflow_queue_activities(self) -> list[Callable[..., Awaitable[object]]]:
         return [
             self.admit_turn, self.release_turn, self.load_conversation, self.save_turn,
             self.dead_letter_inputs, self.load_inputs, self.record_run_event,
             self.terminate_workflow, self.skip_inputs, self.suspend_turn, self.upgrade_lease,
             self.egress_send,  # owner chat's send, as a local activity of the turn
-            self.entity_run_ended,
+            self.entity_run_ended, self.approval_read, self.approval_remind,
+            self.approval_expire, self.approval_take,
         ]  # fmt: skip
 
     def egress_activities(self) -> list[Callable[..., Awaitable[object]]]:

@@ -282,6 +282,27 @@ def cmd_outbox(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_approvals(args: argparse.Namespace) -> int:
+    client = owner_client(args)
+    if args.action in ("approve", "decline"):
+        if not args.id:
+            raise CliError(f"approvals {args.action} needs the approval's ID")
+        done = client.decide(args.id, args.action)
+        emit(args, done, f"approval/{done['id']} {done['state']}; its send follows the decision")
+        return 0
+    rows = client.approvals(state=args.state)
+    if getattr(args, "json", False):
+        print(json.dumps(rows, indent=2))
+        return 0
+    for r in rows:
+        draft = (r.get("draft") or "").replace("\n", " ")
+        print(f"{r['id']}  {r['state']:<8} {r['channel'] or '-':<18} expires {r['expires_at']}\n"
+              f"    {draft[:200]}")  # fmt: skip
+    if not rows:
+        print("no approvals" + (f" ({args.state})" if args.state else ""))
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     url = args.database_url or os.environ.get("EVENTOS_DATABASE_URL")
     if not url:
@@ -400,6 +421,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("users", cmd_users, "add, list or remove users (admin token; a user token chats)")
     p.add_argument("action", choices=["add", "list", "remove"])
     p.add_argument("name", nargs="?", help="the user's name (add, remove)")
+    p = add("approvals", cmd_approvals, "list approvals, or approve or decline one")
+    p.add_argument("action", nargs="?", choices=["list", "approve", "decline"], default="list")
+    p.add_argument("id", nargs="?", help="the approval to decide")
+    p.add_argument(
+        "--state",
+        choices=["pending", "approved", "declined", "expired"],
+        help="only approvals in this state",
+    )
     p = add("outbox", cmd_outbox, "list the outbox, or retry an unknown or failed send")
     p.add_argument("action", nargs="?", choices=["list", "retry"], default="list")
     p.add_argument("id", nargs="?", help="the row to retry")

@@ -310,6 +310,17 @@ class Saved:
     outbound_id: int | None
     kind: str | None = None
     account: str | None = None  # a channel send's account: the egress task's fairness key
+    approval_id: str | None = None  # the send is held for the owner's approval
+
+
+@dataclass(frozen=True)
+class ApprovalView:
+    """An approval as its workflow reads it (the database's clock decides the deadlines)."""
+
+    state: str
+    taken: bool
+    expires_in_s: float
+    remind_in_s: float | None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from eventos import admission, egress, intents, names
+from eventos import admission, approvals, egress, intents, names
 from eventos.contracts import (
     Control,
     EntityStatus,
@@ -118,6 +118,10 @@ class Deliverer:
                                outbox=self.outbox)  # fmt: skip
         if kind == names.INTENT_INTERRUPT:
             return await self._interrupt(client, row)
+        if kind == names.INTENT_APPROVAL:  # the decision is in its row: a nudge to read it
+            if await approvals.nudge(client, str(row["payload"]["approval"])):
+                return "its workflow was nudged"
+            return "its workflow is not running; the approvals watchdog takes the decision"
         employee, generation = str(row["employee"]), int(row["generation"])
         if kind == names.INTENT_RESET:
             return await self._reset(conn, client, row)

@@ -186,6 +186,12 @@ class Egress:
         ahead = int((await cur.fetchone() or {"n": 0})["n"])
         if ahead >= self.settings.high_water:
             raise SendWait(f"{ahead} sends of {account} are ahead (high water)", HIGH_WATER_WAIT_S)
+        if row["approval_id"] is not None:  # approved sends go out in decision order
+            params = {"employee": row["employee"], "outbound_id": row["id"]}
+            cur = await conn.execute(Q["approvals_ahead"], params)
+            before = int((await cur.fetchone() or {"n": 0})["n"])
+            if before:
+                raise SendWait(f"{before} approved send(s) decided earlier go first", 0.5)
         counterpart = counterpart_hash(await self._salt_of(conn), driver, account, recipient)
         refs = [
             buckets.BucketRef(

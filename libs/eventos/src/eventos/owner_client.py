@@ -176,3 +176,12 @@ class OwnerClient:
     def outbox_retry(self, outbound_id: int) -> dict[str, Any]:
         """Send an `unknown` or `failed` row once more: {id, status, retry}."""
         return self._post_json(f"/v1/outbox/{outbound_id}:retry", {})
+
+    def approvals(self, state: str | None = None) -> Rows:
+        """Approvals newest first (the caller's own unless admin), each with its held draft."""
+        query = f"?state={urllib.parse.quote(state)}" if state else ""
+        return list(self._call("GET", "/v1/approvals" + query)["approvals"])
+
+    def decide(self, approval_id: str, verb: str) -> dict[str, Any]:
+        """`approve` or `decline` an approval: the approval as decided."""
+        return self._post_json(f"/v1/approvals/{urllib.parse.quote(approval_id)}:{verb}", {})

@@ -301,11 +301,25 @@ class Budget(_Strict):
     daily_usd: float = Field(gt=0, le=100_000)
 
 
+SendKind = Literal["telegram", "whatsapp_business", "discord", "email"]
+
+
+class Approvals(_Strict):
+    """What needs the owner's approval before it happens (SPEC §11): replies on these channel
+    kinds, these tools' calls; an approval not decided in `expire_after_h` hours expires (one
+    reminder 24 h before)."""
+
+    sends: list[SendKind] = Field(default_factory=list, max_length=8)
+    tools: list[str] = Field(default_factory=list, max_length=32)
+    expire_after_h: int = Field(default=names.APPROVAL_EXPIRE_AFTER_H, ge=25, le=720)
+
+
 class EmployeeBody(_Strict):
     timezone: str = "UTC"
     budget: Budget | None = None
     agents: list[Agent] = Field(min_length=1, max_length=16)
     triggers: list[Trigger] = Field(default_factory=list, max_length=64)
+    approvals: Approvals | None = None
 
     @field_validator("timezone")
     @classmethod
@@ -362,6 +376,10 @@ def check_supported(spec: EmployeeSpec) -> None:
          f"{t.kind} triggers are not supported: {UNSUPPORTED_KINDS[t.kind]}")
         for i, t in enumerate(spec.spec.triggers) if t.kind in UNSUPPORTED_KINDS
     ]  # fmt: skip
+    approvals = spec.spec.approvals
+    if approvals is not None and approvals.tools:
+        why = "approving tool calls is not supported yet; approve sends instead"
+        errors.append(("spec.approvals.tools", why))
     if errors:
         raise SpecInvalid(errors)
 

@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-from eventos import names, transcripts
+from eventos import approvals, names, transcripts
 from eventos.contracts import (
     ConversationContext,
     DeadLetter,
@@ -148,12 +148,20 @@ async def save(conn: Conn, req: SaveTurn, keys: OutboxKeys) -> Saved:
         outbound_id, kind, account = None, None, None
         # A `peer_` thread has no reply route (SPEC §8): its final text stays in the transcript.
         peer = turn.thread.startswith(names.PEER_THREAD_PREFIX)
+        approval = None
         if req.reply is not None and turn.route.get("reply") and not peer:
             row = _outbound_row(turn, req, keys)
             cur = await conn.execute(Q["outbound_insert"], row)
             outbound_id, kind = int((await cur.fetchone() or {})["id"]), str(row["kind"])
             account = row["account"]
-    return Saved(outbound_id, kind, account)
+            hours = await approvals.needed(conn, turn.employee, turn.generation, kind)
+            if hours is not None:
+                approval = await approvals.hold(
+                    conn, outbound_id=outbound_id, employee=turn.employee,
+                    generation=turn.generation, thread=turn.stream_key, turn_id=turn.turn_id,
+                    audience=row["audience"], expire_after_h=hours,
+                )  # fmt: skip
+    return Saved(outbound_id, kind, account, approval)
 
 
 def _audience_column(turn: TurnInput) -> str | None:

@@ -18,6 +18,7 @@ from eventos.settings import AlarmSettings, SecretStore
 from eventos.supervision import SupervisorActivities
 from eventos.temporal import RetryCount, TemporalConnection, worker_build_id
 from eventos.tools.activity import ToolActivities
+from eventos.workflows.approval import ApprovalWorkflow
 from eventos.workflows.conversation import ConversationWorkflow
 from eventos.workflows.poll import PollWorkflow
 from eventos.workflows.schedule_fire import ScheduleFireWorkflow
@@ -26,7 +27,7 @@ from eventos.workflows.turn import TurnWorkflow
 
 log = logging.getLogger(__name__)
 WORKFLOWS = [ConversationWorkflow, TurnWorkflow, EmployeeSupervisorWorkflow, ScheduleFireWorkflow,
-             PollWorkflow]  # fmt: skip
+             PollWorkflow, ApprovalWorkflow]  # fmt: skip
 RECONNECT_S = 2.0
 
 

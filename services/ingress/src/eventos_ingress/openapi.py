@@ -130,6 +130,26 @@ SCHEMAS: dict[str, Schema] = {
             "next_before": INT,
         }
     ),
+    "Approval": obj(
+        {"id": STR, "employee": STR, "state": STR, "expires_at": STR},
+        {
+            k: {"type": ["string", "null"]}
+            for k in (
+                "thread",
+                "kind",
+                "channel",
+                "draft",
+                "send_status",
+                "decided_at",
+                "decided_by",
+                "taken_at",
+                "created_at",
+            )
+        },
+    ),
+    "ApprovalList": obj(
+        {"approvals": {"type": "array", "items": {"$ref": "#/components/schemas/Approval"}}}
+    ),
     "OutboxRetried": obj({"id": INT, "status": STR, "retry": {"type": "boolean"}}),
 }
 
@@ -313,6 +333,40 @@ def paths() -> dict[str, Any]:
                 },
                 body="AttentionAct",
                 params=[{**intent_id, "name": "item_id"}],
+            )
+        },
+        "/v1/approvals": {
+            "get": op(
+                "Approvals newest first, each with its held draft (a user: their own)",
+                (200, "the approvals", "ApprovalList"),
+                params=[
+                    {"name": "state", "in": "query", "schema": STR},
+                    {"name": "employee", "in": "query", "schema": STR},
+                ],
+            )
+        },
+        "/v1/approvals/{approval_id}": {
+            "get": op(
+                "One approval with its held draft",
+                (200, "the approval", "Approval"),
+                errors={"404": "no such approval for this caller"},
+                params=[{"name": "approval_id", "in": "path", "required": True, "schema": STR}],
+            )
+        },
+        "/v1/approvals/{approval_id}:approve": {
+            "post": op(
+                "Approve: the decision is committed, its workflow nudged, the send follows",
+                (202, "the approval as decided", "Approval"),
+                errors={"404": "no such approval for this caller", "409": "not pending"},
+                params=[{"name": "approval_id", "in": "path", "required": True, "schema": STR}],
+            )
+        },
+        "/v1/approvals/{approval_id}:decline": {
+            "post": op(
+                "Decline: the decision is committed; the held send is never made",
+                (202, "the approval as decided", "Approval"),
+                errors={"404": "no such approval for this caller", "409": "not pending"},
+                params=[{"name": "approval_id", "in": "path", "required": True, "schema": STR}],
             )
         },
         "/v1/outbox": {

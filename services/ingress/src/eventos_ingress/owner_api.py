@@ -42,6 +42,7 @@ from eventos.tools import retry
 from eventos.wake import Kicker
 from eventos.wakeups import ChatWakeups
 from eventos_ingress import bodies, openapi, problems
+from eventos_ingress.approvals_api import ApprovalsApi
 from eventos_ingress.outbox_api import OutboxApi
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ class OwnerApi:
 
     def __post_init__(self) -> None:
         self.outbox = OutboxApi(self.pool)
+        self.approvals = ApprovalsApi(self.pool, self.kicker)
 
     async def authenticate(self, request: Request) -> Caller:
         """The caller of a bearer token: the admin's (compared in constant time), else a user's
@@ -187,6 +189,9 @@ class OwnerApi:
             op("/v1/intents/{intent_id}", self.intent, "GET"),
             op("/v1/rearm", self.rearm, "POST"),
             op("/v1/attention/{target}", self.attention_act, "POST"),
+            op("/v1/approvals", self.approvals.list, "GET", users=True),
+            op("/v1/approvals/{target}", self.approvals.decide, "POST", users=True),
+            op("/v1/approvals/{approval_id}", self.approvals.get, "GET", users=True),
             op("/v1/outbox", self.outbox.list, "GET"),
             op("/v1/outbox/{target}", self.outbox.retry, "POST"),
             op("/v1/users", self.user_add, "POST"),

@@ -1,11 +1,12 @@
 """`python -m eventos_relay`: deliver streams to their entities, apply owner intents,
-re-arm Temporal from the database at boot, and watch running turns."""
+re-arm Temporal from the database at boot, and watch running turns and approvals."""
 
 from __future__ import annotations
 
 import os
 import socket
 
+from eventos.approvals import approvals_loop
 from eventos.deliverer import Deliverer, deliverer_loop
 from eventos.gauges import gauge_loop, read_backlog
 from eventos.outbox_keys import OutboxKeys
@@ -27,6 +28,7 @@ async def main() -> None:
                           outbox=outbox)  # fmt: skip
     service.loops.append(lambda: deliverer_loop(deliverer, cfg.service.poll_interval_s))
     service.loops.append(lambda: watchdog_loop(connected.pool, connected.temporal))
+    service.loops.append(lambda: approvals_loop(connected.pool, connected.temporal))
     service.loops.append(lambda: gauge_loop(read_backlog, connected.pool))
     await service.run()
 

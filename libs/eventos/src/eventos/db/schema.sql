@@ -682,3 +682,30 @@ CREATE INDEX outbound_messages_retries ON outbound_messages (retry_requested_at)
     WHERE status = 'queued' AND retry_requested_at IS NOT NULL;
 CREATE INDEX outbound_messages_account_open ON outbound_messages (account)
     WHERE status IN ('queued', 'sending');
+-- Approvals (issue 14); see 0018_approvals.sql.
+CREATE SEQUENCE approvals_decision_seq;
+CREATE TABLE approvals (
+    id            text PRIMARY KEY,
+    employee      text NOT NULL,
+    generation    integer NOT NULL,
+    thread        text NOT NULL,
+    turn_id       text NOT NULL,
+    kind          text NOT NULL CHECK (kind IN ('send', 'tool')),
+    outbound_id   bigint UNIQUE REFERENCES outbound_messages (id),
+    audience      text,  -- the user whose chat it answers (who may decide it, with the admin)
+    state         text NOT NULL DEFAULT 'pending'
+                  CHECK (state IN ('pending', 'approved', 'declined', 'expired')),
+    expires_at    timestamptz NOT NULL,
+    reminded_at   timestamptz,
+    decided_at    timestamptz,
+    decided_by    text,
+    decision_seq  bigint,
+    taken_at      timestamptz,
+    created_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX approvals_open ON approvals (employee, state) WHERE taken_at IS NULL;
+
+ALTER TABLE intents DROP CONSTRAINT intents_kind_check;
+ALTER TABLE intents ADD CONSTRAINT intents_kind_check
+    CHECK (kind IN ('start', 'stop', 'resume', 'reset', 'interrupt', 'limits', 'rearm',
+                    'approval'));

@@ -27,10 +27,14 @@ import json
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import Priority
+from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as ActivityTimeout
-from temporalio.workflow import ActivityCancellationType
+from temporalio.workflow import (
+    ActivityCancellationType,
+    ChildWorkflowCancellationType,
+    ParentClosePolicy,
+)
 
 with workflow.unsafe.imports_passed_through():
     from eventos import names
@@ -393,6 +397,10 @@ class TurnWorkflow:
         told = asyncio.ensure_future(self._tell_consumed(req))
         if saved.outbound_id is None:
             await told
+        elif saved.approval_id is not None:
+            await told
+            if await self._approved(turn, saved.approval_id):
+                await self._send(turn, saved)
         elif saved.kind == names.KIND_CHAT and workflow.patched(PATCH_LOCAL_CHAT_SEND):
             # Owner chat's "provider" is our own table: a short database step, sent in the
             # workflow task that saved, and the turn closes in that task too: the entity's
@@ -407,14 +415,42 @@ class TurnWorkflow:
                 await told  # a failed turn's entity must know first what the save consumed
                 raise
         else:
-            # SPEC §11: on queue `egress`, priority the class, fairness key the account.
-            await workflow.execute_activity(
-                names.ACT_SEND, saved.outbound_id, result_type=str,
-                task_queue=names.queue_for(names.EGRESS_QUEUE, workflow.info().task_queue),
-                activity_id=f"{turn.turn_id}:send",
-                start_to_close_timeout=policies.SEND_TIMEOUT, retry_policy=policies.SEND_RETRY,
-                priority=Priority(priority_key=turn.klass,
-                                  fairness_key=saved.account or turn.employee),
-            )  # fmt: skip
+            await self._send(turn, saved)
             await told
         return TurnResult(turn.turn_id, names.TURN_DONE, seqs, saved.outbound_id)
+
+    async def _send(self, turn: TurnInput, saved: Saved) -> None:
+        """SPEC §11: on queue `egress`, priority the class, fairness key the account."""
+        await workflow.execute_activity(
+            names.ACT_SEND, saved.outbound_id, result_type=str,
+            task_queue=names.queue_for(names.EGRESS_QUEUE, workflow.info().task_queue),
+            activity_id=f"{turn.turn_id}:send",
+            start_to_close_timeout=policies.SEND_TIMEOUT, retry_policy=policies.SEND_RETRY,
+            priority=Priority(priority_key=turn.klass,
+                              fairness_key=saved.account or turn.employee),
+        )  # fmt: skip
+
+    async def _approved(self, turn: TurnInput, approval_id: str) -> bool:
+        """Wait for the owner's decision with no slot held; True when the send is approved
+        and this turn took the decision. A Stop ends the wait: the ApprovalWorkflow lives on
+        (abandoned), and the watchdog takes its decision once the generation runs again."""
+        await workflow.execute_local_activity(
+            names.ACT_SUSPEND, SuspendTurn(turn.turn_id, names.APPROVAL_HELD, turn.employee),
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+        child = await workflow.start_child_workflow(
+            names.WF_APPROVAL, approval_id, id=f"approval-{approval_id}",
+            task_queue=workflow.info().task_queue,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            cancellation_type=ChildWorkflowCancellationType.ABANDON,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            priority=Priority(priority_key=names.C1_OWNER, fairness_key=turn.employee),
+        )  # fmt: skip
+        await workflow.wait_condition(lambda: child.done() or self.stop_reason is not None)
+        if not child.done():
+            return False
+        state = await workflow.execute_local_activity(
+            names.ACT_APPROVAL_TAKE, approval_id, result_type=str,
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+        return bool(state == names.APPROVAL_APPROVED)
