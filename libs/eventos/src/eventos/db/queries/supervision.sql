@@ -81,10 +81,13 @@ SELECT entity_id, stream_key, delivered_seq > consumed_seq AS holding
 FROM bus_streams WHERE employee = %(employee)s AND generation = %(generation)s;
 
 -- name: generation_running_turns
--- A generation's turns still running, with their entity.
+-- A generation's turns still running, with their entity: those still working, and those that
+-- saved but still hold their lease (a reply waiting for its approval).
 SELECT t.id AS turn_id, s.entity_id
 FROM turns t JOIN bus_streams s ON s.stream_key = t.stream_key
-WHERE t.employee = %(employee)s AND t.generation = %(generation)s AND t.status = 'running';
+WHERE t.employee = %(employee)s AND t.generation = %(generation)s
+  AND (t.status = 'running'
+       OR t.id IN (SELECT l.turn_id FROM sched_leases l WHERE l.employee = %(employee)s));
 
 -- name: stream_of_conversation
 -- A live generation's stream by lane and thread.

@@ -1,0 +1,160 @@
+"""The Telegram stack the channel tests run on: the Bot API fake, the ingress in this process
+with its channel readers, workers on the test dev server, the egress and the relay's loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from conftest import ADMIN_TOKEN, SECRETS, apply_and_start, ingress_config, run_service
+from fake_telegram import FakeTelegram
+from psycopg_pool import AsyncConnectionPool
+from test_router import query
+from test_turns import IDLE_S, PRICES, ROLL_AFTER, local_spec, pump
+
+from eventos.activities import DbActivities
+from eventos.channels.settings import ChannelSettings
+from eventos.channels.telegram import TelegramApi, TelegramSender
+from eventos.db import Conn
+from eventos.deliverer import Deliverer
+from eventos.egress import Egress, retry_loop
+from eventos.llm.activity import LlmActivities
+from eventos.llm.endpoints import LlmEndpoints
+from eventos.llm.worker import llm_worker
+from eventos.outbox_keys import OutboxKeys
+from eventos.payload_guard import connect
+from eventos.relay import Relay
+from eventos.service import Service, cancel_and_wait
+from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
+from eventos.temporal import TemporalConnection
+from eventos.testing import wait_for
+from eventos.workers import egress_worker, workflow_worker
+
+STOP_S = 30.0
+T = TypeVar("T")
+
+
+def now(fn: Callable[[], T]) -> Callable[[], Awaitable[T]]:
+    """A synchronous check (the fake's records, on this loop) as `wait_for` takes it."""
+
+    async def check() -> T:
+        return fn()
+
+    return check
+
+
+def telegram_spec(name: str, extra: str = "") -> str:
+    """An employee answering one Telegram account (`extra`: more of its spec body)."""
+    return local_spec(name, f"    - {{kind: telegram, account: tg-{name}}}\n") + extra
+
+
+@dataclass
+class Stack:
+    name: str
+    fake: FakeTelegram
+    token: str
+    pool: AsyncConnectionPool[Conn]
+    api: httpx.AsyncClient
+    egress: Egress
+    db: DbActivities
+    queue: str
+    client: Any
+    ingress_config: Any
+
+    @property
+    def source(self) -> str:
+        return f"telegram:tg-{self.name}"
+
+    async def outbox(self) -> list[dict[str, Any]]:
+        sql = f"SELECT * FROM outbound_messages WHERE employee = '{self.name}' ORDER BY id"
+        return await query(self.pool, sql)
+
+    async def attention(self, kind: str) -> list[dict[str, Any]]:
+        sql = (f"SELECT * FROM attention_items WHERE employee = '{self.name}' "
+               f"AND kind = '{kind}' ORDER BY id")  # fmt: skip
+        return await query(self.pool, sql)
+
+    async def one_outbox(self, status: str) -> dict[str, Any]:
+        async def settled() -> dict[str, Any] | None:
+            rows = await self.outbox()
+            return rows[0] if rows and rows[0]["status"] == status else None
+
+        return await wait_for(settled, timeout=60, interval=0.1, what=f"an outbox row {status}")
+
+
+def channel_settings(fake: FakeTelegram, **overrides: Any) -> ChannelSettings:
+    """Short polls and leases for tests; the buckets as documented unless overridden."""
+    base = ChannelSettings(telegram_api=fake.base_url, poll_timeout_s=1, refresh_s=1,
+                           lease_ttl_s=5, down_alert_s=1, send_timeout_s=5)  # fmt: skip
+    return dataclasses.replace(base, **overrides)
+
+
+@contextlib.asynccontextmanager
+async def running_ingress(cfg: Any) -> AsyncIterator[Service]:
+    from eventos_ingress.app import build
+
+    service = await build(cfg)
+    task = await run_service(service)
+    try:
+        yield service
+    finally:
+        service.stop()
+        await asyncio.wait_for(task, STOP_S)
+
+
+@contextlib.asynccontextmanager
+async def telegram_stack(
+    pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
+    temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
+    spec_extra: str = "",
+) -> AsyncIterator[Stack]:  # fmt: skip
+    fake = FakeTelegram()
+    await fake.start()
+    token = fake.add_bot()
+    name = f"c{uuid.uuid4().hex[:8]}"
+    secrets = SecretStore(env={**SECRETS, f"EVENTOS_SECRET_TG_{name.upper()}": token})
+    channels = channel_settings(fake)
+    cfg = ingress_config(db_settings, tmp_path, secrets=secrets, channels=channels,
+                         llm_endpoints=llm_endpoints)  # fmt: skip
+    client = await connect(temporal_settings.address, temporal_settings.namespace)
+    queue = f"wf-{uuid.uuid4().hex[:8]}"
+    async with httpx.AsyncClient() as http, running_ingress(cfg) as ingress:
+        sender = TelegramSender(TelegramApi(http, fake.base_url), channels.send_timeout_s)
+        egress = Egress(pool, outbox_keys, {"telegram": sender}, secrets, channels)
+        db = DbActivities(pool, outbox=outbox_keys, egress=egress)
+        llm = LlmActivities(http, SecretStore(env={}), pool, PRICES, endpoints=llm_endpoints)
+        workers = [workflow_worker(client, queue, db)]
+        workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
+        relay = Relay(pool, TemporalConnection(temporal_settings), "relay-t", task_queue=queue,
+                      entity_roll_after=ROLL_AFTER, entity_idle_s=IDLE_S)  # fmt: skip
+        deliverer = Deliverer(pool, TemporalConnection(temporal_settings), workflow_queue=queue,
+                              outbox=outbox_keys)  # fmt: skip
+        url = f"http://127.0.0.1:{ingress.bound_http_port}"
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        async with contextlib.AsyncExitStack() as exits:
+            for w in workers:
+                await exits.enter_async_context(w)
+            tasks = [asyncio.create_task(pump(pool, relay, deliverer)),
+                     asyncio.create_task(retry_loop(egress, poll_s=0.2))]  # fmt: skip
+            api = await exits.enter_async_context(
+                httpx.AsyncClient(base_url=url, headers=headers, timeout=10)
+            )
+            await apply_and_start(pool, telegram_spec(name, spec_extra))
+            try:
+                yield Stack(name, fake, token, pool, api, egress, db, queue, client, cfg)
+            finally:
+                await cancel_and_wait(tasks, STOP_S)
+    await fake.stop()
+
+
+@contextlib.asynccontextmanager
+async def egress_running(s: Stack) -> AsyncIterator[None]:
+    async with egress_worker(s.client, s.db, s.queue):
+        yield
