@@ -394,6 +394,7 @@ BUILTIN_RULES: Final = (RULE_RECIPIENT_OUTSIDE, RULE_TOO_LONG)
 CONTENT_RULES_MAX: Final = 100
 RULE_ITEMS_MAX: Final = 100  # words of a keyword rule, domains of a domain rule
 RULE_WORD_MAX_CHARS: Final = 200
+DOMAIN_MAX_CHARS: Final = 253  # DNS: a longer name never resolves
 RULE_PATTERN_MAX_CHARS: Final = 1000
 RULES_TOTAL_MAX_CHARS: Final = 64 * 1024  # every word, pattern and domain of a spec together
 RULE_REGEX_MAX_MEM: Final = 1024 * 1024  # RE2's budget per compiled pattern (program + DFA)

@@ -329,7 +329,7 @@ RuleWord = Annotated[
     str, Field(min_length=1, max_length=names.RULE_WORD_MAX_CHARS), AfterValidator(_check_word)
 ]
 RuleDomain = Annotated[
-    str, Field(min_length=1, max_length=names.RULE_WORD_MAX_CHARS), AfterValidator(_check_domain)
+    str, Field(min_length=1, max_length=names.DOMAIN_MAX_CHARS), AfterValidator(_check_domain)
 ]
 
 

@@ -42,7 +42,6 @@ _UNSPACED = r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar
 # A host name as text shows one: labels of letters, digits, marks, `_` and `-`, joined by dots.
 _HOST = r"[\pL\pN\pM_-]+(?:\.[\pL\pN\pM_-]+)+"
 _DOMAIN = r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})+"
-_HOST_MAX_CHARS = 253  # DNS: a longer name never resolves; only its tail can be a listed domain
 _DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})  # IDNA's other full stops
 
 
@@ -107,7 +106,7 @@ def keyword_regex(words: Sequence[str]) -> Any:
 
 def normalise_host(host: str) -> str:
     """A host name compared as DNS does: casefolded, IDNA labels as punycode, no trailing dot."""
-    host = unicodedata.normalize("NFKC", host).translate(_DOTS).casefold().rstrip(".")
+    host = host.translate(_DOTS).casefold().rstrip(".")  # IDNA does NFKC
     return ".".join(_ascii_label(label) for label in host.split("."))
 
 
@@ -123,16 +122,18 @@ def _ascii_label(label: str) -> str:
 def normalise_domain(domain: str) -> str:
     """A listed domain as `normalise_host` gives it; ValueError unless it is a domain name."""
     normal = normalise_host(domain.strip())
-    if len(normal) > _HOST_MAX_CHARS or _DOMAIN_NAME.fullmatch(normal) is None:
+    if len(normal) > names.DOMAIN_MAX_CHARS or _DOMAIN_NAME.fullmatch(normal) is None:
         raise ValueError(f"{domain!r} is not a domain name such as example.com")
     return normal
 
 
 def _suffixes(host: str) -> list[str]:
     """A host and every parent domain of it of two labels or more (`a.b.c`, `b.c`)."""
-    labels = normalise_host(host[-_HOST_MAX_CHARS:]).split(".")
-    if len(host) > _HOST_MAX_CHARS:
-        labels = labels[1:]  # the cut may have split a label
+    # A listed domain is at most DOMAIN_MAX_CHARS long, so only the host's tail can be one: cut
+    # one character before, and drop the first label, whole or split by the cut.
+    labels = normalise_host(host[-names.DOMAIN_MAX_CHARS - 1 :]).split(".")
+    if len(host) > names.DOMAIN_MAX_CHARS:
+        labels = labels[1:]
     return [".".join(labels[i:]) for i in range(len(labels) - 1)]
 
 
