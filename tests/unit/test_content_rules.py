@@ -14,6 +14,11 @@ from eventos.spec import load_specs
 OUTSIDE = names.RULE_RECIPIENT_OUTSIDE
 
 
+def wide(text: str) -> str:
+    """ASCII text in its full-width forms (U+FF01…U+FF5E)."""
+    return "".join(chr(ord(c) + 0xFEE0) for c in text)
+
+
 def spec(rules: str) -> str:
     return f"""
 apiVersion: eventos/v1
@@ -55,7 +60,7 @@ KEYWORDS = compiled(
         "(Refund)",
         "we give your Money   back",  # a phrase matches across any white space
         "money\u00a0back",  # … no-break space included
-        "ｒｅｆｕｎｄ",  # full-width letters are NFKC-normalised
+        wide("refund"),  # full-width letters are NFKC-normalised
         "re\u200bfund",  # a zero-width space does not split the word
         "re\u00adfund",  # nor a soft hyphen
         "STRASSE",  # casefolded: ß is ss
@@ -101,7 +106,7 @@ REGEX = compiled(r"{id: cards, kind: regex, pattern: '(?:\d[ -]?){13,15}\d'}")
 
 def test_a_regex_matches_where_its_pattern_does() -> None:
     assert held(REGEX, "card 4111 1111 1111 1111 exp 12/29") == ["cards"]
-    assert held(REGEX, "card ４１１１１１１１１１１１１１１１") == ["cards"]  # full-width digits
+    assert held(REGEX, "card " + wide("4111111111111111")) == ["cards"]  # full-width digits
     assert held(REGEX, "order 4111-1111") == []
     assert held(compiled("{id: ci, kind: regex, pattern: '(?i)secret'}"), "SeCrEt") == ["ci"]
     assert held(compiled("{id: cs, kind: regex, pattern: 'secret'}"), "SECRET") == []
@@ -133,7 +138,7 @@ DOMAINS = compiled("{id: rivals, kind: domain, domains: [Example.COM, bücher.ex
         "https://example.com@good.org/",  # … and a userinfo naming the domain mentions it too
         "write to sales@example.com",
         "mailto:Sales@Mail.Example.Com",
-        "ｅｘａｍｐｌｅ．ｃｏｍ",  # full-width letters and dot
+        wide("example.com"),  # full-width letters and dot
         "example。com",  # the ideographic full stop is a dot to IDNA
         "exa\u200bmple.com",  # a zero-width space inside
         "https://%65xample.com/",  # percent-encoded host
