@@ -183,6 +183,15 @@ def test_punycode_listed_matches_unicode_written() -> None:
     assert held(rules, "https://www.bücher.example/") == ["idn"]
 
 
+@pytest.mark.parametrize(
+    "host", ["straße.example", "STRASSE.example", "xn--strae-oqa.example", "a.Straße.example"]
+)
+def test_a_sharp_s_domain_matches_in_idna_2003_and_2008_forms(host: str) -> None:
+    rules = compiled("{id: idn, kind: domain, domains: [Straße.example]}")
+    assert held(rules, f"https://{host}/") == ["idn"]
+    assert held(rules, "https://strase.example/") == []
+
+
 def test_the_built_in_rule_holds_a_recipient_outside_the_conversation() -> None:
     assert recipient_outside("telegram", "u2", {"u1"})
     assert not recipient_outside("telegram", "u1", {"u1", "u3"})
