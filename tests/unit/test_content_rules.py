@@ -178,6 +178,12 @@ def test_a_host_past_the_dns_length_is_matched_by_whole_labels_of_its_tail() -> 
     assert held(rules, f"https://abc{longest}/") == []  # its first label is abcxxx…, not xxx…
 
 
+def test_a_domain_written_with_compatibility_dots_is_the_same_domain() -> None:
+    rules = compiled(f"{{id: dots, kind: domain, domains: [example\u2024com, {wide('ex.')}org]}}")
+    assert held(rules, "mail me at a@example.com") == ["dots"]
+    assert held(rules, "https://ex.org/") == ["dots"]
+
+
 def test_punycode_listed_matches_unicode_written() -> None:
     rules = compiled("{id: idn, kind: domain, domains: [XN--BCHER-KVA.example]}")
     assert held(rules, "https://www.bücher.example/") == ["idn"]

@@ -42,7 +42,6 @@ _SPACE = r"[\s\p{Z}]+"
 _UNSPACED = r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]"
 # A host name as text shows one: labels of letters, digits, marks, `_` and `-`, joined by dots.
 _HOST = r"[\pL\pN\pM_-]+(?:\.[\pL\pN\pM_-]+)+"
-_DOMAIN = r"[a-z0-9_-]{1,63}(?:\.[a-z0-9_-]{1,63})+"
 _LABELS_MAX = 127  # DNS: a name has at most this many labels
 _DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})  # IDNA's other full stops
 
@@ -71,7 +70,7 @@ def compile_regex(pattern: str) -> Any:
 _FORMAT_CHARS = compile_regex(r"\p{Cf}+")
 _UNSPACED_CHAR = compile_regex(_UNSPACED)
 _HOSTS = compile_regex(_HOST)
-_DOMAIN_NAME = compile_regex(_DOMAIN)
+_DOMAIN_LABEL = compile_regex(r"[a-z0-9_-]{1,63}")  # an IDNA (ASCII) label
 
 
 def normalise_text(text: str) -> str:
@@ -109,25 +108,35 @@ def keyword_regex(words: Sequence[str]) -> Any:
         raise ValueError("the words make too large a pattern: use fewer or shorter ones") from None
 
 
-def normalise_host(host: str) -> str:
-    """A host name compared as DNS does: casefolded, IDNA labels as punycode, no trailing dot."""
-    host = host.translate(_DOTS).casefold().rstrip(".")  # IDNA does NFKC
-    return ".".join(_ascii_label(label) for label in host.split("."))
+def _labels(name: str) -> list[str]:
+    """A host's or domain's labels as a message shows them: NFKC, IDNA's other full stops as
+    dots, no trailing dot (the text every rule looks at is NFKC too)."""
+    return unicodedata.normalize("NFKC", name.strip()).translate(_DOTS).rstrip(".").split(".")
 
 
 def _ascii_label(label: str) -> str:
     if label.isascii():
-        return label
+        return label.lower()
     try:
         return str(idna.ToASCII(label).decode("ascii"))
     except UnicodeError:
         return label  # not an IDNA label: it stays as written and matches no listed domain
 
 
+def normalise_host(host: str) -> str:
+    """A host name compared as DNS does: casefolded, IDNA labels as punycode, no trailing dot."""
+    return ".".join(_ascii_label(label.casefold()) for label in _labels(host))
+
+
 def normalise_domain(domain: str) -> str:
     """A listed domain as `normalise_host` gives it; ValueError unless it is a domain name."""
-    normal = normalise_host(domain.strip())
-    if len(normal) > names.DOMAIN_MAX_CHARS or _DOMAIN_NAME.fullmatch(normal) is None:
+    labels = [_ascii_label(label.casefold()) for label in _labels(domain)]
+    normal = ".".join(labels)
+    if (
+        len(labels) < 2
+        or len(normal) > names.DOMAIN_MAX_CHARS
+        or any(_DOMAIN_LABEL.fullmatch(label) is None for label in labels)
+    ):
         raise ValueError(f"{domain!r} is not a domain name such as example.com")
     return normal
 
@@ -135,12 +144,11 @@ def normalise_domain(domain: str) -> str:
 def _label_forms(label: str) -> set[str]:
     """How a message may write one label of a listed domain: its IDNA form, casefolded, and
     for a Unicode label also the IDNA 2008 form, which keeps `ß` and `ς` (IDNA 2003 maps them)."""
-    written = unicodedata.normalize("NFKC", label)
-    ascii_form = _ascii_label(written.casefold())
-    forms = {ascii_form, written.casefold()}
-    if not written.isascii():
+    ascii_form = _ascii_label(label.casefold())
+    forms = {ascii_form, label.casefold()}
+    if not label.isascii():
         with contextlib.suppress(UnicodeError):
-            forms.add("xn--" + written.lower().encode("punycode").decode("ascii"))
+            forms.add("xn--" + label.lower().encode("punycode").decode("ascii"))
     if ascii_form.startswith("xn--"):
         with contextlib.suppress(UnicodeError):
             forms.add(idna.ToUnicode(ascii_form).casefold())
@@ -165,8 +173,7 @@ class _DomainIndex:
         for domain in written:
             labels = normalise_domain(domain).split(".")
             suffixes.update(".".join(labels[i:]) for i in range(len(labels)))
-            forms = domain.strip().translate(_DOTS).rstrip(".").split(".")
-            for label, form in zip(labels, forms, strict=True):
+            for label, form in zip(labels, _labels(domain), strict=True):
                 aliases.update(dict.fromkeys(_label_forms(form), label))
         return cls(aliases, frozenset(suffixes))
 
