@@ -325,3 +325,11 @@ def test_the_largest_keyword_rule_compiles() -> None:
     rules = compiled(f"{{id: many, kind: keyword, words: [{words}]}}")
     assert held(rules, f"say w042{'x' * 196}!") == ["many"]
     assert held(rules, f"say w042{'x' * 195}!") == []
+
+
+def test_the_largest_domain_rule_compiles() -> None:
+    tail = ".".join(["x" * 63, "y" * 63, "w" * 61])
+    domains = ", ".join(f"d{i:03d}{'ü' * 50}.{tail}" for i in range(names.RULE_ITEMS_MAX))
+    rules = compiled(f"{{id: many, kind: domain, domains: [{domains}]}}")
+    assert held(rules, f"https://www.d042{'Ü' * 50}.{tail}/") == ["many"]
+    assert held(rules, f"https://d042{'ü' * 49}.{tail}/") == []

@@ -386,6 +386,8 @@ class ContentRule(_Strict):
             rules.keyword_regex(self.words)
         if self.pattern is not None:
             rules.compile_regex(self.pattern)
+        if self.domains is not None:
+            rules.domain_regex(self.domains)
 
     def size(self) -> int:
         """Characters of its words, pattern and domains (bounded per spec)."""

@@ -19,8 +19,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import unicodedata
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from encodings import idna
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
@@ -40,9 +40,8 @@ _NOT_WORD = r"[^\pL\pN\pM_]"
 _SPACE = r"[\s\p{Z}]+"
 # Scripts written without spaces between words: a keyword edge in one needs no boundary.
 _UNSPACED = r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]"
-# A host name as text shows one: labels of letters, digits, marks, `_` and `-`, joined by dots.
-_HOST = r"[\pL\pN\pM_-]+(?:\.[\pL\pN\pM_-]+)+"
-_LABELS_MAX = 127  # DNS: a name has at most this many labels
+# What a host's edge must not touch: a character of a label (as a message writes one).
+_NOT_LABEL = r"[^\pL\pN\pM_-]"
 _DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})  # IDNA's other full stops
 
 
@@ -69,7 +68,6 @@ def compile_regex(pattern: str) -> Any:
 
 _FORMAT_CHARS = compile_regex(r"\p{Cf}+")
 _UNSPACED_CHAR = compile_regex(_UNSPACED)
-_HOSTS = compile_regex(_HOST)
 _DOMAIN_LABEL = compile_regex(r"[a-z0-9_-]{1,63}")  # an IDNA (ASCII) label
 
 
@@ -155,50 +153,32 @@ def _label_forms(label: str) -> set[str]:
     return forms
 
 
-@dataclass(frozen=True)
-class _DomainIndex:
-    """The listed domains of a generation's rules, for a walk of each host from its last label.
+def domain_regex(domains: Sequence[str]) -> Any:
+    """One RE2 program matching, in casefolded text, a host at any of the domains or under one.
 
-    A message's labels are looked up, never IDNA-encoded, so a crafted text costs at most a
-    dictionary lookup per label, and a walk stops at the first suffix no listed domain has.
+    The host must stand alone: no label character (letter, digit, mark, `_`, `-`) before it, and
+    after it none either, nor a dot that starts another label (`example.com.evil.org`).
     """
-
-    aliases: dict[str, str] = field(default_factory=dict)  # a label as written → its IDNA form
-    suffixes: frozenset[str] = frozenset()  # every listed domain and each parent domain of it
-
-    @classmethod
-    def of(cls, written: Iterable[str]) -> _DomainIndex:
-        aliases: dict[str, str] = {}
-        suffixes: set[str] = set()
-        for domain in written:
-            labels = normalise_domain(domain).split(".")
-            suffixes.update(".".join(labels[i:]) for i in range(len(labels)))
-            for label, form in zip(labels, _labels(domain), strict=True):
-                aliases.update(dict.fromkeys(_label_forms(form), label))
-        return cls(aliases, frozenset(suffixes))
-
-    def listed_in(self, text: str) -> set[str]:
-        """The listed domains, and parents of them, that a host in the text is or is under."""
-        found: set[str] = set()
-        for host in _HOSTS.findall(text):
-            suffix = ""
-            for label in reversed(host.casefold().rsplit(".", _LABELS_MAX)):
-                key = self.aliases.get(label, label if label.isascii() else None)
-                if key is None:
-                    break
-                suffix = f"{key}.{suffix}" if suffix else key
-                if suffix not in self.suffixes:
-                    break
-                found.add(suffix)
-        return found
+    alternatives = []
+    for domain in domains:
+        normalise_domain(domain)
+        labels = [sorted(map(re2.escape, _label_forms(label))) for label in _labels(domain)]
+        alternatives.append(r"\.".join("(?:" + "|".join(forms) + ")" for forms in labels))
+    before = "(?:^|" + _NOT_LABEL + ")"
+    after = r"(?:$|[^\pL\pN\pM_.-]|\.(?:$|" + _NOT_LABEL + "))"
+    try:
+        return compile_regex(before + "(?:" + "|".join(alternatives) + ")" + after)
+    except ValueError:
+        raise ValueError(
+            "the domains make too large a pattern: use fewer or shorter ones"
+        ) from None
 
 
 class _Message:
     """The forms of one message the rules look at, each computed when a rule first needs it."""
 
-    def __init__(self, text: str, index: _DomainIndex) -> None:
+    def __init__(self, text: str) -> None:
         self.text = text
-        self.index = index
 
     @functools.cached_property
     def normal(self) -> str:
@@ -209,14 +189,13 @@ class _Message:
         return self.normal.casefold()
 
     @functools.cached_property
-    def domains(self) -> frozenset[str]:
-        """The listed domains a host in the message is or is under (URLs, e-mail addresses,
-        bare names); a percent-encoded host counts too."""
-        text = self.normal.translate(_DOTS)
-        found = self.index.listed_in(text)
-        if "%" in text:
-            found |= self.index.listed_in(unquote(text))
-        return frozenset(found)
+    def hosts(self) -> list[str]:
+        """The folded text with IDNA's full stops as dots, and percent-decoded if it has a `%`:
+        where domain rules look for hosts."""
+        text = self.folded.translate(_DOTS)
+        if "%" not in text:
+            return [text]
+        return [text, normalise_text(unquote(text)).casefold().translate(_DOTS)]
 
 
 @dataclass(frozen=True)
@@ -246,10 +225,10 @@ class _Regex(_Rule):
 
 @dataclass(frozen=True)
 class _Domain(_Rule):
-    domains: frozenset[str]
+    regex: Any
 
     def matches(self, message: _Message) -> bool:
-        return not self.domains.isdisjoint(message.domains)
+        return any(self.regex.search(text) is not None for text in message.hosts)
 
 
 def _address(address: str) -> str:
@@ -277,7 +256,6 @@ class Rules:
     """A generation's compiled content rules."""
 
     rules: tuple[_Rule, ...] = ()
-    domains: _DomainIndex = _DomainIndex()
 
     def holds(
         self, kind: str, text: str, recipient: str | None, participants: Collection[str]
@@ -293,7 +271,7 @@ class Rules:
         if len(text) > names.RULES_SCAN_MAX_CHARS:
             held.append(names.RULE_TOO_LONG)
             text = text[: names.RULES_SCAN_MAX_CHARS]
-        message = _Message(text, self.domains)
+        message = _Message(text)
         return held + [rule.id for rule in applying if rule.matches(message)]
 
 
@@ -303,11 +281,9 @@ def _compile(rule: ContentRule) -> _Rule:
         return _Keyword(rule.id, applies_to, keyword_regex(rule.words or ()))
     if rule.kind == "regex":
         return _Regex(rule.id, applies_to, compile_regex(rule.pattern or ""))
-    domains = frozenset(normalise_domain(d) for d in rule.domains or ())
-    return _Domain(rule.id, applies_to, domains)
+    return _Domain(rule.id, applies_to, domain_regex(rule.domains or ()))
 
 
 def compile_rules(spec_rules: Sequence[ContentRule]) -> Rules:
     """A generation's rules (`spec.content_rules`), compiled once; the spec validated them."""
-    listed = [domain for rule in spec_rules for domain in rule.domains or ()]
-    return Rules(tuple(_compile(rule) for rule in spec_rules), _DomainIndex.of(listed))
+    return Rules(tuple(_compile(rule) for rule in spec_rules))
