@@ -171,7 +171,7 @@ def test_a_domain_does_not_match_look_alikes(text: str) -> None:
     assert held(DOMAINS, text) == []
 
 
-def test_a_host_past_the_dns_length_is_matched_by_whole_labels_of_its_tail() -> None:
+def test_a_host_longer_than_dns_allows_still_matches_the_domain_it_ends_in() -> None:
     longest = ".".join(["x" * 63, "y" * 63, "z" * 63, "w" * 61])  # 253 characters
     rules = compiled(f"{{id: long, kind: domain, domains: [{longest}]}}")
     assert held(rules, f"https://{'a' * 400}.{longest}/") == ["long"]
