@@ -217,6 +217,7 @@ bench: install $(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## 
 	$(PY) bench/soak.py
 	$(PY) bench/alarms.py
 	$(PY) bench/storm.py
+	$(PY) bench/content_rules.py
 
 clean: ## remove the local instance state and the virtualenvs
 	rm -rf .eventos $(VENV) $(TOOLS)

@@ -42,6 +42,8 @@ FIGURES = {
     "burst.py": ["EG7 burst of", "inputs/s", "signals", "history MB", "worst run:", "turns:",
                  "delivery ceiling of one conversation"],
     "chat_latency.py": ["owner chat, message → reply", "p50", "p99", "per stage", "routed"],
+    "content_rules.py": ["rules, ", "validation (apply)", "compile_rules", "holds() per message",
+                         "p50 ms", "/baseline", "ReDoS"],
     "fleet.py": ["employees; webhooks at", "turns finished in the load window", "under load p99",
                  "inputs still waiting", "RSS MiB", "ms/event", "ms/action", "Temporal actions:", "at rest"],
     "fairness.py": ["turns admitted in the load window", "share", "floor",

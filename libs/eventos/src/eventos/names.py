@@ -409,3 +409,16 @@ ATTENTION_MISSED_ALARM: Final = "missed_alarm"
 # Trigger kinds whose deliveries are inbound messages: they cancel their thread's follow-ups
 # (alarms, employee messages, tool retries, ticks and watched data do not).
 INBOUND_KINDS: Final = ("chat", "webhook", "grpc", *CHANNEL_KINDS)
+
+# Content rules (SPEC §11): a match holds an outgoing message with the rule's id as held_reason.
+RULE_RECIPIENT_OUTSIDE: Final = "recipient-outside"  # built in: the recipient is no participant
+RULE_TOO_LONG: Final = "too-long-to-scan"  # built in: longer than the rules scan
+BUILTIN_RULES: Final = (RULE_RECIPIENT_OUTSIDE, RULE_TOO_LONG)
+CONTENT_RULES_MAX: Final = 100
+RULE_ITEMS_MAX: Final = 100  # words of a keyword rule, domains of a domain rule
+RULE_WORD_MAX_CHARS: Final = 200
+DOMAIN_MAX_CHARS: Final = 253  # DNS: a longer name never resolves
+RULE_PATTERN_MAX_CHARS: Final = 1000
+RULES_TOTAL_MAX_CHARS: Final = 64 * 1024  # every word, pattern and domain of a spec together
+RULE_REGEX_MAX_MEM: Final = 1024 * 1024  # RE2's budget per compiled pattern (program + DFA)
+RULES_SCAN_MAX_CHARS: Final = 64 * 1024  # an outgoing message fits the 64 KB envelope (I7)

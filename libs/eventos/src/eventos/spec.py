@@ -7,14 +7,23 @@ from __future__ import annotations
 
 import re
 import zoneinfo
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from eventos import names
+from eventos.channels import rules
 from eventos.errors import SpecInvalid
 
 NAME_RE = r"^[a-z][a-z0-9-]{0,39}$"
@@ -314,12 +323,103 @@ class Approvals(_Strict):
     expire_after_h: int = Field(default=names.APPROVAL_EXPIRE_AFTER_H, ge=25, le=720)
 
 
+RULE_FIELDS = {"keyword": "words", "regex": "pattern", "domain": "domains"}
+RuleChannel = Literal["chat", "telegram", "whatsapp_business", "discord", "email"]
+
+
+def _check_word(value: str) -> str:
+    if not rules.normalise_text(value).split():
+        raise ValueError("a keyword is blank")
+    return value
+
+
+def _check_domain(value: str) -> str:
+    rules.normalise_domain(value)  # the form the rules compare; the spec keeps it as written
+    return value
+
+
+RuleWord = Annotated[
+    str, Field(min_length=1, max_length=names.RULE_WORD_MAX_CHARS), AfterValidator(_check_word)
+]
+RuleDomain = Annotated[
+    str, Field(min_length=1, max_length=names.DOMAIN_MAX_CHARS), AfterValidator(_check_domain)
+]
+
+
+def _customer_channels() -> list[RuleChannel]:
+    return [kind for kind in get_args(RuleChannel) if kind in CHANNEL_KINDS]
+
+
+class ContentRule(_Strict):
+    """An owner's content rule (SPEC §11): an outgoing message it matches is held, its id the
+    reason. `keyword` takes `words`, `regex` a `pattern` (RE2 syntax), `domain` `domains`."""
+
+    id: str = Field(pattern=NAME_RE)
+    kind: Literal["keyword", "regex", "domain"]
+    words: list[RuleWord] | None = Field(
+        default=None, min_length=1, max_length=names.RULE_ITEMS_MAX
+    )
+    pattern: str | None = Field(default=None, min_length=1,
+                                max_length=names.RULE_PATTERN_MAX_CHARS)  # fmt: skip
+    domains: list[RuleDomain] | None = Field(default=None, min_length=1,
+                                           max_length=names.RULE_ITEMS_MAX)  # fmt: skip
+    # Customer channels by default; owner chat only when named.
+    applies_to: list[RuleChannel] = Field(default_factory=_customer_channels, min_length=1)
+
+    @field_validator("id")
+    @classmethod
+    def _not_built_in(cls, v: str) -> str:
+        if v in names.BUILTIN_RULES:
+            raise ValueError(f"{v!r} is the id of a built-in rule")
+        return v
+
+    @field_validator("applies_to")
+    @classmethod
+    def _each_kind_once(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("names a channel kind twice")
+        return v
+
+    @model_validator(mode="after")
+    def _fields_per_kind(self) -> ContentRule:
+        own = RULE_FIELDS[self.kind]
+        errors = [(f, f"only a {k} rule takes it") for k, f in RULE_FIELDS.items()
+                  if f != own and getattr(self, f) is not None]  # fmt: skip
+        if getattr(self, own) is None:
+            errors.append((own, f"a {self.kind} rule needs it"))
+        _raise_at("ContentRule", errors, self)
+        try:
+            self._compile_check()
+        except ValueError as exc:
+            _raise_at("ContentRule", [(own, str(exc))], self)
+        return self
+
+    def _compile_check(self) -> None:
+        if self.words is not None:
+            rules.keyword_regex(self.words)
+        if self.pattern is not None:
+            rules.compile_regex(self.pattern)
+        if self.domains is not None:
+            rules.domain_regex(self.domains)
+
+    def size(self) -> int:
+        """Characters of its words, pattern and domains (bounded per spec)."""
+        return (
+            sum(map(len, self.words or ()))
+            + len(self.pattern or "")
+            + sum(map(len, self.domains or ()))
+        )
+
+
 class EmployeeBody(_Strict):
     timezone: str = "UTC"
     budget: Budget | None = None
     agents: list[Agent] = Field(min_length=1, max_length=16)
     triggers: list[Trigger] = Field(default_factory=list, max_length=64)
     approvals: Approvals | None = None
+    content_rules: list[ContentRule] = Field(
+        default_factory=list, max_length=names.CONTENT_RULES_MAX
+    )
 
     @field_validator("timezone")
     @classmethod
@@ -413,8 +513,23 @@ def _check_data_tools(spec: EmployeeSpec, i: int, agent: Agent) -> list[tuple[st
     return []
 
 
+def _check_content_rules(spec: EmployeeSpec) -> list[tuple[str, str]]:
+    errors: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for i, rule in enumerate(spec.spec.content_rules):
+        if rule.id in seen:
+            errors.append((f"spec.content_rules[{i}].id", f"duplicate rule id {rule.id!r}"))
+        seen.add(rule.id)
+    total = sum(rule.size() for rule in spec.spec.content_rules)
+    if total > names.RULES_TOTAL_MAX_CHARS:
+        errors.append(("spec.content_rules",
+                       f"words, patterns and domains total {total} characters; at most "
+                       f"{names.RULES_TOTAL_MAX_CHARS}"))  # fmt: skip
+    return errors
+
+
 def _check_cross_fields(spec: EmployeeSpec) -> list[tuple[str, str]]:
-    errors: list[tuple[str, str]] = _check_tools(spec)
+    errors: list[tuple[str, str]] = _check_tools(spec) + _check_content_rules(spec)
     agents = {a.name for a in spec.spec.agents}
     if len(agents) != len(spec.spec.agents):
         errors.append(("spec.agents", "agent names must be unique"))
