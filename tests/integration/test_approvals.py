@@ -186,3 +186,29 @@ async def test_approved_sends_go_out_in_decision_order(stack: Stack) -> None:
 
         sent = await wait_for(both, timeout=30, what="both approved sends")
     assert [m["chat"]["id"] for m in sent] == [777, 666]
+
+
+RULES = """  content_rules:
+    - {id: no-refunds, kind: keyword, words: [refund]}
+    - {id: rivals, kind: domain, domains: [rival.example]}
+"""
+
+
+async def test_a_content_rule_holds_a_reply_with_its_id_only_until_the_owner_releases_it(
+    pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
+    temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
+) -> None:  # fmt: skip
+    async with telegram_stack(pool, db_settings, tmp_path, temporal_settings, outbox_keys,
+                              llm_endpoints, spec_extra=RULES) as s, egress_running(s):  # fmt: skip
+        ap = await held(s, 888, "I want a refund, see www.rival.example/deal")
+        (row,) = await s.outbox()
+        assert (row["status"], row["held_reason"]) == ("held", "no-refunds,rivals")
+        assert s.fake.sent(s.token) == []
+        s.fake.customer_message(s.token, 999, "just saying hello")  # no rule matches it
+        await wait_for(now(lambda: s.fake.sent(s.token, 999) or None), timeout=30,
+                       what="the reply no rule holds")  # fmt: skip
+        r = await s.api.post(f"/v1/approvals/{ap['id']}:approve")  # the owner releases it
+        assert r.status_code == 202, r.text
+        sent = await wait_for(now(lambda: s.fake.sent(s.token, 888) or None), timeout=30,
+                              what="the released reply")  # fmt: skip
+    assert len(sent) == 1

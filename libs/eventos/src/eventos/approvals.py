@@ -1,18 +1,21 @@
 """Approvals (SPEC §11), database side: a held send's approval row, the owner's decision, the
 workflow's reads, and the watchdog that makes sure every decision is acted on once.
 
-A send that needs approval enters the outbox `held` (reason `approval`) with an approval row,
-in the turn's consuming save. The owner's decision is written to the row first (with its place
-in the decision order), with an intent that nudges the ApprovalWorkflow. Whoever acts on a
-decision takes it by compare-and-swap (`taken_at`): the turn that waits for it, or — when that
-turn is gone (stopped, lost) — the watchdog, which hands an approved send to the egress once the
-generation runs again. The egress sends approved rows in decision order.
+A send that needs approval, or that a content rule matches, enters the outbox `held` (reason:
+the rule ids, or `approval`; never what matched) with an approval row, in the turn's consuming
+save: the owner releases it or declines it. Rules only add holds. The owner's decision is
+written to the row first (with its place in the decision order), with an intent that nudges
+the ApprovalWorkflow. Whoever acts on a decision takes it by compare-and-swap (`taken_at`): the
+turn that waits for it, or — when that turn is gone (stopped, lost) — the watchdog, which hands
+an approved send to the egress once the generation runs again. The egress sends approved rows
+in decision order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +25,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from eventos import names
+from eventos.channels.rules import Rules, compile_rules
 from eventos.contracts import ApprovalView
 from eventos.db import Conn
 from eventos.db.sql import Q
@@ -42,8 +46,51 @@ def workflow_id(approval: str) -> str:
     return f"approval-{approval}"
 
 
+@dataclass(frozen=True)
+class EgressPolicy:
+    """A generation's rules for what leaves (its frozen spec): the channel kinds whose sends
+    need approval, the time to decide, the compiled content rules."""
+
+    approve: frozenset[str]
+    expire_after_h: int
+    rules: Rules
+
+    def holds(self, kind: str, text: str, recipient: str | None) -> list[str]:
+        """Why a reply is held (rule ids, then `approval`); empty: it goes out."""
+        participants = [recipient] if recipient is not None else []  # a reply's own counterpart
+        held = self.rules.holds(kind, text, recipient, participants)
+        if kind in self.approve:
+            held.append(names.APPROVAL_HELD)
+        return held
+
+
+_RULES: dict[str, Rules] = {}  # compiled rules by spec digest (a generation's spec is frozen)
+RULES_CACHED_MAX = 512
+
+
+async def policy(conn: Conn, employee: str, generation: int) -> EgressPolicy:
+    """The generation's egress policy; its rules are compiled once per spec."""
+    params = {"employee": employee, "generation": generation}
+    cur = await conn.execute(Q["generation_egress_policy"], params)
+    row = await cur.fetchone()
+    doc = (row or {}).get("approvals") or {}
+    sha = str((row or {}).get("spec_sha256") or "")
+    compiled = _RULES.get(sha)
+    if compiled is None:
+        from eventos.spec import ContentRule  # the spec imports the rules module
+
+        specs = [ContentRule.model_validate(r) for r in (row or {}).get("rules") or []]
+        compiled = compile_rules(specs)
+        if len(_RULES) >= RULES_CACHED_MAX:
+            _RULES.clear()
+        _RULES[sha] = compiled
+    hours = int(doc.get("expire_after_h") or names.APPROVAL_EXPIRE_AFTER_H)
+    return EgressPolicy(frozenset(doc.get("sends") or []), hours, compiled)
+
+
 async def hold(conn: Conn, *, outbound_id: int, employee: str, generation: int, thread: str,
-               turn_id: str, audience: str | None, expire_after_h: int) -> str:  # fmt: skip
+               turn_id: str, audience: str | None, expire_after_h: int,
+               reason: str) -> str:  # fmt: skip
     """Hold a new reply for approval (inside the save's transaction); the approval's id. A
     retried save finds its approval and changes nothing (a decided row stays decided)."""
     ident = approval_id(employee, outbound_id)
@@ -53,19 +100,9 @@ async def hold(conn: Conn, *, outbound_id: int, employee: str, generation: int, 
         "expire_after_h": expire_after_h,
     })  # fmt: skip
     if await cur.fetchone() is not None:
-        await conn.execute(Q["outbound_hold_for_approval"], {"id": outbound_id, "approval": ident})
+        params = {"id": outbound_id, "approval": ident, "reason": reason[:500]}
+        await conn.execute(Q["outbound_hold_for_approval"], params)
     return ident
-
-
-async def needed(conn: Conn, employee: str, generation: int, kind: str) -> int | None:
-    """The hours to decide when the generation's spec asks approval for sends of this kind."""
-    cur = await conn.execute(Q["generation_approvals"],
-                             {"employee": employee, "generation": generation})  # fmt: skip
-    row = await cur.fetchone()
-    doc = (row or {}).get("approvals") or {}
-    if kind not in (doc.get("sends") or []):
-        return None
-    return int(doc.get("expire_after_h") or names.APPROVAL_EXPIRE_AFTER_H)
 
 
 async def read(conn: Conn, ident: str) -> ApprovalView:

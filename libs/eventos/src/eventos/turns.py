@@ -154,12 +154,15 @@ async def save(conn: Conn, req: SaveTurn, keys: OutboxKeys) -> Saved:
             cur = await conn.execute(Q["outbound_insert"], row)
             outbound_id, kind = int((await cur.fetchone() or {})["id"]), str(row["kind"])
             account = row["account"]
-            hours = await approvals.needed(conn, turn.employee, turn.generation, kind)
-            if hours is not None:
+            policy = await approvals.policy(conn, turn.employee, turn.generation)
+            recipient = turn.route.get("recipient" if kind in names.CHANNEL_KINDS else "session")
+            held = policy.holds(kind, req.reply, None if recipient is None else str(recipient))
+            if held:
                 approval = await approvals.hold(
                     conn, outbound_id=outbound_id, employee=turn.employee,
                     generation=turn.generation, thread=turn.stream_key, turn_id=turn.turn_id,
-                    audience=row["audience"], expire_after_h=hours,
+                    audience=row["audience"], expire_after_h=policy.expire_after_h,
+                    reason=",".join(held),
                 )  # fmt: skip
     return Saved(outbound_id, kind, account, approval)
 

@@ -8,15 +8,17 @@ ON CONFLICT (id) DO NOTHING
 RETURNING id;
 
 -- name: outbound_hold_for_approval
--- A new reply that needs approval waits, held, until the decision is taken.
+-- A new reply that needs approval, or that content rules hold, waits until the decision is
+-- taken; the reason names the rules (or `approval`), never what matched.
 UPDATE outbound_messages
-SET status = 'held', held_reason = 'approval', approval_id = %(approval)s, updated_at = now()
+SET status = 'held', held_reason = %(reason)s, approval_id = %(approval)s, updated_at = now()
 WHERE id = %(id)s AND status = 'queued';
 
--- name: generation_approvals
--- What a generation's frozen spec asks approval for.
-SELECT spec -> 'spec' -> 'approvals' AS approvals FROM generations
-WHERE employee = %(employee)s AND generation = %(generation)s;
+-- name: generation_egress_policy
+-- What a generation's frozen spec asks approval for, its content rules, and the spec's digest.
+SELECT spec -> 'spec' -> 'approvals' AS approvals, spec -> 'spec' -> 'content_rules' AS rules,
+    spec_sha256
+FROM generations WHERE employee = %(employee)s AND generation = %(generation)s;
 
 -- name: approval_read
 -- An approval as its workflow sees it: the state, and the seconds to its reminder and expiry.
