@@ -193,9 +193,16 @@ def test_apply_refuses_an_unknown_tool_and_an_http_tool_without_hosts() -> None:
 
 def test_channel_triggers_are_refused_until_their_drivers_exist() -> None:
     (spec,) = load_specs(EXAMPLE)
+    check_supported(spec)  # telegram's driver exists
+    (spec,) = load_specs(EXAMPLE.replace("kind: telegram", "kind: discord"))
     with pytest.raises(SpecInvalid) as info:
         check_supported(spec)
     assert dict(info.value.errors) == {
-        "spec.triggers[2].kind": "telegram triggers are not supported: "
-        "channel drivers are not available yet"
+        "spec.triggers[2].kind": "discord triggers are not supported: "
+        "this channel's driver is not available yet"
     }
+    (spec,) = load_specs(EXAMPLE.replace("  triggers:", "  approvals: {tools: [http_request]}\n"
+                                                       "  triggers:"))  # fmt: skip
+    with pytest.raises(SpecInvalid) as info:
+        check_supported(spec)
+    assert "not supported yet" in dict(info.value.errors)["spec.approvals.tools"]
