@@ -41,6 +41,8 @@ FIGURES = {
     "alarms.py": ["fire lateness: p50", "p99", "supervisor", "signals", "history events"],
     "burst.py": ["EG7 burst of", "inputs/s", "signals", "history MB", "worst run:", "turns:",
                  "delivery ceiling of one conversation"],
+    "channels.py": ["Telegram,", "conversations", "inbound-to-reply latency: p50", "p99",
+                    "most in one second", "account bucket", "sent twice: 0"],
     "chat_latency.py": ["owner chat, message → reply", "p50", "p99", "per stage", "routed"],
     "content_rules.py": ["rules, ", "validation (apply)", "compile_rules", "holds() per message",
                          "p50 ms", "/baseline", "ReDoS"],
