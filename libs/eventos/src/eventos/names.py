@@ -299,6 +299,8 @@ ATTENTION_DRIVER_DOWN: Final = "driver_down"
 ATTENTION_CHANNEL_DOWN: Final = "channel_down"  # an account not read for over 5 minutes
 ATTENTION_SEND_UNKNOWN: Final = "send_unknown"  # a send that may or may not have left
 ATTENTION_SEND_FAILED: Final = "send_failed"  # a send the provider refused for good
+ATTENTION_SEND_HELD: Final = "send_held"  # a send its channel's rules hold (window_closed)
+HELD_WINDOW_CLOSED: Final = "window_closed"  # WhatsApp: the customer last wrote over 24 h ago
 SEND_WAIT: Final = "SendWait"  # a send's retryable error: a bucket, the high water, a claim
 SEND_CLAIM_TTL_S: Final = 30  # a send's claim lasts as long as its activity attempt
 # ApplicationError types of the poll activity: each attempt ends with POLL_NEXT (BENIGN, its
