@@ -18,7 +18,7 @@ from typing import Any, cast
 import httpx
 import pytest
 from conftest import SECRETS, apply_and_start, ingress_config
-from fake_whatsapp import FakeWhatsApp, Number, sign
+from fake_whatsapp import FakeWhatsApp, Number, sign, titled
 from psycopg_pool import AsyncConnectionPool
 from test_channel_telegram import STOP_S, now, running_ingress
 from test_router import query
@@ -242,7 +242,9 @@ async def test_a_malformed_entry_is_a_dead_row_and_its_neighbours_land(stack: St
     assert rows["wamid:wamid.nul"]["status"] == names.INGRESS_DEAD
     image = rows["wamid:wamid.img"]
     assert image["status"] == names.INGRESS_ACCEPTED
-    assert image["envelope"]["data"]["type"] == "image" and image["envelope"]["data"]["text"] is None
+    assert (
+        image["envelope"]["data"]["type"] == "image" and image["envelope"]["data"]["text"] is None
+    )
 
 
 async def test_statuses_move_the_receipt_of_the_sent_row(stack: Stack) -> None:
@@ -353,3 +355,29 @@ async def test_scenario_a_three_messages_while_the_turn_replies_make_one_reply(
     first = SimpleNamespace(stream_key=deliveries[0]["stream_key"], route=deliveries[0]["route"])
     key = reply_key(cast(TurnInput, first), [int(d["ingress_id"]) for d in deliveries])
     assert row["idempotency_key"] == key
+
+
+async def test_the_numbers_throughput_limit_waits_and_the_reply_goes_out_once(
+    stack: Stack,
+) -> None:
+    s = stack
+    s.fake.fail_next(s.pnid, 1, titled(130429))
+    async with egress_running(s):
+        await s.write("busy day")
+        row = await s.one_outbox("sent")
+    assert len(s.fake.sent(s.pnid, CUSTOMER)) == 1 and row["provider_called_at"] is not None
+    (bucket,) = await query(s.pool, f"SELECT paused_until FROM egress_buckets "
+                                    f"WHERE key = 'a:{s.source}'")  # fmt: skip
+    assert bucket["paused_until"] is not None  # the whole number waited
+
+
+async def test_a_send_cut_off_mid_answer_is_unknown_never_resent_on_its_own(stack: Stack) -> None:
+    s = stack
+    s.fake.cut_next(s.pnid, 1, applied=True)  # Meta took it; its answer never arrived
+    async with egress_running(s):
+        await s.write("are you there")
+        row = await s.one_outbox("unknown")
+        (item,) = await query(s.pool, f"SELECT * FROM attention_items WHERE employee = "
+                                      f"'{s.name}' AND kind = '{names.ATTENTION_SEND_UNKNOWN}'")  # fmt: skip
+    assert item["ref"] == f"outbox#{row['id']}" and item["action"] == names.ACTION_RETRY
+    assert len(s.fake.sent(s.pnid, CUSTOMER)) == 1  # sent once, by the call that was cut
