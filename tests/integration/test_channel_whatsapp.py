@@ -325,7 +325,7 @@ async def test_scenario_a_three_messages_while_the_turn_replies_make_one_reply(
     reply, keyed over the four consumed inputs."""
     s = stack
     async with egress_running(s):
-        await s.write("first question\nsleep: 6")
+        await s.write("first question\nsleep: 8")
 
         async def step_running() -> bool:
             rows = await query(s.pool, f"SELECT 1 FROM turns WHERE employee = '{s.name}' "
@@ -343,7 +343,7 @@ async def test_scenario_a_three_messages_while_the_turn_replies_make_one_reply(
     assert (turn["status"], turn["consumed_seq"]) == ("done", 4)
     ((_, messages),) = (await transcripts(s.pool, s.name)).items()
     users = [m["content"] for m in messages if m["role"] == "user"]
-    assert users[0] == "first question\nsleep: 6" and users[-3:] == ["second", "third", "fourth"]
+    assert users[0] == "first question\nsleep: 8" and users[-3:] == ["second", "third", "fourth"]
     assert any("not sent" in u for u in users)  # B2's note after the kept draft
     assert messages[-1]["role"] == "assistant" and messages[-1]["content"] == row["body"]
     assert sent[0]["text"] == row["body"] and "fourth" in row["body"]

@@ -32,6 +32,7 @@ from eventos.channels.threads import instance_salt
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import DatabaseUnavailable, SecretUnavailable, SignatureInvalid
+from eventos.metrics import INGRESS_ANSWERS
 from eventos.settings import SecretStore
 from eventos.verify import VerifyConfig, start_check
 from eventos.wake import Kicker
@@ -59,6 +60,11 @@ class WhatsAppHook:
     _salt: bytes | None = field(default=None, repr=False)
 
     async def handle(self, request: HookRequest) -> Answer:
+        answer = await self._handle(request)
+        INGRESS_ANSWERS.labels(str(answer.status_code)).inc()
+        return answer
+
+    async def _handle(self, request: HookRequest) -> Answer:
         account = request.path.strip("/")
         if not _ACCOUNT.match(account):
             return Answer(404, {"error": "not a WhatsApp account's webhook"})
