@@ -122,3 +122,13 @@ def test_graph_errors_map_to_send_outcomes(status: int, code: int, outcome: type
         assert isinstance(result, Deferred) and result.retry_after_s is None
     if code == 131047:
         assert isinstance(result, Held) and result.reason == names.HELD_WINDOW_CLOSED
+
+
+def test_a_hostile_profile_name_is_cleaned_not_the_message_lost() -> None:
+    note = read_notification(ACCOUNT, SALT, cred(), notification({
+        "contacts": [{"profile": {"name": "Bo\u0000\ud800"}, "wa_id": "1"}],
+        "messages": [{"from": "1", "id": "wamid.N", "timestamp": "1" * 40, "type": "text",
+                      "text": {"body": "hello"}}]}), NOW)  # fmt: skip
+    (rec,) = note.records
+    assert rec.status == names.INGRESS_ACCEPTED and rec.envelope is not None
+    assert rec.envelope["data"]["name"] == "Bo?" and rec.envelope["data"]["timestamp"] is None

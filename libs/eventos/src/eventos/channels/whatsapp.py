@@ -238,7 +238,7 @@ def _read_change(out: Notification, account_id: str, salt: bytes, cred: Credenti
 def _digest(value: object) -> str:
     try:
         text = json.dumps(value, sort_keys=True, default=str)
-    except ValueError:  # nesting too deep for the encoder
+    except (ValueError, RecursionError):  # nesting too deep for the encoder
         text = repr(type(value))
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -289,15 +289,16 @@ def message_record(
     if kind is None:
         return dead_record(account_id, "", "a message without a type", wamid), None
     at = _when(msg.get("timestamp"), now)
-    name = names_by_id.get(wa_id)
+    name, ts = _str(names_by_id.get(wa_id), NAME_MAX), msg.get("timestamp")
     event_id = new_event_id()
     envelope: dict[str, Any] = {
         "specversion": "1.0", "id": event_id, "source": f"/channels/{DRIVER}/{account}",
         "type": TYPE_MESSAGE, "datacontenttype": "application/json",
         "subject": thread_id(salt, DRIVER, account, wa_id), "time": at.isoformat(),
         "data": {"account": account, "reply_to": wa_id, "text": _content(msg, kind),
-                 "wamid": wamid, "name": _str(name, NAME_MAX), "timestamp": msg.get("timestamp")
-                 if isinstance(msg.get("timestamp"), str) else None, "type": kind},
+                 "wamid": wamid, "name": _clean(name) if name else None,
+                 "timestamp": ts if isinstance(ts, str) and ts.isdigit() and len(ts) <= 12
+                 else None, "type": kind},
     }  # fmt: skip
     try:
         size = encoded_size(envelope)
