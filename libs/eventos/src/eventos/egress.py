@@ -29,7 +29,15 @@ from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
 from eventos.channels import buckets
-from eventos.channels.senders import Deferred, Delivered, Outgoing, Refused, Sender, SendOutcome
+from eventos.channels.senders import (
+    Deferred,
+    Delivered,
+    Held,
+    Outgoing,
+    Refused,
+    Sender,
+    SendOutcome,
+)
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.threads import counterpart_hash, instance_salt
 from eventos.db import Conn
@@ -50,9 +58,11 @@ SENT = "sent"
 FAILED = "failed"
 UNKNOWN = "unknown"
 QUEUED = "queued"
+HELD = "held"
 HIGH_WATER_WAIT_S = 1.0
 RETRY_POLL_S = 2.0  # how often the egress looks for sends an owner retried
 RETRY_BATCH = 50
+WARNINGS = (names.ATTENTION_SEND_UNKNOWN, names.ATTENTION_SEND_HELD)
 log = logging.getLogger(__name__)
 
 
@@ -76,7 +86,7 @@ async def _raise(conn: Conn, row: dict[str, Any], kind: str, detail: str,
                  action: str | None = None) -> None:  # fmt: skip
     await conn.execute(Q["attention_raise_action"], {
         "employee": row["employee"], "kind": kind,
-        "severity": "warning" if kind == names.ATTENTION_SEND_UNKNOWN else "error",
+        "severity": "warning" if kind in WARNINGS else "error",
         "ref": f"outbox#{row['id']}", "thread": row["thread"], "detail": detail[:1000],
         "action": action,
     })  # fmt: skip
@@ -260,6 +270,13 @@ class Egress:
                              names.ACTION_RETRY)  # fmt: skip
             log.warning("outbox row %d refused: %s", row["id"], outcome.reason)
             return FAILED
+        if isinstance(outcome, Held):  # the channel's rules hold it; the provider was not called
+            async with conn.transaction():
+                await conn.execute(Q["outbound_held"], {**p, "reason": outcome.reason})
+                await _raise(conn, row, names.ATTENTION_SEND_HELD,
+                             f"outbox row {row['id']} is held: {outcome.reason}")  # fmt: skip
+            log.info("outbox row %d held: %s", row["id"], outcome.reason)
+            return HELD
         await self._unknown(conn, row, token, outcome.reason)
         return UNKNOWN
 

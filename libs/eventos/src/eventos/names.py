@@ -316,6 +316,8 @@ APPROVAL_EXPIRE_AFTER_H: Final = 72  # an approval's default time to decide
 APPROVAL_RENUDGE_S: Final = 10  # SPEC §11: a decided row not taken after 10 s is nudged again
 ATTENTION_APPROVAL_EXPIRING: Final = "approval_expiring"
 ATTENTION_APPROVAL_EXPIRED: Final = "approval_expired"
+ATTENTION_SEND_HELD: Final = "send_held"  # a send its channel's rules hold (window_closed)
+HELD_WINDOW_CLOSED: Final = "window_closed"  # WhatsApp: the customer last wrote over 24 h ago
 SEND_WAIT: Final = "SendWait"  # a send's retryable error: a bucket, the high water, a claim
 SEND_CLAIM_TTL_S: Final = 30  # a send's claim lasts as long as its activity attempt
 # ApplicationError types of the poll activity: each attempt ends with POLL_NEXT (BENIGN, its

@@ -465,9 +465,10 @@ class EmployeeSpec(_Strict):
 
 # Trigger kinds a spec may declare but this release does not run yet: apply refuses them
 # rather than accept a trigger that would never fire.
-# Channels whose driver has not landed yet (telegram has: eventos.channels.telegram).
+# Channels whose driver has not landed yet (eventos.channels has these).
+DRIVEN_CHANNELS = ("telegram", "whatsapp_business")
 UNSUPPORTED_KINDS = {kind: "this channel's driver is not available yet"
-                     for kind in CHANNEL_KINDS if kind != "telegram"}  # fmt: skip
+                     for kind in CHANNEL_KINDS if kind not in DRIVEN_CHANNELS}  # fmt: skip
 
 
 def check_supported(spec: EmployeeSpec) -> None:

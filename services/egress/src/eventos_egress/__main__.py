@@ -7,6 +7,7 @@ from eventos.channels.http import provider_client
 from eventos.channels.senders import Sender
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.telegram import TelegramApi, TelegramSender
+from eventos.channels.whatsapp import WhatsAppSender
 from eventos.egress import Egress, retry_loop
 from eventos.gauges import gauge_loop, read_outbox
 from eventos.outbox_keys import OutboxKeys
@@ -26,6 +27,7 @@ async def main() -> None:
         "telegram": TelegramSender(
             TelegramApi(http, channels.telegram_api), channels.send_timeout_s
         ),
+        "whatsapp_business": WhatsAppSender(http, connected.pool, channels.send_timeout_s),
     }
     egress = Egress(connected.pool, outbox, senders, SecretStore.from_env(), channels)
     db = DbActivities(connected.pool, outbox=outbox, egress=egress)

@@ -35,6 +35,8 @@ from eventos_ingress.owner_api import OwnerApi
 from eventos_ingress.publish import EventIngressServicer
 from eventos_ingress.raw_http import hook_app
 from eventos_ingress.routes import RouteTable
+from eventos_ingress.whatsapp_hook import PREFIX as WHATSAPP_PREFIX
+from eventos_ingress.whatsapp_hook import WhatsAppHook
 
 NAME = "ingress"
 HOOKS_PREFIX = "/hooks/"
@@ -116,6 +118,7 @@ async def build(cfg: IngressConfig) -> Service:
     telegram = TelegramReader(TelegramApi(http, cfg.channels.telegram_api),
                               cfg.channels.poll_timeout_s)  # fmt: skip
     readers = ChannelReaders(pool, cfg.secrets, cfg.channels, {telegram.driver: telegram}, kicker)
+    whatsapp = WhatsAppHook(pool, cfg.secrets, kicker, cfg.http_bounds.body_idle_timeout_s)
 
     async def database_ready() -> None:
         async with pool.connection(timeout=1.5) as conn:
@@ -137,7 +140,10 @@ async def build(cfg: IngressConfig) -> Service:
         http_port=cfg.service.http_port,
         grpc_port=cfg.service.grpc_port,
         routes=owner.routes(),
-        raw_routes=[(HOOKS_PREFIX, hook_app(HOOKS_PREFIX, hooks.handle))],
+        raw_routes=[
+            (HOOKS_PREFIX, hook_app(HOOKS_PREFIX, hooks.handle)),
+            (WHATSAPP_PREFIX, hook_app(WHATSAPP_PREFIX, whatsapp.handle)),
+        ],
         checks={"database": database_ready},
         grpc_registrars=[
             lambda s: ingress_pb2_grpc.add_EventIngressServicer_to_server(servicer, s)

@@ -24,14 +24,16 @@ class ClientDisconnect(Exception):
 
 
 class HookRequest:
-    """What the webhook handler reads of a request: its path below the prefix, method,
-    headers (names lowercased; a repeated header keeps its last value) and body messages."""
+    """What the webhook handler reads of a request: its path below the prefix, method, query
+    string, headers (names lowercased; a repeated header keeps its last value) and body
+    messages."""
 
-    __slots__ = ("headers", "method", "path", "receive")
+    __slots__ = ("headers", "method", "path", "query", "receive")
 
     def __init__(self, scope: Scope, receive: Receive, prefix: str) -> None:
         self.path: str = scope["path"][len(prefix) :]
         self.method: str = scope["method"]
+        self.query: bytes = scope.get("query_string", b"")
         self.headers: dict[str, str] = {
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]
         }
@@ -40,15 +42,20 @@ class HookRequest:
 
 @dataclass(frozen=True)
 class Answer:
-    """A JSON answer; `send` writes it to the ASGI server in one body message."""
+    """A JSON answer (a text one when `body` is a string, as Meta's verification wants); `send`
+    writes it to the ASGI server in one body message."""
 
     status_code: int
-    body: dict[str, Any]
+    body: dict[str, Any] | str
     headers: dict[str, str] | None = None
 
     async def send(self, send: Send) -> None:
-        content = json.dumps(self.body, ensure_ascii=False, separators=(",", ":")).encode()
-        headers = [(b"content-type", b"application/json"),
+        if isinstance(self.body, str):
+            content, kind = self.body.encode(), b"text/plain; charset=utf-8"
+        else:
+            content = json.dumps(self.body, ensure_ascii=False, separators=(",", ":")).encode()
+            kind = b"application/json"
+        headers = [(b"content-type", kind),
                    (b"content-length", str(len(content)).encode())]  # fmt: skip
         for k, v in (self.headers or {}).items():
             headers.append((k.lower().encode("latin-1"), v.encode("latin-1")))

@@ -6,6 +6,9 @@ try later: a rate limit or a connection never made); refused (surely not sent, a
 be: a blocked bot, an unknown chat); unclear (the call may have reached the provider: a timeout
 after the request went out, a cut connection, a provider error). Only a sender whose provider
 deduplicates on our key (`idempotent`) may be called again after an unclear outcome.
+
+A fifth outcome, held, is a send the provider's rules forbid for now (WhatsApp's 24-hour
+window closed): surely not sent, kept `held` with its reason for the owner to see.
 """
 
 from __future__ import annotations
@@ -47,7 +50,12 @@ class Unclear:
     reason: str
 
 
-SendOutcome = Delivered | Deferred | Refused | Unclear
+@dataclass(frozen=True)
+class Held:
+    reason: str  # the row's `held_reason`, a short name (`window_closed`)
+
+
+SendOutcome = Delivered | Deferred | Refused | Unclear | Held
 
 
 class Sender(Protocol):
