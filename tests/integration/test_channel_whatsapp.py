@@ -17,10 +17,10 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from channel_stack import STOP_S, now, running_ingress
 from conftest import SECRETS, apply_and_start, ingress_config
 from fake_whatsapp import FakeWhatsApp, Number, sign, titled
 from psycopg_pool import AsyncConnectionPool
-from test_channel_telegram import STOP_S, now, running_ingress
 from test_router import query
 from test_turns import IDLE_S, PRICES, ROLL_AFTER, local_spec, pump, transcripts
 
