@@ -45,15 +45,18 @@ class DeliveryItem:
     payload: dict[str, Any] | None = None
     body_ref: str | None = None
     causation_id: str | None = None
+    waited_s: float | None = None  # how long it waited in the bus before this delivery
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> DeliveryItem:
-        """From a `bus_deliveries` row."""
+        """From a `bus_deliveries` row (with its `age_s` when the query reads it)."""
+        age = row.get("age_s")
         return cls(
             seq=int(row["seq"]), ingress_id=int(row["ingress_id"]), klass=int(row["class"]),
             type=str(row["type"]), route=row["route"], chain_id=str(row["chain_id"]),
             hop=int(row["hop"]), size=int(row["size"]), payload=row["payload"],
             body_ref=row["body_ref"], causation_id=row["causation_id"],
+            waited_s=None if age is None else max(0.0, float(age)),
         )  # fmt: skip
 
 

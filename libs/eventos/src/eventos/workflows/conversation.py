@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import WorkflowIDReusePolicy
@@ -65,6 +65,9 @@ ADMISSION_ASK_AGAIN = timedelta(seconds=names.ADMISSION_ASK_AGAIN_S)  # or until
 PAUSED_RECHECK = timedelta(minutes=10)  # paused, or held by the budget: wait for `wake`
 FAILED_TURN_BACKOFF = timedelta(seconds=10)
 PATCH_RUN_METRICS = "run-metrics"  # a run reports its Signals and history size as it ends
+# Debounce anchors are the inputs' own times in the bus, not their arrival here: inputs that
+# waited out an outage are not debounced a second time.
+PATCH_DEBOUNCE_BY_AGE = "debounce-by-input-age"
 RUN_ROLLED, RUN_CLOSED = "rolled", "closed"
 
 
@@ -118,6 +121,7 @@ class ConversationWorkflow:
         self.wakes = 0
         self.last_activity = workflow.now()
         self.first_pending_at = workflow.now()
+        self.born: dict[int, datetime] = {}  # when each pending input entered the bus
         self.after_turn = False  # inputs left over by a turn start the next one at once
         self.failures: dict[int, int] = {}  # failed turns by their first input's seq
         self.turn: ChildWorkflowHandle[object, TurnResult] | None = None
@@ -143,6 +147,11 @@ class ConversationWorkflow:
                 continue
             self.pending.append(item)
             self.applied_seq = item.seq
+            if item.waited_s is not None:
+                self.born[item.seq] = self.last_activity - timedelta(seconds=item.waited_s)
+        if len(self.born) > len(self.pending):  # forget the consumed ones
+            keep = {i.seq for i in self.pending}
+            self.born = {s: t for s, t in self.born.items() if s in keep}
             self.received += 1
 
     @workflow.signal(name=names.SIGNAL_WAKE)
@@ -352,7 +361,11 @@ class ConversationWorkflow:
             window, cap = DEBOUNCE_BY_LANE[self.cursor.lane]
         else:
             return timedelta(0)
-        deadline = min(self.last_activity + window, self.first_pending_at + cap)
+        last, first = self.last_activity, self.first_pending_at
+        born = [self.born[i.seq] for i in next_inputs(self.pending) if i.seq in self.born]
+        if born and workflow.patched(PATCH_DEBOUNCE_BY_AGE):
+            last, first = max(born), min(born)
+        deadline = min(last + window, first + cap)
         return deadline - workflow.now()
 
     def _idle_left(self) -> timedelta:
