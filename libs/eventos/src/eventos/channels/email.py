@@ -424,13 +424,13 @@ class EmailSender(_Threads):
             if code not in (250, 251):
                 return _refusal(code, reply)
             try:
-                client.data(content)
+                code, reply = client.data(content)  # raises only when DATA itself is refused
             except smtplib.SMTPDataError as exc:  # the server answered: not taken
                 return _refusal(exc.smtp_code, exc.smtp_error)
             except (smtplib.SMTPException, OSError) as exc:
                 return Unclear(f"SMTP {where}: the connection broke after DATA: "
                                f"{type(exc).__name__}")  # fmt: skip
-            return Delivered(message_id)
+            return Delivered(message_id) if code == 250 else _refusal(code, reply)
         except (smtplib.SMTPException, OSError) as exc:  # before DATA: nothing was sent
             return Deferred(f"SMTP {where}: the connection broke: {type(exc).__name__}")
         finally:

@@ -163,7 +163,7 @@ def _addresses(mail: EmailMessage) -> tuple[Address, ...]:
     return found
 
 
-def _sender(mail: EmailMessage) -> tuple[str, str]:
+def _sender(mail: EmailMessage, raw_from: str) -> tuple[str, str]:
     """The From mailbox (lowercased) and its display name."""
     if len(mail.get_all("From") or []) != 1:
         raise HostileMail("no From header" if not mail.get_all("From") else "several From headers")
@@ -173,7 +173,10 @@ def _sender(mail: EmailMessage) -> tuple[str, str]:
     address = plain_address(addresses[0].addr_spec)
     if address is None:
         raise HostileMail("the From address is not a plain mailbox")
-    return address, _clean(addresses[0].display_name or "", NAME_MAX_CHARS)
+    name = _clean(addresses[0].display_name or "", NAME_MAX_CHARS)
+    if "=?" in raw_from and ("@" in name or "<" in name):
+        raise HostileMail("an encoded From name posing as an address")  # a spoof's classic
+    return address, name
 
 
 def _header_block(raw: bytes) -> bytes:
@@ -195,7 +198,7 @@ def read_mail(raw: bytes) -> dict[str, Any]:
         raise HostileMail("a NUL byte in the headers")
     mail = _MAIL.parsebytes(raw)
     assert isinstance(mail, EmailMessage)  # policy.default makes EmailMessage
-    address, name = _sender(mail)
+    address, name = _sender(mail, str(_HEADERS.parsebytes(raw).get("From", "")))
     text, truncated = _bounded_text(_text(mail))
     references = [normalise_message_id(m) for m in _ID.findall(str(mail["References"] or ""))]
     return {
