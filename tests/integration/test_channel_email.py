@@ -27,8 +27,10 @@ from eventos.activities import DbActivities
 from eventos.channels.email import EmailReader, EmailSender
 from eventos.channels.email_records import reply_message_id
 from eventos.channels.readers import ChannelReaders
+from eventos.channels.senders import Delivered, Outgoing
 from eventos.channels.settings import ChannelSettings
 from eventos.db import Conn
+from eventos.db.sql import Q
 from eventos.deliverer import Deliverer
 from eventos.egress import Egress, retry_loop
 from eventos.llm.activity import LlmActivities
@@ -245,6 +247,65 @@ async def test_a_hostile_mail_is_a_dead_row_and_its_neighbours_still_land(
         (names.INGRESS_DEAD, reason) for reason in mails
     ]
     assert all(r["dedupe_key"].startswith("message-id:") for r in rows)
+
+
+async def test_an_account_that_cannot_log_in_is_down_with_the_reason(
+    pool: AsyncConnectionPool[Conn], mail: MailServers
+) -> None:
+    name = f"m{uuid.uuid4().hex[:8]}"
+    user, customer = mail.new_user("em"), mail.new_user("cust")
+    wrong = json.loads(credential(mail, user)) | {"password": "not-the-password"}
+    secrets = SecretStore(env={f"EVENTOS_SECRET_EM_{name.upper()}": json.dumps(wrong)})
+    await apply_and_start(pool, email_spec(name))
+    a = Account(name, pool, mail, user, customer, secrets)
+
+    async def down() -> list[dict[str, Any]] | None:
+        sql = f"SELECT * FROM attention_items WHERE kind = '{names.ATTENTION_CHANNEL_DOWN}' " \
+              f"AND ref = '{a.source}'"  # fmt: skip
+        return await query(pool, sql) or None
+
+    async with reading(a, EmailReader(0.2)):
+        (item,) = await wait_for(down, timeout=30, what="the channel_down item")
+        sql = f"SELECT status, error FROM channel_accounts WHERE id = '{a.source}'"
+        (row,) = await query(pool, sql)
+    assert row["status"] == "down" and "AUTHENTICATIONFAILED" in row["error"]
+    assert "not-the-password" not in row["error"] and "not-the-password" not in item["detail"]
+
+
+async def queue_reply(a: Account, keys: OutboxKeys, body: str) -> tuple[int, str]:
+    key = uuid.uuid4().hex
+    sealed = keys.seal(a.customer.address, employee=a.name, idempotency_key=key)
+    async with a.pool.connection() as conn:
+        cur = await conn.execute(Q["outbound_insert"], {
+            "key": key, "employee": a.name, "thread": "t_test", "turn_id": f"turn-{key}",
+            "account": a.source, "recipient": sealed.blob, "recipient_key_id": sealed.key_id,
+            "kind": "email", "class": 2, "body": body, "audience": None,
+        })  # fmt: skip
+        return int((await cur.fetchone() or {})["id"]), key
+
+
+async def test_a_claim_whose_worker_died_after_calling_is_sent_once_by_its_message_id(
+    account: Account, outbox_keys: OutboxKeys
+) -> None:
+    """Egress takes an expired claim over for an idempotent sender; the Sent mailbox says
+    whether the dead attempt's mail went out."""
+    a = account
+    egress = Egress(a.pool, outbox_keys, {"email": EmailSender(5)}, a.secrets, CHANNELS)
+    went_out, key = await queue_reply(a, outbox_keys, "this one went out")
+    never, _ = await queue_reply(a, outbox_keys, "this one never left")
+    cred = a.secrets.resolve(f"em-{a.name}")
+    earlier = Outgoing(went_out, key, f"em-{a.name}", cred, a.customer.address, "this one went out")
+    assert isinstance(await EmailSender(5).send(earlier), Delivered)  # the attempt that died
+    async with a.pool.connection() as conn:  # both attempts called SMTP and were never heard of
+        await conn.execute("UPDATE outbound_messages SET status = 'sending', claim_token = 'gone', "
+                           "claimed_at = now() - interval '1 hour', provider_called_at = now() "
+                           "- interval '1 hour' WHERE id = ANY(%s)", ([went_out, never],))  # fmt: skip
+    assert await egress.send(went_out) == "sent"
+    assert await egress.send(never) == "sent"
+    bodies = sorted(m.content.decode().rstrip().rsplit("\n", 1)[-1] for m in
+                    a.mail.messages(a.customer))  # fmt: skip
+    assert bodies == ["this one never left", "this one went out"]  # each exactly once
+    assert len(a.mail.accepted(a.customer)) == 2
 
 
 # -- the whole stack: a mail in, a reply out -------------------------------------------------

@@ -146,6 +146,13 @@ class EmailAccount:
 # -- IMAP ------------------------------------------------------------------------------------
 
 
+def _said(exc: imaplib.IMAP4.error) -> str:
+    """An imaplib error's text (its argument is the server's line, often bytes)."""
+    arg = exc.args[0] if exc.args else ""
+    text = arg.decode("utf-8", "replace") if isinstance(arg, bytes) else str(arg)
+    return " ".join(text.split())[:300]
+
+
 def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -171,14 +178,14 @@ def imap_session(account: EmailAccount, timeout_s: float) -> Iterator[imaplib.IM
         else:
             client = imaplib.IMAP4(account.imap_host, account.imap_port, timeout=timeout_s)
     except imaplib.IMAP4.error as exc:
-        raise EmailError(f"IMAP {where}: {exc}"[:300]) from None
+        raise EmailError(f"IMAP {where}: {_said(exc)}") from None
     try:
         if account.tls == "starttls":
             client.starttls(ssl.create_default_context())
         client.login(account.username, account.password)
         yield client
     except imaplib.IMAP4.error as exc:
-        raise EmailError(f"IMAP {where}: {exc}"[:300]) from None
+        raise EmailError(f"IMAP {where}: {_said(exc)}") from None
     finally:
         with contextlib.suppress(imaplib.IMAP4.error, OSError):
             client.logout()
