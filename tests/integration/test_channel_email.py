@@ -128,8 +128,9 @@ class Observed(EmailReader):
     """The email reader, recording each page's UIDs and what was true when it confirmed them,
     and failing its first `failures` confirms (the IMAP server gone after the commit)."""
 
-    def __init__(self, observe: Callable[[list[int]], Awaitable[Any]], failures: int = 0):
-        super().__init__(0.2)
+    def __init__(self, observe: Callable[[list[int]], Awaitable[Any]], failures: int = 0,
+                 **bounds: int) -> None:  # fmt: skip
+        super().__init__(0.2, **bounds)
         self.observe, self.failures = observe, failures
         self.pages: list[list[int]] = []
         self.at_confirm: list[Any] = []
@@ -173,6 +174,28 @@ async def test_a_mail_is_marked_read_only_after_its_commit_and_never_read_twice(
     assert [r["dedupe_key"] for r in rows] == [f"message-id:{first_id.strip('<>')}",
                                                f"message-id:{second_id.strip('<>')}"]  # fmt: skip
     assert (await a.cursor())["uid"] == second
+
+
+async def test_a_page_is_bounded_in_mails_and_in_bytes(account: Account) -> None:
+    a = account
+
+    async def nothing(uids: list[int]) -> None:
+        return None
+
+    uids = [a.mail.deliver_inbound(a.user, a.customer.address, f"m{n}", "x" * 3000)[1]
+            for n in range(5)]  # fmt: skip
+    reader = Observed(nothing, page_messages=2, page_bytes=5000)
+    async with reading(a, reader):
+        await a.rows(5)
+        await a.read_past(uids[-1])
+    # Two mails at most; a second ~3 KB mail would pass 5 KB, so it waits for the next page.
+    assert reader.pages == [[u] for u in uids]
+    many = [a.mail.deliver_inbound(a.user, a.customer.address, f"n{n}", "y")[1] for n in range(5)]
+    reader = Observed(nothing, page_messages=2)
+    async with reading(a, reader):
+        await a.rows(10)
+        await a.read_past(many[-1])
+    assert reader.pages == [many[0:2], many[2:4], many[4:]]
 
 
 async def test_a_mail_delivered_twice_is_one_input_and_a_rebuilt_mailbox_doubles_nothing(

@@ -25,7 +25,9 @@ from eventos.channels.email_records import (
     reply_message_id,
     reply_subject,
 )
+from eventos.channels.settings import ChannelSettings
 from eventos.channels.threads import thread_id
+from eventos.errors import ConfigError
 
 SALT = b"s" * 32
 ACCOUNT = "email:em-main"
@@ -197,3 +199,10 @@ def test_the_account_secret_is_validated_with_clear_errors() -> None:
     ]:
         with pytest.raises(EmailConfigError, match=message.replace("[", r"\[")):
             EmailAccount.parse(bad)
+
+
+def test_the_poll_interval_is_a_setting() -> None:
+    assert ChannelSettings.from_env({}).email_poll_s == 15
+    assert ChannelSettings.from_env({"EVENTOS_CHANNELS_EMAIL_POLL_S": "3"}).email_poll_s == 3
+    with pytest.raises(ConfigError, match="EVENTOS_CHANNELS_EMAIL_POLL_S"):
+        ChannelSettings.from_env({"EVENTOS_CHANNELS_EMAIL_POLL_S": "0"})
