@@ -239,6 +239,8 @@ def hostile_mails(sender: str, to: str) -> dict[str, bytes]:
         "broken MIME: a multipart without parts": raw(
             f"From: {sender}", mid(), 'Content-Type: multipart/mixed; boundary="XYZ"',
             body=b"no boundary anywhere"),
+        "an automatic mail (Auto-Submitted: auto-replied), not answered": raw(
+            f"From: {sender}", mid(), "Auto-Submitted: auto-replied"),
         "an encoded From name posing as an address": raw(
             f"From: =?utf-8?q?boss=40example.test?= <{sender}>", mid()),
         f"mail of {HUGE_BYTES + 400} bytes, over the bound": b"",  # filled in below

@@ -39,7 +39,8 @@ def mail(*headers: str, body: str = "hello", raw_body: bytes | None = None) -> b
 
 
 def record(raw: bytes, too_large: int | None = None):  # type: ignore[no-untyped-def]
-    return mail_record(ACCOUNT, SALT, {"uid": 7, "raw": raw, "too_large": too_large})
+    item = {"uid": 7, "raw": raw, "too_large": too_large, "own": "em@shop.test"}
+    return mail_record(ACCOUNT, SALT, item)
 
 
 def test_a_mail_is_a_record_threaded_by_its_sender() -> None:
@@ -60,6 +61,10 @@ def test_a_mail_is_a_record_threaded_by_its_sender() -> None:
     assert data["message_id"] == "abc.123@example.test"
     assert data["in_reply_to"] == "first@shop.test"
     assert data["references"] == ["zero@shop.test", "first@shop.test"]
+
+
+def test_a_human_mail_is_answered_whatever_its_auto_submitted_says() -> None:
+    assert read_mail(mail("From: a@b.test", "Auto-Submitted: no"), "em@shop.test")["text"]
 
 
 def test_the_plain_part_is_preferred_and_html_alone_is_stripped() -> None:
@@ -101,6 +106,15 @@ def test_text_is_bounded_and_controls_removed() -> None:
         (mail("From: a@b.test", 'Content-Type: multipart/mixed; boundary="XYZ"',
               body="no boundary anywhere"), "broken MIME: a multipart without parts"),
         (b"\xff\xfe garbage without headers", "no From header"),
+        (mail("From: a@b.test", "Auto-Submitted: auto-replied"),
+         "an automatic mail (Auto-Submitted: auto-replied), not answered"),
+        (mail("From: a@b.test", "Precedence: bulk"), "a bulk mail (Precedence: bulk), not answered"),
+        (mail("From: Mail Delivery System <MAILER-DAEMON@b.test>"),
+         "a delivery report (bounce), not answered"),
+        (mail("From: a@b.test", 'Content-Type: multipart/report; report-type=delivery-status; '
+              'boundary="R"', raw_body=b"--R\r\n\r\nfailed\r\n--R--\r\n"),
+         "a delivery report (bounce), not answered"),
+        (mail("From: Em <em@shop.test>"), "the account's own mail, not answered"),
     ],
 )  # fmt: skip
 def test_a_hostile_mail_is_a_dead_row_with_its_reason(raw: bytes, reason: str) -> None:

@@ -284,7 +284,7 @@ class EmailReader(_Threads):
                     break  # the next page takes it
                 item = self._fetch(client, uid, size)
                 if item is not None:
-                    items.append({**item, "uidvalidity": validity})
+                    items.append({**item, "uidvalidity": validity, "own": account.address})
                     budget -= len(item["raw"])
                 last = uid
             return items, {"uidvalidity": validity, "uid": last}

@@ -37,6 +37,7 @@ NAME_MAX_CHARS = 200
 MESSAGE_ID_MAX_CHARS = 250  # longer ids are hashed
 REFERENCES_MAX = 20  # the last ids of a thread's References kept
 HASH_HEX = 32
+BOUNCE_SENDERS = frozenset({"mailer-daemon", "postmaster"})
 _ADDRESS = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253})")
 _ID = re.compile(r"<([^<>\s]{1,1000})>")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # keeps \t and \n
@@ -191,14 +192,34 @@ def _when(mail: EmailMessage) -> str | None:
     return None
 
 
-def read_mail(raw: bytes) -> dict[str, Any]:
+def automatic(mail: EmailMessage, address: str, own: str | None) -> str | None:
+    """Why a mail must not be answered (RFC 3834: an auto-reply, a bounce, a list's bulk, the
+    account's own mail), or None. Answering one could start a mail loop with a responder."""
+    auto = " ".join(str(mail["Auto-Submitted"] or "").split()).lower()
+    if auto and not auto.startswith("no"):
+        return f"an automatic mail (Auto-Submitted: {auto[:40]}), not answered"
+    precedence = str(mail["Precedence"] or "").strip().lower()
+    if precedence in ("bulk", "junk", "list", "auto_reply"):
+        return f"a bulk mail (Precedence: {precedence}), not answered"
+    local = address.partition("@")[0]
+    if local in BOUNCE_SENDERS or mail.get_content_type() == "multipart/report":
+        return "a delivery report (bounce), not answered"
+    if own is not None and address == own:
+        return "the account's own mail, not answered"
+    return None
+
+
+def read_mail(raw: bytes, own: str | None = None) -> dict[str, Any]:
     """What a record holds of a mail (its sender, subject, text and ids); HostileMail when it
-    cannot be read."""
+    cannot be read or must not be answered (`own`: the account's address)."""
     if b"\x00" in _header_block(raw):
         raise HostileMail("a NUL byte in the headers")
     mail = _MAIL.parsebytes(raw)
     assert isinstance(mail, EmailMessage)  # policy.default makes EmailMessage
     address, name = _sender(mail, str(_HEADERS.parsebytes(raw).get("From", "")))
+    unanswerable = automatic(mail, address, own)
+    if unanswerable is not None:
+        raise HostileMail(unanswerable)
     text, truncated = _bounded_text(_text(mail))
     references = [normalise_message_id(m) for m in _ID.findall(str(mail["References"] or ""))]
     return {
@@ -227,7 +248,7 @@ def mail_record(account_id: str, salt: bytes, item: dict[str, Any]) -> IngressRe
     try:
         if item.get("too_large") is not None:
             raise HostileMail(f"mail of {item['too_large']} bytes, over the bound")
-        data = read_mail(raw)
+        data = read_mail(raw, item.get("own"))
     except HostileMail as exc:
         status, error, envelope["data"] = names.INGRESS_DEAD, str(exc), dead
     except Exception as exc:  # the parser's own failure on hostile bytes: this mail's, not ours
