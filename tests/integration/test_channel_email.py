@@ -198,6 +198,22 @@ async def test_a_page_is_bounded_in_mails_and_in_bytes(account: Account) -> None
     assert reader.pages == [many[0:2], many[2:4], many[4:]]
 
 
+async def test_unseen_mail_is_searched_in_windows_and_read_mail_is_skipped(
+    account: Account,
+) -> None:
+    a = account
+    uids = [a.mail.deliver_inbound(a.user, a.customer.address, f"m{n}", "x")[1] for n in range(7)]
+    with a.mail.imap(a.user) as client:  # read in a mail client before the employee polls
+        client.select("INBOX")
+        client.uid("STORE", ",".join(map(str, uids[:5])), "+FLAGS.SILENT", r"(\Seen)")
+    reader = EmailReader(0.2, search_window=2)
+    async with reading(a, reader):
+        rows = await a.rows(2)
+        await a.read_past(uids[-1])
+    assert [r["envelope"]["data"]["subject"] for r in rows] == ["m5", "m6"]
+    assert (await a.cursor())["uid"] == uids[-1]
+
+
 async def test_a_mail_delivered_twice_is_one_input_and_a_rebuilt_mailbox_doubles_nothing(
     account: Account,
 ) -> None:

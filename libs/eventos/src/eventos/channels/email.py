@@ -5,8 +5,8 @@ stdlib's `imaplib` and `smtplib`, each call in a thread of this channel's own bo
 a socket timeout on every operation: the protocols' most used clients, no new dependency, and a
 hung server costs one thread for at most the timeout, never the event loop.
 
-Reader: each read logs in, SELECTs the mailbox read-only and asks `UID SEARCH UID <n+1>:*
-UNSEEN`, then fetches with `BODY.PEEK[]` (nothing is marked read) at most `page_messages` mails
+Reader: each read logs in, SELECTs the mailbox read-only and asks `UID SEARCH UID <n+1>:<m>
+UNSEEN` in windows of UIDs up to UIDNEXT (an answer never grows with the mailbox), then fetches with `BODY.PEEK[]` (nothing is marked read) at most `page_messages` mails
 or `page_bytes` per page; a mail over `mail_max_bytes` is fetched as its first 64 KiB of headers
 only (a dead row that still deduplicates). The cursor `{uidvalidity, uid}` commits with the page
 (the framework's transaction); `confirm` then marks the page `\\Seen` in a second session, only
@@ -59,6 +59,8 @@ T = TypeVar("T")
 TLS_MODES = ("none", "starttls", "tls")
 IMAP_TIMEOUT_S = 30.0  # every socket operation of a read
 PAGE_MESSAGES = 20
+SEARCH_WINDOW = 5000  # UIDs per UID SEARCH (an answer line of at most ~50 KB)
+SEARCH_WINDOWS = 20  # windows searched per read
 PAGE_BYTES = 10 * 1024 * 1024
 MAIL_MAX_BYTES = 5 * 1024 * 1024
 HEAD_PEEK_BYTES = 64 * 1024  # what is fetched of a mail over the bound
@@ -253,12 +255,12 @@ class EmailReader(_Threads):
 
     def __init__(self, poll_s: float, *, timeout_s: float = IMAP_TIMEOUT_S,
                  page_messages: int = PAGE_MESSAGES, page_bytes: int = PAGE_BYTES,
-                 mail_max_bytes: int = MAIL_MAX_BYTES,
+                 mail_max_bytes: int = MAIL_MAX_BYTES, search_window: int = SEARCH_WINDOW,
                  executor: ThreadPoolExecutor | None = None) -> None:  # fmt: skip
         super().__init__(executor)
         self.poll_s, self.timeout_s = poll_s, timeout_s
         self.page_messages, self.page_bytes = page_messages, page_bytes
-        self.mail_max_bytes = mail_max_bytes
+        self.mail_max_bytes, self.search_window = mail_max_bytes, search_window
 
     async def read(self, token: bytes, cursor: dict[str, Any]) -> Page:
         """The next page and the cursor after it; an empty one after waiting the poll interval."""
@@ -271,9 +273,7 @@ class EmailReader(_Threads):
     def _read_page(self, account: EmailAccount, cursor: dict[str, Any]) -> Page:
         with imap_session(account, self.timeout_s) as client:
             validity = select(client, account.mailbox, readonly=True)
-            last = _cursor_uid(cursor, validity)
-            found = _ok(client.uid("SEARCH", f"UID {last + 1}:*", "UNSEEN"), "SEARCH")
-            uids = [u for u in _uids(found) if u > last][: self.page_messages]
+            last, uids = self._unseen(client, _cursor_uid(cursor, validity))
             if not uids:
                 return [], {"uidvalidity": validity, "uid": last}
             sizes, budget = _sizes(client, uids), self.page_bytes
@@ -288,6 +288,26 @@ class EmailReader(_Threads):
                     budget -= len(item["raw"])
                 last = uid
             return items, {"uidvalidity": validity, "uid": last}
+
+    def _unseen(self, client: imaplib.IMAP4, last: int) -> tuple[int, list[int]]:
+        """The first unseen UIDs above `last`, searched in windows of `search_window` UIDs up
+        to UIDNEXT (no answer line grows with the mailbox), and the UID below which nothing is
+        left to read (the end of the windows that had none)."""
+        _, values = client.response("UIDNEXT")
+        if not values or not isinstance(values[0], bytes) or not values[0].isdigit():
+            found = _ok(client.uid("SEARCH", f"UID {last + 1}:*", "UNSEEN"), "SEARCH")
+            return last, [u for u in _uids(found) if u > last][: self.page_messages]
+        top, low = int(values[0]) - 1, last + 1
+        for _ in range(SEARCH_WINDOWS):
+            if low > top:
+                break
+            high = min(low + self.search_window - 1, top)
+            found = _ok(client.uid("SEARCH", f"UID {low}:{high}", "UNSEEN"), "SEARCH")
+            uids = [u for u in _uids(found) if low <= u <= high]
+            if uids:
+                return last, uids[: self.page_messages]
+            last, low = high, high + 1
+        return last, []
 
     def _fetch(self, client: imaplib.IMAP4, uid: int, size: int) -> dict[str, Any] | None:
         """A mail's bytes (at most the bound: a mail lying about its size is cut there), or the

@@ -6,7 +6,8 @@ the lenient `compat32` header parser, which takes any bytes, for the dedupe key 
 that cannot be read is deduplicated), and once with `policy.default` for what the record holds.
 Whatever that second parse cannot stand behind — no From, several, one that is not a plain
 mailbox, NUL bytes in the headers, a multipart without parts, a mail over the size bound, any
-error of the parser itself — makes a dead row with the reason, never a crash.
+error of the parser itself — makes a dead row with the reason, never a crash; so does a mail
+that must not be answered (an auto-reply, a bounce, bulk mail, the account's own: `automatic`).
 """
 
 from __future__ import annotations
