@@ -6,9 +6,10 @@ a socket timeout on every operation: the protocols' most used clients, no new de
 hung server costs one thread for at most the timeout, never the event loop.
 
 Reader: each read logs in, SELECTs the mailbox read-only and asks `UID SEARCH UID <n+1>:<m>
-UNSEEN` in windows of UIDs up to UIDNEXT (an answer never grows with the mailbox), then fetches with `BODY.PEEK[]` (nothing is marked read) at most `page_messages` mails
-or `page_bytes` per page; a mail over `mail_max_bytes` is fetched as its first 64 KiB of headers
-only (a dead row that still deduplicates). The cursor `{uidvalidity, uid}` commits with the page
+UNSEEN` in windows of UIDs up to UIDNEXT (an answer never grows with the mailbox), then fetches
+with `BODY.PEEK[]` (nothing is marked read) at most `page_messages` mails or `page_bytes` per
+page; a mail over `mail_max_bytes` is fetched as its first 64 KiB of headers only (a dead row
+that still deduplicates). The cursor `{uidvalidity, uid}` commits with the page
 (the framework's transaction); `confirm` then marks the page `\\Seen` in a second session, only
 if UIDVALIDITY is still the page's. A new UIDVALIDITY (a rebuilt mailbox) starts again from UID
 1: the mails already confirmed are seen, and any other the reader had taken is a duplicate of its
