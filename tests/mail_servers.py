@@ -586,6 +586,11 @@ class MailServers:
         with self._state.lock:
             self._state.faults.append(_Fault("DROP", count))
 
+    def faults_left(self) -> int:
+        """How many scripted transactions are still to fail (or to be cut)."""
+        with self._state.lock:
+            return sum(fault.remaining for fault in self._state.faults)
+
     def clear_faults(self) -> None:
         """Forget the scripted faults not used up yet."""
         with self._state.lock:

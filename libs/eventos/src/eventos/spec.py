@@ -466,7 +466,7 @@ class EmployeeSpec(_Strict):
 # Trigger kinds a spec may declare but this release does not run yet: apply refuses them
 # rather than accept a trigger that would never fire.
 # Channels whose driver has not landed yet (eventos.channels has these).
-DRIVEN_CHANNELS = ("telegram", "whatsapp_business")
+DRIVEN_CHANNELS = ("telegram", "whatsapp_business", "email")
 UNSUPPORTED_KINDS = {kind: "this channel's driver is not available yet"
                      for kind in CHANNEL_KINDS if kind not in DRIVEN_CHANNELS}  # fmt: skip
 

@@ -8,8 +8,9 @@ import grpc
 from psycopg_pool import AsyncConnectionPool
 
 from eventos.bus import GroupCommitter
+from eventos.channels.email import EmailReader
 from eventos.channels.http import provider_client
-from eventos.channels.readers import ChannelReaders
+from eventos.channels.readers import ChannelReader, ChannelReaders
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.telegram import TelegramApi, TelegramReader
 from eventos.db import Conn, open_pool
@@ -117,7 +118,9 @@ async def build(cfg: IngressConfig) -> Service:
     http = provider_client()
     telegram = TelegramReader(TelegramApi(http, cfg.channels.telegram_api),
                               cfg.channels.poll_timeout_s)  # fmt: skip
-    readers = ChannelReaders(pool, cfg.secrets, cfg.channels, {telegram.driver: telegram}, kicker)
+    email = EmailReader(cfg.channels.email_poll_s)
+    drivers_read: dict[str, ChannelReader] = {telegram.driver: telegram, email.driver: email}
+    readers = ChannelReaders(pool, cfg.secrets, cfg.channels, drivers_read, kicker)
     whatsapp = WhatsAppHook(pool, cfg.secrets, kicker, cfg.http_bounds.body_idle_timeout_s)
 
     async def database_ready() -> None:

@@ -51,6 +51,7 @@ class ChannelSettings:
     down_alert_s: int = 300  # SPEC §6.4: an account down for over 5 minutes raises an item
     send_timeout_s: int = 10  # under the send activity's 30 s start-to-close
     high_water: int = 500  # queued sends per account above which producing turns wait
+    email_poll_s: int = 15  # an IMAP account with no new mail is asked again after this
     buckets: dict[str, dict[str, Bucket]] = field(default_factory=lambda: dict(DEFAULT_BUCKETS))
 
     @classmethod
@@ -67,6 +68,7 @@ class ChannelSettings:
             down_alert_s=env_int(env, "EVENTOS_CHANNELS_DOWN_ALERT_S", 300),
             send_timeout_s=env_int(env, "EVENTOS_CHANNELS_SEND_TIMEOUT_S", 10),
             high_water=env_int(env, "EVENTOS_CHANNELS_HIGH_WATER", 500),
+            email_poll_s=env_int(env, "EVENTOS_CHANNELS_EMAIL_POLL_S", 15),
             buckets=parse_buckets(env.get(BUCKETS_VAR, "")),
         )
 
