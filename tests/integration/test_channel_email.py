@@ -15,10 +15,10 @@ from typing import Any
 
 import httpx
 import pytest
+from channel_stack import STOP_S, running_ingress
 from conftest import ADMIN_TOKEN, SECRETS, apply_and_start, ingress_config
 from mail_servers import MailServers, MailUser
 from psycopg_pool import AsyncConnectionPool
-from test_channel_telegram import STOP_S, running_ingress
 from test_router import query
 from test_turns import IDLE_S, PRICES, ROLL_AFTER, local_spec, pump
 
