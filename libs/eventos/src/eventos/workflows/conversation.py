@@ -147,12 +147,12 @@ class ConversationWorkflow:
                 continue
             self.pending.append(item)
             self.applied_seq = item.seq
+            self.received += 1
             if item.waited_s is not None:
                 self.born[item.seq] = self.last_activity - timedelta(seconds=item.waited_s)
         if len(self.born) > len(self.pending):  # forget the consumed ones
             keep = {i.seq for i in self.pending}
             self.born = {s: t for s, t in self.born.items() if s in keep}
-            self.received += 1
 
     @workflow.signal(name=names.SIGNAL_WAKE)
     def wake(self) -> None:
