@@ -4,10 +4,11 @@ or cut off parts of the stack; plus the owner API and database reads those tests
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from psycopg.rows import dict_row
 
 from eventos import names
 from eventos.outbox_keys import new_key_entry
+from eventos.temporal_dev import TemporalDevServer
 from eventos.testing import wait_for_sync
 
 T = TypeVar("T")
@@ -173,6 +175,18 @@ def until(condition: Callable[[], Any], timeout: float, what: str, stack: Stack)
         return wait_for_sync(condition, timeout=timeout, interval=0.25, what=what)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{stack.logs()}") from None
+
+
+@contextlib.contextmanager
+def own_dev_server(folder: Path) -> Iterator[TemporalDevServer]:
+    """A dev server of one test's own (its SQLite file and ports), which it may stop and start
+    again: the restarted server reuses both, so workflows running before carry on."""
+    server = TemporalDevServer(folder)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

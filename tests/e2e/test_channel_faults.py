@@ -16,7 +16,7 @@ import httpx
 import pytest
 from conftest import E2E_TIMEOUT_S, SECRETS
 from fake_telegram import FakeTelegram
-from stack import Owner, Stack, base_env, one, rows, until
+from stack import Owner, Stack, base_env, one, own_dev_server, rows, until
 
 from eventos import names
 from eventos.settings import DatabaseSettings
@@ -80,13 +80,9 @@ def telegram() -> Iterator[FakeInThread]:
 
 @pytest.fixture
 def temporal(tmp_path: Path) -> Iterator[TemporalDevServer]:
-    """A dev server of this module's tests alone: one of them stops it."""
-    server = TemporalDevServer(tmp_path / "temporal")
-    server.start()
-    try:
+    """A dev server of this test's own: the test stops it."""
+    with own_dev_server(tmp_path / "temporal") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from conftest import E2E_TIMEOUT_S, SECRETS
 from signing import stripe
-from stack import Owner, Stack, base_env, one, reply_rows, rows, run_async, until
+from stack import Owner, Stack, base_env, one, own_dev_server, reply_rows, rows, run_async, until
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from eventos import names
@@ -52,13 +52,9 @@ spec:
 
 @pytest.fixture
 def temporal(tmp_path: Path) -> Iterator[TemporalDevServer]:
-    """A dev server of this test's own, which it may stop and start again."""
-    server = TemporalDevServer(tmp_path / "temporal")
-    server.start()
-    try:
+    """A dev server of this test's own: the test stops it."""
+    with own_dev_server(tmp_path / "temporal") as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from test_router import query
 from test_turns import IDLE_S, PRICES, ROLL_AFTER, local_spec, pump
 
 from eventos.activities import DbActivities
+from eventos.channels.senders import Sender
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.telegram import TelegramApi, TelegramSender
 from eventos.db import Conn
@@ -109,31 +110,46 @@ async def running_ingress(cfg: Any) -> AsyncIterator[Service]:
         await asyncio.wait_for(task, STOP_S)
 
 
+@dataclass
+class Services:
+    """What a channel test runs besides its provider's fake: the ingress (with the channel
+    readers), the workflow and LLM workers, the relay's and deliverer's loops, the egress's
+    retry loop; the egress worker is the test's to run (`egress_running`)."""
+
+    ingress: Service
+    api: httpx.AsyncClient
+    egress: Egress
+    db: DbActivities
+    queue: str
+    client: Any
+    ingress_config: Any
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.ingress.bound_http_port}"
+
+
+Senders = Callable[[httpx.AsyncClient], dict[str, Sender]]
+
+
 @contextlib.asynccontextmanager
-async def telegram_stack(
+async def channel_services(
     pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
     temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
-    spec_extra: str = "",
-) -> AsyncIterator[Stack]:  # fmt: skip
-    fake = FakeTelegram()
-    await fake.start()
-    token = fake.add_bot()
-    name = f"c{uuid.uuid4().hex[:8]}"
-    secrets = SecretStore(env={**SECRETS, f"EVENTOS_SECRET_TG_{name.upper()}": token})
-    channels = channel_settings(fake)
+    *, secrets: SecretStore, channels: ChannelSettings, senders: Senders,
+) -> AsyncIterator[Services]:  # fmt: skip
     cfg = ingress_config(db_settings, tmp_path, secrets=secrets, channels=channels,
                          llm_endpoints=llm_endpoints)  # fmt: skip
     client = await connect(temporal_settings.address, temporal_settings.namespace)
     queue = f"wf-{uuid.uuid4().hex[:8]}"
     async with httpx.AsyncClient() as http, running_ingress(cfg) as ingress:
-        sender = TelegramSender(TelegramApi(http, fake.base_url), channels.send_timeout_s)
-        egress = Egress(pool, outbox_keys, {"telegram": sender}, secrets, channels)
+        egress = Egress(pool, outbox_keys, senders(http), secrets, channels)
         db = DbActivities(pool, outbox=outbox_keys, egress=egress)
         llm = LlmActivities(http, SecretStore(env={}), pool, PRICES, endpoints=llm_endpoints)
         workers = [workflow_worker(client, queue, db)]
         workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
-        relay = Relay(pool, TemporalConnection(temporal_settings), "relay-t", task_queue=queue,
-                      entity_roll_after=ROLL_AFTER, entity_idle_s=IDLE_S)  # fmt: skip
+        relay = Relay(pool, TemporalConnection(temporal_settings), f"relay-{queue}",
+                      task_queue=queue, entity_roll_after=ROLL_AFTER, entity_idle_s=IDLE_S)  # fmt: skip
         deliverer = Deliverer(pool, TemporalConnection(temporal_settings), workflow_queue=queue,
                               outbox=outbox_keys)  # fmt: skip
         url = f"http://127.0.0.1:{ingress.bound_http_port}"
@@ -146,15 +162,42 @@ async def telegram_stack(
             api = await exits.enter_async_context(
                 httpx.AsyncClient(base_url=url, headers=headers, timeout=10)
             )
-            await apply_and_start(pool, telegram_spec(name, spec_extra))
             try:
-                yield Stack(name, fake, token, pool, api, egress, db, queue, client, cfg)
+                yield Services(ingress, api, egress, db, queue, client, cfg)
             finally:
                 await cancel_and_wait(tasks, STOP_S)
-    await fake.stop()
 
 
 @contextlib.asynccontextmanager
-async def egress_running(s: Stack) -> AsyncIterator[None]:
+async def telegram_stack(
+    pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
+    temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
+    spec_extra: str = "",
+) -> AsyncIterator[Stack]:  # fmt: skip
+    fake = FakeTelegram()
+    await fake.start()
+    token = fake.add_bot()
+    name = f"c{uuid.uuid4().hex[:8]}"
+    secrets = SecretStore(env={**SECRETS, f"EVENTOS_SECRET_TG_{name.upper()}": token})
+    channels = channel_settings(fake)
+
+    def senders(http: httpx.AsyncClient) -> dict[str, Sender]:
+        api = TelegramApi(http, fake.base_url)
+        return {"telegram": TelegramSender(api, channels.send_timeout_s)}
+
+    try:
+        async with channel_services(pool, db_settings, tmp_path, temporal_settings, outbox_keys,
+                                    llm_endpoints, secrets=secrets, channels=channels,
+                                    senders=senders) as s:  # fmt: skip
+            await apply_and_start(pool, telegram_spec(name, spec_extra))
+            yield Stack(name, fake, token, pool, s.api, s.egress, s.db, s.queue, s.client,
+                        s.ingress_config)  # fmt: skip
+    finally:
+        await fake.stop()
+
+
+@contextlib.asynccontextmanager
+async def egress_running(s: Any) -> AsyncIterator[None]:
+    """The egress worker on the stack's queue, for as long as the test says."""
     async with egress_worker(s.client, s.db, s.queue):
         yield

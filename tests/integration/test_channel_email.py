@@ -15,35 +15,28 @@ from typing import Any
 
 import httpx
 import pytest
-from channel_stack import STOP_S, running_ingress
-from conftest import ADMIN_TOKEN, SECRETS, apply_and_start, ingress_config
+from channel_stack import STOP_S, channel_services, egress_running
+from conftest import SECRETS, apply_and_start
 from mail_servers import MailServers, MailUser
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
-from test_turns import IDLE_S, PRICES, ROLL_AFTER, local_spec, pump
+from test_turns import local_spec
 
 from eventos import names
 from eventos.activities import DbActivities
 from eventos.channels.email import EmailReader, EmailSender
 from eventos.channels.email_records import reply_message_id
 from eventos.channels.readers import ChannelReaders
-from eventos.channels.senders import Delivered, Outgoing
+from eventos.channels.senders import Delivered, Outgoing, Sender
 from eventos.channels.settings import ChannelSettings
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.deliverer import Deliverer
-from eventos.egress import Egress, retry_loop
-from eventos.llm.activity import LlmActivities
+from eventos.egress import Egress
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.llm.worker import llm_worker
 from eventos.outbox_keys import OutboxKeys
-from eventos.payload_guard import connect
-from eventos.relay import Relay
 from eventos.service import cancel_and_wait
 from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
-from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
-from eventos.workers import egress_worker, workflow_worker
 
 CHANNELS = ChannelSettings(poll_timeout_s=1, refresh_s=1, lease_ttl_s=5, down_alert_s=1,
                            send_timeout_s=5, email_poll_s=1)  # fmt: skip
@@ -386,36 +379,13 @@ async def stack(
     account: Account, db_settings: DatabaseSettings, tmp_path: Path,
     temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
 ) -> AsyncIterator[Stack]:  # fmt: skip
-    a, pool = account, account.pool
-    cfg = ingress_config(db_settings, tmp_path, secrets=a.secrets, channels=CHANNELS,
-                         llm_endpoints=llm_endpoints)  # fmt: skip
-    client = await connect(temporal_settings.address, temporal_settings.namespace)
-    queue = f"wf-{uuid.uuid4().hex[:8]}"
-    async with httpx.AsyncClient() as http, running_ingress(cfg) as ingress:
-        sender = EmailSender(CHANNELS.send_timeout_s)
-        egress = Egress(pool, outbox_keys, {"email": sender}, a.secrets, CHANNELS)
-        db = DbActivities(pool, outbox=outbox_keys, egress=egress)
-        llm = LlmActivities(http, SecretStore(env={}), pool, PRICES, endpoints=llm_endpoints)
-        workers = [workflow_worker(client, queue, db)]
-        workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
-        relay = Relay(pool, TemporalConnection(temporal_settings), "relay-e", task_queue=queue,
-                      entity_roll_after=ROLL_AFTER, entity_idle_s=IDLE_S)  # fmt: skip
-        deliverer = Deliverer(pool, TemporalConnection(temporal_settings), workflow_queue=queue,
-                              outbox=outbox_keys)  # fmt: skip
-        url = f"http://127.0.0.1:{ingress.bound_http_port}"
-        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-        async with contextlib.AsyncExitStack() as exits:
-            for w in [*workers, egress_worker(client, db, queue)]:
-                await exits.enter_async_context(w)
-            tasks = [asyncio.create_task(pump(pool, relay, deliverer)),
-                     asyncio.create_task(retry_loop(egress, poll_s=0.2))]  # fmt: skip
-            api = await exits.enter_async_context(
-                httpx.AsyncClient(base_url=url, headers=headers, timeout=10)
-            )
-            try:
-                yield Stack(a, api, egress, db, queue, client)
-            finally:
-                await cancel_and_wait(tasks, STOP_S)
+    def senders(http: httpx.AsyncClient) -> dict[str, Sender]:
+        return {"email": EmailSender(CHANNELS.send_timeout_s)}
+
+    async with channel_services(account.pool, db_settings, tmp_path, temporal_settings,
+                                outbox_keys, llm_endpoints, secrets=account.secrets,
+                                channels=CHANNELS, senders=senders) as s,  egress_running(s):  # fmt: skip
+        yield Stack(account, s.api, s.egress, s.db, s.queue, s.client)
 
 
 async def test_a_mail_in_is_one_input_and_one_reply_to_its_sender(stack: Stack) -> None:

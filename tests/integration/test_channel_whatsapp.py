@@ -4,8 +4,6 @@ scenario (a) of RFC-0005 §22 through merge point B2."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import json
 import uuid
@@ -17,32 +15,25 @@ from typing import Any, cast
 
 import httpx
 import pytest
-from channel_stack import STOP_S, now, running_ingress
-from conftest import SECRETS, apply_and_start, ingress_config
+from channel_stack import channel_services, egress_running, now
+from conftest import SECRETS, apply_and_start
 from fake_whatsapp import FakeWhatsApp, Number, sign, titled
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
-from test_turns import IDLE_S, PRICES, ROLL_AFTER, local_spec, pump, transcripts
+from test_turns import local_spec, transcripts
 
 from eventos import names
 from eventos.activities import DbActivities
+from eventos.channels.senders import Sender
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.whatsapp import WhatsAppSender
 from eventos.db import Conn
-from eventos.deliverer import Deliverer
-from eventos.egress import Egress, retry_loop
-from eventos.llm.activity import LlmActivities
+from eventos.egress import Egress
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.llm.worker import llm_worker
 from eventos.outbox_keys import OutboxKeys
-from eventos.payload_guard import connect
-from eventos.relay import Relay
-from eventos.service import cancel_and_wait
 from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
-from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
 from eventos.turns import TurnInput, reply_key
-from eventos.workers import egress_worker, workflow_worker
 
 APP_SECRET = "app-secret-" + "0123456789abcdef"
 VERIFY_TOKEN = "verify-" + "me-42"
@@ -108,40 +99,20 @@ async def stack(
     name = f"c{uuid.uuid4().hex[:8]}"
     secrets = SecretStore(env=secret_env(name, fake, number))
     channels = ChannelSettings(refresh_s=1, send_timeout_s=5)
-    cfg = ingress_config(db_settings, tmp_path, secrets=secrets, channels=channels,
-                         llm_endpoints=llm_endpoints)  # fmt: skip
-    client = await connect(temporal_settings.address, temporal_settings.namespace)
-    queue = f"wf-{uuid.uuid4().hex[:8]}"
-    async with httpx.AsyncClient() as http, running_ingress(cfg) as ingress:
-        sender = WhatsAppSender(http, pool, channels.send_timeout_s)
-        egress = Egress(pool, outbox_keys, {"whatsapp_business": sender}, secrets, channels)
-        db = DbActivities(pool, outbox=outbox_keys, egress=egress)
-        llm = LlmActivities(http, SecretStore(env={}), pool, PRICES, endpoints=llm_endpoints)
-        workers = [workflow_worker(client, queue, db)]
-        workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
-        relay = Relay(pool, TemporalConnection(temporal_settings), "relay-w", task_queue=queue,
-                      entity_roll_after=ROLL_AFTER, entity_idle_s=IDLE_S)  # fmt: skip
-        deliverer = Deliverer(pool, TemporalConnection(temporal_settings), workflow_queue=queue,
-                              outbox=outbox_keys)  # fmt: skip
-        url = f"http://127.0.0.1:{ingress.bound_http_port}/channels/whatsapp/wa-{name}"
-        async with contextlib.AsyncExitStack() as exits:
-            for w in workers:
-                await exits.enter_async_context(w)
-            tasks = [asyncio.create_task(pump(pool, relay, deliverer)),
-                     asyncio.create_task(retry_loop(egress, poll_s=0.2))]  # fmt: skip
+
+    def senders(http: httpx.AsyncClient) -> dict[str, Sender]:
+        return {"whatsapp_business": WhatsAppSender(http, pool, channels.send_timeout_s)}
+
+    try:
+        async with channel_services(pool, db_settings, tmp_path, temporal_settings, outbox_keys,
+                                    llm_endpoints, secrets=secrets, channels=channels,
+                                    senders=senders) as s:  # fmt: skip
             spec = local_spec(name, f"    - {{kind: whatsapp_business, account: wa-{name}}}\n")
             await apply_and_start(pool, spec)
-            try:
-                yield Stack(name, fake, number, pool, egress, db, queue, client, url)
-            finally:
-                await cancel_and_wait(tasks, STOP_S)
-    await fake.stop()
-
-
-@contextlib.asynccontextmanager
-async def egress_running(s: Stack) -> AsyncIterator[None]:
-    async with egress_worker(s.client, s.db, s.queue):
-        yield
+            url = f"{s.url}/channels/whatsapp/wa-{name}"
+            yield Stack(name, fake, number, pool, s.egress, s.db, s.queue, s.client, url)
+    finally:
+        await fake.stop()
 
 
 async def test_the_verification_answers_the_challenge_only_for_the_right_token(
