@@ -51,9 +51,15 @@ def now(fn: Callable[[], T]) -> Callable[[], Awaitable[T]]:
     return check
 
 
-def telegram_spec(name: str, extra: str = "") -> str:
-    """An employee answering one Telegram account (`extra`: more of its spec body)."""
-    return local_spec(name, f"    - {{kind: telegram, account: tg-{name}}}\n") + extra
+def telegram_spec(name: str, extra: str = "", tools: tuple[str, ...] = ()) -> str:
+    """An employee answering one Telegram account (`extra`: more of its spec body; `tools`:
+    its agent's tools)."""
+    spec = local_spec(name, f"    - {{kind: telegram, account: tg-{name}}}\n") + extra
+    if tools:
+        spec = spec.replace(
+            "name: scripted}}]", f"name: scripted}}, tools: [{', '.join(tools)}]}}]"
+        )
+    return spec
 
 
 @dataclass
@@ -172,7 +178,7 @@ async def channel_services(
 async def telegram_stack(
     pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
     temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
-    spec_extra: str = "",
+    spec_extra: str = "", tools: tuple[str, ...] = (),
 ) -> AsyncIterator[Stack]:  # fmt: skip
     fake = FakeTelegram()
     await fake.start()
@@ -189,7 +195,7 @@ async def telegram_stack(
         async with channel_services(pool, db_settings, tmp_path, temporal_settings, outbox_keys,
                                     llm_endpoints, secrets=secrets, channels=channels,
                                     senders=senders) as s:  # fmt: skip
-            await apply_and_start(pool, telegram_spec(name, spec_extra))
+            await apply_and_start(pool, telegram_spec(name, spec_extra, tools))
             yield Stack(name, fake, token, pool, s.api, s.egress, s.db, s.queue, s.client,
                         s.ingress_config)  # fmt: skip
     finally:

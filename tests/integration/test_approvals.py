@@ -4,6 +4,7 @@ decision taken while stopped sent on Resume, and approved sends in decision orde
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -212,3 +213,35 @@ async def test_a_content_rule_holds_a_reply_with_its_id_only_until_the_owner_rel
         sent = await wait_for(now(lambda: s.fake.sent(s.token, 888) or None), timeout=30,
                               what="the released reply")  # fmt: skip
     assert len(sent) == 1
+
+
+async def test_a_tool_call_that_needs_approval_runs_only_once_approved(
+    pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
+    temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
+) -> None:  # fmt: skip
+    async with telegram_stack(pool, db_settings, tmp_path, temporal_settings, outbox_keys,
+                              llm_endpoints, spec_extra="  approvals: {tools: [set_alarm]}\n",
+                              tools=("set_alarm",)) as s, egress_running(s):  # fmt: skip
+
+        async def alarms() -> list[dict[str, Any]]:
+            return await query(s.pool, f"SELECT text FROM alarms WHERE employee = '{s.name}'")
+
+        async def pending_call(text: str) -> dict[str, Any] | None:
+            r = await s.api.get("/v1/approvals", params={"state": "pending"})
+            rows = [a for a in r.json()["approvals"] if text in (a["draft"] or "")]
+            return rows[0] if rows else None
+
+        for chat, words, verb in [(1313, "call the bank", "approve"),
+                                  (1414, "call the zoo", "decline")]:  # fmt: skip
+            args = json.dumps({"text": words, "in_s": 3600})
+            s.fake.customer_message(s.token, chat, f"remind me\ncall: set_alarm {args}")
+            ap = await wait_for(lambda w=words: pending_call(w), timeout=60,
+                                what=f"the approval of {words!r}")  # fmt: skip
+            assert ap["draft"].startswith("set_alarm ") and ap["channel"] is None
+            assert words not in [a["text"] for a in await alarms()]  # not made before
+            assert s.fake.sent(s.token, chat) == []  # the turn waits for the decision
+            r = await s.api.post(f"/v1/approvals/{ap['id']}:{verb}")
+            assert r.status_code == 202, r.text
+            await wait_for(now(lambda c=chat: s.fake.sent(s.token, c) or None), timeout=60,
+                           what="the turn's reply after the decision")  # fmt: skip
+        assert [a["text"] for a in await alarms()] == ["call the bank"]  # the declined one never

@@ -23,6 +23,7 @@ from eventos.contracts import (
     ConversationContext,
     DeadLetter,
     DeliveryItem,
+    HoldToolCall,
     ReleaseTurn,
     ReloadInputs,
     RunEnded,
@@ -153,6 +154,10 @@ class DbActivities:
     async def approval_read(self, approval_id: str) -> ApprovalView:
         return await self._run(lambda conn: approvals.read(conn, approval_id))
 
+    @activity.defn(name=names.ACT_APPROVAL_HOLD_TOOL)
+    async def approval_hold_tool(self, req: HoldToolCall) -> str:
+        return await self._run(lambda conn: approvals.hold_tool(conn, req))
+
     @activity.defn(name=names.ACT_APPROVAL_REMIND)
     async def approval_remind(self, approval_id: str) -> None:
         await self._run(lambda conn: approvals.remind(conn, approval_id))
@@ -173,7 +178,7 @@ class DbActivities:
             self.terminate_workflow, self.skip_inputs, self.suspend_turn, self.upgrade_lease,
             self.egress_send,  # owner chat's send, as a local activity of the turn
             self.entity_run_ended, self.approval_read, self.approval_remind,
-            self.approval_expire, self.approval_take,
+            self.approval_hold_tool, self.approval_expire, self.approval_take,
         ]  # fmt: skip
 
     def egress_activities(self) -> list[Callable[..., Awaitable[object]]]:

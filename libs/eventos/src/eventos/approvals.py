@@ -14,6 +14,7 @@ in decision order.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,11 +27,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from eventos import names
 from eventos.channels.rules import Rules, compile_rules
-from eventos.contracts import ApprovalView
+from eventos.contracts import ApprovalView, HoldToolCall
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict, NotFound
 from eventos.temporal import TemporalConnection
+from eventos.users import OWNER
 
 log = logging.getLogger(__name__)
 WATCH_LIMIT = 100
@@ -44,6 +46,28 @@ def approval_id(employee: str, outbound_id: int) -> str:
 
 def workflow_id(approval: str) -> str:
     return f"approval-{approval}"
+
+
+def tool_approval_id(employee: str, turn_id: str, call_id: str) -> str:
+    """`ap-<employee>-t<digest>` of the call (its id is the model's, of any length)."""
+    digest = hashlib.sha256(f"{turn_id}:{call_id}".encode()).hexdigest()[:16]
+    return f"ap-{employee}-t{digest}"
+
+
+async def hold_tool(conn: Conn, req: HoldToolCall) -> str:
+    """The approval a tool call waits on; a retried activity finds the first one."""
+    ident = tool_approval_id(req.employee, req.turn_id, req.call_id)
+    pol = await policy(conn, req.employee, req.generation)
+    audience = req.route.get("audience") if req.route.get("kind") == names.KIND_CHAT else None
+    await conn.execute(Q["approval_insert_tool"], {
+        "id": ident, "employee": req.employee, "generation": req.generation,
+        "thread": req.stream_key, "turn_id": req.turn_id,
+        "tool_call": f"{req.turn_id}:{req.call_id}",
+        "draft": f"{req.name} {req.arguments}"[:4000],
+        "audience": None if audience in (None, OWNER) else str(audience),
+        "expire_after_h": pol.expire_after_h,
+    })  # fmt: skip
+    return ident
 
 
 @dataclass(frozen=True)

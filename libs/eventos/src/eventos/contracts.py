@@ -292,6 +292,7 @@ class ConversationContext:
     transcript: list[ChatMessage] = field(default_factory=list)
     tools: list[ToolSpec] = field(default_factory=list)
     stored: TranscriptRef | None = None
+    approve_tools: list[str] = field(default_factory=list)  # calls that wait for the owner
 
 
 @dataclass(frozen=True)
@@ -314,6 +315,20 @@ class Saved:
     kind: str | None = None
     account: str | None = None  # a channel send's account: the egress task's fairness key
     approval_id: str | None = None  # the send is held for the owner's approval
+
+
+@dataclass(frozen=True)
+class HoldToolCall:
+    """A tool call that needs the owner's approval before it runs (SPEC §11)."""
+
+    employee: str
+    generation: int
+    stream_key: str
+    turn_id: str
+    call_id: str
+    name: str
+    arguments: str
+    route: dict[str, Any]
 
 
 @dataclass(frozen=True)

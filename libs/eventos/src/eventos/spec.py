@@ -479,10 +479,6 @@ def check_supported(spec: EmployeeSpec) -> None:
          f"{t.kind} triggers are not supported: {UNSUPPORTED_KINDS[t.kind]}")
         for i, t in enumerate(spec.spec.triggers) if t.kind in UNSUPPORTED_KINDS
     ]  # fmt: skip
-    approvals = spec.spec.approvals
-    if approvals is not None and approvals.tools:
-        why = "approving tool calls is not supported yet; approve sends instead"
-        errors.append(("spec.approvals.tools", why))
     if errors:
         raise SpecInvalid(errors)
 
@@ -501,6 +497,10 @@ def _check_tools(spec: EmployeeSpec) -> list[tuple[str, str]]:
             errors.append((f"spec.agents[{i}].http_hosts",
                            "http_request needs the hosts it may reach"))  # fmt: skip
         errors += _check_data_tools(spec, i, agent)
+    approvals = spec.spec.approvals
+    for j, tool in enumerate(approvals.tools if approvals is not None else []):
+        if tool not in TOOLS:
+            errors.append((f"spec.approvals.tools[{j}]", f"unknown tool {tool!r}"))
     return errors
 
 

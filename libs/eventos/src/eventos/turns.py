@@ -96,8 +96,9 @@ async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
             ),
         )
     tools = offered(list(agent.get("tools") or []))
+    approve = list(((row["spec"]["spec"].get("approvals") or {}).get("tools")) or [])
     return ConversationContext(model=model, system=agent.get("system", ""), tools=tools,
-                               stored=stored)  # fmt: skip
+                               stored=stored, approve_tools=approve)  # fmt: skip
 
 
 def reply_key(turn: TurnInput, consumed_ingress_ids: list[int]) -> str:

@@ -691,7 +691,9 @@ CREATE TABLE approvals (
     thread        text NOT NULL,
     turn_id       text NOT NULL,
     kind          text NOT NULL CHECK (kind IN ('send', 'tool')),
-    outbound_id   bigint UNIQUE REFERENCES outbound_messages (id),
+    outbound_id   bigint UNIQUE REFERENCES outbound_messages (id),  -- a send's
+    tool_call     text UNIQUE,  -- a tool call's key (`<turn>:<call id>`)
+    draft         text,  -- a tool call's name and arguments, shown to whoever decides
     audience      text,  -- the user whose chat it answers (who may decide it, with the admin)
     state         text NOT NULL DEFAULT 'pending'
                   CHECK (state IN ('pending', 'approved', 'declined', 'expired')),

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         ChatMessage,
         ConversationContext,
         DeliveryItem,
+        HoldToolCall,
         InputsConsumed,
         LlmStepInput,
         LlmStepOutput,
@@ -74,6 +75,7 @@ PARK_PROBE = timedelta(minutes=15)
 # patch's old branch two releases after it shipped (docs/turns.md).
 PATCH_TOOLS = "tools-as-activities"
 PATCH_LOCAL_CHAT_SEND = "owner-chat-send-local"
+PATCH_TOOL_APPROVALS = "tool-approvals"  # calls named in spec.approvals.tools wait for the owner
 
 
 def hold_reason(exc: ActivityError) -> str | None:
@@ -148,6 +150,7 @@ class TurnWorkflow:
         self.resumes = 0  # suspensions left behind (each retries its step under a new id)
         self.nudges = 0  # `released` and `wake` Signals
         self.klass = turn.klass  # raised by a merged input of a higher class
+        self.approve_tools: list[str] = []  # tools whose calls wait for the owner's approval
 
     @workflow.signal(name=names.SIGNAL_OFFER)
     def offer_inputs(self, offer: OfferInputs) -> None:
@@ -214,19 +217,30 @@ class TurnWorkflow:
                 return ended
             self.resumes += 1
 
-    async def _suspended(self, turn: TurnInput, why: str) -> str:
-        """Hold no slot until admission grants it again: "" to go on, else why the turn ends
-        (an Interrupt or Stop, a retired generation, 7 days parked)."""
-        parked = why.startswith(names.PARKED)
+    async def _suspend(self, turn: TurnInput, why: str) -> None:
+        """Give the admission slot back (the lease stays, suspended, under the turn's id)."""
         await workflow.execute_local_activity(
             names.ACT_SUSPEND, SuspendTurn(turn.turn_id, why, turn.employee),
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
+
+    async def _suspended(self, turn: TurnInput, why: str) -> str:
+        """Hold no slot until admission grants it again: "" to go on, else why the turn ends
+        (an Interrupt or Stop, a retired generation, 7 days parked)."""
+        await self._suspend(turn, why)
+        return await self._readmit(turn, why)
+
+    async def _readmit(self, turn: TurnInput, why: str, *, ask_first: bool = False) -> str:
+        """Ask admission until it grants the slot again (at once when `ask_first`, else after
+        a wake): "" to go on, else why the turn ends."""
+        parked = why.startswith(names.PARKED)
         ask = AdmitRequest(turn.employee, turn.generation, turn.agent, turn.thread, turn.stream_key,
                            self.klass, workflow_id=turn.turn_id, turn_id=turn.turn_id)  # fmt: skip
         while True:
             # A park probes every 15 minutes (the provider may be back, the key changed).
-            await self._nudged(self.nudges, PARK_PROBE if parked else SUSPENDED_RECHECK)
+            if not ask_first:
+                await self._nudged(self.nudges, PARK_PROBE if parked else SUSPENDED_RECHECK)
+            ask_first = False
             if self.stop_reason is not None:
                 return names.TURN_INTERRUPTED
             grant = await workflow.execute_local_activity(
@@ -305,6 +319,16 @@ class TurnWorkflow:
                 )
                 out.append(tool_message(call, ToolResult(text, names.TOOL_REFUSED)))
                 continue
+            if (retry_of is None and call.name in self.approve_tools
+                    and workflow.patched(PATCH_TOOL_APPROVALS)):  # fmt: skip
+                verdict = await self._tool_approved(turn, call)
+                if self.stop_reason is not None:
+                    return out  # stopped while the owner decided: the turn ends unsaved
+                if verdict != names.APPROVAL_APPROVED:
+                    text = json.dumps({"error": f"this call needed the owner's approval and "
+                                                f"was {verdict}; it was not made"})  # fmt: skip
+                    out.append(tool_message(call, ToolResult(text, names.TOOL_REFUSED)))
+                    continue
             req = ToolCallInput(
                 turn.employee, turn.generation, turn.agent, turn.thread,
                 names.lane_of(turn.stream_key), turn.stream_key, turn.turn_id, call.id,
@@ -355,6 +379,7 @@ class TurnWorkflow:
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
             activity_id=f"{turn.turn_id}:load",
         )  # fmt: skip
+        self.approve_tools = list(ctx.approve_tools)
         b2 = turn.route.get("kind") in names.CHANNEL_KINDS
         consumed = list(turn.inputs)
         new = await self._read(turn, list(turn.inputs))
@@ -431,13 +456,30 @@ class TurnWorkflow:
         )  # fmt: skip
 
     async def _approved(self, turn: TurnInput, approval_id: str) -> bool:
-        """Wait for the owner's decision with no slot held; True when the send is approved
-        and this turn took the decision. A Stop ends the wait: the ApprovalWorkflow lives on
-        (abandoned), and the watchdog takes its decision once the generation runs again."""
-        await workflow.execute_local_activity(
-            names.ACT_SUSPEND, SuspendTurn(turn.turn_id, names.APPROVAL_HELD, turn.employee),
+        """Wait for the owner's decision on a held send with no slot held; True when it is
+        approved and this turn took the decision."""
+        await self._suspend(turn, names.APPROVAL_HELD)
+        return await self._decision(turn, approval_id) == names.APPROVAL_APPROVED
+
+    async def _tool_approved(self, turn: TurnInput, call: ToolCall) -> str:
+        """Wait for the owner's decision on a tool call with no slot held, then take the
+        slot back: the decision (`approved`, `declined`, `expired`), or `stopped`."""
+        hold = HoldToolCall(turn.employee, turn.generation, turn.stream_key, turn.turn_id,
+                            call.id, call.name, call.arguments, dict(turn.route))  # fmt: skip
+        approval_id = await workflow.execute_local_activity(
+            names.ACT_APPROVAL_HOLD_TOOL, hold, result_type=str,
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
+        await self._suspend(turn, names.APPROVAL_HELD)
+        state = await self._decision(turn, approval_id)
+        if state is None or await self._readmit(turn, names.APPROVAL_HELD, ask_first=True):
+            return "stopped"
+        return state
+
+    async def _decision(self, turn: TurnInput, approval_id: str) -> str | None:
+        """The decision this turn took, once made (None: stopped first, or taken already).
+        A Stop ends the wait: the ApprovalWorkflow lives on (abandoned), and the watchdog
+        takes its decision once the generation runs again."""
         child = await workflow.start_child_workflow(
             names.WF_APPROVAL, approval_id, id=f"approval-{approval_id}",
             task_queue=workflow.info().task_queue,
@@ -448,9 +490,9 @@ class TurnWorkflow:
         )  # fmt: skip
         await workflow.wait_condition(lambda: child.done() or self.stop_reason is not None)
         if not child.done():
-            return False
+            return None
         state = await workflow.execute_local_activity(
             names.ACT_APPROVAL_TAKE, approval_id, result_type=str,
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
-        return bool(state == names.APPROVAL_APPROVED)
+        return None if state is None else str(state)

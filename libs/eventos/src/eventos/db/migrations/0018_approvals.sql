@@ -1,5 +1,5 @@
--- Approvals (issue 14, SPEC §11): a send that needs the owner's approval is `held` with an
--- approval row. The decision is written here first (with its place in the decision order),
+-- Approvals (issue 14, SPEC §11): a send or a tool call that needs the owner's approval waits
+-- on an approval row (a held send's outbox row is `held`). The decision is written here first (with its place in the decision order),
 -- then an intent nudges the ApprovalWorkflow; `taken_at` says the decision was acted on (the
 -- send released, or the row settled), once.
 CREATE SEQUENCE approvals_decision_seq;
@@ -10,7 +10,9 @@ CREATE TABLE approvals (
     thread        text NOT NULL,
     turn_id       text NOT NULL,
     kind          text NOT NULL CHECK (kind IN ('send', 'tool')),
-    outbound_id   bigint UNIQUE REFERENCES outbound_messages (id),
+    outbound_id   bigint UNIQUE REFERENCES outbound_messages (id),  -- a send's
+    tool_call     text UNIQUE,  -- a tool call's key (`<turn>:<call id>`)
+    draft         text,  -- a tool call's name and arguments, shown to whoever decides
     audience      text,  -- the user whose chat it answers (who may decide it, with the admin)
     state         text NOT NULL DEFAULT 'pending'
                   CHECK (state IN ('pending', 'approved', 'declined', 'expired')),

@@ -7,6 +7,14 @@ VALUES (%(id)s, %(employee)s, %(generation)s, %(thread)s, %(turn_id)s, 'send', %
 ON CONFLICT (id) DO NOTHING
 RETURNING id;
 
+-- name: approval_insert_tool
+-- A tool call that needs approval waits on its row (a retried activity finds the first one).
+INSERT INTO approvals (id, employee, generation, thread, turn_id, kind, tool_call, draft,
+    audience, expires_at)
+VALUES (%(id)s, %(employee)s, %(generation)s, %(thread)s, %(turn_id)s, 'tool', %(tool_call)s,
+    %(draft)s, %(audience)s, now() + make_interval(hours => %(expire_after_h)s))
+ON CONFLICT (id) DO NOTHING;
+
 -- name: outbound_hold_for_approval
 -- A new reply that needs approval, or that content rules hold, waits until the decision is
 -- taken; the reason names the rules (or `approval`), never what matched.
@@ -74,14 +82,16 @@ RETURNING id, employee, generation, state, decision_seq;
 -- One approval, for the owner API (its audience checked by the caller).
 SELECT a.id, a.employee, a.generation, a.thread, a.turn_id, a.kind, a.outbound_id, a.audience,
     a.state, a.expires_at, a.reminded_at, a.decided_at, a.decided_by, a.taken_at,
-    a.created_at, o.kind AS channel, o.body AS draft, o.status AS send_status
+    a.created_at, a.tool_call, o.kind AS channel, coalesce(o.body, a.draft) AS draft,
+    o.status AS send_status
 FROM approvals a LEFT JOIN outbound_messages o ON o.id = a.outbound_id
 WHERE a.id = %(id)s;
 
 -- name: approvals_list
 -- Approvals newest first, of one state, of the caller's audience unless admin.
 SELECT a.id, a.employee, a.thread, a.kind, a.state, a.expires_at, a.decided_at, a.decided_by,
-    a.taken_at, a.created_at, o.kind AS channel, o.body AS draft, o.status AS send_status
+    a.taken_at, a.created_at, o.kind AS channel, coalesce(o.body, a.draft) AS draft,
+    o.status AS send_status
 FROM approvals a LEFT JOIN outbound_messages o ON o.id = a.outbound_id
 WHERE (%(state)s::text IS NULL OR a.state = %(state)s)
   AND (%(admin)s OR a.audience = %(audience)s)
