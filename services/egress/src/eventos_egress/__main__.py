@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from eventos.activities import DbActivities
+from eventos.channels.discord import DiscordApi, DiscordSender
 from eventos.channels.http import provider_client
 from eventos.channels.senders import Sender
 from eventos.channels.settings import ChannelSettings
@@ -26,6 +27,7 @@ async def main() -> None:
         "telegram": TelegramSender(
             TelegramApi(http, channels.telegram_api), channels.send_timeout_s
         ),
+        "discord": DiscordSender(DiscordApi(http), channels.send_timeout_s),
     }
     egress = Egress(connected.pool, outbox, senders, SecretStore.from_env(), channels)
     db = DbActivities(connected.pool, outbox=outbox, egress=egress)

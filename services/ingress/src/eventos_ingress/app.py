@@ -8,8 +8,10 @@ import grpc
 from psycopg_pool import AsyncConnectionPool
 
 from eventos.bus import GroupCommitter
+from eventos.channels.discord import DiscordApi
+from eventos.channels.discord_gateway import DiscordReader
 from eventos.channels.http import provider_client
-from eventos.channels.readers import ChannelReaders
+from eventos.channels.readers import ChannelReader, ChannelReaders
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.telegram import TelegramApi, TelegramReader
 from eventos.db import Conn, open_pool
@@ -29,6 +31,8 @@ from eventos.v1 import ingress_pb2_grpc
 from eventos.wake import Kicker
 from eventos.wakeups import ChatWakeups
 from eventos_ingress.credentials import DriverTable
+from eventos_ingress.discord import PREFIX as DISCORD_PREFIX
+from eventos_ingress.discord import DiscordInteractions
 from eventos_ingress.hooks import Hooks
 from eventos_ingress.limits import HookLimits
 from eventos_ingress.owner_api import OwnerApi
@@ -115,13 +119,17 @@ async def build(cfg: IngressConfig) -> Service:
     http = provider_client()
     telegram = TelegramReader(TelegramApi(http, cfg.channels.telegram_api),
                               cfg.channels.poll_timeout_s)  # fmt: skip
-    readers = ChannelReaders(pool, cfg.secrets, cfg.channels, {telegram.driver: telegram}, kicker)
+    discord = DiscordReader(DiscordApi(http), cfg.channels.gateway_wait_s)
+    drivers_read: dict[str, ChannelReader] = {telegram.driver: telegram, discord.driver: discord}
+    readers = ChannelReaders(pool, cfg.secrets, cfg.channels, drivers_read, kicker)
+    interactions = DiscordInteractions(pool, cfg.secrets, kicker)
 
     async def database_ready() -> None:
         async with pool.connection(timeout=1.5) as conn:
             await conn.execute("SELECT 1")
 
     async def stop() -> None:
+        await discord.close()
         await http.aclose()
         await committer.stop()
         if kicker is not None:
@@ -137,7 +145,10 @@ async def build(cfg: IngressConfig) -> Service:
         http_port=cfg.service.http_port,
         grpc_port=cfg.service.grpc_port,
         routes=owner.routes(),
-        raw_routes=[(HOOKS_PREFIX, hook_app(HOOKS_PREFIX, hooks.handle))],
+        raw_routes=[
+            (HOOKS_PREFIX, hook_app(HOOKS_PREFIX, hooks.handle)),
+            (DISCORD_PREFIX, hook_app(DISCORD_PREFIX, interactions.handle)),
+        ],
         checks={"database": database_ready},
         grpc_registrars=[
             lambda s: ingress_pb2_grpc.add_EventIngressServicer_to_server(servicer, s)

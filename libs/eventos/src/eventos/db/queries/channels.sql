@@ -157,3 +157,7 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(audience)s::text IS NULL OR audience = %(audience)s)
   AND (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: statement_timeout_local
+-- A tighter statement timeout for the rest of this transaction (Discord's 3 s answer window).
+SELECT set_config('statement_timeout', %(ms)s, true);
