@@ -17,6 +17,7 @@ The gateway reader (channel messages in) is in `discord_gateway.py`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -52,6 +53,8 @@ INTERACTION_PREFIX = "interaction:"
 TOKEN_KEY_LABEL = b"eventos.discord.interaction-token\x00"
 SNOWFLAKE = re.compile(r"[0-9]{1,20}")
 ELLIPSIS = "…"
+# Two attempts at the sender's timeout each stay inside the send activity's 30 s.
+RESEND_PAUSE_S = 0.5
 
 
 class DiscordError(EventOSError):
@@ -325,10 +328,19 @@ class DiscordSender:
         self.timeout_s = timeout_s
 
     async def send(self, out: Outgoing) -> SendOutcome:
+        """One send; an unclear attempt is made again once at once, with the same nonce (or
+        the same edit), which Discord answers with the first message if that one arrived."""
         try:
             cred = parse_credential(out.credential)
         except DiscordCredentialError as exc:
             return Refused(str(exc))
+        outcome = await self._attempt(cred, out)
+        if isinstance(outcome, Unclear):
+            await asyncio.sleep(RESEND_PAUSE_S)
+            outcome = await self._attempt(cred, out)
+        return outcome
+
+    async def _attempt(self, cred: DiscordCredential, out: Outgoing) -> SendOutcome:
         try:
             if out.recipient.startswith(INTERACTION_PREFIX):
                 return await self._answer(cred, out)
