@@ -24,7 +24,8 @@ from test_turns import IDLE_S, PRICES, ROLL_AFTER, local_spec, pump
 
 from eventos import names
 from eventos.activities import DbActivities
-from eventos.channels.discord import DiscordApi, DiscordSender, nonce
+from eventos.channels.discord import DiscordApi, DiscordSender, nonce, parse_credential, seal_token
+from eventos.channels.senders import Deferred, Delivered, Outgoing, Refused, Unclear
 from eventos.channels.settings import ChannelSettings
 from eventos.db import Conn
 from eventos.deliverer import Deliverer
@@ -318,3 +319,36 @@ async def test_a_send_cut_mid_answer_is_resent_with_the_same_nonce_and_arrives_o
     assert len(s.bot_messages()) == 2  # one per input: the retry returned the first
     nonces = [c.body["nonce"] for c in s.requests("channels")[2:]]
     assert len(nonces) == 3 and len(set(nonces)) == 1
+
+
+def outgoing(fake: FakeDiscord, recipient: str, body: str = "hi") -> Outgoing:
+    return Outgoing(1, uuid.uuid4().hex, "dc", credential(fake).encode(), recipient, body)
+
+
+async def test_the_sender_tells_refusals_rate_limits_and_unclear_answers_apart() -> None:
+    fake = FakeDiscord()
+    await fake.start()
+    fake.add_channel("1187000000000000999", can_send=False)
+    try:
+        async with httpx.AsyncClient() as http:
+            sender = DiscordSender(DiscordApi(http), 5)
+            unknown = await sender.send(outgoing(fake, "1187000000000000998"))
+            assert isinstance(unknown, Refused) and "10003" in unknown.reason
+            denied = await sender.send(outgoing(fake, "1187000000000000999"))
+            assert isinstance(denied, Refused) and "50001" in denied.reason
+            assert isinstance(await sender.send(outgoing(fake, "not-an-id")), Refused)
+            fake.set_limit("messages", 1, 30.0)
+            assert isinstance(await sender.send(outgoing(fake, CHANNEL_ID)), Delivered)
+            limited = await sender.send(outgoing(fake, CHANNEL_ID))
+            assert isinstance(limited, Deferred) and (limited.retry_after_s or 0) > 1
+            fake.reset()
+            fake.fail_next(2)  # a 500, and the one resend after it
+            assert isinstance(await sender.send(outgoing(fake, CHANNEL_ID)), Unclear)
+            long = await sender.send(outgoing(fake, CHANNEL_ID, "y " * 1500))
+            assert isinstance(long, Delivered)
+            assert [len(m["content"]) for m in fake.messages(CHANNEL_ID)] == [1999, 1000]  # split at a space
+            expired = await sender.send(outgoing(fake, seal_token(
+                parse_credential(credential(fake).encode()), "no-such-token")))  # fmt: skip
+            assert isinstance(expired, Refused) and "10015" in expired.reason
+    finally:
+        await fake.stop()
