@@ -346,7 +346,10 @@ async def test_the_sender_tells_refusals_rate_limits_and_unclear_answers_apart()
             assert isinstance(await sender.send(outgoing(fake, CHANNEL_ID)), Unclear)
             long = await sender.send(outgoing(fake, CHANNEL_ID, "y " * 1500))
             assert isinstance(long, Delivered)
-            assert [len(m["content"]) for m in fake.messages(CHANNEL_ID)] == [1999, 1000]  # split at a space
+            assert [len(m["content"]) for m in fake.messages(CHANNEL_ID)] == [
+                1999,
+                1000,
+            ]  # split at a space
             expired = await sender.send(outgoing(fake, seal_token(
                 parse_credential(credential(fake).encode()), "no-such-token")))  # fmt: skip
             assert isinstance(expired, Refused) and "10015" in expired.reason
