@@ -107,7 +107,9 @@ async def stack(
     fake = FakeDiscord()
     await fake.start()
     name = f"d{uuid.uuid4().hex[:8]}"
-    secrets = SecretStore(env={**SECRETS, f"EVENTOS_SECRET_DC_{name.upper()}": credential(fake)})
+    wrong = json.dumps({**json.loads(credential(fake)), "bot_token": "not.the.token"})
+    secrets = SecretStore(env={**SECRETS, f"EVENTOS_SECRET_DC_{name.upper()}": credential(fake),
+                               f"EVENTOS_SECRET_DC_{name.upper()}_WRONG": wrong})  # fmt: skip
     channels = ChannelSettings(refresh_s=1, lease_ttl_s=5, down_alert_s=1, send_timeout_s=5,
                                gateway_wait_s=1)  # fmt: skip
     cfg = ingress_config(db_settings, tmp_path, secrets=secrets, channels=channels,
@@ -319,6 +321,40 @@ async def test_a_send_cut_mid_answer_is_resent_with_the_same_nonce_and_arrives_o
     assert len(s.bot_messages()) == 2  # one per input: the retry returned the first
     nonces = [c.body["nonce"] for c in s.requests("channels")[2:]]
     assert len(nonces) == 3 and len(set(nonces)) == 1
+
+
+async def test_heartbeats_keep_the_session_and_a_reconnect_request_resumes_it(
+    stack: Stack,
+) -> None:
+    s = stack
+    await session_up(s)
+    s.fake.gateway.heartbeat_interval_ms = 2000  # from the next HELLO on
+    await s.fake.gateway.request_reconnect()  # op 7: the reader resumes on a new connection
+    await wait_for(now(lambda: s.fake.gateway.resumes == 1), timeout=30, what="the resume")
+    beats = s.fake.gateway.heartbeats
+    await wait_for(now(lambda: s.fake.gateway.heartbeats >= beats + 3), timeout=30,
+                   what="three heartbeats on the new connection")  # fmt: skip
+    posted = await s.fake.post_channel_message(CHANNEL_ID, USER_ID, "still here")
+    await wait_for(lambda: query(s.pool, f"SELECT 1 FROM bus_ingress WHERE dedupe_key = "
+                                         f"'message:{posted['id']}'"),
+                   timeout=30, what="the message read on the resumed session")  # fmt: skip
+    # Never a missed heartbeat (4009) or a new session: one connection since the resume.
+    assert (s.fake.gateway.identifies, s.fake.gateway.resumes) == (1, 1)
+
+
+async def test_an_account_discord_refuses_is_down_with_an_item(stack: Stack) -> None:
+    s = stack
+    other = f"{s.name}w"
+    await apply_and_start(s.pool, local_spec(
+        other, f"    - {{kind: discord, account: dc-{s.name}-wrong}}\n"))  # fmt: skip
+
+    async def raised() -> list[dict[str, Any]] | None:
+        return await query(s.pool, f"SELECT * FROM attention_items WHERE employee = '{other}' "
+                                   f"AND kind = '{names.ATTENTION_CHANNEL_DOWN}'") or None  # fmt: skip
+
+    (item,) = await wait_for(raised, timeout=30, what="the channel_down item")
+    assert item["ref"] == f"discord:dc-{s.name}-wrong" and "401" in item["detail"]
+    assert "not.the.token" not in item["detail"]
 
 
 def outgoing(fake: FakeDiscord, recipient: str, body: str = "hi") -> Outgoing:
