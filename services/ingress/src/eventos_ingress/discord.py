@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from eventos import names
 from eventos.bus import Accepted, Duplicate, Rejected, append, append_isolated
 from eventos.channels.discord import (
     DRIVER,
@@ -50,6 +51,7 @@ PING, COMMAND = 1, 2
 PONG, DEFERRED, MESSAGE = 1, 5, 4
 EPHEMERAL = 1 << 6
 UNREADABLE = "This command could not be read."
+UNANSWERED = "No one answers commands here right now."
 
 
 class BodyRefused(Exception):
@@ -132,26 +134,37 @@ class DiscordInteractions:
         except (DatabaseUnavailable, psycopg.Error, TimeoutError, OSError) as exc:
             log.warning("discord account %s: interaction not stored: %s", account, exc)
             return Answer(500, {"error": "not stored"})
-        if self.kicker is not None:
+        if self.kicker is not None and stored is None:
             self.kicker.kick()
-        if not stored:
-            return Answer(200, {"type": MESSAGE, "data": {"content": UNREADABLE,
+        if stored is not None:
+            return Answer(200, {"type": MESSAGE, "data": {"content": stored,
                                                           "flags": EPHEMERAL}})  # fmt: skip
         return Answer(200, {"type": DEFERRED})
 
-    async def _append(self, account: str, cred: DiscordCredential, doc: dict[str, Any]) -> bool:
-        """Append the interaction; True once committed as an input (or a duplicate of one),
-        False when it was stored dead (the user is told at once: no reply will follow)."""
-        async with asyncio.timeout(APPEND_TIMEOUT_S):
-            async with self.pool.connection(timeout=POOL_TIMEOUT_S) as conn:
-                if self.salt is None:
-                    self.salt = await instance_salt(conn)
-                record = interaction_record(f"{DRIVER}:{account}", self.salt, cred, doc)
-                async with conn.transaction():
-                    await conn.execute(Q["statement_timeout_local"],
-                                       {"ms": str(STATEMENT_TIMEOUT_MS)})  # fmt: skip
-                    (outcome,) = await append_isolated(conn, [record])
-                    if isinstance(outcome, Rejected):
-                        await append(conn, [unstorable(record, outcome.reason)])
-                        return False
-        return isinstance(outcome, Accepted | Duplicate) and record.error is None
+    async def _append(self, account: str, cred: DiscordCredential,
+                      doc: dict[str, Any]) -> str | None:  # fmt: skip
+        """Append the interaction: None once committed as an input (or a duplicate of one);
+        else what to tell the user at once, as no reply will follow (no employee reads the
+        account: nothing stored; the command unstorable: stored as a dead row)."""
+        source = f"{DRIVER}:{account}"
+        states = list(names.ROUTABLE_GENERATION_STATES)
+        async with (
+            asyncio.timeout(APPEND_TIMEOUT_S),
+            self.pool.connection(timeout=POOL_TIMEOUT_S) as conn,
+            conn.transaction(),
+        ):
+            await conn.execute(Q["statement_timeout_local"], {"ms": str(STATEMENT_TIMEOUT_MS)})
+            if self.salt is None:
+                self.salt = await instance_salt(conn)
+            cur = await conn.execute(
+                Q["channel_account_routable"], {"id": source, "states": states}
+            )
+            if not (await cur.fetchone() or {}).get("routable"):
+                return UNANSWERED
+            record = interaction_record(source, self.salt, cred, doc)
+            (outcome,) = await append_isolated(conn, [record])
+            if isinstance(outcome, Rejected):
+                await append(conn, [unstorable(record, outcome.reason)])
+                return UNREADABLE
+        stored = isinstance(outcome, Accepted | Duplicate) and record.error is None
+        return None if stored else UNREADABLE

@@ -147,19 +147,27 @@ class DiscordReader:
         resumable = (isinstance(session, str) and isinstance(resume_url, str)
                      and isinstance(seq, int) and not isinstance(seq, bool))  # fmt: skip
         if resumable:
-            gw = await self._connect(cred, str(resume_url), str(session), str(resume_url), seq)
+            try:
+                gw = await self._connect(cred, str(resume_url), str(session), str(resume_url), seq)
+            except (OSError, GatewayError) as exc:  # resuming on the main gateway works too
+                log.info("discord gateway: resume URL failed (%s); using the main URL", exc)
+                url = await self._gateway_url(cred)
+                gw = await self._connect(cred, url, str(session), str(resume_url), seq)
             await self._send(gw, {"op": 6, "d": {"token": cred.bot_token, "session_id": session,
                                                  "seq": seq}})  # fmt: skip
             return gw
-        answer = await self.api.call(cred, "GET", "/gateway/bot", self.timeout_s)
-        url = answer.get("url")
-        if not isinstance(url, str) or not url.startswith(("wss://", "ws://")):
-            raise GatewayError("GET /gateway/bot did not answer a websocket URL")
-        gw = await self._connect(cred, url, None, None, None)
+        gw = await self._connect(cred, await self._gateway_url(cred), None, None, None)
         properties = {"os": "linux", "browser": "eventos", "device": "eventos"}
         await self._send(gw, {"op": 2, "d": {"token": cred.bot_token, "intents": cred.intents,
                                              "properties": properties}})  # fmt: skip
         return gw
+
+    async def _gateway_url(self, cred: DiscordCredential) -> str:
+        answer = await self.api.call(cred, "GET", "/gateway/bot", self.timeout_s)
+        url = answer.get("url")
+        if not isinstance(url, str) or not url.startswith(("wss://", "ws://")):
+            raise GatewayError("GET /gateway/bot did not answer a websocket URL")
+        return url
 
     async def _connect(self, cred: DiscordCredential, url: str, session: str | None,
                        resume_url: str | None, seq: int | None) -> Gateway:  # fmt: skip
