@@ -327,6 +327,35 @@ async def test_a_send_cut_mid_answer_is_resent_with_the_same_nonce_and_arrives_o
     assert len(nonces) == 3 and len(set(nonces)) == 1
 
 
+async def test_a_page_whose_commit_failed_is_handed_back_and_read_once(stack: Stack) -> None:
+    """The account's append lock is held, so the reader's commit times out (the account goes
+    down); the next read, from the same cursor, hands the page back without a reconnect."""
+    s = stack
+    await session_up(s)
+    lock = "SELECT pg_advisory_lock(hashtextextended('eventos.append:' || %s, 0))"
+    unlock = "SELECT pg_advisory_unlock(hashtextextended('eventos.append:' || %s, 0))"
+    async with s.pool.connection() as holder:
+        await holder.execute(lock, (s.source,))
+        try:
+            posted = await s.fake.post_channel_message(CHANNEL_ID, USER_ID, "held back")
+
+            async def down() -> bool:
+                rows = await query(s.pool, f"SELECT status FROM channel_accounts "
+                                           f"WHERE id = '{s.source}'")  # fmt: skip
+                return rows[0]["status"] == "down"
+
+            await wait_for(down, timeout=30, what="the reader's commit failed")
+        finally:
+            await holder.execute(unlock, (s.source,))
+
+    async def read() -> list[dict[str, Any]] | None:
+        return await s.inbox() or None
+
+    (row,) = await wait_for(read, timeout=30, what="the page committed at last")
+    assert row["dedupe_key"] == f"message:{posted['id']}"
+    assert (s.fake.gateway.identifies, s.fake.gateway.resumes) == (1, 0)  # from memory
+
+
 async def test_heartbeats_keep_the_session_and_a_reconnect_request_resumes_it(
     stack: Stack,
 ) -> None:

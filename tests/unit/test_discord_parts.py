@@ -26,6 +26,8 @@ from eventos.channels.discord import (
     seal_token,
     verify,
 )
+from eventos.channels.settings import ChannelSettings
+from eventos.errors import ConfigError
 
 SALT = b"s" * 32
 KEY = SigningKey(b"k" * 32)
@@ -131,3 +133,10 @@ def test_long_bodies_split_into_messages_with_their_own_nonces() -> None:
     assert parts("") == [""] and parts("short") == ["short"]
     assert len(nonce("k" * 200, 0)) == NONCE_MAX and nonce("k", 0) != nonce("k", 1)
     assert nonce("k", 0) == nonce("k", 0)
+
+
+def test_the_gateway_wait_is_a_positive_setting() -> None:
+    assert ChannelSettings.from_env({}).gateway_wait_s == 5
+    assert ChannelSettings.from_env({"EVENTOS_CHANNELS_GATEWAY_WAIT_S": "2"}).gateway_wait_s == 2
+    with pytest.raises(ConfigError, match="EVENTOS_CHANNELS_GATEWAY_WAIT_S"):
+        ChannelSettings.from_env({"EVENTOS_CHANNELS_GATEWAY_WAIT_S": "0"})
