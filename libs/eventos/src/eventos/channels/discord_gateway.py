@@ -115,6 +115,8 @@ class DiscordReader:
             alive = await self._collect(cred, gw, items)
         except BaseException:  # cancelled, or the gateway failed: the session stays resumable
             self._drop(key)
+            if items:  # still not committed: handed out again from this same cursor
+                self.held[key] = Held(cursor, cursor, items)
             raise
         after = gw.cursor()
         if not alive:
