@@ -28,6 +28,7 @@ from eventos.channels.discord import DiscordApi, DiscordSender, nonce, parse_cre
 from eventos.channels.senders import Deferred, Delivered, Outgoing, Refused, Unclear
 from eventos.channels.settings import ChannelSettings
 from eventos.db import Conn
+from eventos.db import connect as db_connect
 from eventos.deliverer import Deliverer
 from eventos.egress import Egress, retry_loop
 from eventos.llm.activity import LlmActivities
@@ -110,7 +111,8 @@ async def stack(
     wrong = json.dumps({**json.loads(credential(fake)), "bot_token": "not.the.token"})
     secrets = SecretStore(env={**SECRETS, f"EVENTOS_SECRET_DC_{name.upper()}": credential(fake),
                                f"EVENTOS_SECRET_DC_{name.upper()}_WRONG": wrong})  # fmt: skip
-    channels = ChannelSettings(refresh_s=1, lease_ttl_s=5, down_alert_s=1, send_timeout_s=5,
+    # A lease outlives a commit stalled by a held lock (5 s statement timeout): no self-takeover.
+    channels = ChannelSettings(refresh_s=1, lease_ttl_s=30, down_alert_s=1, send_timeout_s=5,
                                gateway_wait_s=1)  # fmt: skip
     cfg = ingress_config(db_settings, tmp_path, secrets=secrets, channels=channels,
                          llm_endpoints=llm_endpoints)  # fmt: skip
@@ -213,13 +215,15 @@ async def test_a_bad_signature_is_401_and_a_ping_is_pong(stack: Stack) -> None:
     assert await s.inbox() == []
 
 
-async def test_an_interaction_the_database_cannot_commit_in_time_is_a_500(stack: Stack) -> None:
+async def test_an_interaction_the_database_cannot_commit_in_time_is_a_500(
+    stack: Stack, db_settings: DatabaseSettings
+) -> None:
     """Another transaction holds the account's append lock (as a stuck commit would): the
     append times out under its statement timeout and the answer is 500, inside Discord's 3 s."""
     s = stack
     lock = "SELECT pg_advisory_lock(hashtextextended('eventos.append:' || %s, 0))"
     unlock = "SELECT pg_advisory_unlock(hashtextextended('eventos.append:' || %s, 0))"
-    async with s.pool.connection() as holder:
+    async with await db_connect(db_settings, autocommit=True) as holder:  # no transaction
         await holder.execute(lock, (s.source,))
         try:
             refused = await s.fake.interact(s.url, options={"question": "are you there"})
@@ -327,14 +331,16 @@ async def test_a_send_cut_mid_answer_is_resent_with_the_same_nonce_and_arrives_o
     assert len(nonces) == 3 and len(set(nonces)) == 1
 
 
-async def test_a_page_whose_commit_failed_is_handed_back_and_read_once(stack: Stack) -> None:
+async def test_a_page_whose_commit_failed_is_handed_back_and_read_once(
+    stack: Stack, db_settings: DatabaseSettings
+) -> None:
     """The account's append lock is held, so the reader's commit times out (the account goes
     down); the next read, from the same cursor, hands the page back without a reconnect."""
     s = stack
     await session_up(s)
     lock = "SELECT pg_advisory_lock(hashtextextended('eventos.append:' || %s, 0))"
     unlock = "SELECT pg_advisory_unlock(hashtextextended('eventos.append:' || %s, 0))"
-    async with s.pool.connection() as holder:
+    async with await db_connect(db_settings, autocommit=True) as holder:  # no transaction
         await holder.execute(lock, (s.source,))
         try:
             posted = await s.fake.post_channel_message(CHANNEL_ID, USER_ID, "held back")
