@@ -35,6 +35,7 @@ from eventos.channels.threads import instance_salt
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import DatabaseUnavailable, SecretUnavailable
+from eventos.settings import SecretStore
 from eventos.wake import Kicker
 from eventos_ingress.raw_http import Answer, ClientDisconnect, HookRequest
 
@@ -91,7 +92,7 @@ def fresh(stamp: str | None) -> bool:
 class DiscordInteractions:
     """The interactions endpoint of every Discord account (its secret names its key)."""
 
-    def __init__(self, pool: AsyncConnectionPool[Conn], secrets: Any,
+    def __init__(self, pool: AsyncConnectionPool[Conn], secrets: SecretStore,
                  kicker: Kicker | None) -> None:  # fmt: skip
         self.pool, self.secrets, self.kicker = pool, secrets, kicker
         self.salt: bytes | None = None
