@@ -259,6 +259,22 @@ async def test_a_channel_message_is_read_once_and_answered_once_in_its_channel(
     assert cursor["seq"] >= 2 and cursor["session_id"]  # READY and the message, committed
 
 
+async def test_a_direct_message_is_its_own_thread_and_answered_in_the_dm(stack: Stack) -> None:
+    s = stack
+    dm = "1187000000000000777"
+    s.fake.add_channel(dm, guild_id=None)
+    await session_up(s)
+    async with egress_running(s):
+        await s.fake.post_channel_message(dm, USER_ID, "just us")
+        sent = await wait_for(now(lambda: s.bot_messages(dm) or None), timeout=60, interval=0.1,
+                              what="the reply in the DM")  # fmt: skip
+    assert len(sent) == 1 and "just us" in sent[0]["content"]
+    (row,) = await s.inbox()
+    assert (
+        names.GROUP_ATTRIBUTE not in row["envelope"] and row["envelope"]["data"]["guild_id"] is None
+    )
+
+
 async def test_a_gateway_drop_resumes_and_the_missed_messages_are_read_once(
     stack: Stack,
 ) -> None:
