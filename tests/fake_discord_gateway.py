@@ -59,7 +59,7 @@ class FakeGateway:
         self.heartbeat_interval_ms = HEARTBEAT_MS
         self.session_ttl_s = SESSION_TTL_S
         self.paths: list[str] = []  # the request path of every connection
-        self.identifies = self.resumes = self.port = 0
+        self.identifies = self.resumes = self.heartbeats = self.port = 0
         self._server: Server | None = None
 
     @property
@@ -189,6 +189,7 @@ class FakeGateway:
         if op == 1:
             if data is not None and (not isinstance(data, int) or isinstance(data, bool)):
                 return 4002, session, False
+            self.heartbeats += 1
             await self._send(ws, {"op": 11})
             return None, session, True
         if op in (2, 6) and session is not None:

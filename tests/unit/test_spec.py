@@ -7,7 +7,7 @@ import pytest
 from eventos import names
 from eventos.employees import compile_subscriptions
 from eventos.errors import SpecInvalid
-from eventos.spec import check_supported, load_specs
+from eventos.spec import load_specs
 
 EXAMPLE = """
 apiVersion: eventos/v1
@@ -195,13 +195,7 @@ def test_apply_refuses_an_unknown_tool_and_an_http_tool_without_hosts() -> None:
     assert "spec.agents[0].http_hosts[0].host" in bad_host
 
 
-def test_channel_triggers_are_refused_until_their_drivers_exist() -> None:
-    (spec,) = load_specs(EXAMPLE)
-    check_supported(spec)  # telegram's driver exists
-    (spec,) = load_specs(EXAMPLE.replace("kind: telegram", "kind: discord"))
-    with pytest.raises(SpecInvalid) as info:
-        check_supported(spec)
-    assert dict(info.value.errors) == {
-        "spec.triggers[2].kind": "discord triggers are not supported: "
-        "this channel's driver is not available yet"
-    }
+def test_every_channel_kind_is_accepted_with_its_account() -> None:
+    for kind in ("telegram", "whatsapp_business", "discord", "email"):
+        (spec,) = load_specs(EXAMPLE.replace("kind: telegram", f"kind: {kind}"))
+        assert spec.spec.triggers[2].kind == kind and spec.spec.triggers[2].account == "tg-main"

@@ -463,26 +463,6 @@ class EmployeeSpec(_Strict):
         return [t.path for t in self.spec.triggers if t.kind == "webhook" and t.path]
 
 
-# Trigger kinds a spec may declare but this release does not run yet: apply refuses them
-# rather than accept a trigger that would never fire.
-# Channels whose driver has not landed yet (eventos.channels has these).
-DRIVEN_CHANNELS = ("telegram", "whatsapp_business", "email")
-UNSUPPORTED_KINDS = {kind: "this channel's driver is not available yet"
-                     for kind in CHANNEL_KINDS if kind not in DRIVEN_CHANNELS}  # fmt: skip
-
-
-def check_supported(spec: EmployeeSpec) -> None:
-    """SpecInvalid for triggers this release cannot run (the owner API's apply refuses them;
-    generations stored before keep parsing)."""
-    errors = [
-        (f"spec.triggers[{i}].kind",
-         f"{t.kind} triggers are not supported: {UNSUPPORTED_KINDS[t.kind]}")
-        for i, t in enumerate(spec.spec.triggers) if t.kind in UNSUPPORTED_KINDS
-    ]  # fmt: skip
-    if errors:
-        raise SpecInvalid(errors)
-
-
 def _check_tools(spec: EmployeeSpec) -> list[tuple[str, str]]:
     from eventos.tools.registry import TOOLS  # the tools import this module
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from eventos.activities import DbActivities
+from eventos.channels.discord import DiscordApi, DiscordSender
 from eventos.channels.email import EmailSender
 from eventos.channels.http import provider_client
 from eventos.channels.senders import Sender
@@ -30,6 +31,7 @@ async def main() -> None:
         ),
         "whatsapp_business": WhatsAppSender(http, connected.pool, channels.send_timeout_s),
         "email": EmailSender(channels.send_timeout_s),
+        "discord": DiscordSender(DiscordApi(http), channels.send_timeout_s),
     }
     egress = Egress(connected.pool, outbox, senders, SecretStore.from_env(), channels)
     db = DbActivities(connected.pool, outbox=outbox, egress=egress)

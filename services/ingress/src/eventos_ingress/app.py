@@ -8,6 +8,8 @@ import grpc
 from psycopg_pool import AsyncConnectionPool
 
 from eventos.bus import GroupCommitter
+from eventos.channels.discord import DiscordApi
+from eventos.channels.discord_gateway import DiscordReader
 from eventos.channels.email import EmailReader
 from eventos.channels.http import provider_client
 from eventos.channels.readers import ChannelReader, ChannelReaders
@@ -30,6 +32,8 @@ from eventos.v1 import ingress_pb2_grpc
 from eventos.wake import Kicker
 from eventos.wakeups import ChatWakeups
 from eventos_ingress.credentials import DriverTable
+from eventos_ingress.discord import PREFIX as DISCORD_PREFIX
+from eventos_ingress.discord import DiscordInteractions
 from eventos_ingress.hooks import Hooks
 from eventos_ingress.limits import HookLimits
 from eventos_ingress.owner_api import OwnerApi
@@ -119,15 +123,22 @@ async def build(cfg: IngressConfig) -> Service:
     telegram = TelegramReader(TelegramApi(http, cfg.channels.telegram_api),
                               cfg.channels.poll_timeout_s)  # fmt: skip
     email = EmailReader(cfg.channels.email_poll_s)
-    drivers_read: dict[str, ChannelReader] = {telegram.driver: telegram, email.driver: email}
+    discord = DiscordReader(DiscordApi(http), cfg.channels.gateway_wait_s)
+    drivers_read: dict[str, ChannelReader] = {
+        telegram.driver: telegram,
+        email.driver: email,
+        discord.driver: discord,
+    }
     readers = ChannelReaders(pool, cfg.secrets, cfg.channels, drivers_read, kicker)
     whatsapp = WhatsAppHook(pool, cfg.secrets, kicker, cfg.http_bounds.body_idle_timeout_s)
+    interactions = DiscordInteractions(pool, cfg.secrets, kicker)
 
     async def database_ready() -> None:
         async with pool.connection(timeout=1.5) as conn:
             await conn.execute("SELECT 1")
 
     async def stop() -> None:
+        await discord.close()
         await http.aclose()
         await committer.stop()
         if kicker is not None:
@@ -146,6 +157,7 @@ async def build(cfg: IngressConfig) -> Service:
         raw_routes=[
             (HOOKS_PREFIX, hook_app(HOOKS_PREFIX, hooks.handle)),
             (WHATSAPP_PREFIX, hook_app(WHATSAPP_PREFIX, whatsapp.handle)),
+            (DISCORD_PREFIX, hook_app(DISCORD_PREFIX, interactions.handle)),
         ],
         checks={"database": database_ready},
         grpc_registrars=[

@@ -37,7 +37,7 @@ from eventos.errors import (
     Unauthenticated,
 )
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.spec import check_supported, parse_specs, yaml_documents
+from eventos.spec import parse_specs, yaml_documents
 from eventos.tools import retry
 from eventos.wake import Kicker
 from eventos.wakeups import ChatWakeups
@@ -235,8 +235,6 @@ class OwnerApi:
             for doc in docs:
                 bodies.check_document(doc)
         specs = parse_specs(docs)
-        for spec in specs:
-            check_supported(spec)
         applied = []
         async with self.pool.connection() as conn:
             for spec in specs:

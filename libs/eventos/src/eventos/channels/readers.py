@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import httpx
+import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
@@ -98,7 +99,9 @@ class ChannelReaders:
             while True:
                 try:
                     await self.refresh()
-                except (DatabaseUnavailable, OSError) as exc:
+                except (DatabaseUnavailable, psycopg.Error, OSError) as exc:
+                    # psycopg's own errors too: a renewal that waits out its statement timeout
+                    # behind a reader's stalled commit must not end the ingress service.
                     log.warning("channel readers: refresh failed: %s", exc)
                 await asyncio.sleep(self.settings.refresh_s)
         finally:

@@ -46,6 +46,7 @@ class ChannelSettings:
 
     telegram_api: str = TELEGRAM_API
     poll_timeout_s: int = 25  # Telegram's long poll (its server holds a call up to 50 s)
+    gateway_wait_s: int = 5  # Discord: a gateway read returns a page after at most this
     lease_ttl_s: int = 30
     refresh_s: int = 5
     down_alert_s: int = 300  # SPEC §6.4: an account down for over 5 minutes raises an item
@@ -63,6 +64,7 @@ class ChannelSettings:
         return cls(
             telegram_api=api.rstrip("/"),
             poll_timeout_s=env_int(env, "EVENTOS_CHANNELS_POLL_TIMEOUT_S", 25),
+            gateway_wait_s=env_int(env, "EVENTOS_CHANNELS_GATEWAY_WAIT_S", 5),
             lease_ttl_s=env_int(env, "EVENTOS_CHANNELS_LEASE_TTL_S", 30),
             refresh_s=env_int(env, "EVENTOS_CHANNELS_REFRESH_S", 5),
             down_alert_s=env_int(env, "EVENTOS_CHANNELS_DOWN_ALERT_S", 300),

@@ -157,3 +157,15 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(audience)s::text IS NULL OR audience = %(audience)s)
   AND (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC LIMIT %(limit)s;
+
+-- name: statement_timeout_local
+-- A tighter statement timeout for the rest of this transaction (Discord's 3 s answer window).
+SELECT set_config('statement_timeout', %(ms)s, true);
+
+-- name: channel_account_routable
+-- Whether a generation that routes events (starting, running, paused) subscribes to an account.
+SELECT EXISTS (
+    SELECT 1 FROM bus_subscriptions s
+    JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
+    WHERE s.source_key = %(id)s AND g.state = ANY(%(states)s::text[])
+) AS routable;
