@@ -28,7 +28,7 @@ from eventos.channels.senders import Sender
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.whatsapp import WhatsAppSender
 from eventos.db import Conn
-from eventos.egress import Egress
+from eventos.egress import Egress, request_retry
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.outbox_keys import OutboxKeys
 from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
@@ -258,6 +258,16 @@ async def test_a_reply_outside_the_window_is_held_window_closed(stack: Stack) ->
     (item,) = await query(s.pool, f"SELECT * FROM attention_items WHERE employee = '{s.name}' "
                                   f"AND kind = '{names.ATTENTION_SEND_HELD}'")  # fmt: skip
     assert item["ref"] == f"outbox#{row['id']}" and CUSTOMER not in item["detail"]
+    assert item["action"] == names.ACTION_RETRY
+    # The customer wrote again elsewhere (the window reopened): the owner's Retry sends it once.
+    async with s.pool.connection() as conn:
+        await conn.execute("UPDATE whatsapp_windows SET last_inbound_at = now() "
+                           "WHERE account = %s", (s.source,))  # fmt: skip
+    s.fake.open_window(s.pnid, CUSTOMER)
+    async with s.pool.connection() as conn:
+        await request_retry(conn, row["id"])  # POST /v1/outbox/{id}:retry
+    assert (await s.one_outbox("sent"))["id"] == row["id"]  # the egress's retry loop sent it
+    assert len(s.fake.sent(s.pnid, CUSTOMER)) == 1
 
 
 async def test_meta_refusing_for_the_window_holds_the_reply_too(stack: Stack) -> None:

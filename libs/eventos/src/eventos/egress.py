@@ -63,6 +63,9 @@ HIGH_WATER_WAIT_S = 1.0
 RETRY_POLL_S = 2.0  # how often the egress looks for sends an owner retried
 RETRY_BATCH = 50
 WARNINGS = (names.ATTENTION_SEND_UNKNOWN, names.ATTENTION_SEND_HELD)
+# A send's attention items, each offering Retry.
+SEND_ITEM_KINDS = (names.ATTENTION_SEND_UNKNOWN, names.ATTENTION_SEND_FAILED,
+                   names.ATTENTION_SEND_HELD)  # fmt: skip
 log = logging.getLogger(__name__)
 
 
@@ -274,7 +277,8 @@ class Egress:
             async with conn.transaction():
                 await conn.execute(Q["outbound_held"], {**p, "reason": outcome.reason})
                 await _raise(conn, row, names.ATTENTION_SEND_HELD,
-                             f"outbox row {row['id']} is held: {outcome.reason}")  # fmt: skip
+                             f"outbox row {row['id']} is held: {outcome.reason}",
+                             names.ACTION_RETRY)  # fmt: skip
             log.info("outbox row %d held: %s", row["id"], outcome.reason)
             return HELD
         await self._unknown(conn, row, token, outcome.reason)
@@ -292,15 +296,16 @@ class Egress:
 
 
 async def request_retry(conn: Conn, outbound_id: int) -> dict[str, Any]:
-    """The owner's Retry of an `unknown` or `failed` send: queued again for the egress."""
+    """The owner's Retry of an `unknown`, `failed` or channel-held send: queued again for
+    the egress."""
     async with conn.transaction():
         cur = await conn.execute(Q["outbound_retry_request"], {"id": outbound_id})
         row = await cur.fetchone()
         if row is None:
             status = (await _get(conn, outbound_id))["status"]
-            raise Conflict(f"outbox row {outbound_id} is {status}; only unknown or failed "
-                           "sends can be retried")  # fmt: skip
-        for kind in (names.ATTENTION_SEND_UNKNOWN, names.ATTENTION_SEND_FAILED):
+            raise Conflict(f"outbox row {outbound_id} is {status}; only unknown, failed or "
+                           "channel-held sends can be retried")  # fmt: skip
+        for kind in SEND_ITEM_KINDS:
             ref = {"kind": kind, "ref": f"outbox#{outbound_id}"}
             await conn.execute(Q["attention_resolve"], ref)
     return dict(row)
@@ -321,9 +326,6 @@ async def retry_loop(egress: Egress, poll_s: float = RETRY_POLL_S) -> None:
         except (DatabaseUnavailable, OSError) as exc:
             log.warning("egress retries: %s", exc)
         await asyncio.sleep(poll_s)
-
-
-SEND_ITEM_KINDS = (names.ATTENTION_SEND_UNKNOWN, names.ATTENTION_SEND_FAILED)
 
 
 async def retry_item(conn: Conn, item_id: int) -> int | None:

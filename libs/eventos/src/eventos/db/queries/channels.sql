@@ -133,11 +133,14 @@ SET status = 'unknown', error = %(error)s, updated_at = now()
 WHERE id = %(id)s AND status = 'sending' AND claim_token = %(token)s;
 
 -- name: outbound_retry_request
--- The owner's Retry of an `unknown` send: queued again, dated, for the egress to send once.
+-- The owner's Retry of an `unknown` or `failed` send, or of one its channel held (the
+-- WhatsApp window; never one that waits for an approval): queued again, dated, for the
+-- egress to send once.
 UPDATE outbound_messages
 SET status = 'queued', claim_token = NULL, claimed_at = NULL, provider_called_at = NULL,
     retry_requested_at = now(), updated_at = now()
-WHERE id = %(id)s AND status = 'unknown'
+WHERE id = %(id)s
+  AND (status IN ('unknown', 'failed') OR (status = 'held' AND approval_id IS NULL))
 RETURNING id, employee;
 
 -- name: outbound_retries_due
