@@ -62,6 +62,7 @@ HELD = "held"
 HIGH_WATER_WAIT_S = 1.0
 RETRY_POLL_S = 2.0  # how often the egress looks for sends an owner retried
 RETRY_BATCH = 50
+UNCLEAR_RETRIES = 4  # calls of an idempotent provider whose answers were unclear, then unknown
 WARNINGS = (names.ATTENTION_SEND_UNKNOWN, names.ATTENTION_SEND_HELD)
 # A send's attention items, each offering Retry.
 SEND_ITEM_KINDS = (names.ATTENTION_SEND_UNKNOWN, names.ATTENTION_SEND_FAILED,
@@ -181,7 +182,7 @@ class Egress:
         started = time.monotonic()
         outcome = await sender.send(out)  # no connection is held while the provider answers
         async with self.pool.connection() as conn:
-            status = await self._settle(conn, row, token, outcome)
+            status = await self._settle(conn, row, token, outcome, sender.idempotent)
         if status == SENT:
             waited = float(row["age_s"]) + time.monotonic() - started
             EGRESS_LATENCY.labels(str(row["kind"])).observe(waited)
@@ -251,8 +252,8 @@ class Egress:
         return Outgoing(int(row["id"]), str(row["idempotency_key"]), ref, credential,
                         recipient, str(row["body"] or ""))  # fmt: skip
 
-    async def _settle(self, conn: Conn, row: dict[str, Any], token: str,
-                      outcome: SendOutcome) -> str:  # fmt: skip
+    async def _settle(self, conn: Conn, row: dict[str, Any], token: str, outcome: SendOutcome,
+                      idempotent: bool = False) -> str:  # fmt: skip
         p = {"id": row["id"], "token": token}
         if isinstance(outcome, Delivered):
             sent = {**p, "provider_message_id": outcome.provider_message_id}
@@ -281,6 +282,12 @@ class Egress:
                              names.ACTION_RETRY)  # fmt: skip
             log.info("outbox row %d held: %s", row["id"], outcome.reason)
             return HELD
+        calls = int(row.get("attempts") or 0) + 1  # this attempt's claim counted one more
+        if idempotent and calls < UNCLEAR_RETRIES:
+            # The provider deduplicates on our key: calling again cannot make a second send.
+            await conn.execute(Q["outbound_unclaim"], p)
+            raise SendWait(f"unclear, called again with the same key: {outcome.reason}",
+                           float(2**calls))  # fmt: skip
         await self._unknown(conn, row, token, outcome.reason)
         return UNKNOWN
 

@@ -674,10 +674,12 @@ CREATE TABLE egress_buckets (
 );
 
 -- A send's claim is dated (it expires with the activity's attempt), a failure keeps its reason,
--- and an owner's Retry of an `unknown` send is dated until the egress sends it.
+-- an owner's Retry of an `unknown` send is dated until the egress sends it, and provider calls
+-- are counted (an idempotent provider's unclear answers are retried a few times, then `unknown`).
 ALTER TABLE outbound_messages ADD COLUMN claimed_at timestamptz;
 ALTER TABLE outbound_messages ADD COLUMN error text;
 ALTER TABLE outbound_messages ADD COLUMN retry_requested_at timestamptz;
+ALTER TABLE outbound_messages ADD COLUMN attempts integer NOT NULL DEFAULT 0;
 CREATE INDEX outbound_messages_retries ON outbound_messages (retry_requested_at)
     WHERE status = 'queued' AND retry_requested_at IS NOT NULL;
 CREATE INDEX outbound_messages_account_open ON outbound_messages (account)

@@ -108,7 +108,8 @@ WHERE id = %(id)s AND status = 'sending' AND claim_token = %(token)s;
 -- Take over an expired claim whose provider was never called (nothing was sent), or whose
 -- provider deduplicates on the idempotency key (resending is safe).
 UPDATE outbound_messages
-SET claim_token = %(token)s, claimed_at = now(), provider_called_at = NULL, updated_at = now()
+SET claim_token = %(token)s, claimed_at = now(), provider_called_at = NULL,
+    attempts = attempts + 1, updated_at = now()
 WHERE id = %(id)s AND status = 'sending' AND claim_token IS NOT DISTINCT FROM %(old)s
   AND (provider_called_at IS NULL OR %(idempotent)s)
 RETURNING id;

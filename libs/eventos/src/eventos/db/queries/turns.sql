@@ -93,16 +93,16 @@ RETURNING id;
 -- Claim a queued send by compare-and-swap.
 UPDATE outbound_messages
 SET status = 'sending', claim_token = %(token)s, claimed_at = now(), provider_called_at = NULL,
-    updated_at = now()
+    attempts = attempts + 1, updated_at = now()
 WHERE id = %(id)s AND status = 'queued'
 RETURNING id, idempotency_key, employee, thread, turn_id, kind, account, class, recipient,
-    recipient_key_id, body, status, claim_token, provider_called_at, approval_id,
+    recipient_key_id, body, status, claim_token, provider_called_at, approval_id, attempts,
     extract(epoch FROM clock_timestamp() - created_at)::float8 AS age_s;
 
 -- name: outbound_get
 -- One outbox row; a claim's age says whether its attempt is over.
 SELECT id, idempotency_key, employee, thread, turn_id, kind, account, class, recipient,
-    recipient_key_id, body, status, claim_token, provider_called_at, approval_id,
+    recipient_key_id, body, status, claim_token, provider_called_at, approval_id, attempts,
     extract(epoch FROM clock_timestamp() - created_at)::float8 AS age_s,
     extract(epoch FROM clock_timestamp() - claimed_at)::float8 AS claim_age_s
 FROM outbound_messages WHERE id = %(id)s;
