@@ -116,7 +116,7 @@ async def test_bad_spec_names_each_field_path(api: httpx.AsyncClient) -> None:
     assert {e["path"] for e in r.json()["errors"]} == {"metadata", "spec"}
 
 
-async def test_apply_refuses_an_unknown_tool_and_a_trigger_it_cannot_run(
+async def test_apply_refuses_an_unknown_tool_and_takes_every_channel(
     api: httpx.AsyncClient,
 ) -> None:
     tool = HELLO.replace("name: scripted}}", "name: scripted}, tools: [set_alarm, teleport]}")
@@ -125,15 +125,17 @@ async def test_apply_refuses_an_unknown_tool_and_a_trigger_it_cannot_run(
     (error,) = r.json()["errors"]
     assert error["path"] == "spec.agents[0].tools[1]"
     assert error["message"].startswith("unknown tool 'teleport'; known tools: ")
+    approval = HELLO.replace("  triggers:", "  approvals: {tools: [teleport]}\n  triggers:")
+    r = await apply(api, approval)
+    assert r.status_code == 400, r.text
+    assert r.json()["errors"] == [{"path": "spec.approvals.tools[0]",
+                                   "message": "unknown tool 'teleport'"}]  # fmt: skip
+    assert (await api.get("/v1/employees/hello")).status_code == 404  # nothing was applied
     channel = HELLO.replace(
         "    - {kind: chat}\n", "    - {kind: chat}\n    - {kind: telegram, account: tg}\n"
     )
-    r = await apply(api, channel)
-    assert r.status_code == 400, r.text
-    assert r.json()["errors"] == [{"path": "spec.triggers[1].kind", "message":
-                                   "telegram triggers are not supported: channel drivers are not "
-                                   "available yet"}]  # fmt: skip
-    assert (await api.get("/v1/employees/hello")).status_code == 404  # nothing was applied
+    r = await apply(api, channel)  # every channel kind has its driver
+    assert r.status_code == 200, r.text
 
 
 async def test_webhook_paths_are_unique_per_instance(api: httpx.AsyncClient) -> None:

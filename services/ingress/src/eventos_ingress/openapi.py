@@ -127,7 +127,7 @@ SCHEMAS: dict[str, Schema] = {
     "OutboxPage": obj(
         {
             "outbox": {"type": "array", "items": {"$ref": "#/components/schemas/OutboxRow"}},
-            "next_before": INT,
+            "next_before": {"type": ["integer", "null"]},
         }
     ),
     "Approval": obj(
