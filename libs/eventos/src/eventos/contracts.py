@@ -200,6 +200,7 @@ class Admission:
     reason: str = ""
     gate: str = ""  # "paused" / "budget" (wait for `wake`) or "retired" (close)
     reserved: bool = False  # the employee's reserved owner slot
+    retry_after_s: float = 0.0  # gate "backoff": ask again after this
 
 
 @dataclass(frozen=True)
