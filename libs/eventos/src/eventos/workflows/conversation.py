@@ -125,7 +125,8 @@ class ConversationWorkflow:
         self.first_pending_at = workflow.now()
         self.born: dict[int, datetime] = {}  # when each pending input entered the bus
         self.after_turn = False  # inputs left over by a turn start the next one at once
-        self.failures: dict[int, int] = {}  # failed turns by their first input's seq
+        # Failed turns by their first input's seq (carried across continue-as-new).
+        self.failures: dict[int, int] = {seq: n for seq, n in cursor.failures}
         self.turn: ChildWorkflowHandle[object, TurnResult] | None = None
         self.turn_inputs: list[DeliveryItem] = []
         self.turn_bytes = 0
@@ -425,10 +426,12 @@ class ConversationWorkflow:
         the pending inputs are read back from above the lowest one."""
         c = self.cursor
         reload_after = min(i.seq for i in self.pending) - 1 if self.pending else self.applied_seq
+        pending = {i.seq for i in self.pending}
+        failures = [[seq, n] for seq, n in self.failures.items() if seq in pending]
         workflow.continue_as_new(
             StreamCursor(c.stream_key, c.employee, c.generation, c.lane, c.thread,
                          self.applied_seq, reload_after=reload_after, roll_after=c.roll_after,
-                         idle_s=c.idle_s, cancel_grace_s=c.cancel_grace_s)
+                         idle_s=c.idle_s, cancel_grace_s=c.cancel_grace_s, failures=failures)
         )  # fmt: skip
 
     async def _drain(self) -> None:
