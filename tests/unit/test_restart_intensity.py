@@ -37,17 +37,17 @@ def test_backoffs_in_a_row_are_1_5_then_30_minutes() -> None:
             facts(4, 4, backoff_step=1, backoff_at=NOW - timedelta(minutes=2)),
             names.HOLD_BACKOFF,
             300,
-        ),  # fmt: skip
+        ),
         (
             facts(3, 4, backoff_step=2, backoff_at=NOW - timedelta(minutes=20)),
             names.HOLD_BACKOFF,
             1800,
-        ),  # fmt: skip
+        ),
         (
             facts(3, 4, backoff_step=2, backoff_at=NOW - timedelta(hours=2)),
             names.HOLD_BACKOFF,
             60,
-        ),  # a backoff more than an hour ago starts the steps again  # fmt: skip
+        ),  # a backoff more than an hour ago starts the steps again
         (facts(1, 5), names.HOLD_QUARANTINED, None),  # 5 in an hour, however spread
         (facts(0, 0, quarantined_at=NOW), names.HOLD_QUARANTINED, None),
     ],
