@@ -751,6 +751,10 @@ CREATE TABLE thread_health (
     released_at       timestamptz,
     wake_pending      boolean NOT NULL DEFAULT false  -- released: the relay wakes its entity
 );
+-- The relay's pass reads the quarantined threads and the entities to wake, every few seconds.
+CREATE INDEX thread_health_quarantined ON thread_health (employee)
+    WHERE quarantined_at IS NOT NULL;
+CREATE INDEX thread_health_wake ON thread_health (stream_key) WHERE wake_pending;
 
 -- An employee's health: `degraded` while too many turns fail (or 3 threads are quarantined).
 CREATE TABLE employee_health (
