@@ -30,8 +30,18 @@ async def act(conn: Conn, item_id: int, action: str, audience: str | None = None
         raise NotFound(f"no attention item {item_id}")
     if item["kind"] != ACTIONS.get(action) or item["action"] != action:
         raise Conflict(f"attention item {item_id} offers no {action!r}")
-    if item["state"] != "open":
+    if item["state"] == "resolved":
         raise Conflict(f"attention item {item_id} is {item['state']}")
     if action == names.ACTION_RELEASE:
         return await intensity.release(conn, item)
     return await degraded.clear(conn, item, now or datetime.now(UTC))
+
+
+async def release_thread(conn: Conn, item: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """`release` as an entry of an action table taking (conn, item, body)."""
+    return await intensity.release(conn, item)
+
+
+async def clear_degraded(conn: Conn, item: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """`clear` as an entry of an action table taking (conn, item, body)."""
+    return await degraded.clear(conn, item, datetime.now(UTC))

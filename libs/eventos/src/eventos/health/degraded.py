@@ -113,7 +113,7 @@ async def clear(conn: Conn, item: dict[str, Any], now: datetime) -> dict[str, An
         locked = await cur.fetchone()
         if locked is None:
             raise NotFound(f"no attention item {item['id']}")
-        if locked["state"] != "open":
+        if locked["state"] == "resolved":
             raise Conflict(f"attention item {item['id']} is {locked['state']}")
         if not await recover(conn, employee, BY_OWNER, now):
             raise Conflict(f"{employee} is not degraded")

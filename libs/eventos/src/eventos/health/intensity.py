@@ -145,7 +145,7 @@ async def release(conn: Conn, item: dict[str, Any]) -> dict[str, Any]:
         locked = await cur.fetchone()
         if locked is None:
             raise NotFound(f"no attention item {item['id']}")
-        if locked["state"] != "open":
+        if locked["state"] == "resolved":
             raise Conflict(f"attention item {item['id']} is {locked['state']}")
         cur = await conn.execute(Q["thread_health_release"], {"stream_key": stream_key})
         released = await cur.fetchone()

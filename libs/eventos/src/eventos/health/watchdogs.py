@@ -97,28 +97,29 @@ async def stuck_retries(conn: Conn, cfg: SupervisionSettings, now: datetime) -> 
     return found
 
 
-WATCHDOGS: Final = {
-    names.ATTENTION_ROUTER_STALLED: router_stalled,
-    names.ATTENTION_WINDOW_STALLED: window_stalled,
-    names.ATTENTION_STUCK_RETRY: stuck_retries,
-}
-
-
 async def watch(conn: Conn, cfg: SupervisionSettings, now: datetime) -> Watched:
     """Every watchdog once: raise what each finds, resolve what each no longer finds."""
     done = Watched()
-    for kind, check in WATCHDOGS.items():
-        alerts = await check(conn, cfg, now)
-        async with conn.transaction():
-            for a in alerts:
-                cur = await conn.execute(Q["health_item_raise"], {
-                    "employee": a.employee, "kind": kind, "severity": a.severity, "ref": a.ref,
-                    "detail": a.detail,
-                })  # fmt: skip
-                if (await cur.fetchone() or {}).get("raised"):
-                    done.raised.append(f"{kind}:{a.ref}")
-                    WATCHDOG_ALERTS.labels(kind).inc()
-            refs = [a.ref for a in alerts]
-            await conn.execute(Q["health_items_resolve"], {"kind": kind, "refs": refs})
-        done.open[kind] = refs
+    found = await router_stalled(conn, cfg, now)
+    await _report(conn, done, names.ATTENTION_ROUTER_STALLED, found)
+    found = await window_stalled(conn, cfg, now)
+    await _report(conn, done, names.ATTENTION_WINDOW_STALLED, found)
+    found = await stuck_retries(conn, cfg, now)
+    await _report(conn, done, names.ATTENTION_STUCK_RETRY, found)
     return done
+
+
+async def _report(conn: Conn, done: Watched, kind: str, alerts: list[Alert]) -> None:
+    """Raise (or refresh) an item per alert of this kind; resolve the kind's others."""
+    async with conn.transaction():
+        for a in alerts:
+            cur = await conn.execute(Q["health_item_raise"], {
+                "employee": a.employee, "kind": kind, "severity": a.severity, "ref": a.ref,
+                "detail": a.detail,
+            })  # fmt: skip
+            if (await cur.fetchone() or {}).get("raised"):
+                done.raised.append(f"{kind}:{a.ref}")
+                WATCHDOG_ALERTS.labels(kind).inc()
+        refs = [a.ref for a in alerts]
+        await conn.execute(Q["health_items_resolve"], {"kind": kind, "refs": refs})
+    done.open[kind] = refs

@@ -189,9 +189,10 @@ ON CONFLICT (kind, ref) WHERE state = 'open' DO UPDATE
 RETURNING xmax = 0 AS raised;
 
 -- name: health_items_resolve
--- The open items of a watchdog whose cause is gone (their refs are not among those it raised).
+-- The items of a watchdog not resolved yet whose cause is gone (their refs are not among those
+-- it raised now).
 UPDATE attention_items SET state = 'resolved', last_seen = now()
-WHERE kind = %(kind)s AND state = 'open' AND NOT (ref = ANY(%(refs)s::text[]))
+WHERE kind = %(kind)s AND state <> 'resolved' AND NOT (ref = ANY(%(refs)s::text[]))
 RETURNING id;
 
 -- name: router_oldest_accepted
