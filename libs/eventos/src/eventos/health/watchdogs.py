@@ -70,8 +70,8 @@ async def window_stalled(conn: Conn, cfg: SupervisionSettings, now: datetime) ->
     return [
         Alert(r["employee"], r["stream_key"],
               f"the window is full ({r['unconsumed']} inputs sent to the entity, not consumed) "
-              f"while no turn runs on it, for more than {minutes} minutes: a credit leak; "
-              "`eventosctl rearm` gives the inputs back to the relay")
+              f"while no turn runs on it, for more than {minutes} minutes: a credit leak "
+              "(when its entity is gone, `eventosctl rearm` gives the inputs back to the relay)")
         for r in await cur.fetchall()
     ]  # fmt: skip
 
