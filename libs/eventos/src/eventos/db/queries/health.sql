@@ -165,8 +165,11 @@ SELECT degraded_since, reason FROM employee_health
 WHERE employee = %(employee)s AND degraded_since IS NOT NULL;
 
 -- name: health_counts
--- Quarantined threads and degraded employees now (the relay's gauges).
-SELECT (SELECT count(*) FROM thread_health WHERE quarantined_at IS NOT NULL) AS quarantined,
+-- Quarantined threads of live generations and degraded employees now (the relay's gauges).
+SELECT (SELECT count(*) FROM thread_health th
+        JOIN bus_streams s ON s.stream_key = th.stream_key
+        JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
+        WHERE th.quarantined_at IS NOT NULL AND g.state <> 'retired') AS quarantined,
        (SELECT count(*) FROM employee_health WHERE degraded_since IS NOT NULL) AS degraded;
 
 -- name: health_item_get
