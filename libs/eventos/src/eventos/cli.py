@@ -160,6 +160,12 @@ def _intent_line(intent: dict[str, Any] | None) -> str:
     return f"{intent['id']} {intent['kind']} {intent['state']}"
 
 
+def _degraded_line(degraded: dict[str, Any] | None) -> str:
+    if not degraded:
+        return "no"
+    return f"since {degraded['since']}: {degraded['reason']}"
+
+
 def cmd_get(args: argparse.Namespace) -> int:
     if args.name is None:
         return cmd_list(args)
@@ -172,6 +178,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         f"revision:    {row['revision'] if row['revision'] is not None else '-'}",
         f"limits:      {json.dumps(row['limits']) if row['limits'] else '-'}",
         f"intent:      {_intent_line(row.get('intent'))}",
+        f"degraded:    {_degraded_line(row.get('degraded'))}",
         f"spec sha256: {row['spec_sha256']}",
         "spec:",
         yaml.safe_dump(row["spec"], sort_keys=False).rstrip().replace("\n", "\n  "),

@@ -2,7 +2,8 @@
 
 Per claimed stream, gates in order: the generation runs (else its inputs are dead(reset)),
 no hold, background work (C3, C4) only while the employee's budget is normal (else hold
-`budget`, lifted by the ledger), room in the window (32 inputs or 512 KB delivered and
+`budget`, lifted by the ledger) and the employee is not degraded (else hold `degraded`, lifted
+when it recovers: eventos.health), room in the window (32 inputs or 512 KB delivered and
 unconsumed, else hold `window`). Then batches of at most 16 inputs or 256 KB go to the
 entity by known id, one call in flight per stream, at most 4 per entity per second;
 `delivered_seq` is committed only after Temporal accepted, and only while our lease's
@@ -405,6 +406,11 @@ class Relay:
             # Background work past 80% of the budget waits; the ledger lifts the hold.
             async with self.pool.connection() as conn:
                 await conn.execute(Q["stream_hold_budget"], {"stream_key": stream_key})
+            return False, [], False
+        if stream["degraded"] and top_class in BACKGROUND:
+            # A degraded employee's background work waits too (SPEC §12); recovery lifts it.
+            async with self.pool.connection() as conn:
+                await conn.execute(Q["stream_hold_degraded"], {"stream_key": stream_key})
             return False, [], False
         room_inputs = names.WINDOW_MAX_INPUTS - int(stream["window_inputs"])
         room_bytes = names.WINDOW_MAX_BYTES - int(stream["window_bytes"])

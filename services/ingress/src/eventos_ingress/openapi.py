@@ -85,7 +85,13 @@ SCHEMAS: dict[str, Schema] = {
             "intent": nullable(ref("IntentRef")),
         }
     ),
-    "EmployeeDetail": {"allOf": [ref("Employee"), obj({"spec": ref("EmployeeSpec")})]},
+    "EmployeeDetail": {
+        "allOf": [
+            ref("Employee"),
+            obj({"spec": ref("EmployeeSpec")}, {"degraded": nullable(ref("Degraded"))}),
+        ]
+    },
+    "Degraded": obj({"since": {"type": "string", "format": "date-time"}, "reason": STR}),
     "EmployeeList": obj({"employees": {"type": "array", "items": ref("Employee")}}),
     "Requested": obj({"name": STR, "generation": INT, "state": STR, "intent": ref("Intent")}),
     "Limits": obj({"daily_usd": {"type": "number", "exclusiveMinimum": 0}}),
@@ -97,8 +103,11 @@ SCHEMAS: dict[str, Schema] = {
     "UserCreated": obj({"name": STR, "token": {**STR, "description": "shown once"}}),
     "User": obj({"name": STR, "created_at": {"type": "string", "format": "date-time"}}),
     "UserList": obj({"users": {"type": "array", "items": ref("User")}}),
-    "AttentionAct": obj({"action": {"enum": ["retry"]}}),
-    "AttentionActed": obj({"item": INT, "action": STR}, {"call": STR, "input": INT, "outbox": INT}),
+    "AttentionAct": obj({"action": {"enum": ["retry", "release", "clear"]}}),
+    "AttentionActed": obj(
+        {"item": INT, "action": STR},
+        {"call": STR, "input": INT, "outbox": INT, "stream": STR, "held": INT, "employee": STR},
+    ),
     "OutboxRow": obj(
         {
             "id": INT,
@@ -325,8 +334,10 @@ def paths() -> dict[str, Any]:
         "/v1/attention/{item_id}:act": {
             "post": op(
                 "Take an attention item's action: `retry` runs an unknown tool call, or sends an "
-                "`unknown` or `failed` outbox row, once more (admin only)",
-                (202, "committed: the call runs again in its thread", "AttentionActed"),
+                "`unknown` or `failed` outbox row, once more; `release` lets a quarantined "
+                "thread's held inputs run again in order; `clear` ends an employee's `degraded` "
+                "state (admin only)",
+                (202, "committed: the call runs again, or the held inputs flow", "AttentionActed"),
                 errors={
                     "404": "no such attention item",
                     "409": "the item is not open or offers no such action",

@@ -36,6 +36,8 @@ from eventos.errors import (
     NotFound,
     Unauthenticated,
 )
+from eventos.health import actions as health_actions
+from eventos.health import degraded
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.spec import parse_specs, yaml_documents
 from eventos.tools import retry
@@ -249,10 +251,11 @@ class OwnerApi:
         return JSONResponse({"employees": [_row(r) for r in rows]})
 
     async def get(self, request: Request, caller: Caller) -> Response:
-        """One employee, its live generation and its stored spec."""
+        """One employee, its live generation, its stored spec and whether it is degraded."""
         async with self.pool.connection() as conn:
             row = await employees.get(conn, request.path_params["name"])
-        return JSONResponse({**_row(row), "spec": row["spec"]})
+            sick = await degraded.view(conn, row["name"])
+        return JSONResponse({**_row(row), "spec": row["spec"], "degraded": sick})
 
     async def lifecycle(self, request: Request, caller: Caller) -> Response:
         """`:start`, `:stop`, `:resume`, `:reset`, `:interrupt`: the change and an intent."""
@@ -281,14 +284,22 @@ class OwnerApi:
 
     async def attention_act(self, request: Request, caller: Caller) -> Response:
         """`<id>:act` with `{"action": "retry"}`: run an unknown tool call once more, or send
-        an `unknown` or `failed` outbox row once more."""
+        an `unknown` or `failed` outbox row once more; `release` a quarantined thread, `clear`
+        a degraded employee."""
         item, _, verb = str(request.path_params["target"]).partition(":")
         if verb != "act" or not item.isdigit() or len(item) > 18:
             raise NotFound("use POST /v1/attention/<item id>:act")
         body = await bodies.read_object(request)
         action = _string(body, "action", "")
+        if action in health_actions.ACTIONS:  # a quarantined thread's release, a degraded clear
+            async with self.pool.connection() as conn:
+                acted = await health_actions.act(conn, int(item), action)
+            if self.kicker is not None:
+                self.kicker.kick()
+            return JSONResponse({"item": int(item), "action": action, **acted}, status_code=202)
         if action != names.ACTION_RETRY:
-            raise InputInvalid("action", f"unknown action {action!r}; use {names.ACTION_RETRY!r}")
+            known = ", ".join(repr(a) for a in (names.ACTION_RETRY, *health_actions.ACTIONS))
+            raise InputInvalid("action", f"unknown action {action!r}; use one of {known}")
         async with self.pool.connection() as conn:
             outbound = await egress.retry_item(conn, int(item))
             if outbound is not None:
