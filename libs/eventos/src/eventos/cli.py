@@ -438,6 +438,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="only rows in this status",
     )
     p.add_argument("--employee", help="only this employee's rows")
+    from eventos.operator.commands import add_commands  # it imports this module's helpers
+
+    add_commands(add)
     p = add("migrate", cmd_migrate, "apply the database migrations")
     p.add_argument("--database-url", help="(or EVENTOS_DATABASE_URL, else the stack's database)")
     return parser

@@ -425,3 +425,15 @@ RULE_PATTERN_MAX_CHARS: Final = 1000
 RULES_TOTAL_MAX_CHARS: Final = 64 * 1024  # every word, pattern and domain of a spec together
 RULE_REGEX_MAX_MEM: Final = 1024 * 1024  # RE2's budget per compiled pattern (program + DFA)
 RULES_SCAN_MAX_CHARS: Final = 64 * 1024  # an outgoing message fits the 64 KB envelope (I7)
+
+# Operator surfaces (issue 16): attention item states and the actions items offer
+# (`POST /v1/attention/{id}:act`, besides ACTION_RETRY); dead letters, named `<kind>-<id>`.
+ITEM_OPEN: Final = "open"
+ITEM_ACKED: Final = "acked"  # seen and being handled: listed until resolved, repeats count on it
+ITEM_RESOLVED: Final = "resolved"
+ITEM_STATES: Final = (ITEM_OPEN, ITEM_ACKED, ITEM_RESOLVED)
+ACTION_RESUME: Final = "resume"
+ACTION_RESET: Final = "reset"
+ACTION_REPLAY: Final = "replay"
+LETTER_INGRESS: Final = "ingress"  # an ingress row settled dead (never routed)
+LETTER_DELIVERY: Final = "delivery"  # a delivery settled dead (its input never consumed)
