@@ -464,6 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: no local instance answers at {exc.url}; {START_HINT}", file=sys.stderr)
     except OwnerApiError as exc:
         print(f"error: {_refusal(exc)}", file=sys.stderr)
+        for path, message in exc.errors:
+            print(f"  {path}: {message}", file=sys.stderr)
     except EventOSError as exc:
         print(f"error: {exc}", file=sys.stderr)
     return 1
