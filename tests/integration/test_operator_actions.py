@@ -19,13 +19,13 @@ import httpx
 import pytest
 from conftest import ADMIN_TOKEN
 from fake_openai import KEY, Answer, FakeOpenAI
-from test_budget import chat
+from test_budget import budgeted, chat, set_spent
 from test_parking import fake, llm_endpoints, on  # noqa: F401 (fixtures)
 from test_router import query
 from test_supervision import applied, new_employee, post, settled
 from test_turns import Instance, instance, local_spec  # noqa: F401 (`instance` is a fixture)
 
-from eventos import names
+from eventos import ledger, names
 from eventos.cli import main
 from eventos.testing import wait_for
 
@@ -121,6 +121,36 @@ async def test_resume_from_a_parked_turns_item_lets_the_same_turn_go_on(
     assert turns == [{"id": item["ref"], "status": "done"}]  # the parked turn itself went on
     after = (await instance.api.get(f"/v1/attention/{item['id']}")).json()
     assert (after["state"], after["actions"]) == ("resolved", [])  # its cause went away
+
+
+async def test_resume_with_a_higher_limit_from_a_full_budgets_item_runs_the_held_turn(
+    instance: Instance,
+) -> None:
+    name = await new_employee(instance, budgeted)
+    await applied(instance, name, "start")
+    async with instance.pool.connection() as conn:
+        await ledger.refresh(conn, name)  # the budget's row and the period's spend row
+    await set_spent(instance.pool, name, "0.995")
+    message = await chat(instance, name, "over budget")  # its step would pass 100%: paused
+    item = await item_of(instance.api, names.ATTENTION_BUDGET_MAX, name)
+    assert item["actions"] == ["resume"]
+    r = await instance.api.post(f"/v1/attention/{item['id']}:act",
+                                json={"action": "resume", "daily_usd": -1})  # fmt: skip
+    assert r.status_code == 400 and r.json()["errors"][0]["path"] == "daily_usd"
+    r = await instance.api.post(f"/v1/attention/{item['id']}:act",
+                                json={"action": "resume", "daily_usd": 5})  # fmt: skip
+    assert r.status_code == 202, r.text
+    intent = await settled(instance, r.json()["intent"])
+    assert (intent["kind"], intent["state"]) == ("limits", "applied")
+    assert "over budget" in await instance.reply(message, timeout=60, name=name)
+    gens = await query(instance.pool, "SELECT state FROM generations WHERE employee = %s", name)
+    assert gens == [{"state": names.GEN_RUNNING}]
+
+    async def resolved() -> bool:
+        got = (await instance.api.get(f"/v1/attention/{item['id']}")).json()
+        return bool(got["state"] == "resolved")
+
+    await wait_for(resolved, timeout=30, what="the budget_max item resolved by its cause")
 
 
 async def test_reset_from_a_lost_supervisors_item_retires_its_generation(
