@@ -264,7 +264,7 @@ async def test_the_owner_clears_a_degraded_employee_and_its_window_starts_anew(
     user = (await instance.api.post("/v1/users", json={"name": f"u{uuid.uuid4().hex[:6]}"})).json()
     r = await instance.api.post(f"/v1/attention/{item['id']}:act", json={"action": "clear"},
                                 headers={"Authorization": f"Bearer {user['token']}"})  # fmt: skip
-    assert r.status_code == 403  # a user acts on no one else's items
+    assert r.status_code == 404  # a user neither sees nor acts on the admin's items
     status, body = await act(instance, item["id"], names.ACTION_CLEAR)
     assert (status, body) == (202, {"item": item["id"], "action": "clear",
                                     "employee": instance.name})  # fmt: skip

@@ -445,6 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="only rows in this status",
     )
     p.add_argument("--employee", help="only this employee's rows")
+    from eventos.operator.commands import add_commands  # it imports this module's helpers
+
+    add_commands(add)
     p = add("migrate", cmd_migrate, "apply the database migrations")
     p.add_argument("--database-url", help="(or EVENTOS_DATABASE_URL, else the stack's database)")
     return parser
@@ -468,6 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: no local instance answers at {exc.url}; {START_HINT}", file=sys.stderr)
     except OwnerApiError as exc:
         print(f"error: {_refusal(exc)}", file=sys.stderr)
+        for path, message in exc.errors:
+            print(f"  {path}: {message}", file=sys.stderr)
     except EventOSError as exc:
         print(f"error: {exc}", file=sys.stderr)
     return 1

@@ -442,3 +442,15 @@ ACTION_RELEASE: Final = "release"  # a quarantined thread's held inputs flow aga
 ACTION_CLEAR: Final = "clear"  # the owner clears a degraded employee
 # The `employee` of an item about the whole instance (no employee name has parentheses).
 INSTANCE_ITEMS: Final = "(instance)"
+
+# Operator surfaces (issue 16): attention item states and the actions items offer
+# (`POST /v1/attention/{id}:act`, besides ACTION_RETRY); dead letters, named `<kind>-<id>`.
+ITEM_OPEN: Final = "open"
+ITEM_ACKED: Final = "acked"  # seen and being handled: listed until resolved, repeats count on it
+ITEM_RESOLVED: Final = "resolved"
+ITEM_STATES: Final = (ITEM_OPEN, ITEM_ACKED, ITEM_RESOLVED)
+ACTION_RESUME: Final = "resume"
+ACTION_RESET: Final = "reset"
+ACTION_REPLAY: Final = "replay"
+LETTER_INGRESS: Final = "ingress"  # an ingress row settled dead (never routed)
+LETTER_DELIVERY: Final = "delivery"  # a delivery settled dead (its input never consumed)

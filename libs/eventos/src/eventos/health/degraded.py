@@ -22,7 +22,7 @@ from eventos import names
 from eventos.chat import DEFAULT_SESSION
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.errors import Conflict, NotFound
+from eventos.errors import Conflict
 from eventos.metrics import DEGRADED_TRANSITIONS
 from eventos.settings import SupervisionSettings
 
@@ -104,19 +104,17 @@ async def recover(conn: Conn, employee: str, by: str, now: datetime) -> bool:
     return True
 
 
-async def clear(conn: Conn, item: dict[str, Any], now: datetime) -> dict[str, Any]:
-    """The `clear` action of an `employee_degraded` item (the owner clears it at once)."""
-    employee = str(item["ref"])
-    async with conn.transaction():
-        await conn.execute(Q["employee_health_lock"], {"employee": employee})  # before the item
-        cur = await conn.execute(Q["attention_item_lock"], {"id": item["id"]})
-        locked = await cur.fetchone()
-        if locked is None:
-            raise NotFound(f"no attention item {item['id']}")
-        if locked["state"] == "resolved":
-            raise Conflict(f"attention item {item['id']} is {locked['state']}")
-        if not await recover(conn, employee, BY_OWNER, now):
-            raise Conflict(f"{employee} is not degraded")
+async def lock_health(conn: Conn, employee: str) -> None:
+    """Lock an employee's health row, as the supervision pass does before it touches the
+    employee's item (the one order that cannot deadlock)."""
+    await conn.execute(Q["employee_health_lock"], {"employee": employee})
+
+
+async def clear(conn: Conn, employee: str, now: datetime) -> dict[str, Any]:
+    """The owner clears a degraded employee at once (its health row locked by the caller;
+    Conflict if it is not degraded)."""
+    if not await recover(conn, employee, BY_OWNER, now):
+        raise Conflict(f"{employee} is not degraded")
     return {"employee": employee}
 
 

@@ -22,7 +22,7 @@ from eventos import names
 from eventos.contracts import Admission, AdmitRequest
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.errors import Conflict, NotFound
+from eventos.errors import Conflict
 from eventos.metrics import THREAD_HOLDS
 from eventos.settings import SupervisionSettings
 
@@ -135,22 +135,18 @@ def admission_refusal(req: AdmitRequest, row: dict[str, Any]) -> Admission | Non
     return None
 
 
-async def release(conn: Conn, item: dict[str, Any]) -> dict[str, Any]:
-    """The `release` action of a `thread_quarantined` item: the thread's held inputs flow
+async def lock_thread(conn: Conn, stream_key: str) -> None:
+    """Lock a thread's stream, as the supervision pass does before it touches the thread's item
+    (the one order that cannot deadlock)."""
+    await conn.execute(Q["stream_lock"], {"stream_key": stream_key})
+
+
+async def release(conn: Conn, stream_key: str) -> dict[str, Any]:
+    """Release a quarantined thread (its stream locked by the caller): its held inputs flow
     again in order and its failure window starts anew (Conflict if it is not quarantined)."""
-    stream_key = str(item["ref"])
-    async with conn.transaction():
-        await conn.execute(Q["stream_lock"], {"stream_key": stream_key})  # before the item
-        cur = await conn.execute(Q["attention_item_lock"], {"id": item["id"]})
-        locked = await cur.fetchone()
-        if locked is None:
-            raise NotFound(f"no attention item {item['id']}")
-        if locked["state"] == "resolved":
-            raise Conflict(f"attention item {item['id']} is {locked['state']}")
-        cur = await conn.execute(Q["thread_health_release"], {"stream_key": stream_key})
-        released = await cur.fetchone()
-        if released is None:
-            raise Conflict(f"{stream_key} is not quarantined")
-        await conn.execute(Q["thread_unquarantine"], {"stream_key": stream_key})
-        await conn.execute(Q["attention_item_resolve"], {"id": item["id"]})
+    cur = await conn.execute(Q["thread_health_release"], {"stream_key": stream_key})
+    released = await cur.fetchone()
+    if released is None:
+        raise Conflict(f"{stream_key} is not quarantined")
+    await conn.execute(Q["thread_unquarantine"], {"stream_key": stream_key})
     return {"stream": stream_key, "held": int(released["held"])}

@@ -172,12 +172,6 @@ SELECT (SELECT count(*) FROM thread_health th
         WHERE th.quarantined_at IS NOT NULL AND g.state <> 'retired') AS quarantined,
        (SELECT count(*) FROM employee_health WHERE degraded_since IS NOT NULL) AS degraded;
 
--- name: health_item_get
--- An attention item, read before its thread or employee is locked (that order avoids a
--- deadlock with the pass, which locks those first).
-SELECT id, employee, kind, ref, action, state, audience FROM attention_items
-WHERE id = %(id)s;
-
 -- name: health_item_raise
 -- Raise a watchdog's item, or refresh the open one (a condition that goes on is not a repeat:
 -- its count stays); `raised` when it is new. An item about a stream (`ref` its key) on a user's
@@ -194,7 +188,7 @@ RETURNING xmax = 0 AS raised;
 -- name: health_items_resolve
 -- The items of a watchdog not resolved yet whose cause is gone (their refs are not among those
 -- it raised now).
-UPDATE attention_items SET state = 'resolved', last_seen = now()
+UPDATE attention_items SET state = 'resolved', last_seen = now(), resolved_at = now()
 WHERE kind = %(kind)s AND state <> 'resolved' AND NOT (ref = ANY(%(refs)s::text[]))
 RETURNING id;
 
