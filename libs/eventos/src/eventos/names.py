@@ -425,3 +425,17 @@ RULE_PATTERN_MAX_CHARS: Final = 1000
 RULES_TOTAL_MAX_CHARS: Final = 64 * 1024  # every word, pattern and domain of a spec together
 RULE_REGEX_MAX_MEM: Final = 1024 * 1024  # RE2's budget per compiled pattern (program + DFA)
 RULES_SCAN_MAX_CHARS: Final = 64 * 1024  # an outgoing message fits the 64 KB envelope (I7)
+
+# The employee timeline (SPEC §12, §15; docs/timeline.md): entry kinds by family, retention.
+TIMELINE_RETENTION_DAYS: Final = 30
+TIMELINE_KINDS: Final = {
+    "input": ("input.accepted", "input.routed", "input.delivered", "input.pending", "input.dead",
+              "input.skipped"),
+    "turn": ("turn.started", "turn.done", "turn.failed", "turn.cancelled", "turn.interrupted"),
+    "reply": ("reply.queued", "reply.held", "reply.sent", "reply.failed", "reply.unknown",
+              "reply.expired"),
+    "alarm": ("alarm.set", "alarm.fired", "alarm.missed", "alarm.cancelled"),
+    "task": ("task.delegated", "task.done", "task.timed_out", "task.cancelled"),
+    "tool": ("tool.done", "tool.unknown"),
+    "attention": ("attention.raised",),
+}  # fmt: skip
