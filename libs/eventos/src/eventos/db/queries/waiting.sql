@@ -51,14 +51,15 @@ WHERE d.subscription_id IN (SELECT id FROM bus_subscriptions
 
 -- name: waiting_turns
 -- The running turns of some streams, with their admission lease (suspended: parked or held by
--- the budget), and when the last turn of each (stream, agent) ended.
+-- the budget), and when the last turn of each (stream, agent) ended. (A thread name is not a
+-- stream's: `main` is the owner's talk lane and the worker lane's.)
 SELECT t.stream_key, t.id, t.n, t.agent, t.status, t.started_at, t.ended_at, l.state AS lease,
        l.suspended_reason, l.suspended_at
 FROM unnest(%(streams)s::text[], %(agents)s::text[], %(threads)s::text[]) AS k(stream, agent, thread)
 CROSS JOIN LATERAL (
     SELECT * FROM turns t
     WHERE t.employee = %(employee)s AND t.generation = %(generation)s AND t.agent = k.agent
-      AND t.thread = k.thread
+      AND t.thread = k.thread AND t.stream_key = k.stream
     ORDER BY t.n DESC LIMIT 2
 ) t
 LEFT JOIN sched_leases l ON l.turn_id = t.id;
