@@ -286,3 +286,20 @@ async def test_a_page_stays_index_driven_on_100000_rows(
                       if "Index" in n["Node Type"] or n["Node Type"] == "Bitmap Heap Scan")  # fmt: skip
         assert scanned <= 5 * 52, (shape, scanned)  # the page's rows (a few kinds' pages)
         assert nodes[0]["Actual Rows"] == (7 if shape == "chain" else 51), shape
+
+
+async def test_the_append_path_writes_no_timeline_row(
+    pool: AsyncConnectionPool[Conn], started: str
+) -> None:
+    """EG8: what ingress writes to accept an event (the ingress row and its partitions, the
+    dedupe key, an owner message, a body) carries no trigger: an appended input has no entry
+    until the router routes it."""
+    found = await query(pool, "SELECT c.relname FROM pg_trigger t JOIN pg_class c "
+                        "ON c.oid = t.tgrelid WHERE NOT t.tgisinternal AND c.relname ~ "
+                        "'^(bus_ingress|bus_dedupe|chat_messages|event_blob)'")  # fmt: skip
+    assert found == []
+    await append_all(pool, [driver_event("quiet", 1)])
+    assert await query(pool, "SELECT kind FROM employee_timeline") == []
+    await route_until_done(pool)
+    kinds = await query(pool, "SELECT kind FROM employee_timeline ORDER BY at, id")
+    assert [k["kind"] for k in kinds] == ["input.accepted", "input.routed"]
