@@ -121,7 +121,14 @@ async def test_a_relay_whose_temporal_is_stopped_says_so_until_its_next_probe(
     (row,) = await query(pool, "SELECT probe_at FROM relay_breakers WHERE relay_id = 'relay-down'")
     w = await gate_of(admin, started, "temporal_unavailable", seq=1)
     assert until(w) == row["probe_at"]
+    # Another relay that reached Temporal since (its breaker closed) speaks against it.
+    async with pool.connection() as conn:
+        await conn.execute("INSERT INTO relay_breakers (relay_id, open) VALUES ('relay-up', false)")
+    await gate_of(admin, started, "relay", seq=1)
     # A relay that stopped refreshing its breaker (gone) no longer speaks for Temporal.
+    async with pool.connection() as conn:
+        await conn.execute("DELETE FROM relay_breakers WHERE relay_id = 'relay-up'")
+    await gate_of(admin, started, "temporal_unavailable", seq=1)
     async with pool.connection() as conn:
         await conn.execute("UPDATE relay_breakers SET updated_at = now() - interval '1 minute'")
     await gate_of(admin, started, "relay", seq=1)

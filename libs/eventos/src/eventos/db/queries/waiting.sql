@@ -1,7 +1,8 @@
 -- name: waiting_employee
 -- What holds every input of an employee alike: its live generation, its budget (the live
--- limit, as budget_source reads it, and the period's spend) and the relays' Temporal breakers
--- still refreshed within `fresh_s` (an open one: the soonest next probe).
+-- limit, as budget_source reads it, and the period's spend) and the relays' Temporal breakers:
+-- open, refreshed within `fresh_s`, and no relay reached Temporal since it opened (a breaker
+-- closed later); the soonest next probe.
 SELECT e.name, g.generation, g.state, g.pause_reason, b.state AS budget_state, b.period_end,
        coalesce((g.limits ->> 'daily_usd')::numeric,
                 (g.spec -> 'spec' -> 'budget' ->> 'daily_usd')::numeric) AS daily_usd,
@@ -14,8 +15,10 @@ LEFT JOIN employee_spend sp ON sp.employee = e.name AND sp.period_start = b.peri
 CROSS JOIN (
     SELECT min(probe_at) AS breaker_probe_at, min(opened_at) AS breaker_opened_at,
            min(error) AS breaker_error
-    FROM relay_breakers
-    WHERE open AND updated_at > now() - make_interval(secs => %(fresh_s)s)
+    FROM relay_breakers o
+    WHERE o.open AND o.updated_at > now() - make_interval(secs => %(fresh_s)s)
+      AND NOT EXISTS (SELECT 1 FROM relay_breakers c
+                      WHERE NOT c.open AND c.updated_at > o.opened_at)
 ) r
 WHERE e.name = %(employee)s;
 
