@@ -120,6 +120,11 @@ async def test_a_thread_failing_five_times_in_an_hour_is_quarantined_then_releas
             await instance.relay.pass_once()
         assert [d["status"] for d in await deliveries_of(instance, later)] == ["pending"] * 2
         assert [d["status"] for d in await deliveries_of(instance, [third])] == ["delivered"]
+        waiting = (await instance.api.get(f"/v1/employees/{instance.name}/waiting")).json()
+        gates = {w["seq"]: (w["status"], w["gate"]["code"]) for w in waiting["waiting"]}
+        # Why they wait: the held ones, and the one its entity holds (admission refuses it).
+        assert sorted(gates.values()) == [("delivered", "quarantined")] + [
+            ("pending", "quarantined")] * 2, waiting  # fmt: skip
         assert await message_status(instance, third) != "dead"
         status, body = await act(instance, item["id"], names.ACTION_CLEAR)
         assert status == 409, body  # not this item's action

@@ -454,3 +454,17 @@ ACTION_RESET: Final = "reset"
 ACTION_REPLAY: Final = "replay"
 LETTER_INGRESS: Final = "ingress"  # an ingress row settled dead (never routed)
 LETTER_DELIVERY: Final = "delivery"  # a delivery settled dead (its input never consumed)
+
+# The employee timeline (SPEC §12, §15; docs/timeline.md): entry kinds by family, retention.
+TIMELINE_RETENTION_DAYS: Final = 30
+TIMELINE_KINDS: Final = {
+    "input": ("input.accepted", "input.routed", "input.delivered", "input.pending", "input.dead",
+              "input.skipped"),
+    "turn": ("turn.started", "turn.done", "turn.failed", "turn.cancelled", "turn.interrupted"),
+    "reply": ("reply.queued", "reply.held", "reply.sent", "reply.failed", "reply.unknown",
+              "reply.expired"),
+    "alarm": ("alarm.set", "alarm.fired", "alarm.missed", "alarm.cancelled"),
+    "task": ("task.delegated", "task.done", "task.timed_out", "task.cancelled"),
+    "tool": ("tool.done", "tool.unknown"),
+    "attention": ("attention.raised",),
+}  # fmt: skip

@@ -182,6 +182,17 @@ class OwnerClient:
         query = f"?state={urllib.parse.quote(state)}" if state else ""
         return list(self._call("GET", "/v1/approvals" + query)["approvals"])
 
+    def timeline(self, name: str, **params: str | int | None) -> dict[str, Any]:
+        """A page of an employee's timeline: {timeline, next_cursor, follow_cursor, as_of}
+        (`chain`, `thread`, `kind`, `since`, `until`, `order`, `cursor`, `limit`)."""
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        return dict(self._call("GET", f"/v1/employees/{name}/timeline?{query}"))
+
+    def waiting(self, name: str, limit: int | None = None) -> dict[str, Any]:
+        """Every input of an employee not consumed yet and its gate: {waiting, more, as_of}."""
+        query = f"?limit={limit}" if limit is not None else ""
+        return dict(self._call("GET", f"/v1/employees/{name}/waiting{query}"))
+
     def decide(self, approval_id: str, verb: str) -> dict[str, Any]:
         """`approve` or `decline` an approval: the approval as decided."""
         return self._post_json(f"/v1/approvals/{urllib.parse.quote(approval_id)}:{verb}", {})

@@ -323,12 +323,27 @@ class Relay:
     async def _probe(self) -> bool:
         try:
             await self.temporal.ready()
-        except Exception:
+        except Exception as exc:
             self.breaker.trip()
+            await self._record_breaker(str(exc) or type(exc).__name__)
             return False
         log.info("Temporal answers again: breaker closed")
         self.breaker.close()
+        await self._record_breaker(None)
         return True
+
+    async def _record_breaker(self, error: str | None) -> None:
+        """Tell the database the breaker's state (open, with its next probe, or closed), so
+        the owner API can say why inputs wait without asking Temporal (I2). Best effort: the
+        database may be down too."""
+        params = {"relay_id": self.relay_id, "open": self.breaker.opened,
+                  "probe_s": self.breaker.probe_interval_s,
+                  "error": (error or "")[:500] or None}  # fmt: skip
+        try:
+            async with self.pool.connection() as conn:
+                await conn.execute(Q["relay_breaker_save"], params)
+        except Exception as exc:
+            log.warning("could not record the Temporal breaker's state: %s", exc)
 
     async def _serve(self, stream_key: str, token: int, batches: int | None = None) -> int:
         if stream_key in self._serving:  # cannot happen with one loop; cheap to make sure
@@ -356,7 +371,10 @@ class Relay:
             return sent
         except TemporalDown as exc:
             log.warning("Temporal unavailable (%s): breaker open, probing every 5 s", exc)
+            opened = not self.breaker.opened
             self.breaker.trip()
+            if opened:
+                await self._record_breaker(str(exc))
         except TemporalBusy:
             pass  # the stream is served again on a later pass
         except Exception:

@@ -17,6 +17,7 @@ from eventos.channels.settings import ChannelSettings
 from eventos.channels.telegram import TelegramApi, TelegramReader
 from eventos.db import Conn, open_pool
 from eventos.llm.endpoints import LlmEndpoints
+from eventos.scheduler import SchedConfig
 from eventos.service import GrpcServerOptions, Service
 from eventos.settings import (
     AdminSettings,
@@ -62,6 +63,7 @@ class IngressConfig:
     group_commit_workers: int = 4
     llm_endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)
     channels: ChannelSettings = field(default_factory=ChannelSettings)
+    sched: SchedConfig = field(default_factory=SchedConfig)  # explains admission's waits
 
     @classmethod
     def from_env(cls) -> IngressConfig:
@@ -76,6 +78,7 @@ class IngressConfig:
             grpc=GrpcIngressSettings.from_env(),
             llm_endpoints=LlmEndpoints.from_env(),
             channels=ChannelSettings.from_env(),
+            sched=SchedConfig.from_env(),
         )
 
 
@@ -116,7 +119,7 @@ async def build(cfg: IngressConfig) -> Service:
         spool_dir=str(spool_dir) if spool_dir else None,
     )
     wakeups = ChatWakeups(cfg.database)
-    owner = OwnerApi(pool, cfg.admin.token, wakeups, kicker, cfg.llm_endpoints)
+    owner = OwnerApi(pool, cfg.admin.token, wakeups, kicker, cfg.llm_endpoints, cfg.sched)
     drivers = DriverTable(pool, cfg.secrets, cfg.grpc.internal_token)
     servicer = EventIngressServicer(pool, committer, drivers, cfg.grpc, kicker)
     http = provider_client()

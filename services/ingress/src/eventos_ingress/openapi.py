@@ -264,6 +264,59 @@ SCHEMAS: dict[str, Schema] = {
         {"approvals": {"type": "array", "items": {"$ref": "#/components/schemas/Approval"}}}
     ),
     "OutboxRetried": obj({"id": INT, "status": STR, "retry": {"type": "boolean"}}),
+    "TimelineEntry": obj(
+        {
+            "id": INT,
+            "at": {"type": "string", "format": "date-time"},
+            "kind": {
+                **STR,
+                "description": "`<family>.<what>`: input, turn, reply, alarm, task, "
+                "tool, attention (docs/timeline.md)",
+            },
+            "chain_id": nullable(STR),
+            "chains": {"type": "array", "items": STR},
+            "thread": nullable(STR),
+            "summary": {**STR, "description": "what happened, in words; never message text"},
+            "ref": nullable(STR),
+            "detail": {"type": "object"},
+        }
+    ),
+    "TimelinePage": obj(
+        {
+            "timeline": {"type": "array", "items": ref("TimelineEntry")},
+            "next_cursor": nullable(STR),
+            "follow_cursor": {**STR, "description": "asks later for what happened since"},
+            "as_of": {"type": "string", "format": "date-time"},
+        }
+    ),
+    "Gate": obj(
+        {
+            "code": STR,
+            "text": STR,
+            "until": nullable({"type": "string", "format": "date-time"}),
+        }
+    ),
+    "WaitingInput": obj(
+        {
+            "stream": nullable(STR),
+            "thread": nullable(STR),
+            "lane": nullable(STR),
+            "seq": nullable(INT),
+            "class": nullable(INT),
+            "since": {"type": "string", "format": "date-time"},
+            "status": STR,
+            "ref": STR,
+            "input": STR,
+            "gate": ref("Gate"),
+        }
+    ),
+    "WaitingList": obj(
+        {
+            "waiting": {"type": "array", "items": ref("WaitingInput")},
+            "more": INT,
+            "as_of": nullable({"type": "string", "format": "date-time"}),
+        }
+    ),
 }
 
 COMMON = {
@@ -502,6 +555,34 @@ def paths() -> dict[str, Any]:
                     params=[NAME, session, after],
                 )
             }
+        },
+        "/v1/employees/{name}/timeline": {
+            "get": op(
+                "What happened to an employee's work, a page at a time (admin only)",
+                (200, "a page of entries; `next_cursor` asks for the next", "TimelinePage"),
+                errors=employee,
+                params=[
+                    NAME,
+                    *(
+                        {"name": k, "in": "query", "schema": STR}
+                        for k in ("chain", "thread", "kind", "since", "until", "cursor")
+                    ),
+                    {"name": "order", "in": "query", "schema": {"enum": ["newest", "oldest"]}},
+                    {"name": "limit", "in": "query", "schema": INT},
+                ],
+            )
+        },
+        "/v1/employees/{name}/waiting": {
+            "get": op(
+                "Every input not consumed yet, with the gate holding it (admin only)",
+                (
+                    200,
+                    "the inputs, oldest first; `more` says how many were left out",
+                    "WaitingList",
+                ),
+                errors=employee,
+                params=[NAME, {"name": "limit", "in": "query", "schema": INT}],
+            )
         },
         "/v1/intents/{intent_id}": {
             "get": op(

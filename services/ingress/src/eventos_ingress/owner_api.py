@@ -38,6 +38,7 @@ from eventos.errors import (
 )
 from eventos.health import degraded
 from eventos.llm.endpoints import LlmEndpoints
+from eventos.scheduler import SchedConfig
 from eventos.spec import parse_specs, yaml_documents
 from eventos.wake import Kicker
 from eventos.wakeups import ChatWakeups
@@ -45,6 +46,7 @@ from eventos_ingress import bodies, openapi, problems
 from eventos_ingress.approvals_api import ApprovalsApi
 from eventos_ingress.operator_api import OperatorApi
 from eventos_ingress.outbox_api import OutboxApi
+from eventos_ingress.timeline_api import TimelineApi
 
 log = logging.getLogger(__name__)
 
@@ -129,11 +131,14 @@ class OwnerApi:
     wakeups: ChatWakeups  # wakes the chat event streams when an event commits
     kicker: Kicker | None = None
     endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)  # what apply allows models
+    sched: SchedConfig = field(default_factory=SchedConfig)  # admission's, to explain waits
 
     def __post_init__(self) -> None:
         self.outbox = OutboxApi(self.pool)
         self.approvals = ApprovalsApi(self.pool, self.kicker)
         self.operator = OperatorApi(self.pool, self.kicker)
+
+        self.timeline = TimelineApi(self.pool, self.sched)
 
     async def authenticate(self, request: Request) -> Caller:
         """The caller of a bearer token: the admin's (compared in constant time), else a user's
@@ -187,6 +192,8 @@ class OwnerApi:
             op("/v1/employees/{name}/chat/events", self.chat_events, "GET", users=True),
             op("/v1/employees/{name}/chat/{message_id}", self.chat_message, "GET", users=True),
             op("/v1/employees/{name}/limits", self.limits, "POST"),
+            op("/v1/employees/{name}/timeline", self.timeline.list, "GET"),
+            op("/v1/employees/{name}/waiting", self.timeline.waiting, "GET"),
             op("/v1/employees/{target}", self.lifecycle, "POST"),
             op("/v1/intents/{intent_id}", self.intent, "GET"),
             op("/v1/rearm", self.rearm, "POST"),
