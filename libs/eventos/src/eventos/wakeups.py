@@ -40,6 +40,7 @@ class StreamWakeups:
     def __init__(self, settings: DatabaseSettings) -> None:
         self.settings = settings
         self.listening = False
+        self.closed = False  # the service is stopping: streams end
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._due = asyncio.Event()  # events may wait for a place
 
@@ -65,10 +66,16 @@ class StreamWakeups:
                 woken.set()
 
     async def run(self) -> None:
-        """Listen and place until cancelled; each reconnects while the database is away."""
-        async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self._listen())
-            tasks.create_task(self._place())
+        """Listen and place until cancelled (the service stops: then every stream ends, and
+        its client reconnects elsewhere or later); each reconnects while the database is
+        away."""
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self._listen())
+                tasks.create_task(self._place())
+        finally:
+            self.closed = True
+            self.wake()
 
     def _heard(self, channel: str, payload: str) -> None:
         if channel != PLACED:

@@ -6,7 +6,7 @@ Both read events by their place (`eventos.event_positions`), so a client resumin
 when the sequencer placed events it may show (LISTEN/NOTIFY through `StreamWakeups`), else
 every 250 ms while nobody listens, and every 5 s regardless; it sends a keep-alive comment after
 15 quiet seconds, with the place it is at (`id:`: a reconnect goes on from there). It ends when
-the database is unavailable (the client reconnects with Last-Event-ID).
+the database is unavailable or the service stops (the client reconnects with Last-Event-ID).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class StreamsApi:
         yield f": connected\nid: {after}\n\n"
         quiet_since = time.monotonic()
         with self.wakeups.subscribe(topic) as woken:
-            while not await request.is_disconnected():
+            while not (self.wakeups.closed or await request.is_disconnected()):
                 woken.clear()  # before the read: a wake during it means read again
                 try:
                     async with translate(), self.pool.connection() as conn:
