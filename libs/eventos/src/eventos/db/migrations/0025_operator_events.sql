@@ -61,14 +61,15 @@ CREATE FUNCTION operator_event_from_timeline() RETURNS trigger LANGUAGE plpgsql 
 DECLARE
     family text := split_part(NEW.kind, '.', 1);
     what text := split_part(NEW.kind, '.', 2);
+    -- The outbox row's or the item's id; never a cast that could fail the writer's statement.
+    row_id bigint := CASE WHEN NEW.ref ~ '^[0-9]{1,18}$' THEN NEW.ref::bigint END;
 BEGIN
     INSERT INTO operator_events (employee, audience, kind, ref, state, detail)
     SELECT NEW.employee,
            CASE family
-               WHEN 'reply' THEN (SELECT o.audience FROM outbound_messages o
-                                  WHERE o.id = NEW.ref::bigint)
+               WHEN 'reply' THEN (SELECT o.audience FROM outbound_messages o WHERE o.id = row_id)
                WHEN 'attention' THEN (SELECT a.audience FROM attention_items a
-                                      WHERE a.id = NEW.ref::bigint)
+                                      WHERE a.id = row_id)
                ELSE (SELECT u.name FROM users u WHERE u.thread = NEW.thread)
            END,
            CASE family WHEN 'reply' THEN 'outbox.' || what
