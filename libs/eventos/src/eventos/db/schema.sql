@@ -728,3 +728,9 @@ CREATE TABLE whatsapp_windows (
 -- Delivery statuses find their sent row by the provider's message id.
 CREATE INDEX outbound_messages_provider_id ON outbound_messages (provider_message_id)
     WHERE provider_message_id IS NOT NULL;
+
+-- The web console's reads (issue 16); see 0023_console.sql.
+CREATE INDEX turns_employee_started ON turns (employee, started_at DESC, id DESC);
+CREATE INDEX tool_calls_turn ON tool_calls (turn_id);
+CREATE INDEX chat_messages_session ON chat_messages (employee, audience, session, id);
+CREATE INDEX chat_events_turn ON chat_events (turn_id);

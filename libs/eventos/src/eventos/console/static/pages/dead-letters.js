@@ -1,0 +1,68 @@
+// Dead letters, and replay in two steps: the server first answers what a selector would replay
+// (count and sample) with a confirmation token; only confirming replays.
+import { get, post } from '../api.js';
+import { h, replace, when, field, button, table } from '../dom.js';
+
+const COLUMNS = ['Id', 'Kind', 'Reason', 'Source', 'At', ''];
+
+export async function render(main, { signal, say, failed }) {
+  const reason = h('input', { name: 'reason', autocomplete: 'off' });
+  const source = h('input', { name: 'source', autocomplete: 'off' });
+  const since = h('input', { name: 'since', type: 'datetime-local' });
+  const holder = h('div');
+  const confirmBox = h('div', { class: 'confirm', role: 'region', 'aria-label': 'Replay', tabindex: '-1' });
+  const rows = [];
+  const more = button('More', () => load(next));
+  let next = null;
+
+  const filters = () => ({
+    reason: reason.value.trim(), source: source.value.trim(),
+    since: since.value ? new Date(since.value).toISOString() : '',
+  });
+  function selectorOf(values) {
+    return Object.fromEntries(Object.entries(values).filter(([, v]) => v !== '' && v !== undefined));
+  }
+
+  async function ask(selector) {
+    try {
+      const plan = await post('/v1/replay', { selector });
+      replace(confirmBox,
+        h('h2', null, 'Replay?'),
+        h('p', null, `${plan.count} dead letter${plan.count === 1 ? '' : 's'} would be routed once more.`),
+        plan.sample && plan.sample.length ? table('A sample', ['Id', 'Kind', 'Reason', 'Source', 'At'], plan.sample,
+          (d) => [String(d.id), d.kind, d.reason, d.source, when(d.at)]) : '',
+        h('p', { class: 'actions' },
+          button(`Replay ${plan.count}`, () => confirm(selector, plan.confirmation), { class: 'primary', disabled: plan.count === 0 }),
+          button('Cancel', () => replace(confirmBox))));
+      confirmBox.focus();
+    } catch (err) { failed(err); }
+  }
+  async function confirm(selector, confirmation) {
+    try {
+      const done = await post('/v1/replay', { selector, confirmation });
+      replace(confirmBox);
+      say(`Replayed ${done.replayed}.`, 'ok');
+      await load(null);
+    } catch (err) { failed(err); }
+  }
+
+  const cells = (d) => [String(d.id), d.kind, d.reason, d.source, when(d.at),
+    button('Replay…', () => ask({ ids: [d.id] }), { 'aria-label': `Replay dead letter ${d.id}` })];
+  async function load(cursor) {
+    try {
+      const doc = await get('/v1/dead-letters', { ...filters(), cursor }, signal);
+      if (!cursor) rows.length = 0;
+      rows.push(...doc.dead_letters);
+      next = doc.next_cursor;
+      more.hidden = !next;
+      replace(holder, rows.length ? table('Newest first', COLUMNS, rows, cells) : h('p', null, 'No dead letter.'));
+    } catch (err) { if (!signal.aborted) failed(err); }
+  }
+  const form = h('form', { class: 'filters' }, field('Reason', reason), field('Source', source),
+    field('Since', since), h('button', { type: 'submit' }, 'Filter'),
+    button('Replay all these…', () => ask(selectorOf(filters()))));
+  form.addEventListener('submit', (e) => { e.preventDefault(); load(null); });
+  more.hidden = true;
+  replace(main, h('h1', null, 'Dead letters'), form, confirmBox, holder, more);
+  await load(null);
+}
