@@ -62,12 +62,14 @@ async def test_sign_in_then_chat_and_the_reply_arrives_live(stack: Stack, tabs: 
     async with egress_running(s):
         await tab.open("chat", s.name)
         await expect(page.get_by_text("live", exact=True)).to_be_visible()
-        await page.get_by_label("Message").fill("hello from the console")
+        # Markup in a message is shown as text, never run or rendered.
+        await page.get_by_label("Message").fill("hello <b>from</b> <img src=x> the console")
         await page.get_by_role("button", name="Send").click()
         # No reload: the reply comes over the chat's event stream.
-        reply = page.locator("li.msg.theirs").filter(has_text="you said: hello from the console")
+        reply = page.locator("li.msg.theirs").filter(has_text="you said: hello <b>from</b>")
         await expect(reply).to_be_visible()
         await expect(page.locator("li.msg.mine .msg-state")).to_have_text("answered")
+        assert await page.locator("ol.chat b, ol.chat img").count() == 0
     await tab.shot("chat")
     tab.check_clean(ADMIN_TOKEN, "hello")
 
@@ -160,7 +162,17 @@ async def test_an_employee_shows_its_conversations_and_turns_with_cost(
 
 async def test_a_user_sees_only_their_own_chat(stack: Stack, tabs: Tabs) -> None:
     s = stack
-    alice, bob = await new_user(s, "alice"), await new_user(s, "bob")
+    admin = await tabs.open(base(s))
+    await admin.sign_in(ADMIN_TOKEN)
+    await admin.open("users")
+    await admin.page.get_by_label("New user").fill("alice")
+    await admin.page.get_by_role("button", name="Add").click()
+    shown = admin.page.get_by_label("Token of alice")
+    await expect(shown).to_have_value(re.compile(r"^eos_u_"))
+    alice = await shown.input_value()  # shown this once
+    await expect(admin.page.get_by_role("cell", name="alice", exact=True)).to_be_visible()
+    await admin.shot("users")
+    bob = await new_user(s, "bob")
     async with egress_running(s):
         tab_a = await tabs.open(base(s))
         await tab_a.sign_in(alice)
@@ -178,8 +190,10 @@ async def test_a_user_sees_only_their_own_chat(stack: Stack, tabs: Tabs) -> None
         await expect(nav.get_by_role("link")).to_have_text(["Chat", "Approvals", "Attention"])
         await tab_b.open("chat", s.name)
         await expect(page.get_by_text("live", exact=True)).to_be_visible()
-        await page.get_by_label("Message").fill("bob says hi")
-        await page.get_by_role("button", name="Send").click()
+        # By keyboard alone: the message field, then Ctrl+Enter sends.
+        await page.get_by_label("Message").focus()
+        await page.keyboard.type("bob says hi")
+        await page.keyboard.press("Control+Enter")
         await expect(page.locator("li.msg.theirs").filter(has_text="bob says hi")).to_be_visible()
         await tab_b.shot("chat-user-phone")
         assert "secret plan" not in await page.content()
@@ -195,6 +209,7 @@ async def test_a_user_sees_only_their_own_chat(stack: Stack, tabs: Tabs) -> None
         await tab_a.page.reload()
         await expect(tab_a.page.locator("li.msg.mine")).to_have_count(1)
         assert "bob says hi" not in await tab_a.page.content()
+    admin.check_clean(ADMIN_TOKEN, alice)
     tab_a.check_clean(alice, "secret")
     tab_b.check_clean(bob, "bob says")
 
