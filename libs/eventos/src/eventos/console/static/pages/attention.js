@@ -3,7 +3,8 @@
 import { get, post } from '../api.js';
 import { h, replace, when, field, select, button } from '../dom.js';
 
-const STATES = [['open', 'Open'], ['acked', 'Acknowledged'], ['resolved', 'Resolved']];
+const STATES = [['open,acked', 'Open or acknowledged'], ['open', 'Open'], ['acked', 'Acknowledged'],
+  ['resolved', 'Resolved']];
 
 function label(action) {
   return action.charAt(0).toUpperCase() + action.slice(1).replace(/_/g, ' ');
@@ -17,14 +18,14 @@ function card(item, act) {
       when(item.first_seen), ' · last ', when(item.last_seen), ` · ${item.state}`),
     item.detail ? h('p', null, item.detail) : '',
     live ? h('p', { class: 'actions' },
-      (item.actions || []).map((a) => button(label(a), () => act(item, 'act', a), { class: 'primary' })),
-      item.state === 'open' ? button('Acknowledge', () => act(item, 'ack')) : '',
-      button('Resolve', () => act(item, 'resolve'))) : '');
+      (item.actions || []).map((a) => button(label(a), () => act(item, 'act', a), { class: 'primary', 'aria-label': `${label(a)}: ${item.kind} ${item.id}` })),
+      item.state === 'open' ? button('Acknowledge', () => act(item, 'ack'), { 'aria-label': `Acknowledge ${item.kind} ${item.id}` }) : '',
+      button('Resolve', () => act(item, 'resolve'), { 'aria-label': `Resolve ${item.kind} ${item.id}` })) : '');
 }
 
 export async function render(main, { args, signal, say, failed }) {
   const employee = args[0] || '';
-  const state = select('state', STATES, 'open');
+  const state = select('state', STATES, 'open,acked');
   const list = h('div', { class: 'cards' });
   const more = button('More', () => load(next));
   let next = null;

@@ -41,9 +41,11 @@ function waitingPart(name, signal) {
   get(`/v1/employees/${encodeURIComponent(name)}/waiting`, null, signal).then((doc) => {
     const rows = doc.waiting;
     replace(box, rows.length ? table('Inputs not yet consumed, and the gate holding each', cols, rows, (w) => [
-      `${w.lane}/${w.thread} #${w.seq}`, `C${w.class}`, when(w.since),
+      [w.input || '', w.thread ? h('span', { class: 'muted' }, ` ${w.lane}/${w.thread} #${w.seq}`) : ''],
+      w.class ? `C${w.class}` : '—', when(w.since),
       [h('code', null, w.gate.code), ' ', w.gate.text], when(w.gate.until),
-    ]) : h('p', null, 'Nothing waits: every input was consumed.'));
+    ]) : h('p', null, 'Nothing waits: every input was consumed.'),
+    doc.more ? h('p', { class: 'muted' }, `… and ${doc.more} more.`) : '');
   }).catch((err) => { if (!signal.aborted) failure(box, err); });
   return section('Why waiting', box);
 }
@@ -87,7 +89,7 @@ export async function render(main, { args, signal, failed }) {
     return [doc.timeline, doc.next_cursor];
   }, signal);
   const chainInput = h('input', { name: 'chain', autocomplete: 'off' });
-  const kindInput = h('input', { name: 'kind', autocomplete: 'off' });
+  const kindInput = h('input', { name: 'kind', autocomplete: 'off', placeholder: 'turn, input.dead' });
   const tlForm = h('form', { class: 'filters' },
     field('Chain', chainInput), field('Kind', kindInput),
     h('button', { type: 'submit' }, 'Filter'),
