@@ -48,7 +48,8 @@ export async function render(main, { signal, say, failed }) {
     } catch (err) { failed(err); }
   }
 
-  const cells = (d) => [d.id, [h('code', null, d.reason), d.detail ? h('span', { class: 'muted' }, ` ${d.detail}`) : ''],
+  const cells = (d) => [d.id, [h('code', null, d.reason),
+    d.detail && d.detail !== d.reason ? h('span', { class: 'muted' }, ` ${d.detail}`) : ''],
     d.source, d.employee || '', d.preview, when(d.at),
     d.replayed_at ? [when(d.replayed_at), d.replayed_as ? ` as ${d.replayed_as}` : ''] : '',
     d.replayed_at ? '' : button('Replay…', () => ask({ ids: [d.id] }), { 'aria-label': `Replay dead letter ${d.id}` })];
