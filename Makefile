@@ -234,6 +234,7 @@ bench: install $(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## 
 	$(PY) bench/content_rules.py
 	$(PY) bench/channels.py
 	$(PY) bench/console.py
+	$(PY) bench/timeline.py
 
 clean: ## remove the local instance state and the virtualenvs
 	rm -rf .eventos $(VENV) $(TOOLS)

@@ -60,6 +60,8 @@ FIGURES = {
     "router.py": ["Router drain vs ingress saturation", "rows/s", "router drain (ingress idle)",
                   "router drain / ingress saturation"],
     "soak.py": ["ingress peak RSS (MiB)", "chart memory limit", "normal p99 (ms)", "stored whole"],
+    "timeline.py": ["page (limit 50)", "p50 ms", "p99 ms", "Index Scan Backward",
+                    "no timeline", "mark delivered"],
     "storm.py": ["simulated 1 min", "instant turns", "tool calls:", "ipc ingress rows by outcome",
                  "per minute"],
 }  # fmt: skip

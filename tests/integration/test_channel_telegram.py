@@ -226,6 +226,24 @@ async def test_a_burst_to_one_recipient_waits_for_its_bucket_instead_of_failing(
     assert len(s.fake.calls(s.token, "sendMessage")) == 3  # never a 429 from Telegram
 
 
+async def test_above_high_water_a_send_waits_until_the_sends_ahead_of_it_left(
+    stack: Stack, outbox_keys: OutboxKeys
+) -> None:
+    s = stack
+    s.fake.customer_message(s.token, 929292, "hi")
+    s.fake.limits.private = None  # this test is about the high water, not Telegram's limits
+    egress = dataclasses.replace(s.egress, settings=dataclasses.replace(
+        s.egress.settings, high_water=2))  # fmt: skip
+    ids = [await queue_send(s, outbox_keys, 929292, f"to {n}") for n in range(3)]
+    with pytest.raises(SendWait, match="high water"):
+        await egress.send(ids[2])  # two open sends of the account are ahead of it
+    assert s.fake.calls(s.token, "sendMessage") == []  # nothing was claimed or called
+    assert (await query(s.pool, "SELECT status FROM outbound_messages WHERE id = %s",
+                        ids[2]))[0]["status"] == "queued"  # fmt: skip
+    assert await egress.send(ids[0]) == "sent"
+    assert await egress.send(ids[2]) == "sent"  # one ahead now: under the high water
+
+
 async def test_an_account_down_for_long_raises_an_item_that_clears_when_it_reads_again(
     stack: Stack,
 ) -> None:

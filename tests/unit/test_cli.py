@@ -97,6 +97,7 @@ async def test_apply_list_start_chat(ingress_url: str, capsys: pytest.CaptureFix
     assert await ctl("get", "hello", *at) == 0
     shown = capsys.readouterr().out
     assert "state:       starting" in shown and "intent:      1 start applying" in shown
+    assert "degraded:    no" in shown
     assert await ctl("list", *at) == 0
     assert capsys.readouterr().out.split("\n")[1].split() == [
         "hello", "starting", "1", "start", "applying",

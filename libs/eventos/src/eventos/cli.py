@@ -38,6 +38,7 @@ class CliError(EventOSError):
 
 
 WAIT_POLL_S = 0.2
+FOLLOW_POLL_S = 1.0  # `timeline --follow` asks for what happened since, this often
 
 
 def find_stack(start: Path) -> Path | None:
@@ -160,6 +161,12 @@ def _intent_line(intent: dict[str, Any] | None) -> str:
     return f"{intent['id']} {intent['kind']} {intent['state']}"
 
 
+def _degraded_line(degraded: dict[str, Any] | None) -> str:
+    if not degraded:
+        return "no"
+    return f"since {degraded['since']}: {degraded['reason']}"
+
+
 def cmd_get(args: argparse.Namespace) -> int:
     if args.name is None:
         return cmd_list(args)
@@ -172,6 +179,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         f"revision:    {row['revision'] if row['revision'] is not None else '-'}",
         f"limits:      {json.dumps(row['limits']) if row['limits'] else '-'}",
         f"intent:      {_intent_line(row.get('intent'))}",
+        f"degraded:    {_degraded_line(row.get('degraded'))}",
         f"spec sha256: {row['spec_sha256']}",
         "spec:",
         yaml.safe_dump(row["spec"], sort_keys=False).rstrip().replace("\n", "\n  "),
@@ -300,6 +308,65 @@ def cmd_approvals(args: argparse.Namespace) -> int:
               f"    {draft[:200]}")  # fmt: skip
     if not rows:
         print("no approvals" + (f" ({args.state})" if args.state else ""))
+    return 0
+
+
+def _as_json(args: argparse.Namespace) -> bool:
+    return getattr(args, "output", None) == "json" or bool(getattr(args, "json", False))
+
+
+def _entry_line(e: dict[str, Any]) -> str:
+    return f"{e['at'][:23]:<24}{e['kind']:<18}{(e['thread'] or '-'):<20}{e['summary']}"
+
+
+def _pause(seconds: float) -> None:
+    time.sleep(seconds)  # a seam: tests end a --follow here
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    client = owner_client(args)
+    filters = {"chain": args.chain, "thread": args.thread, "kind": args.kind,
+               "since": args.since, "until": args.until}  # fmt: skip
+    page = client.timeline(args.name, **filters, limit=args.limit)
+    if _as_json(args) and not args.follow:
+        print(json.dumps(page, indent=2))
+        return 0
+    shown = list(reversed(page["timeline"]))  # the latest page, oldest first
+    for e in shown:
+        print(json.dumps(e) if _as_json(args) else _entry_line(e))
+    if not shown and not _as_json(args):
+        print(f"nothing happened to {args.name}'s work in this range yet")
+    if not args.follow:
+        return 0
+    cursor = page["follow_cursor"]
+    try:
+        while True:
+            _pause(FOLLOW_POLL_S)
+            page = client.timeline(args.name, cursor=cursor, limit=200)
+            for e in page["timeline"]:
+                print(json.dumps(e) if _as_json(args) else _entry_line(e), flush=True)
+            cursor = page["next_cursor"] or page["follow_cursor"]
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_waiting(args: argparse.Namespace) -> int:
+    found = owner_client(args).waiting(args.name, args.limit)
+    if _as_json(args):
+        print(json.dumps(found, indent=2))
+        return 0
+    rows = found["waiting"]
+    if not rows:
+        print(f"nothing of {args.name}'s waits: every input is consumed")
+        return 0
+    print(f"{'SINCE':<21}{'THREAD':<20}{'SEQ':<6}{'CLASS':<6}{'GATE':<21}{'UNTIL':<21}WHY")
+    for r in rows:
+        gate = r["gate"]
+        print(f"{r['since'][:19]:<21}{(r['thread'] or '-'):<20}{r['seq'] or '-'!s:<6}"
+              f"{'C' + str(r['class']) if r['class'] else '-':<6}{gate['code']:<21}"
+              f"{(gate['until'] or '-')[:19]:<21}{gate['text']}")  # fmt: skip
+    if found["more"]:
+        print(f"... and {found['more']} more inputs not listed")
     return 0
 
 
@@ -438,6 +505,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="only rows in this status",
     )
     p.add_argument("--employee", help="only this employee's rows")
+    from eventos.operator.commands import add_commands  # it imports this module's helpers
+
+    add_commands(add)
+
+    p = add("timeline", cmd_timeline, "what happened to an employee's work, oldest first")
+    p.add_argument("name")
+    p.add_argument("--chain", help="only this chain (an event and what it caused)")
+    p.add_argument("--thread", help="only this thread (main, t_…, peer_…)")
+    p.add_argument("--kind", help="a family (input, turn, reply, alarm, task, tool, attention) "
+                   "or kinds (turn.done), comma-separated")  # fmt: skip
+    p.add_argument("--since", help="from this time (ISO 8601 with an offset)")
+    p.add_argument("--until", help="before this time (ISO 8601 with an offset)")
+    p.add_argument("--limit", type=int, default=50, help="entries of the latest page (50)")
+    p.add_argument("--follow", action="store_true", help="then print new entries as they happen")
+    p.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    p = add("waiting", cmd_waiting, "every input not consumed yet and the gate that holds it")
+    p.add_argument("name")
+    p.add_argument("--limit", type=int, help="inputs listed (50; at most 200)")
+    p.add_argument("-o", "--output", choices=["text", "json"], default="text")
     p = add("migrate", cmd_migrate, "apply the database migrations")
     p.add_argument("--database-url", help="(or EVENTOS_DATABASE_URL, else the stack's database)")
     return parser
@@ -461,6 +547,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: no local instance answers at {exc.url}; {START_HINT}", file=sys.stderr)
     except OwnerApiError as exc:
         print(f"error: {_refusal(exc)}", file=sys.stderr)
+        for path, message in exc.errors:
+            print(f"  {path}: {message}", file=sys.stderr)
     except EventOSError as exc:
         print(f"error: {exc}", file=sys.stderr)
     return 1

@@ -182,6 +182,45 @@ class OwnerClient:
         query = f"?state={urllib.parse.quote(state)}" if state else ""
         return list(self._call("GET", "/v1/approvals" + query)["approvals"])
 
+    def timeline(self, name: str, **params: str | int | None) -> dict[str, Any]:
+        """A page of an employee's timeline: {timeline, next_cursor, follow_cursor, as_of}
+        (`chain`, `thread`, `kind`, `since`, `until`, `order`, `cursor`, `limit`)."""
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        return dict(self._call("GET", f"/v1/employees/{name}/timeline?{query}"))
+
+    def waiting(self, name: str, limit: int | None = None) -> dict[str, Any]:
+        """Every input of an employee not consumed yet and its gate: {waiting, more, as_of}."""
+        query = f"?limit={limit}" if limit is not None else ""
+        return dict(self._call("GET", f"/v1/employees/{name}/waiting{query}"))
+
     def decide(self, approval_id: str, verb: str) -> dict[str, Any]:
         """`approve` or `decline` an approval: the approval as decided."""
         return self._post_json(f"/v1/approvals/{urllib.parse.quote(approval_id)}:{verb}", {})
+
+    def _get_query(self, path: str, query: dict[str, Any]) -> Any:
+        given = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+        return self._call("GET", path + (f"?{given}" if given else ""))
+
+    def dead_letters(self, query: dict[str, Any]) -> dict[str, Any]:
+        """One page of dead letters: {dead_letters, next_cursor}."""
+        return dict(self._get_query("/v1/dead-letters", query))
+
+    def replay(self, selector: dict[str, Any], confirmation: str | None = None) -> dict[str, Any]:
+        """Without `confirmation`: what the selector would replay and its confirmation; with
+        it: the replay."""
+        body: dict[str, Any] = {"selector": selector}
+        if confirmation is not None:
+            body["confirmation"] = confirmation
+        return self._post_json("/v1/replay", body)
+
+    def attention(self, query: dict[str, Any]) -> dict[str, Any]:
+        """One page of attention items: {attention, next_cursor}."""
+        return dict(self._get_query("/v1/attention", query))
+
+    def attention_item(self, item_id: int) -> dict[str, Any]:
+        """One attention item."""
+        return dict(self._call("GET", f"/v1/attention/{item_id}"))
+
+    def attention_post(self, item_id: int, verb: str, body: dict[str, Any]) -> dict[str, Any]:
+        """`ack`, `resolve` or `act` (with `{"action": …}`) on one item."""
+        return self._post_json(f"/v1/attention/{item_id}:{verb}", body)

@@ -19,6 +19,7 @@ from eventos.console import serve as console
 from eventos.console.assets import Assets
 from eventos.db import Conn, open_pool
 from eventos.llm.endpoints import LlmEndpoints
+from eventos.scheduler import SchedConfig
 from eventos.service import GrpcServerOptions, Service
 from eventos.settings import (
     AdminSettings,
@@ -64,6 +65,7 @@ class IngressConfig:
     group_commit_workers: int = 4
     llm_endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)
     channels: ChannelSettings = field(default_factory=ChannelSettings)
+    sched: SchedConfig = field(default_factory=SchedConfig)  # explains admission's waits
 
     @classmethod
     def from_env(cls) -> IngressConfig:
@@ -78,6 +80,7 @@ class IngressConfig:
             grpc=GrpcIngressSettings.from_env(),
             llm_endpoints=LlmEndpoints.from_env(),
             channels=ChannelSettings.from_env(),
+            sched=SchedConfig.from_env(),
         )
 
 
@@ -118,7 +121,7 @@ async def build(cfg: IngressConfig) -> Service:
         spool_dir=str(spool_dir) if spool_dir else None,
     )
     wakeups = ChatWakeups(cfg.database)
-    owner = OwnerApi(pool, cfg.admin.token, wakeups, kicker, cfg.llm_endpoints)
+    owner = OwnerApi(pool, cfg.admin.token, wakeups, kicker, cfg.llm_endpoints, cfg.sched)
     drivers = DriverTable(pool, cfg.secrets, cfg.grpc.internal_token)
     servicer = EventIngressServicer(pool, committer, drivers, cfg.grpc, kicker)
     http = provider_client()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from eventos import names
+from eventos.operator import actions
 from eventos_ingress import bodies, problems
 
 Schema = dict[str, Any]
@@ -85,7 +87,13 @@ SCHEMAS: dict[str, Schema] = {
             "intent": nullable(ref("IntentRef")),
         }
     ),
-    "EmployeeDetail": {"allOf": [ref("Employee"), obj({"spec": ref("EmployeeSpec")})]},
+    "EmployeeDetail": {
+        "allOf": [
+            ref("Employee"),
+            obj({"spec": ref("EmployeeSpec")}, {"degraded": nullable(ref("Degraded"))}),
+        ]
+    },
+    "Degraded": obj({"since": {"type": "string", "format": "date-time"}, "reason": STR}),
     "EmployeeList": obj({"employees": {"type": "array", "items": ref("Employee")}}),
     "Requested": obj({"name": STR, "generation": INT, "state": STR, "intent": ref("Intent")}),
     "Limits": obj({"daily_usd": {"type": "number", "exclusiveMinimum": 0}}),
@@ -97,8 +105,113 @@ SCHEMAS: dict[str, Schema] = {
     "UserCreated": obj({"name": STR, "token": {**STR, "description": "shown once"}}),
     "User": obj({"name": STR, "created_at": {"type": "string", "format": "date-time"}}),
     "UserList": obj({"users": {"type": "array", "items": ref("User")}}),
-    "AttentionAct": obj({"action": {"enum": ["retry"]}}),
-    "AttentionActed": obj({"item": INT, "action": STR}, {"call": STR, "input": INT, "outbox": INT}),
+    "AttentionItem": obj(
+        {
+            "id": INT,
+            "employee": STR,
+            "kind": STR,
+            "severity": {"enum": ["info", "warning", "error"]},
+            "ref": STR,
+            "detail": nullable(STR),
+            "first_seen": STR,
+            "last_seen": STR,
+            "count": INT,
+            "state": {"enum": list(names.ITEM_STATES)},
+            "actions": {"type": "array", "items": STR},
+        },
+        {
+            k: nullable(STR)
+            for k in ("audience", "acked_at", "acked_by", "resolved_at", "resolved_by")
+        },
+    ),
+    "AttentionPage": obj(
+        {
+            "attention": {"type": "array", "items": ref("AttentionItem")},
+            "next_cursor": nullable(STR),
+        }
+    ),
+    "AttentionAct": obj(
+        {"action": {"enum": actions.NAMES}},
+        {
+            "daily_usd": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "description": "resume: raise the daily budget instead of a plain Resume",
+            }
+        },
+    ),
+    "AttentionActed": obj(
+        {"item": INT, "action": STR},
+        {
+            "call": STR,
+            "input": INT,
+            "outbox": INT,
+            "intent": ref("Intent"),
+            "replayed": INT,
+            "replays": {"type": "array", "items": ref("Replay")},
+            "stream": STR,
+            "held": INT,
+            "employee": STR,
+        },
+    ),
+    "DeadLetter": obj(
+        {
+            "id": {**STR, "description": "`ingress-<n>` or `delivery-<n>`"},
+            "kind": {"enum": [names.LETTER_INGRESS, names.LETTER_DELIVERY]},
+            "reason": {**STR, "description": "the reason's code (the metrics label)"},
+            "detail": nullable(STR),
+            "source": STR,
+            "at": STR,
+            "employee": nullable(STR),
+            "stream": nullable(STR),
+            "type": STR,
+            "size": INT,
+            "preview": {**STR, "description": "type, size and the data's key names; no content"},
+            "chain_id": STR,
+            "replay_of": nullable(STR),
+            "replayed_at": nullable(STR),
+            "replayed_as": nullable(INT),
+        }
+    ),
+    "DeadLetterPage": obj(
+        {
+            "dead_letters": {"type": "array", "items": ref("DeadLetter")},
+            "next_cursor": nullable(STR),
+        }
+    ),
+    "ReplaySelector": {
+        **obj(
+            {},
+            {
+                "ids": {"type": "array", "items": STR, "minItems": 1, "maxItems": 1000},
+                **{k: STR for k in ("reason", "source", "employee", "since", "until")},
+            },
+        ),
+        "additionalProperties": False,
+        "description": "dead letters by id, or by reason, source, employee and time; at most 1,000",
+    },
+    "ReplayRequest": {
+        **obj({"selector": ref("ReplaySelector")}, {"confirmation": STR}),
+        "additionalProperties": False,
+    },
+    "ReplayPreview": obj(
+        {
+            "count": INT,
+            "sample": {"type": "array", "items": ref("DeadLetter")},
+            "already_replayed": INT,
+            "confirmation": nullable(STR),
+            "expires_at": nullable(STR),
+        }
+    ),
+    "Replay": obj({"id": STR, "as": {**INT, "description": "the new ingress row"}}),
+    "ReplayDone": obj(
+        {
+            "replayed": INT,
+            "already_replayed": INT,
+            "replays": {"type": "array", "items": ref("Replay")},
+            "already": {"type": "array", "items": STR},
+        }
+    ),
     "OutboxRow": obj(
         {
             "id": INT,
@@ -151,6 +264,59 @@ SCHEMAS: dict[str, Schema] = {
         {"approvals": {"type": "array", "items": {"$ref": "#/components/schemas/Approval"}}}
     ),
     "OutboxRetried": obj({"id": INT, "status": STR, "retry": {"type": "boolean"}}),
+    "TimelineEntry": obj(
+        {
+            "id": INT,
+            "at": {"type": "string", "format": "date-time"},
+            "kind": {
+                **STR,
+                "description": "`<family>.<what>`: input, turn, reply, alarm, task, "
+                "tool, attention (docs/timeline.md)",
+            },
+            "chain_id": nullable(STR),
+            "chains": {"type": "array", "items": STR},
+            "thread": nullable(STR),
+            "summary": {**STR, "description": "what happened, in words; never message text"},
+            "ref": nullable(STR),
+            "detail": {"type": "object"},
+        }
+    ),
+    "TimelinePage": obj(
+        {
+            "timeline": {"type": "array", "items": ref("TimelineEntry")},
+            "next_cursor": nullable(STR),
+            "follow_cursor": {**STR, "description": "asks later for what happened since"},
+            "as_of": {"type": "string", "format": "date-time"},
+        }
+    ),
+    "Gate": obj(
+        {
+            "code": STR,
+            "text": STR,
+            "until": nullable({"type": "string", "format": "date-time"}),
+        }
+    ),
+    "WaitingInput": obj(
+        {
+            "stream": nullable(STR),
+            "thread": nullable(STR),
+            "lane": nullable(STR),
+            "seq": nullable(INT),
+            "class": nullable(INT),
+            "since": {"type": "string", "format": "date-time"},
+            "status": STR,
+            "ref": STR,
+            "input": STR,
+            "gate": ref("Gate"),
+        }
+    ),
+    "WaitingList": obj(
+        {
+            "waiting": {"type": "array", "items": ref("WaitingInput")},
+            "more": INT,
+            "as_of": nullable({"type": "string", "format": "date-time"}),
+        }
+    ),
 }
 
 # The web console's reads (console_api.py).
@@ -319,6 +485,94 @@ def _lifecycle(action: str, what: str) -> dict[str, Any]:
     }
 
 
+def attention_paths(item_id: dict[str, Any]) -> dict[str, Any]:
+    """Attention items: the list, one item, and :ack, :resolve, :act."""
+    item = [{**item_id, "name": "item_id"}]
+    missing = {"404": "no such attention item for this caller"}
+    query = [{"name": k, "in": "query", "schema": STR} for k in ("state", "employee", "kind")]
+    page = [{"name": "cursor", "in": "query", "schema": STR},
+            {"name": "limit", "in": "query", "schema": INT}]  # fmt: skip
+    resolved = {**missing, "409": "the item is resolved"}
+    return {
+        "/v1/attention": {
+            "get": op(
+                "Attention items newest first (a user: their own audience's); `state` takes "
+                "open, acked, resolved, or several comma-separated",
+                (200, "a page of items; `next_cursor` asks for the next", "AttentionPage"),
+                params=query + page,
+            )
+        },
+        "/v1/attention/{item_id}": {
+            "get": op(
+                "One attention item",
+                (200, "the item", "AttentionItem"),
+                errors=missing,
+                params=item,
+            )
+        },
+        "/v1/attention/{item_id}:ack": {
+            "post": op(
+                "Acknowledge an item: listed as acked until resolved; repeats count on it",
+                (200, "the item", "AttentionItem"),
+                errors=resolved,
+                params=item,
+            )
+        },
+        "/v1/attention/{item_id}:resolve": {
+            "post": op(
+                "Resolve an item by hand",
+                (200, "the item", "AttentionItem"),
+                errors=resolved,
+                params=item,
+            )
+        },
+        "/v1/attention/{item_id}:act": {
+            "post": op(
+                "Take one of the item's `actions`: resume, reset, replay (its dead inputs, no "
+                "confirmation needed), retry (an unknown tool call or send)",
+                (202, "committed: what the action did", "AttentionActed"),
+                errors={
+                    **missing,
+                    "409": "the item is resolved, offers no such action to this "
+                    "caller, or its action cannot be taken now",
+                },
+                body="AttentionAct",
+                params=item,
+            )
+        },
+    }
+
+
+def dead_letter_paths() -> dict[str, Any]:
+    """Dead letters and replay (admin only)."""
+    filters = [
+        {"name": k, "in": "query", "schema": STR}
+        for k in ("reason", "source", "employee", "since", "until", "replayed", "cursor")
+    ]
+    replay = op(
+        "Replay dead letters: the selector alone answers what it would replay and a "
+        "confirmation (200); the selector with that confirmation replays (202)",
+        (200, "what the selector would replay", "ReplayPreview"),
+        errors={
+            "409": "the confirmation expired, was altered or does not match what the "
+            "selector matches"
+        },
+        body="ReplayRequest",
+    )
+    replay["responses"]["202"] = {"description": "replayed",
+                                  "content": _json(ref("ReplayDone"))}  # fmt: skip
+    return {
+        "/v1/dead-letters": {
+            "get": op(
+                "Dead ingress rows and deliveries newest first, never their content",
+                (200, "a page of dead letters", "DeadLetterPage"),
+                params=[*filters, {"name": "limit", "in": "query", "schema": INT}],
+            )
+        },
+        "/v1/replay": {"post": replay},
+    }
+
+
 def paths() -> dict[str, Any]:
     """Every /v1/ operation."""
     employee = {"404": "no such employee"}
@@ -401,6 +655,34 @@ def paths() -> dict[str, Any]:
                 )
             }
         },
+        "/v1/employees/{name}/timeline": {
+            "get": op(
+                "What happened to an employee's work, a page at a time (admin only)",
+                (200, "a page of entries; `next_cursor` asks for the next", "TimelinePage"),
+                errors=employee,
+                params=[
+                    NAME,
+                    *(
+                        {"name": k, "in": "query", "schema": STR}
+                        for k in ("chain", "thread", "kind", "since", "until", "cursor")
+                    ),
+                    {"name": "order", "in": "query", "schema": {"enum": ["newest", "oldest"]}},
+                    {"name": "limit", "in": "query", "schema": INT},
+                ],
+            )
+        },
+        "/v1/employees/{name}/waiting": {
+            "get": op(
+                "Every input not consumed yet, with the gate holding it (admin only)",
+                (
+                    200,
+                    "the inputs, oldest first; `more` says how many were left out",
+                    "WaitingList",
+                ),
+                errors=employee,
+                params=[NAME, {"name": "limit", "in": "query", "schema": INT}],
+            )
+        },
         "/v1/intents/{intent_id}": {
             "get": op(
                 "One intent",
@@ -421,19 +703,8 @@ def paths() -> dict[str, Any]:
             ),
             "get": op("Every user (admin only)", (200, "the users", "UserList")),
         },
-        "/v1/attention/{item_id}:act": {
-            "post": op(
-                "Take an attention item's action: `retry` runs an unknown tool call, or sends an "
-                "`unknown` or `failed` outbox row, once more (admin only)",
-                (202, "committed: the call runs again in its thread", "AttentionActed"),
-                errors={
-                    "404": "no such attention item",
-                    "409": "the item is not open or offers no such action",
-                },
-                body="AttentionAct",
-                params=[{**intent_id, "name": "item_id"}],
-            )
-        },
+        **attention_paths(intent_id),
+        **dead_letter_paths(),
         "/v1/approvals": {
             "get": op(
                 "Approvals newest first, each with its held draft (a user: their own)",

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Match, Route
 
-from eventos import chat, egress, employees, intents, names, users
+from eventos import chat, employees, intents, names, users
 from eventos.db import Conn, translate
 from eventos.errors import (
     DatabaseUnavailable,
@@ -36,15 +36,18 @@ from eventos.errors import (
     NotFound,
     Unauthenticated,
 )
+from eventos.health import degraded
 from eventos.llm.endpoints import LlmEndpoints
+from eventos.scheduler import SchedConfig
 from eventos.spec import parse_specs, yaml_documents
-from eventos.tools import retry
 from eventos.wake import Kicker
 from eventos.wakeups import ChatWakeups
 from eventos_ingress import bodies, openapi, problems
 from eventos_ingress.approvals_api import ApprovalsApi
 from eventos_ingress.console_api import ConsoleApi
+from eventos_ingress.operator_api import OperatorApi
 from eventos_ingress.outbox_api import OutboxApi
+from eventos_ingress.timeline_api import TimelineApi
 
 log = logging.getLogger(__name__)
 
@@ -129,11 +132,15 @@ class OwnerApi:
     wakeups: ChatWakeups  # wakes the chat event streams when an event commits
     kicker: Kicker | None = None
     endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)  # what apply allows models
+    sched: SchedConfig = field(default_factory=SchedConfig)  # admission's, to explain waits
 
     def __post_init__(self) -> None:
         self.outbox = OutboxApi(self.pool)
         self.approvals = ApprovalsApi(self.pool, self.kicker)
         self.console = ConsoleApi(self.pool)
+        self.operator = OperatorApi(self.pool, self.kicker)
+
+        self.timeline = TimelineApi(self.pool, self.sched)
 
     async def authenticate(self, request: Request) -> Caller:
         """The caller of a bearer token: the admin's (compared in constant time), else a user's
@@ -187,10 +194,16 @@ class OwnerApi:
             op("/v1/employees/{name}/chat/events", self.chat_events, "GET", users=True),
             op("/v1/employees/{name}/chat/{message_id}", self.chat_message, "GET", users=True),
             op("/v1/employees/{name}/limits", self.limits, "POST"),
+            op("/v1/employees/{name}/timeline", self.timeline.list, "GET"),
+            op("/v1/employees/{name}/waiting", self.timeline.waiting, "GET"),
             op("/v1/employees/{target}", self.lifecycle, "POST"),
             op("/v1/intents/{intent_id}", self.intent, "GET"),
             op("/v1/rearm", self.rearm, "POST"),
-            op("/v1/attention/{target}", self.attention_act, "POST"),
+            op("/v1/attention", self.operator.attention_list, "GET", users=True),
+            op("/v1/attention/{target}", self.operator.attention_post, "POST", users=True),
+            op("/v1/attention/{item_id}", self.operator.attention_get, "GET", users=True),
+            op("/v1/dead-letters", self.operator.dead_letters, "GET"),
+            op("/v1/replay", self.operator.replay, "POST"),
             op("/v1/approvals", self.approvals.list, "GET", users=True),
             op("/v1/approvals/{target}", self.approvals.decide, "POST", users=True),
             op("/v1/approvals/{approval_id}", self.approvals.get, "GET", users=True),
@@ -257,10 +270,11 @@ class OwnerApi:
         return JSONResponse({"employees": [_row(r) for r in rows]})
 
     async def get(self, request: Request, caller: Caller) -> Response:
-        """One employee, its live generation and its stored spec."""
+        """One employee, its live generation, its stored spec and whether it is degraded."""
         async with self.pool.connection() as conn:
             row = await employees.get(conn, request.path_params["name"])
-        return JSONResponse({**_row(row), "spec": row["spec"]})
+            sick = await degraded.view(conn, row["name"])
+        return JSONResponse({**_row(row), "spec": row["spec"], "degraded": sick})
 
     async def lifecycle(self, request: Request, caller: Caller) -> Response:
         """`:start`, `:stop`, `:resume`, `:reset`, `:interrupt`: the change and an intent."""
@@ -286,27 +300,6 @@ class OwnerApi:
         async with self.pool.connection() as conn:
             req = await intents.set_limits(conn, request.path_params["name"], body)
         return _requested(req)
-
-    async def attention_act(self, request: Request, caller: Caller) -> Response:
-        """`<id>:act` with `{"action": "retry"}`: run an unknown tool call once more, or send
-        an `unknown` or `failed` outbox row once more."""
-        item, _, verb = str(request.path_params["target"]).partition(":")
-        if verb != "act" or not item.isdigit() or len(item) > 18:
-            raise NotFound("use POST /v1/attention/<item id>:act")
-        body = await bodies.read_object(request)
-        action = _string(body, "action", "")
-        if action != names.ACTION_RETRY:
-            raise InputInvalid("action", f"unknown action {action!r}; use {names.ACTION_RETRY!r}")
-        async with self.pool.connection() as conn:
-            outbound = await egress.retry_item(conn, int(item))
-            if outbound is not None:
-                body = {"item": int(item), "action": action, "outbox": outbound}
-                return JSONResponse(body, status_code=202)
-            done = await retry.request_retry(conn, int(item))
-        if self.kicker is not None:
-            self.kicker.kick()
-        return JSONResponse({"item": done.item_id, "action": action, "call": done.call,
-                             "input": done.ingress_id}, status_code=202)  # fmt: skip
 
     async def intent(self, request: Request, caller: Caller) -> Response:
         """One intent, `applying` until applied (then `applied` or `failed`)."""

@@ -77,8 +77,16 @@ VALUES (%(employee)s, %(audience)s, %(session)s, %(kind)s, %(turn_id)s, %(dedupe
 ON CONFLICT (dedupe_key) DO NOTHING;
 
 -- name: turn_done
--- Record the consuming save on the turn.
-UPDATE turns SET status = 'done', consumed_seq = %(through)s, ended_at = now() WHERE id = %(turn_id)s;
+-- Record the consuming save on the turn, with the chains of every input it consumed (those it
+-- loaded first, then the merged ones, each once) for its timeline entry.
+UPDATE turns SET status = 'done', consumed_seq = %(through)s, ended_at = now(),
+    chains = ARRAY(
+        SELECT u.c FROM unnest(coalesce(chains, '{}') || ARRAY(
+            SELECT d.chain_id FROM bus_deliveries d
+            WHERE d.stream_key = %(stream_key)s AND d.seq = ANY(%(seqs)s) ORDER BY d.seq
+        )) WITH ORDINALITY AS u(c, k)
+        GROUP BY u.c ORDER BY min(u.k))
+WHERE id = %(turn_id)s;
 
 -- name: outbound_insert
 -- The reply enters the outbox once (the idempotency key makes a retried save a no-op).
