@@ -5,12 +5,13 @@
 Starts an embedded PostgreSQL (or takes a fresh database on EVENTOS_DATABASE_URL's server) and
 the real ingress service, and fills the database: `--employees` running employees, each with a
 budget and today's spend, 3 owner messages routed and waiting (class C1) and 2 open attention
-items; the first employee also has `--rows` finished turns (each with a model call) over 1,000
-conversations. Then it loads each console page as the browser does, `--repeat` times over
-loopback with the admin token: the employees page (`/v1/me`, `/v1/employee-summaries`) and the
-first employee's page (the employee, why waiting, conversations, turns, timeline), and prints
-per API call the server time (request to last byte, p50 and p99) and the bytes sent, then the
-console's own payload: the page, its files gzipped, and its largest JavaScript file.
+items; the first employee also has `--rows` timeline entries (the mix real traffic writes, over
+a week) and `--rows` finished turns (each with a model call) over 1,000 conversations. Then it
+loads each console page as the browser does, `--repeat` times over loopback with the admin
+token: the employees page (`/v1/me`, `/v1/employee-summaries`) and the first employee's page
+(the employee, why waiting, conversations, turns, timeline), and prints per API call the server
+time (request to last byte, p50 and p99) and the bytes sent, then the console's own payload:
+the page, its files gzipped, and its largest JavaScript file.
 No Temporal: nothing here runs a turn.
 """
 
@@ -44,6 +45,7 @@ from eventos.llm.endpoints import LlmEndpoints
 from eventos.routing import route_pass
 from eventos.settings import DatabaseSettings
 from eventos.spec import load_specs
+from eventos.testing.timeline import bulk_timeline
 
 MESSAGES_EACH = 3
 ATTENTION_EACH = 2
@@ -194,14 +196,16 @@ async def run(n_employees: int, rows: int, repeat: int, folder: Path) -> None:
             await migrate(conn)
             progress(f"seeding {n_employees} employees")
             await seed_employees(conn, names)
-            progress(f"seeding {rows} turns of {names[0]}")
+            progress(f"seeding {rows} timeline entries and {rows} turns of {names[0]}")
+            await bulk_timeline(conn, names[0], rows)
             await seed_turns(conn, names[0], rows)
         ingress = start_ingress(stack, url, router=None, env={})
         progress(f"measuring each call {repeat} times")
         measured = await asyncio.to_thread(measure, ingress.base_url, pages(names[0]), repeat)
         print(
-            f"console pages, {n_employees} employees, {rows} turns of {names[0]} over "
-            f"{CONVERSATIONS} conversations; each call {repeat} times, one at a time"
+            f"console pages, {n_employees} employees; {names[0]} has {rows} timeline entries and "
+            f"{rows} turns over {CONVERSATIONS} conversations; each call {repeat} times, one at a "
+            "time"
         )
         print(table(["page", "call", "p50 ms", "p99 ms", "bytes"], measured))
         print(payload(ingress.base_url))

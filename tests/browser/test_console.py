@@ -1,18 +1,23 @@
 """The web console in a real browser on the real stack (issue 16 point 7): sign in with a token,
-chat and see the reply arrive live, approve a held send, Retry an `unknown` send, read an
-employee's conversations and turns, and one user's console never showing another's chat."""
+chat and see the reply arrive live, approve a held send, Retry an `unknown` send, resolve an
+attention item with its action, replay a dead letter after its confirmation, read why an input
+waits and an employee's conversations and turns, and one user's console never showing another's
+chat."""
 
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from browser_stack import PHONE, Tabs, browser, expect, tabs  # noqa: F401
 from channel_stack import Stack, egress_running, now, telegram_stack
 from conftest import ADMIN_TOKEN, E2E_TIMEOUT_S
 from psycopg_pool import AsyncConnectionPool
+from test_router import query
 
 from eventos.db import Conn
 from eventos.llm.endpoints import LlmEndpoints
@@ -225,4 +230,109 @@ async def test_every_console_answer_carries_its_security_headers(stack: Stack, t
     await tab.sign_in(ADMIN_TOKEN)
     scripts = [u for u in tab.urls if re.search(r"/console/assets/[0-9a-f]{16}/.*\.js$", u)]
     assert scripts, tab.urls  # versioned asset names
+    tab.check_clean(ADMIN_TOKEN)
+
+
+async def lifecycle(s: Stack, action: str) -> None:
+    """Stop, reset or start the stack's employee and wait until its intent is applied."""
+    r = await s.api.post(f"/v1/employees/{s.name}:{action}", json={})
+    assert r.status_code == 202, r.text
+    intent = r.json()["intent"]["id"]
+
+    async def applied() -> bool:
+        return bool((await s.api.get(f"/v1/intents/{intent}")).json()["state"] == "applied")
+
+    await wait_for(applied, timeout=60, interval=0.2, what=f"{action} applied")
+
+
+async def chat_api(s: Stack, text: str) -> int:
+    doc = {"client_message_id": uuid.uuid4().hex, "text": text}
+    r = await s.api.post(f"/v1/employees/{s.name}/chat", json=doc)
+    assert r.status_code == 202, r.text
+    return int(r.json()["message_id"])
+
+
+async def waiting_rows(s: Stack) -> list[dict[str, Any]]:
+    r = await s.api.get(f"/v1/employees/{s.name}/waiting")
+    assert r.status_code == 200, r.text
+    return list(r.json()["waiting"])
+
+
+async def test_why_an_input_waits_is_read_on_its_employee_page(stack: Stack, tabs: Tabs) -> None:
+    s = stack
+    await lifecycle(s, "stop")
+    await chat_api(s, "hold me, please")
+
+    async def gated() -> list[dict[str, Any]] | None:
+        rows = await waiting_rows(s)
+        return rows if rows and rows[0]["gate"]["code"] == "paused" else None
+
+    (row,) = await wait_for(gated, timeout=60, interval=0.2, what="the input held by the pause")
+    tab = await tabs.open(base(s))
+    await tab.sign_in(ADMIN_TOKEN)
+    await tab.open("employee", s.name)
+    waits = tab.page.get_by_role("table", name="Inputs not yet consumed, and the gate holding each")
+    await expect(waits.get_by_role("row").nth(1)).to_contain_text("paused")
+    await expect(waits).to_contain_text(row["gate"]["text"])
+    assert "hold me" not in await waits.inner_text()  # an input in words, never its text
+    await tab.shot("employee-waiting")
+    tab.check_clean(ADMIN_TOKEN, "hold me")
+
+
+async def test_a_dead_letter_is_replayed_after_its_confirmation(stack: Stack, tabs: Tabs) -> None:
+    s = stack
+    await lifecycle(s, "stop")
+    message = await chat_api(s, "are you still there")
+    routed = (
+        "SELECT 1 FROM bus_deliveries d JOIN bus_streams s USING (stream_key) WHERE s.employee = %s"
+    )
+    await wait_for(lambda: query(s.pool, routed, s.name), timeout=60, interval=0.2,
+                   what="the message routed to the paused stream")  # fmt: skip
+    await lifecycle(s, "reset")  # the paused stream's input dies with its generation
+    await lifecycle(s, "start")
+    async with egress_running(s):
+        tab = await tabs.open(base(s))
+        await tab.sign_in(ADMIN_TOKEN)
+        await tab.open("dead-letters")
+        page = tab.page
+        row = page.get_by_role("row").filter(has_text="reset")
+        await expect(row).to_have_count(1)
+        await row.get_by_role("button", name=re.compile(r"^Replay dead letter")).click()
+        confirm = page.get_by_role("region", name="Replay")
+        await expect(confirm).to_contain_text("1 dead letter would be routed once more")
+        await tab.shot("dead-letters")
+        assert (await s.api.get(f"/v1/employees/{s.name}/chat/{message}")).json()["reply"] is None
+        await confirm.get_by_role("button", name="Replay 1").click()
+        await expect(page.get_by_role("status")).to_contain_text("Replayed 1.")
+
+        async def answered() -> str | None:
+            r = await s.api.get(f"/v1/employees/{s.name}/chat/{message}")
+            return r.json()["reply"]  # type: ignore[no-any-return]
+
+        reply = await wait_for(answered, timeout=60, interval=0.2, what="the replayed reply")
+        await expect(row).to_contain_text("as ")  # the letter now says what replayed it
+    assert "are you still there" in reply
+    tab.check_clean(ADMIN_TOKEN, "still")
+
+
+async def test_an_attention_item_is_resolved_by_its_action(stack: Stack, tabs: Tabs) -> None:
+    s = stack
+    s.fake.cut_next(s.token, 1, applied=True)  # Telegram sent it; its answer never arrived
+    async with egress_running(s):
+        s.fake.customer_message(s.token, 6161, "answer me once")
+        approval = await wait_for(_pending_approval(s), timeout=60, interval=0.2,
+                                  what="the reply held for approval")  # fmt: skip
+        await s.api.post(f"/v1/approvals/{approval}:approve")
+        await s.one_outbox("unknown")
+        tab = await tabs.open(base(s))
+        await tab.sign_in(ADMIN_TOKEN)
+        await tab.open("attention")
+        card = tab.page.get_by_role("article").filter(has_text="send_unknown")
+        await expect(card).to_contain_text("open")
+        await tab.shot("attention")
+        await card.get_by_role("button", name=re.compile(r"^Retry")).click()
+        await expect(tab.page.get_by_role("status")).to_contain_text("Retry done")
+        await s.one_outbox("sent")
+        await expect(card).to_have_count(0)  # resolved: no longer listed as open
+    assert len(s.fake.sent(s.token, 6161)) == 2  # the owner chose to send it again
     tab.check_clean(ADMIN_TOKEN)

@@ -41,10 +41,11 @@ CROSS JOIN LATERAL (
 GROUP BY e.name, x.class;
 
 -- name: console_attention_open_counts
--- How many attention items are open per employee, for these employees.
+-- How many attention items are not resolved (open or acknowledged) per employee, for these
+-- employees.
 SELECT employee, count(*) AS n
 FROM attention_items
-WHERE state = 'open' AND employee = ANY(%(names)s::text[])
+WHERE state IN ('open', 'acked') AND employee = ANY(%(names)s::text[])
 GROUP BY employee;
 
 -- name: console_conversations
