@@ -44,6 +44,8 @@ FIGURES = {
     "channels.py": ["Telegram,", "conversations", "inbound-to-reply latency: p50", "p99",
                     "most in one second", "account bucket", "sent twice: 0"],
     "chat_latency.py": ["owner chat, message → reply", "p50", "p99", "per stage", "routed"],
+    "console.py": ["console pages,", "GET /v1/employee-summaries", "p50 ms", "p99 ms", "bytes",
+                   "turns?limit=20", "largest JavaScript payload"],
     "content_rules.py": ["rules, ", "validation (apply)", "compile_rules", "holds() per message",
                          "p50 ms", "/baseline", "ReDoS"],
     "fleet.py": ["employees; webhooks at", "turns finished in the load window", "under load p99",

@@ -15,6 +15,8 @@ from eventos.channels.http import provider_client
 from eventos.channels.readers import ChannelReader, ChannelReaders
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.telegram import TelegramApi, TelegramReader
+from eventos.console import serve as console
+from eventos.console.assets import Assets
 from eventos.db import Conn, open_pool
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.scheduler import SchedConfig
@@ -156,7 +158,7 @@ async def build(cfg: IngressConfig) -> Service:
         host=cfg.service.host,
         http_port=cfg.service.http_port,
         grpc_port=cfg.service.grpc_port,
-        routes=owner.routes(),
+        routes=[*owner.routes(), *console.routes(Assets.load())],
         raw_routes=[
             (HOOKS_PREFIX, hook_app(HOOKS_PREFIX, hooks.handle)),
             (WHATSAPP_PREFIX, hook_app(WHATSAPP_PREFIX, whatsapp.handle)),

@@ -336,6 +336,105 @@ SCHEMAS: dict[str, Schema] = {
     ),
 }
 
+# The web console's reads (console_api.py).
+NUM: Schema = {"type": "number"}
+TIME: Schema = {"type": "string", "format": "date-time"}
+CURSOR: Schema = nullable({**STR, "description": "pass as `?cursor=` for the next page"})
+
+
+def _page_of(key: str, item: str) -> Schema:
+    return obj({key: {"type": "array", "items": ref(item)}, "next_cursor": CURSOR})
+
+
+SCHEMAS |= {
+    "Me": obj({"name": STR, "admin": BOOL, "chat": {"type": "array", "items": STR}}),
+    "Budget": obj(
+        {"daily_usd": nullable(NUM), "spent_usd": NUM, "reserved_usd": NUM, "state": STR}
+    ),
+    "EmployeeSummary": obj(
+        {
+            "name": STR,
+            "state": STR,
+            "pause_reason": nullable(STR),
+            "generation": nullable(INT),
+            "budget": ref("Budget"),
+            "pending": {
+                "type": "object",
+                "additionalProperties": INT,
+                "description": "inputs not yet consumed by class (`C1` …)",
+            },
+            "pending_capped": BOOL,
+            "attention_open": INT,
+        }
+    ),
+    "EmployeeSummaryPage": _page_of("employee_summaries", "EmployeeSummary"),
+    "Conversation": obj(
+        {
+            "generation": INT,
+            "agent": STR,
+            "thread": STR,
+            "lane": STR,
+            "turns": INT,
+            "updated_at": TIME,
+            "transcript_messages": INT,
+            "unconsumed": INT,
+            "hold_reason": nullable(STR),
+        }
+    ),
+    "ConversationPage": _page_of("conversations", "Conversation"),
+    "TurnStep": obj(
+        {"kind": {"enum": ["llm", "tool"]}, "at": TIME},
+        {
+            "model": STR,
+            "state": STR,
+            "input_tokens": nullable(INT),
+            "output_tokens": nullable(INT),
+            "usd": NUM,
+            "name": STR,
+            "effect": STR,
+            "status": STR,
+            "outcome": nullable(STR),
+        },
+    ),
+    "Turn": obj(
+        {
+            "id": STR,
+            "generation": INT,
+            "agent": STR,
+            "thread": STR,
+            "n": INT,
+            "class": INT,
+            "status": STR,
+            "started_at": TIME,
+            "ended_at": nullable(TIME),
+            "error": nullable(STR),
+            "admission_wait_s": nullable(NUM),
+            "cost_usd": NUM,
+            "input_tokens": INT,
+            "output_tokens": INT,
+            "steps": {"type": "array", "items": ref("TurnStep")},
+            "steps_capped": BOOL,
+        }
+    ),
+    "TurnPage": _page_of("turns", "Turn"),
+    "ChatHistoryMessage": obj(
+        {
+            "message_id": INT,
+            "text": STR,
+            "status": STR,
+            "reply": nullable(STR),
+            "created_at": TIME,
+        }
+    ),
+    "ChatHistory": obj(
+        {
+            "messages": {"type": "array", "items": ref("ChatHistoryMessage")},
+            "next_cursor": CURSOR,
+            "last_event_id": {**INT, "description": "the chat event stream's `after`"},
+        }
+    ),
+}
+
 COMMON = {
     "400": "a malformed request; `errors` names each bad field (`(body)` for the whole body)",
     "401": "no valid bearer token",
@@ -711,6 +810,8 @@ def paths() -> dict[str, Any]:
             )
         },
     }
+    for path, item in _console_paths(employee).items():
+        out.setdefault(path, {}).update(item)
     events = out["/v1/employees/{name}/chat/events"]["get"]
     events["responses"]["200"]["content"] = {"text/event-stream": {"schema": STR}}
     for action, what in [
@@ -722,6 +823,60 @@ def paths() -> dict[str, Any]:
     ]:
         out[f"/v1/employees/{{name}}:{action}"] = _lifecycle(action, what)
     return out
+
+
+def _console_paths(employee: dict[str, str]) -> dict[str, Any]:
+    """The web console's reads (console_api.py)."""
+    page = [
+        {"name": "cursor", "in": "query", "required": False, "schema": STR},
+        {
+            "name": "limit",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 1, "maximum": 200},
+        },
+    ]
+    thread = {"name": "thread", "in": "query", "required": False, "schema": STR}
+    session = {"name": "session", "in": "query", "required": False, "schema": STR}
+    return {
+        "/v1/me": {
+            "get": op(
+                "Who this token is, and the employees it may chat with", (200, "the caller", "Me")
+            )
+        },
+        "/v1/employee-summaries": {
+            "get": op(
+                "Employees by name: state, generation, budget, pending inputs by class, open "
+                "attention items (admin only)",
+                (200, "a page of employees", "EmployeeSummaryPage"),
+                params=page,
+            )
+        },
+        "/v1/employees/{name}/conversations": {
+            "get": op(
+                "An employee's conversations, newest generation first (admin only)",
+                (200, "a page of conversations", "ConversationPage"),
+                errors=employee,
+                params=[NAME, *page],
+            )
+        },
+        "/v1/employees/{name}/turns": {
+            "get": op(
+                "An employee's turns newest first, with their steps and cost (admin only)",
+                (200, "a page of turns", "TurnPage"),
+                errors=employee,
+                params=[NAME, thread, *page],
+            )
+        },
+        "/v1/employees/{name}/chat": {
+            "get": op(
+                "The caller's own messages in a session, newest first, with their replies",
+                (200, "a page of messages", "ChatHistory"),
+                errors=employee,
+                params=[NAME, session, *page],
+            )
+        },
+    }
 
 
 def document() -> dict[str, Any]:

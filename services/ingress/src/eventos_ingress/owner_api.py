@@ -40,6 +40,7 @@ from eventos.wake import Kicker
 from eventos.wakeups import StreamWakeups
 from eventos_ingress import bodies, openapi, problems
 from eventos_ingress.approvals_api import ApprovalsApi
+from eventos_ingress.console_api import ConsoleApi
 from eventos_ingress.operator_api import OperatorApi
 from eventos_ingress.outbox_api import OutboxApi
 from eventos_ingress.streams_api import StreamsApi
@@ -133,6 +134,7 @@ class OwnerApi:
     def __post_init__(self) -> None:
         self.outbox = OutboxApi(self.pool)
         self.approvals = ApprovalsApi(self.pool, self.kicker)
+        self.console = ConsoleApi(self.pool)
         self.operator = OperatorApi(self.pool, self.kicker)
 
         self.timeline = TimelineApi(self.pool, self.sched)
@@ -209,6 +211,12 @@ class OwnerApi:
             op("/v1/users", self.user_add, "POST"),
             op("/v1/users", self.user_list, "GET"),
             op("/v1/users/{name}", self.user_remove, "DELETE"),
+            # The web console's reads (console_api.py).
+            op("/v1/me", self.console.me, "GET", users=True),
+            op("/v1/employee-summaries", self.console.summaries, "GET"),
+            op("/v1/employees/{name}/conversations", self.console.conversations, "GET"),
+            op("/v1/employees/{name}/turns", self.console.turns, "GET"),
+            op("/v1/employees/{name}/chat", self.console.chat_history, "GET", users=True),
         ]
 
         async def unmatched(request: Request) -> Response:

@@ -1009,6 +1009,12 @@ $$;
 CREATE TRIGGER attention_items_timeline AFTER INSERT ON attention_items
     FOR EACH ROW EXECUTE FUNCTION timeline_attention();
 
+-- The web console's reads (issue 16); see 0023_console.sql.
+CREATE INDEX turns_employee_started ON turns (employee, started_at DESC, id DESC);
+CREATE INDEX tool_calls_turn ON tool_calls (turn_id);
+CREATE INDEX chat_messages_session ON chat_messages (employee, audience, session, id);
+CREATE INDEX chat_events_turn ON chat_events (turn_id);
+
 -- The operator event stream (issue 16 point 5; docs/events.md) and the chat stream's places.
 --
 -- An event row is written beside the state change it tells, in the same transaction, without
