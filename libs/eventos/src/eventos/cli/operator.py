@@ -174,7 +174,7 @@ def cmd_attention(args: argparse.Namespace) -> int:
             item = client.attention_item(item_id)
         else:
             item = client.attention_post(item_id, args.verb, {})
-        emit(args, item, item_lines(item))
+        emit(args, item, item_lines(item), "\n".join(table([item], ITEM_WIDE, wide=True)))
         return 0
     return _list_items(args, client)
 
