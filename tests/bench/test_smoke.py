@@ -59,6 +59,8 @@ FIGURES = {
     "relay.py": ["calls/s", "events/s", "raw", "relay/raw calls/s"],
     "router.py": ["Router drain vs ingress saturation", "rows/s", "router drain (ingress idle)",
                   "router drain / ingress saturation"],
+    "operator_events.py": ["inputs/s", "no event trigger", "dead-letter", "events placed/s",
+                           "read p50 ms", "a user (1 in 50)"],
     "soak.py": ["ingress peak RSS (MiB)", "chart memory limit", "normal p99 (ms)", "stored whole"],
     "timeline.py": ["page (limit 50)", "p50 ms", "p99 ms", "Index Scan Backward",
                     "no timeline", "mark delivered"],

@@ -15,7 +15,7 @@ from test_dead_letters import Letters, letters  # noqa: F401 (a fixture)
 
 from eventos import names
 from eventos.cli import main
-from eventos.operator.commands import parse_selector
+from eventos.cli.operator import parse_selector
 
 
 @pytest.fixture(autouse=True)
@@ -100,5 +100,5 @@ async def test_attention_list_ack_resolve_and_act(
     assert await ctl(ingress_url, "attention", "resolve", str(high["id"])) == 0
     assert await ctl(ingress_url, "attention", "resolve", str(high["id"])) == 1
     assert "is resolved (409)" in capsys.readouterr().err
-    assert await ctl(ingress_url, "attention", "ack") == 1
+    assert await ctl(ingress_url, "attention", "ack") == 2
     assert "needs the item's ID" in capsys.readouterr().err

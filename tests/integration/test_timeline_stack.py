@@ -18,8 +18,7 @@ from test_router import query
 from test_supervision import applied, new_employee
 from test_turns import Instance, instance, local_spec  # noqa: F401 (`instance` is a fixture)
 
-from eventos import cli
-from eventos.cli import main
+from eventos.cli import main, watch
 from eventos.testing import wait_for
 
 pytestmark = pytest.mark.temporal
@@ -132,28 +131,28 @@ async def test_eventosctl_timeline_prints_reads_back_and_follows(
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and "turn.started" in lines[0] and "turn.done" in lines[1]
 
-    # --follow: the latest page, then each new entry once, until interrupted (here: once the
-    # reply to a chat sent meanwhile was printed, or after a minute of polls).
+    # --follow: the latest page, then each new entry once, over the event stream, until
+    # interrupted (here: once the reply to a chat sent as the stream opened was printed).
     loop = asyncio.get_running_loop()
     out: list[str] = []
-    pauses = 0
+    blocks = 0
+    deadline = time.monotonic() + 180
 
     async def send() -> None:
         r = await instance.api.post(f"/v1/employees/{name}/chat",
                                     json={"client_message_id": "follow", "text": "follow me"})  # fmt: skip
         assert r.status_code == 202
 
-    def pause(seconds: float) -> None:
-        nonlocal pauses
-        pauses += 1
+    def on_block() -> None:
+        nonlocal blocks
+        blocks += 1
         out.extend(capsys.readouterr().out.splitlines())
-        if pauses == 1:
+        if blocks == 1:
             asyncio.run_coroutine_threadsafe(send(), loop).result(timeout=30)
-        elif any('"reply.sent"' in ln for ln in out) or pauses > 300:
+        elif any('"reply.sent"' in ln for ln in out) or time.monotonic() > deadline:
             raise KeyboardInterrupt
-        time.sleep(0.2)
 
-    monkeypatch.setattr(cli, "_pause", pause)
+    monkeypatch.setattr(watch, "on_block", on_block)
     assert await ctl("timeline", name, "--follow", "-o", "json", *where) == 0
     out.extend(capsys.readouterr().out.splitlines())
     entries = [json.loads(ln) for ln in out]

@@ -468,3 +468,17 @@ TIMELINE_KINDS: Final = {
     "tool": ("tool.done", "tool.unknown"),
     "attention": ("attention.raised",),
 }  # fmt: skip
+
+# The operator event stream (issue 16, `GET /v1/events`; docs/events.md): kinds by family,
+# retention.
+OPERATOR_EVENTS_RETENTION_DAYS: Final = 7
+OPERATOR_EVENT_KINDS: Final = {
+    "turn": ("turn.started", "turn.done", "turn.failed", "turn.cancelled", "turn.interrupted"),
+    "outbox": ("outbox.queued", "outbox.held", "outbox.sent", "outbox.failed", "outbox.unknown",
+               "outbox.expired"),
+    "dead_letter": ("dead_letter.added",),
+    "attention": ("attention.raised", "attention.acked", "attention.resolved"),
+    "approval": ("approval.created", "approval.decided", "approval.expired"),
+    "employee": ("employee.starting", "employee.running", "employee.paused", "employee.retired",
+                 "employee.degraded", "employee.recovered"),
+}  # fmt: skip

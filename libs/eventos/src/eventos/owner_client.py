@@ -8,12 +8,17 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from eventos.errors import EventOSError
+from eventos.sse import Block, Parser
+
+# A stream sends a keep-alive every 15 quiet seconds: silence past this is a dead connection.
+STREAM_SILENCE_S = 45.0
 
 
 class InstanceUnreachable(EventOSError):
@@ -26,6 +31,10 @@ class InstanceUnreachable(EventOSError):
 
 class InstanceTimeout(InstanceUnreachable):
     """The instance did not answer in time."""
+
+
+class StreamDropped(EventOSError):
+    """The event stream's connection dropped."""
 
 
 class OwnerApiError(EventOSError):
@@ -95,6 +104,32 @@ class OwnerClient:
         if response.status_code == 204:
             return None
         return response.json()
+
+    def stream(self, path: str, params: dict[str, str], last_id: str | None) -> Iterator[Block]:
+        """The blocks of a server-sent event stream, from after `last_id` (Last-Event-ID);
+        StreamDropped when its connection drops or goes silent, InstanceUnreachable when it
+        cannot connect."""
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "text/event-stream"}
+        if last_id is not None:
+            headers["Last-Event-ID"] = last_id
+        timeout = httpx.Timeout(self.timeout_s, read=STREAM_SILENCE_S)
+        url = self.url.rstrip("/") + path
+        try:
+            with self._http.stream("GET", url, params=params, headers=headers,
+                                   timeout=timeout) as response:  # fmt: skip
+                if response.status_code >= 400:
+                    response.read()
+                    raise _refusal(response)
+                parser = Parser()
+                for line in response.iter_lines():
+                    block = parser.feed(line)
+                    if block is not None:
+                        yield block
+        except httpx.ConnectError:
+            raise InstanceUnreachable(self.url) from None
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            raise StreamDropped(f"the stream at {self.url} dropped ({exc or type(exc).__name__})"
+                                ) from None  # fmt: skip
 
     def apply(self, text: str, *, content_type: str = "application/yaml") -> list[dict[str, Any]]:
         """Apply one or more specs; returns {name, created, changed} per employee."""

@@ -33,7 +33,7 @@ from eventos.settings import (
 from eventos.spec import PROVIDER_SCHEMES
 from eventos.v1 import ingress_pb2_grpc
 from eventos.wake import Kicker
-from eventos.wakeups import ChatWakeups
+from eventos.wakeups import StreamWakeups
 from eventos_ingress.credentials import DriverTable
 from eventos_ingress.discord import PREFIX as DISCORD_PREFIX
 from eventos_ingress.discord import DiscordInteractions
@@ -120,7 +120,7 @@ async def build(cfg: IngressConfig) -> Service:
         body_idle_timeout_s=cfg.http_bounds.body_idle_timeout_s,
         spool_dir=str(spool_dir) if spool_dir else None,
     )
-    wakeups = ChatWakeups(cfg.database)
+    wakeups = StreamWakeups(cfg.database)
     owner = OwnerApi(pool, cfg.admin.token, wakeups, kicker, cfg.llm_endpoints, cfg.sched)
     drivers = DriverTable(pool, cfg.secrets, cfg.grpc.internal_token)
     servicer = EventIngressServicer(pool, committer, drivers, cfg.grpc, kicker)

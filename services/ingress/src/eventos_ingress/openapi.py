@@ -243,6 +243,23 @@ SCHEMAS: dict[str, Schema] = {
             "next_before": {"type": ["integer", "null"]},
         }
     ),
+    "OperatorEvent": {
+        **obj(
+            {
+                "pos": INT,
+                "at": {"type": "string", "format": "date-time"},
+                "kind": {
+                    "enum": sorted(k for ks in names.OPERATOR_EVENT_KINDS.values() for k in ks)
+                },
+                "employee": STR,
+                "ref": STR,
+                "state": nullable(STR),
+                "detail": {"type": "object"},
+            }
+        ),
+        "description": "the data of one event of `GET /v1/events`: ids, kinds, states and "
+        "names, never message text",
+    },
     "Approval": obj(
         {"id": STR, "employee": STR, "state": STR, "expires_at": STR},
         {
@@ -485,6 +502,30 @@ def _lifecycle(action: str, what: str) -> dict[str, Any]:
     }
 
 
+def events_paths() -> dict[str, Any]:
+    """The operator event stream (docs/events.md)."""
+    kinds = ", ".join(f"`{f}`" for f in names.OPERATOR_EVENT_KINDS)
+    params = [
+        {"name": "Last-Event-ID", "in": "header", "schema": STR,
+         "description": "the place read last (a reconnect): every event after it, once"},
+        {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0},
+         "description": "as Last-Event-ID, for clients that cannot set it; neither: from now"},
+        {"name": "employee", "in": "query", "schema": STR, "description": "one employee's"},
+        {"name": "kind", "in": "query", "schema": STR,
+         "description": f"kinds or families ({kinds}), comma-separated"},
+    ]  # fmt: skip
+    get = op(
+        "State changes as server-sent events (a user: its own audience's); each event's `id` "
+        "is its place, its `event` its kind, its `data` an OperatorEvent",
+        (200, "a text/event-stream", None),
+        errors={"400": "a bad filter, or a Last-Event-ID ahead of the stream",
+                "410": "events after that Last-Event-ID are past the retention"},
+        params=params,
+    )  # fmt: skip
+    get["responses"]["200"]["content"] = {"text/event-stream": {"schema": STR}}
+    return {"/v1/events": {"get": get}}
+
+
 def attention_paths(item_id: dict[str, Any]) -> dict[str, Any]:
     """Attention items: the list, one item, and :ack, :resolve, :act."""
     item = [{**item_id, "name": "item_id"}]
@@ -703,6 +744,7 @@ def paths() -> dict[str, Any]:
             ),
             "get": op("Every user (admin only)", (200, "the users", "UserList")),
         },
+        **events_paths(),
         **attention_paths(intent_id),
         **dead_letter_paths(),
         "/v1/approvals": {

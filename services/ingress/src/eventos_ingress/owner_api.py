@@ -1,8 +1,9 @@
 """The owner API under `/v1/` (SPEC §6.2, §17), behind bearer tokens.
 
 The admin token may do everything and chats as the audience `owner`; a user token may chat,
-read its own messages and follow its own event stream, and nothing else (403). Chat calls are
-always scoped to the caller's audience (`eventos.users`).
+read its own messages and follow its own event streams (streams_api.py), and see and handle its
+own approvals and attention items; nothing else (403). Chat calls are always scoped to the
+caller's audience (`eventos.users`).
 
 Every operation runs inside one guard: authenticate, check the caller may do it, check the
 path and query values and the declared body length, translate database errors (an outage is a
@@ -11,25 +12,20 @@ path and query values and the declared body length, translate database errors (a
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hmac
-import json
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 
 from eventos import chat, employees, intents, names, users
 from eventos.db import Conn, translate
 from eventos.errors import (
-    DatabaseUnavailable,
     EventOSError,
     Forbidden,
     InputInvalid,
@@ -41,12 +37,13 @@ from eventos.llm.endpoints import LlmEndpoints
 from eventos.scheduler import SchedConfig
 from eventos.spec import parse_specs, yaml_documents
 from eventos.wake import Kicker
-from eventos.wakeups import ChatWakeups
+from eventos.wakeups import StreamWakeups
 from eventos_ingress import bodies, openapi, problems
 from eventos_ingress.approvals_api import ApprovalsApi
 from eventos_ingress.console_api import ConsoleApi
 from eventos_ingress.operator_api import OperatorApi
 from eventos_ingress.outbox_api import OutboxApi
+from eventos_ingress.streams_api import StreamsApi
 from eventos_ingress.timeline_api import TimelineApi
 
 log = logging.getLogger(__name__)
@@ -129,7 +126,7 @@ class OwnerApi:
 
     pool: AsyncConnectionPool[Conn]
     token: str
-    wakeups: ChatWakeups  # wakes the chat event streams when an event commits
+    wakeups: StreamWakeups  # wakes the event streams when their events are placed
     kicker: Kicker | None = None
     endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)  # what apply allows models
     sched: SchedConfig = field(default_factory=SchedConfig)  # admission's, to explain waits
@@ -141,6 +138,7 @@ class OwnerApi:
         self.operator = OperatorApi(self.pool, self.kicker)
 
         self.timeline = TimelineApi(self.pool, self.sched)
+        self.streams = StreamsApi(self.pool, self.wakeups)
 
     async def authenticate(self, request: Request) -> Caller:
         """The caller of a bearer token: the admin's (compared in constant time), else a user's
@@ -191,7 +189,7 @@ class OwnerApi:
             op("/v1/employees", self.list, "GET"),
             op("/v1/employees/{name}", self.get, "GET"),
             op("/v1/employees/{name}/chat", self.chat, "POST", users=True),
-            op("/v1/employees/{name}/chat/events", self.chat_events, "GET", users=True),
+            op("/v1/employees/{name}/chat/events", self.streams.chat, "GET", users=True),
             op("/v1/employees/{name}/chat/{message_id}", self.chat_message, "GET", users=True),
             op("/v1/employees/{name}/limits", self.limits, "POST"),
             op("/v1/employees/{name}/timeline", self.timeline.list, "GET"),
@@ -199,6 +197,7 @@ class OwnerApi:
             op("/v1/employees/{target}", self.lifecycle, "POST"),
             op("/v1/intents/{intent_id}", self.intent, "GET"),
             op("/v1/rearm", self.rearm, "POST"),
+            op("/v1/events", self.streams.operator, "GET", users=True),
             op("/v1/attention", self.operator.attention_list, "GET", users=True),
             op("/v1/attention/{target}", self.operator.attention_post, "POST", users=True),
             op("/v1/attention/{item_id}", self.operator.attention_get, "GET", users=True),
@@ -321,56 +320,6 @@ class OwnerApi:
         return JSONResponse(
             {"message_id": row["id"], "status": row["status"], "reply": row["reply"]}
         )
-
-    async def chat_events(self, request: Request, caller: Caller) -> Response:
-        """Server-sent events of one chat session (its audience's content only)."""
-        name = request.path_params["name"]
-        session = request.query_params.get("session", chat.DEFAULT_SESSION)
-        raw_after = request.headers.get("last-event-id") or request.query_params.get("after", "0")
-        try:
-            after = int(raw_after)
-        except ValueError:
-            raise InputInvalid("after", "must be an integer") from None
-        async with self.pool.connection() as conn:
-            await employees.get(conn, name)  # 404 before the stream starts
-        events = self._events(request, name, session, after, caller.audience)
-        return StreamingResponse(events, media_type="text/event-stream")
-
-    async def _events(
-        self, request: Request, name: str, session: str, after: int, audience: str
-    ) -> AsyncIterator[str]:
-        """Stream this session's events (only its own audience): read them whenever a
-        committed chat event of the employee wakes the stream (LISTEN/NOTIFY), else every
-        250 ms while nobody listens, and every 5 s regardless (a wake is only a hint). The
-        stream ends when the database is unavailable (the client reconnects with
-        Last-Event-ID)."""
-        yield ": connected\n\n"
-        quiet_since = time.monotonic()
-        with self.wakeups.subscribe(name) as woken:
-            while not await request.is_disconnected():
-                woken.clear()  # before the read: a wake during it means read again
-                try:
-                    async with translate(), self.pool.connection() as conn:
-                        rows = await chat.events_after(conn, name, session, after, audience)
-                except DatabaseUnavailable:
-                    yield f"retry: {problems.RETRY_AFTER_S * 1000}\n: database unavailable\n\n"
-                    return
-                for row in rows:
-                    after = int(row["id"])
-                    doc: dict[str, object] = {"id": after, "turn_id": row["turn_id"]}
-                    if row["kind"] == names.RUN_REPLY:
-                        doc["text"] = row["text"]
-                    else:
-                        doc["message_ids"] = list(row["message_ids"])
-                    yield f"id: {after}\nevent: {row['kind']}\ndata: {json.dumps(doc)}\n\n"
-                if rows:
-                    quiet_since = time.monotonic()
-                elif time.monotonic() - quiet_since >= SSE_KEEPALIVE_S:
-                    quiet_since = time.monotonic()
-                    yield ": keep-alive\n\n"
-                wait = SSE_RECHECK_S if self.wakeups.listening else SSE_POLL_S
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), wait)
 
     async def chat(self, request: Request, caller: Caller) -> Response:
         """Send a message as the caller's audience (202, queued)."""

@@ -15,6 +15,7 @@ from eventos.db import Conn, open_pool
 from eventos.db.migrate import drop_expired_partitions, ensure_partitions
 from eventos.db.sql import Q
 from eventos.metrics import ROUTER_DELIVERIES, ROUTER_ROWS, count_dead
+from eventos.operator import events as operator_events
 from eventos.routing import RouteStats, route_pass
 from eventos.service import Service
 from eventos.settings import DatabaseSettings, ServiceSettings
@@ -67,8 +68,8 @@ async def route_loop(
 
 
 async def upkeep_loop(pool: AsyncConnectionPool[Conn]) -> None:
-    """Partitions ahead; expired partitions, dedupe keys, bodies and timeline entries gone
-    (SPEC §5, §15)."""
+    """Partitions ahead; expired partitions, dedupe keys, bodies, timeline entries and operator
+    events gone (SPEC §5, §15)."""
     while True:
         try:
             async with pool.connection() as conn:
@@ -82,6 +83,7 @@ async def upkeep_loop(pool: AsyncConnectionPool[Conn]) -> None:
                 while await blobs.expire(conn) > 0:
                     pass
                 await timeline.expire(conn)
+                await operator_events.expire(conn)
         except Exception:
             log.exception("upkeep failed; next try in an hour")
         await asyncio.sleep(UPKEEP_INTERVAL_S)

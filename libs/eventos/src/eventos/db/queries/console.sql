@@ -111,8 +111,8 @@ FROM chat_messages m
 LEFT JOIN LATERAL (
     SELECT text FROM chat_events
     WHERE turn_id = m.turn_id AND kind = 'reply' AND employee = m.employee
-      AND audience = m.audience
-    ORDER BY id LIMIT 1
+      AND audience = m.audience AND pos IS NOT NULL  -- not placed yet: the stream brings it
+    ORDER BY pos LIMIT 1
 ) r ON m.turn_id IS NOT NULL
 WHERE m.employee = %(employee)s AND m.audience = %(audience)s AND m.session = %(session)s
   AND (%(before)s::bigint IS NULL OR m.id < %(before)s::bigint)
@@ -120,8 +120,9 @@ ORDER BY m.id DESC
 LIMIT %(limit)s;
 
 -- name: console_chat_last_event
--- The newest chat event id of one audience's session (where its event stream goes on from).
-SELECT coalesce(max(id), 0) AS id FROM chat_events
+-- The last place of one audience's session's chat events (where its event stream goes on
+-- from; read in the history's snapshot, so a reply is either listed or streamed, never both).
+SELECT coalesce(max(pos), 0) AS id FROM chat_events
 WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(session)s;
 
 -- name: console_employee_exists

@@ -137,11 +137,12 @@ LEFT JOIN chat_events r ON r.turn_id = m.turn_id AND r.kind = 'reply'
 WHERE m.employee = %(employee)s AND m.audience = %(audience)s AND m.id = %(id)s;
 
 -- name: chat_events_after
--- Run events and replies of one session of one audience after an id (the event stream's poll).
-SELECT id, kind, turn_id, message_ids, text, created_at FROM chat_events
+-- Run events and replies of one session of one audience placed after `after` (the event
+-- stream's poll; by place, not id: see migration 0025).
+SELECT id, pos, kind, turn_id, message_ids, text, created_at FROM chat_events
 WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(session)s
-  AND id > %(after)s
-ORDER BY id LIMIT 100;
+  AND pos > %(after)s
+ORDER BY pos LIMIT 100;
 
 -- name: outbound_fail
 -- A send that can never be made (its recipient does not open): nothing was called.

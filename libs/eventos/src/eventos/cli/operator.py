@@ -2,7 +2,8 @@
 
 `replay` asks first: without `--yes` it prints what the selector would replay and asks on the
 terminal (anything but `y` replays nothing, exit 1); with `--yes` it confirms with the token the
-instance gave. Exit codes as every command: 0 done, 1 refused, declined or failed, 2 bad usage.
+instance gave. `attention --watch` prints each item again as it changes, over the operator
+event stream. Exit codes as every command (docs/cli.md#exit-codes).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from eventos.cli import CliError, emit, owner_client
+from eventos.cli import output, watch
+from eventos.cli.instance import CliError, UsageError, owner_client
+from eventos.cli.output import Column, emit, emit_one, table
 from eventos.owner_client import OwnerClient
 
 SELECTOR_KEYS = ("id", "reason", "source", "employee", "since", "until")
@@ -27,21 +30,21 @@ def parse_selector(text: str) -> dict[str, Any]:
         try:
             doc = json.loads(text)
         except ValueError as exc:
-            raise CliError(f"--selector is not valid JSON: {exc}") from None
+            raise UsageError(f"--selector is not valid JSON: {exc}") from None
         if not isinstance(doc, dict):
-            raise CliError("--selector must be a JSON object")
+            raise UsageError("--selector must be a JSON object")
         return doc
     selector: dict[str, Any] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = part.partition("=")
         if not sep or key not in SELECTOR_KEYS or not value:
-            raise CliError(f"--selector: {part!r} is not one of {'=…, '.join(SELECTOR_KEYS)}=…")
+            raise UsageError(f"--selector: {part!r} is not one of {'=…, '.join(SELECTOR_KEYS)}=…")
         if key == "id":
             selector.setdefault("ids", []).append(value)
         else:
             selector[key] = value
     if not selector:
-        raise CliError("--selector names nothing; e.g. --selector reason=filter_error")
+        raise UsageError("--selector names nothing; e.g. --selector reason=filter_error")
     return selector
 
 
@@ -49,6 +52,25 @@ def _letter_line(r: dict[str, Any]) -> str:
     replayed = f"replayed as ingress-{r['replayed_as']}" if r["replayed_as"] else "-"
     return (f"{r['id']:<18}{r['reason']:<18}{r['at'][:19]:<21}{r['source']:<28}"
             f"{r['employee'] or '-':<16}{replayed}\n    {r['preview']}")  # fmt: skip
+
+
+LETTER_WIDE = [
+    Column("ID", lambda r: r["id"]),
+    Column("REASON", lambda r: r["reason"]),
+    Column("AT", lambda r: r["at"]),
+    Column("SOURCE", lambda r: r["source"]),
+    Column("EMPLOYEE", lambda r: r["employee"]),
+    Column("STREAM", lambda r: r["stream"]),
+    Column("TYPE", lambda r: r["type"]),
+    Column("SIZE", lambda r: r["size"]),
+    Column("CHAIN", lambda r: r["chain_id"]),
+    Column("REPLAYED AS", lambda r: r["replayed_as"] and f"ingress-{r['replayed_as']}"),
+    Column("DETAIL", lambda r: r["detail"]),
+]
+
+
+def _more(page: dict[str, Any]) -> list[str]:
+    return [f"more: --cursor {page['next_cursor']}"] if page["next_cursor"] else []
 
 
 def cmd_dead_letters(args: argparse.Namespace) -> int:
@@ -59,9 +81,8 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
     rows = page["dead_letters"]
     lines = [f"{'ID':<18}{'REASON':<18}{'AT':<21}{'SOURCE':<28}{'EMPLOYEE':<16}REPLAYED"]
     lines += [_letter_line(r) for r in rows] or ["no dead letters"]
-    if page["next_cursor"]:
-        lines.append(f"more: --cursor {page['next_cursor']}")
-    emit(args, page, "\n".join(lines))
+    wide = table(rows, LETTER_WIDE) if rows else ["no dead letters"]
+    emit(args, page, "\n".join(lines + _more(page)), "\n".join(wide + _more(page)))
     return 0
 
 
@@ -80,7 +101,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not seen["count"]:
         emit(args, seen, f"nothing to replay{before}")
         return 0
-    if not getattr(args, "json", False):
+    if not output.structured(args):
         print(f"{seen['count']} dead letters would be replayed{before}:")
         for r in seen["sample"]:
             print("  " + _letter_line(r).replace("\n", "\n  "))
@@ -95,15 +116,34 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _item_lines(r: dict[str, Any]) -> str:
+def item_lines(r: dict[str, Any]) -> str:
+    """An attention item on two lines: what it is, then its detail."""
     actions = ", ".join(r["actions"]) or "-"
     head = f"{r['id']:<8}{r['employee']:<16}{r['kind']:<22}{r['severity']:<9}{r['state']:<10}"
     return f"{head}{r['count']:<7}{r['last_seen'][:19]:<21}{actions}\n        {r['detail'] or ''}"
 
 
+ITEM_HEADER = (f"{'ID':<8}{'EMPLOYEE':<16}{'KIND':<22}{'SEVERITY':<9}{'STATE':<10}{'COUNT':<7}"
+               f"{'LAST SEEN':<21}ACTIONS")  # fmt: skip
+ITEM_WIDE = [
+    Column("ID", lambda r: r["id"], 6),
+    Column("EMPLOYEE", lambda r: r["employee"], 14),
+    Column("KIND", lambda r: r["kind"], 20),
+    Column("SEVERITY", lambda r: r["severity"], 8),
+    Column("STATE", lambda r: r["state"], 8),
+    Column("COUNT", lambda r: r["count"], 5),
+    Column("FIRST SEEN", lambda r: r["first_seen"][:19], 19),
+    Column("LAST SEEN", lambda r: r["last_seen"][:19], 19),
+    Column("REF", lambda r: r["ref"], 12),
+    Column("AUDIENCE", lambda r: r["audience"], 8),
+    Column("ACTIONS", lambda r: ",".join(r["actions"]), 7),
+    Column("DETAIL", lambda r: r["detail"]),
+]
+
+
 def _item_id(raw: str | None, action: str) -> int:
     if raw is None or not raw.isdigit():
-        raise CliError(f"attention {action} needs the item's ID (a number)")
+        raise UsageError(f"attention {action} needs the item's ID (a number)")
     return int(raw)
 
 
@@ -134,17 +174,33 @@ def cmd_attention(args: argparse.Namespace) -> int:
             item = client.attention_item(item_id)
         else:
             item = client.attention_post(item_id, args.verb, {})
-        emit(args, item, _item_lines(item))
+        emit(args, item, item_lines(item), "\n".join(table([item], ITEM_WIDE, wide=True)))
         return 0
+    return _list_items(args, client)
+
+
+def _list_items(args: argparse.Namespace, client: OwnerClient) -> int:
+    params = {"kind": "attention", **({"employee": args.employee} if args.employee else {})}
+    stream = watch.start(client, params) if args.watch else None
     query = {"state": args.state, "employee": args.employee, "kind": args.kind,
              "limit": args.limit, "cursor": args.cursor}  # fmt: skip
     page = client.attention(query)
-    lines = [f"{'ID':<8}{'EMPLOYEE':<16}{'KIND':<22}{'SEVERITY':<9}{'STATE':<10}{'COUNT':<7}"
-             f"{'LAST SEEN':<21}ACTIONS"]  # fmt: skip
-    lines += [_item_lines(r) for r in page["attention"]] or ["nothing needs attention"]
-    if page["next_cursor"]:
-        lines.append(f"more: --cursor {page['next_cursor']}")
-    emit(args, page, "\n".join(lines))
+    rows = page["attention"]
+    empty = ["nothing needs attention"]
+    lines = [ITEM_HEADER, *([item_lines(r) for r in rows] or empty), *_more(page)]
+    wide = [*(table(rows, ITEM_WIDE, wide=True) if rows else empty), *_more(page)]
+    if stream is None:
+        emit(args, page, "\n".join(lines), "\n".join(wide))
+        return 0
+    wide_form = output.form(args) == output.WIDE
+    emit_one(args, page, "\n".join(wide if wide_form else lines))  # then a JSON line each
+    for event in watch.events(stream):  # the item as it is now, each time it changes
+        item = client.attention_item(int(event["ref"]))
+        if args.kind in (None, item["kind"]):
+            text = item_lines(item)
+            if wide_form:
+                text = table([item], ITEM_WIDE, wide=True, header=False)[0]
+            emit_one(args, item, text)
     return 0
 
 
@@ -177,4 +233,6 @@ def add_commands(add: Add) -> None:
     p.add_argument("--kind", help="only this kind")
     p.add_argument("--action", help="act: the action to take (default: the item's only one)")
     p.add_argument("--daily-usd", type=float, help="act resume: raise the daily budget instead")
+    p.add_argument("-w", "--watch", action="store_true",
+                   help="list, then print each item again as it changes")  # fmt: skip
     _pages(p)
