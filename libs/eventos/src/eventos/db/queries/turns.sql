@@ -138,7 +138,7 @@ WHERE m.employee = %(employee)s AND m.audience = %(audience)s AND m.id = %(id)s;
 
 -- name: chat_events_after
 -- Run events and replies of one session of one audience placed after `after` (the event
--- stream's poll; by place, not id: see migration 0025).
+-- stream's poll; by place, not id: see migration 0024).
 SELECT id, pos, kind, turn_id, message_ids, text, created_at FROM chat_events
 WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(session)s
   AND pos > %(after)s
