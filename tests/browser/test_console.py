@@ -54,6 +54,9 @@ async def new_user(s: Stack, name: str) -> str:
 async def test_sign_in_then_chat_and_the_reply_arrives_live(stack: Stack, tabs: Tabs) -> None:
     s = stack
     tab = await tabs.open(base(s))
+    await tab.page.goto(f"{base(s)}/console")  # the sign-in page, as a person first sees it
+    await expect(tab.page.get_by_role("button", name="Sign in")).to_be_visible()
+    await tab.shot("sign-in")
     await tab.sign_in(ADMIN_TOKEN)
     page = tab.page
     # The admin lands on the employees page: state, generation, budget, pending, attention.

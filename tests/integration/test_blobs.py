@@ -7,7 +7,7 @@ import os
 
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import blobs
+from eventos import blobs, retention
 from eventos.db import Conn
 
 
@@ -40,7 +40,7 @@ async def test_a_spooled_body_is_stored_from_its_file(pool: AsyncConnectionPool[
     assert row == {"sha256": spool.sha256, "size": len(body)}
 
 
-async def test_retention_keeps_what_a_dead_delivery_may_replay(
+async def test_retention_keeps_what_a_dead_letter_may_replay(
     pool: AsyncConnectionPool[Conn], started: str
 ) -> None:
     async with pool.connection() as conn:
@@ -58,10 +58,13 @@ async def test_retention_keeps_what_a_dead_delivery_may_replay(
             await conn.execute(
                 "INSERT INTO bus_deliveries (stream_key, seq, ingress_id, ingress_received_at,"
                 " subscription_id, route, class, thread, type, body_ref, size, chain_id, hop,"
-                " status) VALUES ('s', %s, %s, now(), %s, '{}', 4, 'main', 't', %s, 1, 'c', 0,"
-                " 'dead')", (seq, seq, sub["id"], refs[name]))  # fmt: skip
+                " status, updated_at) VALUES ('s', %s, %s, now(), %s, '{}', 4, 'main', 't', %s,"
+                " 1, 'c', 0, 'dead', now() - make_interval(days => %s))",
+                (seq, seq, sub["id"], refs[name], ages[name]))  # fmt: skip
         await conn.commit()
-        assert await blobs.expire(conn) == 2
+        assert await blobs.expire(conn) == 1  # a body stays while its dead letter does
+        assert await retention.expire_deliveries(conn) == 1  # the letter dead 91 days ago
+        assert await blobs.expire(conn) == 1
         left = {name for name, ref in refs.items() if await blobs.blob_exists(conn, ref)}
         cur = await conn.execute("SELECT count(*) AS n FROM event_blob_chunks")
         chunks = (await cur.fetchone() or {})["n"]

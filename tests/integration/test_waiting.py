@@ -2,7 +2,8 @@
 pass, a quarantine and a timed backoff (holds another part sets), a relay whose Temporal is
 stopped, and on the whole stack (relay, dev server, admission) a debounce, Stop, the budget, a
 full window behind a stuck turn, a class's slots filled, another class below its floor, a turn
-parked by a missing key, and a storm's open breaker. Each answer's code and until."""
+parked by a missing key, and a storm's open breaker; a backoff reached by turns that really
+fail. Each answer's code and until."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from test_admission import ask
 from test_admission import employees as admission_employees
 from test_budget import budgeted, chat, set_spent
 from test_parking import fake, llm_endpoints, on, parked  # noqa: F401 (fixtures)
+from test_restart_intensity import FAILS, dead, deliveries_of, stream_row, supervising
 from test_router import append_all, driver_event, query, route_until_done
 from test_storm import storm_minute
 from test_supervision import applied, new_employee
@@ -33,7 +35,7 @@ from eventos.db import Conn
 from eventos.embedded_pg import free_port
 from eventos.relay import Relay
 from eventos.scheduler import SchedConfig
-from eventos.settings import TemporalSettings
+from eventos.settings import SupervisionSettings, TemporalSettings
 from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
 
@@ -104,6 +106,37 @@ async def test_routing_the_relay_and_holds_set_by_other_parts(
     assert await asyncio.to_thread(main, ["waiting", started, *where]) == 0
     out = capsys.readouterr().out
     assert "backoff" in out and end.isoformat()[:19] in out
+
+
+# A backoff long enough to read while it holds (on a loaded machine too); no quarantine.
+HELD_BACKOFF = SupervisionSettings(backoff_s=(120.0, 120.0, 120.0), quarantine_after=50)
+
+
+@pytest.mark.parametrize("supervision_settings", [HELD_BACKOFF])
+async def test_a_thread_whose_turns_fail_shows_its_backoff_and_its_end(
+    instance: Instance, supervision_settings: SupervisionSettings
+) -> None:
+    stream_key = names.stream_key(instance.name, 1, names.LANE_TALK, names.THREAD_MAIN)
+    async with supervising(instance, supervision_settings):
+        # Three failed turns in ten minutes: the first input's two tries, the second's first.
+        await dead(instance, await instance.chat("first breaks" + FAILS))
+        await instance.chat("second breaks" + FAILS)
+
+        async def backed_off() -> dict[str, Any] | None:
+            row = await stream_row(instance, stream_key)
+            return row if row["hold_reason"] == names.HOLD_BACKOFF else None
+
+        row = await wait_for(backed_off, timeout=60, what="the thread backed off")
+        later = await instance.chat("later one")
+
+        async def routed() -> list[dict[str, Any]] | None:
+            return await deliveries_of(instance, [later]) or None
+
+        (delivery,) = await wait_for(routed, timeout=30, what="the later input routed")
+        w = await gate_of(instance.api, instance.name, "backoff", seq=delivery["seq"])
+    assert (w["status"], w["stream"]) == ("pending", stream_key)
+    assert until(w) == row["hold_until"] == row["backoff_until"]
+    assert until(w) > row["db_now"]  # still ahead when it was read: the hold is what waits
 
 
 async def test_a_relay_whose_temporal_is_stopped_says_so_until_its_next_probe(

@@ -135,7 +135,6 @@ async def blob_exists(conn: Conn, blob_id: str) -> bool:
 
 async def expire(conn: Conn, *, limit: int = 1000) -> int:
     """Delete bodies past their retention; how many went."""
-    params = {"retention_days": names.INGRESS_RETENTION_DAYS,
-              "dead_retention_days": names.DEAD_LETTER_RETENTION_DAYS, "limit": limit}  # fmt: skip
+    params = {"retention_days": names.INGRESS_RETENTION_DAYS, "limit": limit}
     cur = await conn.execute(Q["blob_expire"], params)
     return cur.rowcount

@@ -67,7 +67,8 @@ PUBLISH_IN_FLIGHT_MAX: Final = 1000
 DEDUPE_TTL_DAYS: Final = 7
 BODY_HASH_DEDUPE_SECONDS: Final = 600
 INGRESS_RETENTION_DAYS: Final = 7
-DEAD_LETTER_RETENTION_DAYS: Final = 90  # a body a dead delivery refers to stays replayable
+DEAD_LETTER_RETENTION_DAYS: Final = 90  # a body a dead letter refers to stays replayable
+DELIVERY_RETENTION_DAYS: Final = 30  # finished deliveries (SPEC §15)
 # Dedupe keys longer than this (UTF-8 bytes) are stored as LONG_KEY_PREFIX + their sha256, so
 # no provider key (a WhatsApp batch of 60 statuses makes 4.6 KB) can overflow the index.
 DEDUPE_KEY_MAX_BYTES: Final = 512

@@ -1,5 +1,5 @@
 """Wiring of the router: route on a kick or every second; upkeep of partitions, dedupe and the
-timeline's retention."""
+retention of bodies, deliveries, dead letters and the timeline."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import blobs, names, storm
+from eventos import blobs, names, retention, storm
 from eventos.db import Conn, open_pool
 from eventos.db.migrate import drop_expired_partitions, ensure_partitions
 from eventos.db.sql import Q
@@ -68,8 +68,8 @@ async def route_loop(
 
 
 async def upkeep_loop(pool: AsyncConnectionPool[Conn]) -> None:
-    """Partitions ahead; expired partitions, dedupe keys, bodies, timeline entries and operator
-    events gone (SPEC §5, §15)."""
+    """Partitions ahead; expired partitions (their dead rows kept), dedupe keys, deliveries,
+    dead letters, bodies, timeline entries and operator events gone (SPEC §5, §15)."""
     while True:
         try:
             async with pool.connection() as conn:
@@ -80,6 +80,8 @@ async def upkeep_loop(pool: AsyncConnectionPool[Conn]) -> None:
                     conn, today, retention_days=names.INGRESS_RETENTION_DAYS
                 )
                 await conn.execute(Q["dedupe_expire"])
+                await retention.expire_deliveries(conn)
+                await retention.expire_dead_ingress(conn)
                 while await blobs.expire(conn) > 0:
                     pass
                 await timeline.expire(conn)

@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 # Any stable 64-bit number: every migrator takes the same lock, so only one applies at a time.
 MIGRATION_LOCK_KEY = 0x45564F534D494752  # "EVOSMIGR"
 PARTITION_PREFIX = "bus_ingress_p"
+KEEP_MOVE_TIMEOUT_MS = 300_000  # moving one day's dead rows before its partition drops
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,8 @@ async def ensure_partitions(conn: Conn, today: date, *, days_ahead: int = 7) -> 
 
 
 async def drop_expired_partitions(conn: Conn, today: date, *, retention_days: int) -> list[str]:
-    """Drop daily partitions wholly older than the retention (ingress bodies: 7 days)."""
+    """Drop daily partitions wholly older than the retention (ingress bodies: 7 days), each
+    one's dead rows moved first to bus_ingress_kept (dead letters stay 90 days)."""
     dropped: list[str] = []
     cutoff = today - timedelta(days=retention_days)
     cur = await conn.execute(Q["partition_list"])
@@ -109,6 +111,21 @@ async def drop_expired_partitions(conn: Conn, today: date, *, retention_days: in
         name = str(row["name"])
         day = datetime.strptime(name.removeprefix(PARTITION_PREFIX), "%Y%m%d").date()
         if day < cutoff:
-            await conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(name)))
+            await _drop_keeping_dead(conn, name)
             dropped.append(name)
     return dropped
+
+
+async def _drop_keeping_dead(conn: Conn, name: str) -> None:
+    """Detach a partition, move its dead rows to the default partition, drop it: one
+    transaction, so a dead letter is listed before and after, never lost between."""
+    table = sql.Identifier(name)
+    async with conn.transaction():
+        # A day of a dead-letter storm may hold many rows: the move is not a hot-path read.
+        await conn.execute(Q["statement_timeout_local"], {"ms": str(KEEP_MOVE_TIMEOUT_MS)})
+        await conn.execute(sql.SQL("ALTER TABLE bus_ingress DETACH PARTITION {}").format(table))
+        # Same columns in the same order: the partition was made PARTITION OF bus_ingress.
+        await conn.execute(
+            sql.SQL("INSERT INTO bus_ingress SELECT * FROM {} WHERE status = 'dead'").format(table)
+        )
+        await conn.execute(sql.SQL("DROP TABLE {}").format(table))

@@ -1174,3 +1174,14 @@ CREATE TRIGGER employee_health_operator_events_moved AFTER UPDATE OF degraded_si
     ON employee_health
     FOR EACH ROW WHEN ((OLD.degraded_since IS NULL) <> (NEW.degraded_since IS NULL))
     EXECUTE FUNCTION operator_event_health();
+
+-- Retention (SPEC §15): dead ingress rows kept 90 days, the delivery sweep; see 0027_retention.sql.
+CREATE TABLE bus_ingress_kept PARTITION OF bus_ingress DEFAULT;
+ALTER TABLE bus_ingress_kept ADD CONSTRAINT bus_ingress_kept_dead CHECK (status = 'dead');
+-- The body sweep keeps a body while a dead ingress row refers to it (replayable).
+CREATE INDEX bus_ingress_dead_body_ref ON bus_ingress (body_ref)
+    WHERE status = 'dead' AND body_ref IS NOT NULL;
+-- The delivery sweep: finished deliveries past 30 days, oldest first (dead ones, past 90
+-- days, through bus_deliveries_dead).
+CREATE INDEX bus_deliveries_finished ON bus_deliveries (updated_at)
+    WHERE status IN ('done', 'failed');

@@ -114,14 +114,17 @@ SELECT id, sha256, size, storage_path FROM event_blobs WHERE id = %(id)s;
 SELECT content FROM event_blob_chunks WHERE blob_id = %(id)s ORDER BY n;
 
 -- name: blob_expire
--- Bodies past their retention (SPEC §15): 7 days, or 90 while a dead delivery refers to them
--- (dead letters stay replayable). In batches, oldest first.
+-- Bodies past their retention (SPEC §15): 7 days, and longer while a dead letter (a dead
+-- delivery, a dead ingress row: kept 90 days, then deleted) or a delivery not yet finished
+-- refers to them, so a dead letter stays replayable. In batches, oldest first.
 DELETE FROM event_blobs WHERE id IN (
     SELECT b.id FROM event_blobs b
     WHERE b.created_at < now() - make_interval(days => %(retention_days)s)
-      AND (b.created_at < now() - make_interval(days => %(dead_retention_days)s)
-           OR NOT EXISTS (SELECT 1 FROM bus_deliveries d
-                          WHERE d.body_ref = b.id AND d.status = 'dead'))
+      AND NOT EXISTS (SELECT 1 FROM bus_deliveries d
+                      WHERE d.body_ref = b.id
+                        AND d.status IN ('pending', 'held', 'delivered', 'dead'))
+      AND NOT EXISTS (SELECT 1 FROM bus_ingress i
+                      WHERE i.body_ref = b.id AND i.status = 'dead')
     ORDER BY b.created_at
     LIMIT %(limit)s
 );
