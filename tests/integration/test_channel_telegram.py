@@ -24,7 +24,7 @@ from eventos.llm.endpoints import LlmEndpoints
 from eventos.outbox_keys import OutboxKeys
 from eventos.routing import thread_for
 from eventos.settings import DatabaseSettings, TemporalSettings
-from eventos.testing import wait_for
+from eventos.testing import ConditionTimeout, wait_for
 
 
 @pytest.fixture
@@ -263,3 +263,89 @@ async def test_an_account_down_for_long_raises_an_item_that_clears_when_it_reads
         return (await s.attention(names.ATTENTION_CHANNEL_DOWN))[0]["state"] == "resolved"
 
     await wait_for(cleared, timeout=60, what="the item resolved by a good read")
+
+
+@pytest.fixture
+async def bounded(
+    pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
+    temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
+) -> AsyncIterator[Stack]:  # fmt: skip
+    """The stack with a backlog bound of 3 unconsumed inputs per account."""
+    async with telegram_stack(pool, db_settings, tmp_path, temporal_settings, outbox_keys,
+                              llm_endpoints, backlog_max=3) as s:  # fmt: skip
+        yield s
+
+
+async def lease_renewals(s: Stack, k: int) -> None:
+    """Wait until the account's lease was renewed `k` more times (the readers' clock)."""
+    seen: set[Any] = set()
+
+    async def renewed() -> bool:
+        (row,) = await query(s.pool, f"SELECT lease_until FROM channel_accounts "
+                                     f"WHERE id = '{s.source}'")  # fmt: skip
+        seen.add(row["lease_until"])
+        return len(seen) > k
+
+    await wait_for(renewed, timeout=60, interval=0.2, what=f"{k} lease renewals")
+
+
+async def test_past_its_backlog_bound_the_reader_stops_asking_and_resumes_losing_nothing(
+    bounded: Stack,
+) -> None:
+    s = bounded
+    await wait_for(now(lambda: s.fake.calls(s.token, "getUpdates") or None), timeout=30,
+                   what="the reader polling")  # fmt: skip
+    s.consuming.clear()  # the employee makes no progress: routed inputs stay undelivered
+    updates = [s.fake.customer_message(s.token, 5101 + i % 2, f"order {i}") for i in range(7)]
+    keys = [f"update:{u['update_id']}" for u in updates]
+
+    async def raised() -> list[dict[str, Any]] | None:
+        return await s.attention(names.ATTENTION_CHANNEL_BACKPRESSURE) or None
+
+    (item,) = await wait_for(raised, timeout=60, what="the channel_backpressure item")
+    assert item["state"] == "open" and item["ref"] == s.source and "bound 3" in item["detail"]
+    asked = len(s.fake.calls(s.token, "getUpdates"))
+    await lease_renewals(s, 3)  # the paused reader had several turns to ask again
+    assert len(s.fake.calls(s.token, "getUpdates")) == asked  # it did not
+    inbox = await query(s.pool, f"SELECT dedupe_key FROM bus_ingress "
+                                f"WHERE source_key = '{s.source}' ORDER BY id")  # fmt: skip
+    assert [r["dedupe_key"] for r in inbox] == keys[:3]  # read up to the bound, no further
+    pending_ids = [u["update_id"] for u in s.fake.pending(s.token)]
+    assert pending_ids[-4:] == [u["update_id"] for u in updates[3:]]  # Telegram keeps the rest
+
+    s.consuming.set()
+    async with egress_running(s):
+
+        async def drained() -> bool:
+            done = await query(s.pool, f"SELECT count(*) AS n FROM bus_deliveries d JOIN "
+                                       f"bus_streams t USING (stream_key) WHERE t.employee = "
+                                       f"'{s.name}' AND d.status = 'done'")  # fmt: skip
+            return done[0]["n"] == len(updates) and not s.fake.pending(s.token)
+
+        await wait_for(drained, timeout=180, interval=0.2, what="every update consumed")
+    inbox = await query(s.pool, f"SELECT dedupe_key FROM bus_ingress "
+                                f"WHERE source_key = '{s.source}' ORDER BY id")  # fmt: skip
+    assert [r["dedupe_key"] for r in inbox] == keys  # each once, in order
+    items = await s.attention(names.ATTENTION_CHANNEL_BACKPRESSURE)  # a pause per bound's worth
+    assert items and all(i["state"] == "resolved" for i in items)
+
+
+async def test_stopping_the_last_employee_reading_an_account_stops_its_reader(stack: Stack) -> None:
+    s = stack
+    await wait_for(now(lambda: s.fake.calls(s.token, "getUpdates") or None), timeout=30,
+                   what="the reader polling")  # fmt: skip
+    r = await s.api.post(f"/v1/employees/{s.name}:stop", json={})
+    assert r.status_code == 202, r.text
+
+    async def released() -> bool:
+        (row,) = await query(s.pool, f"SELECT lease_owner, status FROM channel_accounts "
+                                     f"WHERE id = '{s.source}'")  # fmt: skip
+        return row["lease_owner"] is None and row["status"] == "idle"
+
+    await wait_for(released, timeout=60, interval=0.2, what="the account's lease given back")
+    asked = len(s.fake.calls(s.token, "getUpdates"))
+    update = s.fake.customer_message(s.token, 616161, "anyone there?")
+    with pytest.raises(ConditionTimeout):  # several refresh rounds (1 s) pass without a call
+        await wait_for(now(lambda: len(s.fake.calls(s.token, "getUpdates")) > asked),
+                       timeout=5, what="a getUpdates call after the stop")  # fmt: skip
+    assert s.fake.pending(s.token)[-1] == update  # Telegram keeps it for the next reader
