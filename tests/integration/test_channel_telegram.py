@@ -6,24 +6,39 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from channel_stack import Stack, egress_running, now, running_ingress, telegram_stack
+from channel_stack import (
+    Stack,
+    channel_settings,
+    egress_running,
+    now,
+    running_ingress,
+    telegram_spec,
+    telegram_stack,
+)
+from conftest import SECRETS, apply_and_start
+from fake_telegram import FakeTelegram
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
 
 from eventos import names
+from eventos.channels.readers import ChannelReaders
 from eventos.channels.settings import DEFAULT_BUCKETS, Bucket
+from eventos.channels.telegram import TelegramApi, TelegramReader
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.egress import SendWait
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.outbox_keys import OutboxKeys
 from eventos.routing import thread_for
-from eventos.settings import DatabaseSettings, TemporalSettings
+from eventos.service import cancel_and_wait
+from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
 from eventos.testing import ConditionTimeout, wait_for
 
 
@@ -349,3 +364,85 @@ async def test_stopping_the_last_employee_reading_an_account_stops_its_reader(st
         await wait_for(now(lambda: len(s.fake.calls(s.token, "getUpdates")) > asked),
                        timeout=5, what="a getUpdates call after the stop")  # fmt: skip
     assert s.fake.pending(s.token)[-1] == update  # Telegram keeps it for the next reader
+
+
+class Counted(TelegramReader):
+    """The Telegram reader of one replica, counting its getUpdates calls and dating the first."""
+
+    def __init__(self, api: TelegramApi, poll_timeout_s: int) -> None:
+        super().__init__(api, poll_timeout_s)
+        self.reads = 0
+        self.first: datetime | None = None
+
+    async def read(self, token: bytes, cursor: dict[str, Any], limit: int = 100) -> Any:
+        self.reads += 1
+        self.first = self.first or datetime.now(UTC)
+        return await super().read(token, cursor, limit)
+
+
+class Vanishing(ChannelReaders):
+    """A replica that dies as a killed process does: its readers end, its leases stay held
+    until they expire."""
+
+    async def stop(self) -> None:
+        tasks = [task for _, task in self.running.values()]
+        self.running.clear()
+        await cancel_and_wait(tasks, 30)
+
+
+async def test_one_replica_reads_an_account_and_another_takes_over_when_its_lease_expires(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    fake = FakeTelegram()
+    await fake.start()
+    token, name = fake.add_bot(), f"c{uuid.uuid4().hex[:8]}"
+    source = f"telegram:tg-{name}"
+    secrets = SecretStore(env={**SECRETS, f"EVENTOS_SECRET_TG_{name.upper()}": token})
+    channels = channel_settings(fake)  # leases of 5 s, renewed every 1 s
+    await apply_and_start(pool, telegram_spec(name))
+
+    async def inbox() -> list[str]:
+        rows = await query(pool, f"SELECT dedupe_key FROM bus_ingress "
+                                 f"WHERE source_key = '{source}' ORDER BY id")  # fmt: skip
+        return [r["dedupe_key"] for r in rows]
+
+    async def account() -> dict[str, Any]:
+        (row,) = await query(pool, f"SELECT * FROM channel_accounts WHERE id = '{source}'")
+        return row
+
+    async with httpx.AsyncClient() as http:
+        a_reader, b_reader = (Counted(TelegramApi(http, fake.base_url), 1) for _ in range(2))
+        a = Vanishing(pool, secrets, channels, {"telegram": a_reader}, owner="replica-a")
+        b = ChannelReaders(pool, secrets, channels, {"telegram": b_reader}, owner="replica-b")
+        a_task = asyncio.create_task(a.run())
+        try:
+            await wait_for(now(lambda: a_reader.reads or None), timeout=30, what="A reading")
+            b_task = asyncio.create_task(b.run())
+            updates = [fake.customer_message(token, 7101, f"first {i}") for i in range(3)]
+            keys = [f"update:{u['update_id']}" for u in updates]
+            await wait_for(lambda: _equal(inbox, keys), timeout=30, what="A's pages committed")
+            with pytest.raises(ConditionTimeout):  # B renews nothing while A's lease holds
+                await wait_for(now(lambda: b_reader.reads or None), timeout=4,
+                               what="B calling getUpdates")  # fmt: skip
+            held = await account()
+            assert held["lease_owner"] == "replica-a"
+            await cancel_and_wait([a_task], 30)  # A dies; its lease stays until it expires
+            expired_at = (await account())["lease_until"]
+            updates += [fake.customer_message(token, 7102, f"then {i}") for i in range(3)]
+            keys = [f"update:{u['update_id']}" for u in updates]
+            await wait_for(lambda: _equal(inbox, keys), timeout=60, what="B read the rest")
+            await wait_for(now(lambda: not fake.pending(token)), timeout=30,
+                           what="every update confirmed")  # fmt: skip
+            taken = await account()
+            assert taken["lease_owner"] == "replica-b"
+            assert taken["fencing"] == held["fencing"] + 1
+            assert b_reader.first is not None and b_reader.first >= expired_at
+            assert await inbox() == keys  # each update once: none lost, none doubled
+            await cancel_and_wait([b_task], 30)
+        finally:
+            await cancel_and_wait([a_task], 30)
+            await fake.stop()
+
+
+async def _equal(read: Callable[[], Awaitable[list[str]]], want: list[str]) -> bool:
+    return await read() == want
