@@ -104,6 +104,7 @@ class Delivery:
     body: bytes
     headers: dict[str, str]
     attempts: list[int] = field(default_factory=list)
+    retry_after: str | None = None  # the last answer's Retry-After
 
     @property
     def delivered(self) -> bool:
@@ -249,6 +250,7 @@ class FakeWhatsApp(LoopbackFake):
                     delivery.url, content=delivery.body, headers=delivery.headers
                 )
             delivery.attempts.append(answer.status_code)
+            delivery.retry_after = answer.headers.get("retry-after")
         except httpx.HTTPError:
             delivery.attempts.append(0)
 

@@ -51,6 +51,18 @@ def now(fn: Callable[[], T]) -> Callable[[], Awaitable[T]]:
     return check
 
 
+class GatedRelay(Relay):
+    """The relay, serving streams only while `consuming` is set (a test stops the employees'
+    progress with it: inputs are still routed, never delivered)."""
+
+    consuming: asyncio.Event
+
+    async def pass_once(self) -> int:
+        if not self.consuming.is_set():
+            return 0
+        return await super().pass_once()
+
+
 def telegram_spec(name: str, extra: str = "", tools: tuple[str, ...] = ()) -> str:
     """An employee answering one Telegram account (`extra`: more of its spec body; `tools`:
     its agent's tools)."""
@@ -74,6 +86,7 @@ class Stack:
     queue: str
     client: Any
     ingress_config: Any
+    consuming: asyncio.Event
 
     @property
     def source(self) -> str:
@@ -129,6 +142,7 @@ class Services:
     queue: str
     client: Any
     ingress_config: Any
+    consuming: asyncio.Event  # cleared: the relay delivers nothing (see GatedRelay)
 
     @property
     def url(self) -> str:
@@ -154,8 +168,11 @@ async def channel_services(
         llm = LlmActivities(http, SecretStore(env={}), pool, PRICES, endpoints=llm_endpoints)
         workers = [workflow_worker(client, queue, db)]
         workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
-        relay = Relay(pool, TemporalConnection(temporal_settings), f"relay-{queue}",
-                      task_queue=queue, entity_roll_after=ROLL_AFTER, entity_idle_s=IDLE_S)  # fmt: skip
+        relay = GatedRelay(pool, TemporalConnection(temporal_settings), f"relay-{queue}",
+                           task_queue=queue, entity_roll_after=ROLL_AFTER,
+                           entity_idle_s=IDLE_S)  # fmt: skip
+        relay.consuming = asyncio.Event()
+        relay.consuming.set()
         deliverer = Deliverer(pool, TemporalConnection(temporal_settings), workflow_queue=queue,
                               outbox=outbox_keys)  # fmt: skip
         url = f"http://127.0.0.1:{ingress.bound_http_port}"
@@ -169,7 +186,7 @@ async def channel_services(
                 httpx.AsyncClient(base_url=url, headers=headers, timeout=10)
             )
             try:
-                yield Services(ingress, api, egress, db, queue, client, cfg)
+                yield Services(ingress, api, egress, db, queue, client, cfg, relay.consuming)
             finally:
                 await cancel_and_wait(tasks, STOP_S)
 
@@ -178,14 +195,14 @@ async def channel_services(
 async def telegram_stack(
     pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
     temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
-    spec_extra: str = "", tools: tuple[str, ...] = (),
+    spec_extra: str = "", tools: tuple[str, ...] = (), **settings: Any,
 ) -> AsyncIterator[Stack]:  # fmt: skip
     fake = FakeTelegram()
     await fake.start()
     token = fake.add_bot()
     name = f"c{uuid.uuid4().hex[:8]}"
     secrets = SecretStore(env={**SECRETS, f"EVENTOS_SECRET_TG_{name.upper()}": token})
-    channels = channel_settings(fake)
+    channels = channel_settings(fake, **settings)
 
     def senders(http: httpx.AsyncClient) -> dict[str, Sender]:
         api = TelegramApi(http, fake.base_url)
@@ -197,7 +214,7 @@ async def telegram_stack(
                                     senders=senders) as s:  # fmt: skip
             await apply_and_start(pool, telegram_spec(name, spec_extra, tools))
             yield Stack(name, fake, token, pool, s.api, s.egress, s.db, s.queue, s.client,
-                        s.ingress_config)  # fmt: skip
+                        s.ingress_config, s.consuming)  # fmt: skip
     finally:
         await fake.stop()
 

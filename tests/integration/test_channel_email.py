@@ -128,8 +128,8 @@ class Observed(EmailReader):
         self.pages: list[list[int]] = []
         self.at_confirm: list[Any] = []
 
-    async def read(self, token: bytes, cursor: dict[str, Any]) -> Any:
-        items, after = await super().read(token, cursor)
+    async def read(self, token: bytes, cursor: dict[str, Any], limit: int = 100) -> Any:
+        items, after = await super().read(token, cursor, limit)
         if items:
             self.pages.append([i["uid"] for i in items])
         return items, after

@@ -6,25 +6,40 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from channel_stack import Stack, egress_running, now, running_ingress, telegram_stack
+from channel_stack import (
+    Stack,
+    channel_settings,
+    egress_running,
+    now,
+    running_ingress,
+    telegram_spec,
+    telegram_stack,
+)
+from conftest import SECRETS, apply_and_start
+from fake_telegram import FakeTelegram
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
 
 from eventos import names
+from eventos.channels.readers import ChannelReaders
 from eventos.channels.settings import DEFAULT_BUCKETS, Bucket
+from eventos.channels.telegram import TelegramApi, TelegramReader
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.egress import SendWait
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.outbox_keys import OutboxKeys
 from eventos.routing import thread_for
-from eventos.settings import DatabaseSettings, TemporalSettings
-from eventos.testing import wait_for
+from eventos.service import cancel_and_wait
+from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
+from eventos.testing import ConditionTimeout, wait_for
 
 
 @pytest.fixture
@@ -263,3 +278,171 @@ async def test_an_account_down_for_long_raises_an_item_that_clears_when_it_reads
         return (await s.attention(names.ATTENTION_CHANNEL_DOWN))[0]["state"] == "resolved"
 
     await wait_for(cleared, timeout=60, what="the item resolved by a good read")
+
+
+@pytest.fixture
+async def bounded(
+    pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
+    temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
+) -> AsyncIterator[Stack]:  # fmt: skip
+    """The stack with a backlog bound of 3 unconsumed inputs per account."""
+    async with telegram_stack(pool, db_settings, tmp_path, temporal_settings, outbox_keys,
+                              llm_endpoints, backlog_max=3) as s:  # fmt: skip
+        yield s
+
+
+async def lease_renewals(s: Stack, k: int) -> None:
+    """Wait until the account's lease was renewed `k` more times (the readers' clock)."""
+    seen: set[Any] = set()
+
+    async def renewed() -> bool:
+        (row,) = await query(s.pool, f"SELECT lease_until FROM channel_accounts "
+                                     f"WHERE id = '{s.source}'")  # fmt: skip
+        seen.add(row["lease_until"])
+        return len(seen) > k
+
+    await wait_for(renewed, timeout=60, interval=0.2, what=f"{k} lease renewals")
+
+
+async def test_past_its_backlog_bound_the_reader_stops_asking_and_resumes_losing_nothing(
+    bounded: Stack,
+) -> None:
+    s = bounded
+    await wait_for(now(lambda: s.fake.calls(s.token, "getUpdates") or None), timeout=30,
+                   what="the reader polling")  # fmt: skip
+    s.consuming.clear()  # the employee makes no progress: routed inputs stay undelivered
+    updates = [s.fake.customer_message(s.token, 5101 + i % 2, f"order {i}") for i in range(7)]
+    keys = [f"update:{u['update_id']}" for u in updates]
+
+    async def raised() -> list[dict[str, Any]] | None:
+        return await s.attention(names.ATTENTION_CHANNEL_BACKPRESSURE) or None
+
+    (item,) = await wait_for(raised, timeout=60, what="the channel_backpressure item")
+    assert item["state"] == "open" and item["ref"] == s.source and "bound 3" in item["detail"]
+    asked = len(s.fake.calls(s.token, "getUpdates"))
+    await lease_renewals(s, 3)  # the paused reader had several turns to ask again
+    assert len(s.fake.calls(s.token, "getUpdates")) == asked  # it did not
+    inbox = await query(s.pool, f"SELECT dedupe_key FROM bus_ingress "
+                                f"WHERE source_key = '{s.source}' ORDER BY id")  # fmt: skip
+    assert [r["dedupe_key"] for r in inbox] == keys[:3]  # read up to the bound, no further
+    pending_ids = [u["update_id"] for u in s.fake.pending(s.token)]
+    assert pending_ids[-4:] == [u["update_id"] for u in updates[3:]]  # Telegram keeps the rest
+
+    s.consuming.set()
+    async with egress_running(s):
+
+        async def drained() -> bool:
+            done = await query(s.pool, f"SELECT count(*) AS n FROM bus_deliveries d JOIN "
+                                       f"bus_streams t USING (stream_key) WHERE t.employee = "
+                                       f"'{s.name}' AND d.status = 'done'")  # fmt: skip
+            return done[0]["n"] == len(updates) and not s.fake.pending(s.token)
+
+        await wait_for(drained, timeout=180, interval=0.2, what="every update consumed")
+    inbox = await query(s.pool, f"SELECT dedupe_key FROM bus_ingress "
+                                f"WHERE source_key = '{s.source}' ORDER BY id")  # fmt: skip
+    assert [r["dedupe_key"] for r in inbox] == keys  # each once, in order
+    items = await s.attention(names.ATTENTION_CHANNEL_BACKPRESSURE)  # a pause per bound's worth
+    assert items and all(i["state"] == "resolved" for i in items)
+
+
+async def test_stopping_the_last_employee_reading_an_account_stops_its_reader(stack: Stack) -> None:
+    s = stack
+    await wait_for(now(lambda: s.fake.calls(s.token, "getUpdates") or None), timeout=30,
+                   what="the reader polling")  # fmt: skip
+    r = await s.api.post(f"/v1/employees/{s.name}:stop", json={})
+    assert r.status_code == 202, r.text
+
+    async def released() -> bool:
+        (row,) = await query(s.pool, f"SELECT lease_owner, status FROM channel_accounts "
+                                     f"WHERE id = '{s.source}'")  # fmt: skip
+        return row["lease_owner"] is None and row["status"] == "idle"
+
+    await wait_for(released, timeout=60, interval=0.2, what="the account's lease given back")
+    asked = len(s.fake.calls(s.token, "getUpdates"))
+    update = s.fake.customer_message(s.token, 616161, "anyone there?")
+    with pytest.raises(ConditionTimeout):  # several refresh rounds (1 s) pass without a call
+        await wait_for(now(lambda: len(s.fake.calls(s.token, "getUpdates")) > asked),
+                       timeout=5, what="a getUpdates call after the stop")  # fmt: skip
+    assert s.fake.pending(s.token)[-1] == update  # Telegram keeps it for the next reader
+
+
+class Counted(TelegramReader):
+    """The Telegram reader of one replica, counting its getUpdates calls and dating the first."""
+
+    def __init__(self, api: TelegramApi, poll_timeout_s: int) -> None:
+        super().__init__(api, poll_timeout_s)
+        self.reads = 0
+        self.first: datetime | None = None
+
+    async def read(self, token: bytes, cursor: dict[str, Any], limit: int = 100) -> Any:
+        self.reads += 1
+        self.first = self.first or datetime.now(UTC)
+        return await super().read(token, cursor, limit)
+
+
+class Vanishing(ChannelReaders):
+    """A replica that dies as a killed process does: its readers end, its leases stay held
+    until they expire."""
+
+    async def stop(self) -> None:
+        tasks = [task for _, task in self.running.values()]
+        self.running.clear()
+        await cancel_and_wait(tasks, 30)
+
+
+async def test_one_replica_reads_an_account_and_another_takes_over_when_its_lease_expires(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    fake = FakeTelegram()
+    await fake.start()
+    token, name = fake.add_bot(), f"c{uuid.uuid4().hex[:8]}"
+    source = f"telegram:tg-{name}"
+    secrets = SecretStore(env={**SECRETS, f"EVENTOS_SECRET_TG_{name.upper()}": token})
+    channels = channel_settings(fake)  # leases of 5 s, renewed every 1 s
+    await apply_and_start(pool, telegram_spec(name))
+
+    async def inbox() -> list[str]:
+        rows = await query(pool, f"SELECT dedupe_key FROM bus_ingress "
+                                 f"WHERE source_key = '{source}' ORDER BY id")  # fmt: skip
+        return [r["dedupe_key"] for r in rows]
+
+    async def account() -> dict[str, Any]:
+        (row,) = await query(pool, f"SELECT * FROM channel_accounts WHERE id = '{source}'")
+        return row
+
+    async with httpx.AsyncClient() as http:
+        a_reader, b_reader = (Counted(TelegramApi(http, fake.base_url), 1) for _ in range(2))
+        a = Vanishing(pool, secrets, channels, {"telegram": a_reader}, owner="replica-a")
+        b = ChannelReaders(pool, secrets, channels, {"telegram": b_reader}, owner="replica-b")
+        a_task = asyncio.create_task(a.run())
+        try:
+            await wait_for(now(lambda: a_reader.reads or None), timeout=30, what="A reading")
+            b_task = asyncio.create_task(b.run())
+            updates = [fake.customer_message(token, 7101, f"first {i}") for i in range(3)]
+            keys = [f"update:{u['update_id']}" for u in updates]
+            await wait_for(lambda: _equal(inbox, keys), timeout=30, what="A's pages committed")
+            with pytest.raises(ConditionTimeout):  # B renews nothing while A's lease holds
+                await wait_for(now(lambda: b_reader.reads or None), timeout=4,
+                               what="B calling getUpdates")  # fmt: skip
+            held = await account()
+            assert held["lease_owner"] == "replica-a"
+            await cancel_and_wait([a_task], 30)  # A dies; its lease stays until it expires
+            expired_at = (await account())["lease_until"]
+            updates += [fake.customer_message(token, 7102, f"then {i}") for i in range(3)]
+            keys = [f"update:{u['update_id']}" for u in updates]
+            await wait_for(lambda: _equal(inbox, keys), timeout=60, what="B read the rest")
+            await wait_for(now(lambda: not fake.pending(token)), timeout=30,
+                           what="every update confirmed")  # fmt: skip
+            taken = await account()
+            assert taken["lease_owner"] == "replica-b"
+            assert taken["fencing"] == held["fencing"] + 1
+            assert b_reader.first is not None and b_reader.first >= expired_at
+            assert await inbox() == keys  # each update once: none lost, none doubled
+            await cancel_and_wait([b_task], 30)
+        finally:
+            await cancel_and_wait([a_task], 30)
+            await fake.stop()
+
+
+async def _equal(read: Callable[[], Awaitable[list[str]]], want: list[str]) -> bool:
+    return await read() == want

@@ -4,6 +4,8 @@ scenario (a) of RFC-0005 §22 through merge point B2."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
 import uuid
@@ -59,6 +61,7 @@ class Stack:
     queue: str
     client: Any
     url: str
+    consuming: asyncio.Event
 
     @property
     def source(self) -> str:
@@ -88,17 +91,18 @@ class Stack:
         return await wait_for(settled, timeout=60, interval=0.1, what=f"an outbox row {status}")
 
 
-@pytest.fixture
-async def stack(
+@contextlib.asynccontextmanager
+async def whatsapp_stack(
     pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
     temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
+    **settings: Any,
 ) -> AsyncIterator[Stack]:  # fmt: skip
     fake = FakeWhatsApp()
     await fake.start()
     number = fake.add_number()
     name = f"c{uuid.uuid4().hex[:8]}"
     secrets = SecretStore(env=secret_env(name, fake, number))
-    channels = ChannelSettings(refresh_s=1, send_timeout_s=5)
+    channels = ChannelSettings(refresh_s=1, send_timeout_s=5, **settings)
 
     def senders(http: httpx.AsyncClient) -> dict[str, Sender]:
         return {"whatsapp_business": WhatsAppSender(http, pool, channels.send_timeout_s)}
@@ -110,9 +114,20 @@ async def stack(
             spec = local_spec(name, f"    - {{kind: whatsapp_business, account: wa-{name}}}\n")
             await apply_and_start(pool, spec)
             url = f"{s.url}/channels/whatsapp/wa-{name}"
-            yield Stack(name, fake, number, pool, s.egress, s.db, s.queue, s.client, url)
+            yield Stack(name, fake, number, pool, s.egress, s.db, s.queue, s.client, url,
+                        s.consuming)  # fmt: skip
     finally:
         await fake.stop()
+
+
+@pytest.fixture
+async def stack(
+    pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
+    temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
+) -> AsyncIterator[Stack]:  # fmt: skip
+    async with whatsapp_stack(pool, db_settings, tmp_path, temporal_settings, outbox_keys,
+                              llm_endpoints) as s:  # fmt: skip
+        yield s
 
 
 async def test_the_verification_answers_the_challenge_only_for_the_right_token(
@@ -362,3 +377,36 @@ async def test_a_send_cut_off_mid_answer_is_unknown_never_resent_on_its_own(stac
                                       f"'{s.name}' AND kind = '{names.ATTENTION_SEND_UNKNOWN}'")  # fmt: skip
     assert item["ref"] == f"outbox#{row['id']}" and item["action"] == names.ACTION_RETRY
     assert len(s.fake.sent(s.pnid, CUSTOMER)) == 1  # sent once, by the call that was cut
+
+
+async def test_past_its_backlog_bound_the_webhook_answers_429_and_metas_retry_lands(
+    pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
+    temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
+) -> None:  # fmt: skip
+    async with whatsapp_stack(pool, db_settings, tmp_path, temporal_settings, outbox_keys,
+                              llm_endpoints, backlog_max=3) as s:  # fmt: skip
+        s.consuming.clear()  # the employee makes no progress: routed inputs stay undelivered
+        first = [await s.write(f"order {i}", wa_id=f"1650555{1000 + i}") for i in range(3)]
+        assert [d.attempts for d in first] == [[200], [200], [200]]
+        refused = await s.write("one more", wa_id="16505552000")
+        assert refused.attempts == [429] and refused.retry_after == "30"
+        assert len(await s.inbox()) == 3  # not appended
+        (item,) = await query(pool, f"SELECT * FROM attention_items WHERE employee = '{s.name}' "
+                                    f"AND kind = '{names.ATTENTION_CHANNEL_BACKPRESSURE}'")  # fmt: skip
+        assert item["state"] == "open" and item["ref"] == s.source
+
+        s.consuming.set()
+        async with egress_running(s):
+
+            async def landed() -> bool:
+                await s.fake.redeliver(refused)  # Meta retries with backoff; here at once
+                return refused.delivered
+
+            await wait_for(landed, timeout=180, interval=1.0, what="the retry accepted")
+            inbox = await s.inbox()
+            texts = [r["envelope"]["data"]["text"] for r in inbox]
+            assert sorted(texts) == ["one more", "order 0", "order 1", "order 2"]  # each once
+            (item,) = await query(pool, f"SELECT state FROM attention_items WHERE employee = "
+                                        f"'{s.name}' AND kind = "
+                                        f"'{names.ATTENTION_CHANNEL_BACKPRESSURE}'")  # fmt: skip
+            assert item["state"] == "resolved"

@@ -198,6 +198,11 @@ EGRESS_DEPTH = _gauge(
     "eventos_egress_depth", "Outbox rows not settled yet, by status (queued, held, sending).",
     ("status",),
 )  # fmt: skip
+CHANNEL_BACKPRESSURE = _counter(
+    "eventos_channel_backpressure_total",
+    "Channel accounts past their backlog bound: reads paused and webhooks answered 429.",
+    ("driver", "action"),
+)  # fmt: skip
 EGRESS_LATENCY = _histogram(
     "eventos_egress_latency_seconds", "From an outbox row's write to its send, by channel kind.",
     ("kind",), LATENCY_BUCKETS,
@@ -206,7 +211,8 @@ EGRESS_LATENCY = _histogram(
 COMMON: Final[tuple[MetricWrapperBase, ...]] = (EVENT_LOOP_LAG, BUILD_INFO)
 SERVED: Final[dict[str, tuple[MetricWrapperBase, ...]]] = {
     "ingress": (INGRESS_APPEND_SECONDS, INGRESS_ANSWERS, PUBLISH_ACKS, PUBLISH_STREAMS,
-                PUBLISH_READ_AHEAD_BYTES, PUBLISH_READ_AHEAD_EVENTS, DEAD_LETTERS, KICKS_SENT),
+                PUBLISH_READ_AHEAD_BYTES, PUBLISH_READ_AHEAD_EVENTS, DEAD_LETTERS, KICKS_SENT,
+                CHANNEL_BACKPRESSURE),
     "router": (ROUTER_ROWS, ROUTER_DELIVERIES, DEAD_LETTERS, KICKS_SENT),
     "relay": (RELAY_LAG, PENDING_OLDEST_AGE, PENDING_HELD, BREAKERS_OPEN, DEAD_LETTERS,
               SLOW_TURNS, BACKSTOPS, WATCHDOG_ALERTS, THREADS_QUARANTINED, EMPLOYEES_DEGRADED,

@@ -299,6 +299,7 @@ POLL_RESPONSE_MAX_BYTES: Final = 2 * 1024 * 1024
 ATTENTION_DRIVER_DOWN: Final = "driver_down"
 # Channels and egress (issue 14).
 ATTENTION_CHANNEL_DOWN: Final = "channel_down"  # an account not read for over 5 minutes
+ATTENTION_CHANNEL_BACKPRESSURE: Final = "channel_backpressure"  # past its backlog bound
 ATTENTION_SEND_UNKNOWN: Final = "send_unknown"  # a send that may or may not have left
 ATTENTION_SEND_FAILED: Final = "send_failed"  # a send the provider refused for good
 # Approvals (SPEC §11).

@@ -135,7 +135,8 @@ async def build(cfg: IngressConfig) -> Service:
         discord.driver: discord,
     }
     readers = ChannelReaders(pool, cfg.secrets, cfg.channels, drivers_read, kicker)
-    whatsapp = WhatsAppHook(pool, cfg.secrets, kicker, cfg.http_bounds.body_idle_timeout_s)
+    whatsapp = WhatsAppHook(pool, cfg.secrets, kicker, cfg.http_bounds.body_idle_timeout_s,
+                            backlog_max=cfg.channels.backlog_max)  # fmt: skip
     interactions = DiscordInteractions(pool, cfg.secrets, kicker)
 
     async def database_ready() -> None:

@@ -6,7 +6,8 @@ GET is the subscription check: `hub.mode=subscribe` with the account's verify to
 body streams in (401 on a mismatch, nothing stored), then its messages are appended, the
 customers' windows opened and the statuses' receipts moved, in ONE transaction; 200 only after
 it committed, else 503 (or 500) and Meta delivers the notification again. An account no running
-generation subscribes to is 404.
+generation subscribes to is 404. An account past its backlog bound (SPEC §15) answers a signed
+notification 429 with Retry-After and appends nothing: Meta sends it again (for up to 7 days).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from eventos import names
 from eventos.blobs import Spool
 from eventos.bus import Accepted, Duplicate, Rejected, append, append_isolated
 from eventos.channels import whatsapp
+from eventos.channels.backlog import account_backlog, raise_pause, resolve_pause
 from eventos.channels.readers import unstorable
 from eventos.channels.threads import instance_salt
 from eventos.db import Conn
@@ -45,6 +47,7 @@ SCHEME = "whatsapp-business"
 MAX_BODY = 1024 * 1024  # Meta's notifications are a few KB; a batch of statuses stays far below
 CHALLENGE_MAX = 256
 RETRY_AFTER = {"Retry-After": "5"}
+BACKLOG_RETRY_AFTER = {"Retry-After": "30"}
 _ACCOUNT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -57,6 +60,7 @@ class WhatsAppHook:
     kicker: Kicker | None = None
     body_idle_timeout_s: float = 30.0
     max_body: int = MAX_BODY
+    backlog_max: int = 5000
     _salt: bytes | None = field(default=None, repr=False)
 
     async def handle(self, request: HookRequest) -> Answer:
@@ -114,10 +118,25 @@ class WhatsAppHook:
         finally:
             spool.close()
         try:
+            if await self._past_bound(source):
+                return Answer(429, {"error": "the account's backlog is past its bound; "
+                                    "send again later"}, BACKLOG_RETRY_AFTER)  # fmt: skip
             return await self._store(source, cred, body)
         except (DatabaseUnavailable, OSError) as exc:
             log.warning("whatsapp %s: append failed: %s", source, exc)
             return Answer(503, {"error": "append failed"}, RETRY_AFTER)
+
+    async def _past_bound(self, source: str) -> bool:
+        """Whether the account holds its bound of unconsumed inputs (its item raised); else its
+        item resolved (it accepts again)."""
+        async with self.pool.connection() as conn:
+            backlog = await account_backlog(conn, source, self.backlog_max)
+            if backlog >= self.backlog_max:
+                await raise_pause(conn, source, whatsapp.DRIVER, backlog, self.backlog_max,
+                                  "refused")  # fmt: skip
+                return True
+            await resolve_pause(conn, source)
+        return False
 
     async def _store(self, source: str, cred: whatsapp.Credential, body: bytes) -> Answer:
         assert self._salt is not None  # read with the account's lookup

@@ -92,13 +92,17 @@ class DiscordReader:
     """MESSAGE_CREATE events of each account's gateway session, a page per call."""
 
     driver = DRIVER
+    # A session that stops reading misses its heartbeats and is closed; Discord replays only
+    # a short window on RESUME. So the gateway reads on past the backlog bound (item raised).
+    holds_unread = False
 
     def __init__(self, api: DiscordApi, wait_s: float, timeout_s: float = OPEN_TIMEOUT_S) -> None:
         self.api, self.wait_s, self.timeout_s = api, wait_s, timeout_s
         self.gateways: dict[str, Gateway] = {}
         self.held: dict[str, Held] = {}
 
-    async def read(self, token: bytes, cursor: dict[str, Any]) -> Page:
+    async def read(self, token: bytes, cursor: dict[str, Any], limit: int = PAGE_MAX) -> Page:
+        """A page of the session's messages (`limit` is not applied: see `holds_unread`)."""
         cred = parse_credential(token)
         key = hashlib.sha256(token).hexdigest()
         held, gw = self.held.pop(key, None), self.gateways.get(key)

@@ -253,6 +253,7 @@ class EmailReader(_Threads):
     """One page of unread mail per call, from the account's cursor."""
 
     driver = DRIVER
+    holds_unread = True  # unread mail stays in the mailbox
 
     def __init__(self, poll_s: float, *, timeout_s: float = IMAP_TIMEOUT_S,
                  page_messages: int = PAGE_MESSAGES, page_bytes: int = PAGE_BYTES,
@@ -263,18 +264,20 @@ class EmailReader(_Threads):
         self.page_messages, self.page_bytes = page_messages, page_bytes
         self.mail_max_bytes, self.search_window = mail_max_bytes, search_window
 
-    async def read(self, token: bytes, cursor: dict[str, Any]) -> Page:
-        """The next page and the cursor after it; an empty one after waiting the poll interval."""
+    async def read(self, token: bytes, cursor: dict[str, Any], limit: int = PAGE_MESSAGES) -> Page:
+        """The next page (at most `limit` mails) and the cursor after it; an empty one after
+        waiting the poll interval."""
         account = EmailAccount.parse(token)
-        items, after = await self.run(self._read_page, account, cursor)
+        items, after = await self.run(self._read_page, account, cursor, max(1, limit))
         if not items:
             await asyncio.sleep(self.poll_s)
         return items, after
 
-    def _read_page(self, account: EmailAccount, cursor: dict[str, Any]) -> Page:
+    def _read_page(self, account: EmailAccount, cursor: dict[str, Any], limit: int) -> Page:
         with imap_session(account, self.timeout_s) as client:
             validity = select(client, account.mailbox, readonly=True)
             last, uids = self._unseen(client, _cursor_uid(cursor, validity))
+            uids = uids[:limit]  # the rest stays unread for the next page
             if not uids:
                 return [], {"uidvalidity": validity, "uid": last}
             sizes, budget = _sizes(client, uids), self.page_bytes

@@ -7,6 +7,11 @@ commits each page of events together with its cursor in one transaction that fir
 the lease's fence, so a reader that lost its lease writes nothing. A read that fails marks the
 account down; down for longer than `down_alert_s` raises an attention item for each employee
 reading it, resolved by the next good read.
+
+Before each read the account's backlog (SPEC §15, `backlog.py`) is counted: past the bound a
+reader whose provider keeps what it was not asked for stops reading until the backlog is
+back under 90 %, and a read asks for no more than the room left; the Discord gateway, which
+cannot hold a session's events, reads on (`holds_unread` False) with the item raised.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
 from eventos.bus import IngressRecord, Rejected, append, append_isolated
+from eventos.channels.backlog import Gate, account_backlog, raise_pause, resolve_pause
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.threads import instance_salt
 from eventos.db import Conn
@@ -39,6 +45,7 @@ from eventos.wake import Kicker
 
 log = logging.getLogger(__name__)
 BACKOFF_MAX_S = 30.0
+PAGE_UNBOUNDED = 1_000  # the read limit of a reader that cannot pause (its own page is less)
 Page = tuple[list[dict[str, Any]], dict[str, Any]]  # the items read, and the cursor after them
 
 
@@ -46,8 +53,11 @@ class ChannelReader(Protocol):
     """One channel's reads: a page from a cursor, and each item as a record."""
 
     driver: str
+    holds_unread: bool  # the provider keeps what is not read (the reader may pause)
 
-    async def read(self, token: bytes, cursor: dict[str, Any]) -> Page: ...
+    async def read(self, token: bytes, cursor: dict[str, Any], limit: int) -> Page:
+        """A page of at most `limit` items from the cursor, and the cursor after it."""
+        ...
 
     def record(self, account_id: str, salt: bytes, item: dict[str, Any]) -> IngressRecord: ...
 
@@ -164,15 +174,20 @@ class ChannelReaders:
 
     async def _read_loop(self, lease: Lease) -> None:
         reader, cursor, backoff = self.readers[lease.driver], lease.cursor, 1.0
+        gate = Gate(self.settings.backlog_max)
         while True:
             try:
+                room = await self._room(lease, reader, gate)
+                if room == 0:  # past the bound: the provider keeps the rest; asked again later
+                    await asyncio.sleep(self.settings.refresh_s)
+                    continue
                 token = self.secrets.resolve(lease.credential_ref)
-                items, after = await reader.read(token, cursor)
+                items, after = await reader.read(token, cursor, room)
                 appended = await self._commit(lease, reader, items, after)
             except LeaseLost:
                 log.info("channel %s: lease lost; this replica stops reading it", lease.id)
                 return
-            except (EventOSError, httpx.HTTPError, OSError) as exc:
+            except (EventOSError, httpx.HTTPError, OSError, psycopg.Error) as exc:
                 await self._down(lease, f"{type(exc).__name__}: {exc}"[:500])
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
@@ -185,6 +200,20 @@ class ChannelReaders:
                     await reader.confirm(token, items)
                 except (EventOSError, httpx.HTTPError, OSError) as exc:
                     log.warning("channel %s: confirming a committed page failed: %s", lease.id, exc)
+
+    async def _room(self, lease: Lease, reader: ChannelReader, gate: Gate) -> int:
+        """How many items the next read may take (0: paused); a pause raises its item, the
+        resume resolves it."""
+        async with self.pool.connection() as conn:
+            backlog = await account_backlog(conn, lease.id, gate.bound)
+            was = gate.paused
+            room = gate.room(backlog)
+            if gate.paused and was is not True:
+                action = "paused" if reader.holds_unread else "over"
+                await raise_pause(conn, lease.id, lease.driver, backlog, gate.bound, action)
+            elif not gate.paused and was is not False:
+                await resolve_pause(conn, lease.id)
+        return room if reader.holds_unread else PAGE_UNBOUNDED
 
     async def _commit(self, lease: Lease, reader: ChannelReader, items: list[dict[str, Any]],
                       after: dict[str, Any]) -> int:  # fmt: skip

@@ -53,6 +53,7 @@ class ChannelSettings:
     send_timeout_s: int = 10  # under the send activity's 30 s start-to-close
     high_water: int = 500  # queued sends per account above which producing turns wait
     email_poll_s: int = 15  # an IMAP account with no new mail is asked again after this
+    backlog_max: int = 5000  # SPEC §15: unconsumed inputs per account before reads pause
     buckets: dict[str, dict[str, Bucket]] = field(default_factory=lambda: dict(DEFAULT_BUCKETS))
 
     @classmethod
@@ -71,6 +72,7 @@ class ChannelSettings:
             send_timeout_s=env_int(env, "EVENTOS_CHANNELS_SEND_TIMEOUT_S", 10),
             high_water=env_int(env, "EVENTOS_CHANNELS_HIGH_WATER", 500),
             email_poll_s=env_int(env, "EVENTOS_CHANNELS_EMAIL_POLL_S", 15),
+            backlog_max=env_int(env, "EVENTOS_CHANNELS_BACKLOG_MAX", 5000),
             buckets=parse_buckets(env.get(BUCKETS_VAR, "")),
         )
 

@@ -141,15 +141,18 @@ class TelegramReader:
     """One page of updates per call, from the account's cursor."""
 
     driver = DRIVER
+    holds_unread = True  # Telegram keeps unconfirmed updates for 24 h
 
     def __init__(self, api: TelegramApi, poll_timeout_s: int) -> None:
         self.api = api
         self.poll_timeout_s = poll_timeout_s
 
-    async def read(self, token: bytes, cursor: dict[str, Any]) -> Page:
-        """The next page (waiting up to the poll timeout for one) and the cursor after it."""
+    async def read(self, token: bytes, cursor: dict[str, Any], limit: int = PAGE_LIMIT) -> Page:
+        """The next page of at most `limit` updates (waiting up to the poll timeout for one)
+        and the cursor after it."""
         offset = cursor.get("offset") if isinstance(cursor.get("offset"), int) else None
-        params: dict[str, Any] = {"timeout": self.poll_timeout_s, "limit": PAGE_LIMIT,
+        params: dict[str, Any] = {"timeout": self.poll_timeout_s,
+                                  "limit": max(1, min(PAGE_LIMIT, limit)),
                                   "allowed_updates": ALLOWED_UPDATES}  # fmt: skip
         if offset is not None:
             params["offset"] = offset

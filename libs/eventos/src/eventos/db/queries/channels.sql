@@ -173,3 +173,32 @@ SELECT EXISTS (
     JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
     WHERE s.source_key = %(id)s AND g.state = ANY(%(states)s::text[])
 ) AS routable;
+
+-- name: channel_backlog
+-- An account's customer inputs not yet consumed (SPEC §15: 5,000 per account), counted up to
+-- the cap: its accepted, unrouted rows (index bus_ingress_accepted) and the open deliveries
+-- of the live generations subscribing to it (index bus_deliveries_open_by_subscription).
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM (
+        (SELECT 1 FROM bus_ingress WHERE status = 'accepted' AND source_key = %(source_key)s
+         LIMIT %(cap)s)
+        UNION ALL
+        (SELECT 1 FROM bus_deliveries d
+         WHERE d.status IN ('pending', 'held', 'delivered') AND d.subscription_id IN (
+             SELECT s.id FROM bus_subscriptions s
+             JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
+             WHERE s.source_key = %(source_key)s AND g.state <> 'retired')
+         LIMIT %(cap)s)
+    ) u LIMIT %(cap)s
+) t;
+
+-- name: channel_backpressure_raise
+-- An account past its backlog bound: an item for every employee whose running generation
+-- reads it (raised again while it stays past: counted, detail updated).
+INSERT INTO attention_items (employee, kind, severity, ref, detail)
+SELECT DISTINCT s.employee, %(kind)s, 'warning', %(id)s, %(detail)s
+FROM bus_subscriptions s
+JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
+WHERE g.state = 'running' AND s.source_key = %(id)s
+ON CONFLICT (kind, ref) WHERE state = 'open' DO UPDATE
+    SET count = attention_items.count + 1, last_seen = now(), detail = EXCLUDED.detail;
