@@ -26,6 +26,7 @@ from conftest import SECRETS, apply_and_start
 from fake_telegram import FakeTelegram
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
+from test_turns import local_spec
 
 from eventos import names
 from eventos.channels.readers import ChannelReaders
@@ -278,6 +279,31 @@ async def test_an_account_down_for_long_raises_an_item_that_clears_when_it_reads
         return (await s.attention(names.ATTENTION_CHANNEL_DOWN))[0]["state"] == "resolved"
 
     await wait_for(cleared, timeout=60, what="the item resolved by a good read")
+
+
+async def test_an_account_two_employees_read_has_one_down_item_and_reads_on(stack: Stack) -> None:
+    """The attention key is (kind, ref): one open item per account, however many employees
+    read it (an item per employee made the raise fail and the reader loop with it)."""
+    s = stack
+    other = f"c{uuid.uuid4().hex[:8]}"
+    await apply_and_start(
+        s.pool, local_spec(other, f"    - {{kind: telegram, account: tg-{s.name}}}\n")
+    )
+    s.fake.fail_next(s.token, 1000, 401, "Unauthorized", method="getUpdates")
+    sql = (f"SELECT * FROM attention_items WHERE kind = '{names.ATTENTION_CHANNEL_DOWN}' "
+           f"AND ref = '{s.source}' ORDER BY id")  # fmt: skip
+
+    async def raised() -> list[dict[str, Any]] | None:
+        return await query(s.pool, sql) or None
+
+    (item,) = await wait_for(raised, timeout=30, what="the channel_down item")
+    assert item["state"] == "open" and item["employee"] in {s.name, other}
+    s.fake.faults[(s.token, "getupdates")].clear()
+
+    async def cleared() -> bool:
+        return [i["state"] for i in await query(s.pool, sql)] == ["resolved"]
+
+    await wait_for(cleared, timeout=60, what="the one item resolved by a good read")
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ plus open deliveries (pending, held, delivered) of the live generations reading 
 to one past the bound (a bounded, indexed query). Past the bound a reader whose provider keeps
 what it was not asked for (Telegram 24 h, the IMAP mailbox) stops reading, and a webhook
 answers 429 with Retry-After (the provider sends again); reading resumes below 90 % of the
-bound. Each pause raises `channel_backpressure` (ref the account) for every employee reading
-it, resolved when the account reads or accepts again.
+bound. Each pause raises `channel_backpressure` (ref the account: one open item per account, on
+the first employee reading it by name), resolved when the account reads or accepts again.
 """
 
 from __future__ import annotations
