@@ -728,3 +728,7 @@ CREATE TABLE whatsapp_windows (
 -- Delivery statuses find their sent row by the provider's message id.
 CREATE INDEX outbound_messages_provider_id ON outbound_messages (provider_message_id)
     WHERE provider_message_id IS NOT NULL;
+
+-- Fault run (issue 17): the ask that granted a turn; see 0024_turn_asks.sql.
+ALTER TABLE turns ADD COLUMN ask text;
+CREATE INDEX turns_ask ON turns (ask) WHERE ask IS NOT NULL;
