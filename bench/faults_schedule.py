@@ -23,8 +23,8 @@ KILL = "kill"
 LOSE = "lose"
 LEAD_S = 20.0  # load before the first fault
 TAIL_S = 20.0  # load after the last fault is back
-KILL_COST_S = 10.0  # a restart and its readiness, on a loaded 2-core machine
-LOSS_COST_S = 30.0  # the recovery after an outage
+KILL_COST_S = 5.0  # a restart and its readiness, on a loaded 2-core machine
+LOSS_COST_S = 20.0  # the recovery after an outage
 MIN_GAP_S = 2.0
 RECOVERY_S = 300.0  # the instance is whole again by then, or the run fails
 
