@@ -144,6 +144,7 @@ async def _load_and_faults(
         )
         ledger = await asyncio.to_thread(account, config.seed, instance.database_url, book,
                                          receivers, executor.done)  # fmt: skip
+        ledger.lines.append(_late_tasks(instance))
         ledger.lines.append(
             Line(
                 "the harness itself",
@@ -155,6 +156,20 @@ async def _load_and_faults(
     finally:
         executor.stop()
         await load.close()
+
+
+def _late_tasks(instance: Instance) -> Line:
+    """Workflow tasks a worker finished after Temporal had timed them out (their work is done
+    again), from the workers' logs: a figure of how the instance coped."""
+    counts = []
+    for name, svc in instance.stack.services.items():
+        if svc.log_path.exists():
+            with svc.log_path.open(errors="replace") as log:
+                n = sum("Task not found when completing" in line for line in log)
+            if n:
+                counts.append(f"{name} {n}")
+    return Line("workflow tasks finished past their timeout", ", ".join(counts) or "0",
+                checked=False)  # fmt: skip
 
 
 async def _until_faults_done(executor: Executor, load: Load, planned: int) -> None:
