@@ -142,6 +142,21 @@ class Instance:
             up()
             pg.start(timeout=120.0)
 
+    def revive(self) -> None:
+        """Start Temporal again if it exited by itself (at tier L it may while PostgreSQL,
+        which holds its databases, is lost), as its pod would be restarted."""
+        server = self.stack.temporal
+        with self._lock:
+            if (
+                server is not None
+                and server.process is not None
+                and server.process.poll() is not None
+            ):
+                self.say(
+                    f"Temporal exited with code {server.process.returncode}; starting it again"
+                )
+                server.start()
+
     def _kill_temporal(self) -> None:
         server = self.stack.temporal
         assert server is not None and server.process is not None

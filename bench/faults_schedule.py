@@ -162,10 +162,12 @@ class Executor:
         return done
 
     def _whole(self, when: str) -> None:
-        """Wait until every service is ready and both servers run."""
+        """Wait until every service is ready and both servers run (a server that exited by
+        itself is started again)."""
         deadline = time.monotonic() + RECOVERY_S
-        while not self.instance.ready():
-            if self._stop.is_set():
+        while True:
+            self.instance.revive()
+            if self.instance.ready() or self._stop.is_set():
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the instance was not whole {RECOVERY_S:g} s {when}: "
