@@ -183,12 +183,26 @@ TIER ?= S
 run: install $(if $(filter L,$(TIER)),$(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB)) ## start a local instance: PostgreSQL, Temporal (TIER=S dev server, TIER=L full server), all services
 	$(PY) -m eventos.localstack --tier $(TIER)
 
+# The console's browser tests (tests/browser/) drive a headless Chromium: EVENTOS_TEST_BROWSER
+# when set, else Debian's /usr/bin/chromium, installed here with apt-get where it is missing and
+# apt-get works as root; elsewhere (macOS, non-root) Playwright downloads its own Chromium.
+browser: install ## install the Chromium the console's browser tests drive, and say which
+	@if [ -n "$$EVENTOS_TEST_BROWSER" ]; then echo "browser: $$EVENTOS_TEST_BROWSER (EVENTOS_TEST_BROWSER)"; \
+	elif [ -x /usr/bin/chromium ]; then echo "browser: /usr/bin/chromium (Debian's chromium)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "browser: installing Debian's chromium (apt-get install chromium)"; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	else \
+	  echo "browser: installing Playwright's Chromium (playwright install chromium)"; \
+	  $(VENV)/bin/playwright install chromium; \
+	fi
+
 lint: install ## ruff (format + lint) and mypy
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy libs/eventos/src services/*/src
 
-test: lint $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## lint, then every test (unit, integration, e2e, deploy) on real PostgreSQL and Temporal
+test: lint browser $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## lint, then every test (unit, integration, e2e, browser, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 deploy-check: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout, alert rules
@@ -219,8 +233,10 @@ bench: install $(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## 
 	$(PY) bench/storm.py
 	$(PY) bench/content_rules.py
 	$(PY) bench/channels.py
+	$(PY) bench/console.py
+	$(PY) bench/timeline.py
 
 clean: ## remove the local instance state and the virtualenvs
 	rm -rf .eventos $(VENV) $(TOOLS)
 
-.PHONY: help install temporal-server tools lock proto migrate run lint test deploy-check images bench clean
+.PHONY: help install temporal-server tools lock proto migrate run browser lint test deploy-check images bench clean

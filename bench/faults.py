@@ -42,7 +42,10 @@ QUIET = """SELECT
   + (SELECT count(*) FROM turns WHERE status = 'running')
   + (SELECT count(*) FROM outbound_messages WHERE status IN ('queued', 'sending'))
   + (SELECT count(*) FROM tool_calls WHERE status = 'calling')"""
-STREAM_HEADS = "SELECT audience, max(id) FROM chat_events GROUP BY 1"
+# Each audience's last chat event placed, and whether any is not placed yet (the stream shows
+# events by place: migration 0024).
+STREAM_HEADS = """SELECT audience, coalesce(max(pos), 0), count(*) FILTER (WHERE pos IS NULL)
+FROM chat_events GROUP BY 1"""
 
 
 @dataclass(frozen=True)
@@ -201,9 +204,10 @@ async def _drain(load: Load, url: str, deadline_s: float) -> float:
 def _settled(url: str, load: Load) -> bool:
     with psycopg.connect(url, autocommit=True) as conn:
         (open_,) = conn.execute(QUIET).fetchone() or (1,)
-        heads: dict[str, int] = dict(conn.execute(STREAM_HEADS).fetchall())
-    read = {a: max(e, default=0) for a, e in load.book.streams.items()}
-    return open_ == 0 and all(read.get(a, 0) >= head for a, head in heads.items())
+        heads = conn.execute(STREAM_HEADS).fetchall()
+    read = load.book.read_through()
+    return open_ == 0 and all(read.get(a, 0) >= head and not unplaced
+                              for a, head, unplaced in heads)  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

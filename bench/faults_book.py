@@ -50,7 +50,8 @@ class Book:
     acked: dict[str, Acked] = field(default_factory=dict)
     chat_ids: dict[str, tuple[str, int]] = field(default_factory=dict)  # tag → (audience, id)
     tools: set[str] = field(default_factory=set)  # chat tags that ask for an http_request
-    # The owner's event streams as each audience read them: event id → the event.
+    # The owner's event streams as each audience read them: chat event id (its row's, not its
+    # place) → the event.
     streams: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
     stream_repeats: Counter[str] = field(default_factory=Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -70,6 +71,12 @@ class Book:
             if int(event["id"]) in seen:
                 self.stream_repeats[audience] += 1
             seen[int(event["id"])] = event
+
+    def read_through(self) -> dict[str, int]:
+        """Per audience, the last place its stream showed."""
+        with self._lock:
+            return {a: max((e["pos"] for e in events.values()), default=0)
+                    for a, events in self.streams.items()}  # fmt: skip
 
     def counts(self) -> Counter[str]:
         """Acknowledged events per channel."""

@@ -378,7 +378,7 @@ class Load:
                     if r.status_code == 200:
                         async for event in sse_events(r.aiter_lines()):
                             self.book.streamed(audience, event)
-                            last = max(last, int(event["id"]))
+                            last = max(last, event["pos"])
             except (httpx.HTTPError, ValueError):
                 pass  # the ingress died or the stream broke: resume from `last`
             await asyncio.sleep(STREAM_RETRY_S)
@@ -499,12 +499,14 @@ class RecordingOutbox(DriverOutbox):
 
 
 async def sse_events(lines: Any) -> Any:
-    """The events of a server-sent event stream: {"id", "event", **data}."""
+    """The events of a server-sent event stream: {**data, "event", "pos"} (`pos`: the event's
+    place, its SSE id, which a reconnect resumes after; the data's `id` is its row's)."""
     event: dict[str, Any] = {}
     async for line in lines:
         if not line:
             if "id" in event and "data" in event:
-                yield {**json.loads(event["data"]), "event": event.get("event", "")}
+                yield {**json.loads(event["data"]), "event": event.get("event", ""),
+                       "pos": int(event["id"])}  # fmt: skip
             event = {}
         elif not line.startswith(":") and ":" in line:
             name, _, value = line.partition(":")

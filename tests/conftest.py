@@ -24,6 +24,7 @@ from eventos.settings import (
     IngressBuffers,
     SecretStore,
     ServiceSettings,
+    SupervisionSettings,
 )
 from eventos.spec import load_specs
 
@@ -111,6 +112,13 @@ async def run_service(service: Service) -> asyncio.Task[None]:
     task = asyncio.create_task(service.run(install_signals=False))
     await asyncio.wait_for(service.started(), 10)
     return task
+
+
+@pytest.fixture
+def supervision_settings() -> SupervisionSettings:
+    """Restart intensity and watchdog settings of the test's workers (the defaults); a module
+    that needs shorter windows overrides this fixture."""
+    return SupervisionSettings()
 
 
 @pytest.fixture

@@ -295,11 +295,15 @@ def test_size_presets_and_explicit_resources() -> None:
 
 
 @pytest.mark.parametrize("tier", ["S", "L"])
-def test_the_optional_ingress_routes_only_hooks_the_owner_api_and_openapi(tier: str) -> None:
+def test_the_optional_ingress_routes_only_hooks_channels_the_owner_api_openapi_and_console(
+    tier: str,
+) -> None:
     docs = charts.instance(tier, "ingress.enabled=true", "ingress.host=acme.example.com")
     (rule,) = named(docs, "Ingress", f"{P}-ingress")["spec"]["rules"]
     paths = rule["http"]["paths"]
     assert sorted((p["path"], p["pathType"]) for p in paths) == [
+        ("/channels", "Prefix"),
+        ("/console", "Prefix"),
         ("/hooks", "Prefix"),
         ("/openapi.json", "Exact"),
         ("/v1", "Prefix"),

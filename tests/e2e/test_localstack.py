@@ -173,6 +173,8 @@ def test_starts_serves_and_stops_on_ctrl_c(launch: Callable[..., Run]) -> None:
     assert employees(doc) == {"hello": "running"}
     assert "support: skipped (needs openai-main, stripe-whsec, deploy-hook" in run.log()
     assert 'eventosctl chat hello "hi"' in run.log()
+    assert f"web console       {doc['ingress_url']}/console" in run.log()
+    assert httpx.get(f"{doc['ingress_url']}/console", timeout=5).status_code == 200
     hook = httpx.post(
         f"{doc['ingress_url']}/hooks/hello",
         json={"hello": "world"},

@@ -24,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 EXAMPLES = 12  # per operation and mode: the whole fuzz stays well under a minute
-STREAMS = {"/v1/employees/{name}/chat/events"}  # never ends: its refusals are tested elsewhere
+STREAMS = {"/v1/employees/{name}/chat/events", "/v1/events"}  # never end: refusals tested apart
 # No 5xx, and every answer as documented: its status, its content type, its body; and a call
 # without the token is refused. (Not "schema-valid data is accepted": the request schemas do
 # not restate every rule, e.g. what makes a spec valid.)

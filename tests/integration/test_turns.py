@@ -38,7 +38,7 @@ from eventos.payload_guard import connect
 from eventos.relay import Relay
 from eventos.routing import route_pass
 from eventos.service import cancel_and_wait
-from eventos.settings import SecretStore, TemporalSettings
+from eventos.settings import SecretStore, SupervisionSettings, TemporalSettings
 from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
 from eventos.workers import egress_worker, workflow_worker
@@ -140,12 +140,13 @@ async def instance(
     temporal_settings: TemporalSettings,
     outbox_keys: OutboxKeys,
     llm_endpoints: LlmEndpoints,
+    supervision_settings: SupervisionSettings,
 ) -> AsyncIterator[Instance]:
     name = f"t{uuid.uuid4().hex[:8]}"
     await apply_and_start(pool, owner_and_driver(name))
     client = await connect(temporal_settings.address, temporal_settings.namespace)
     queue = f"wf-{uuid.uuid4().hex[:8]}"
-    db = DbActivities(pool, outbox=outbox_keys)
+    db = DbActivities(pool, outbox=outbox_keys, supervision=supervision_settings)
     async with httpx.AsyncClient() as http:
         llm = LlmActivities(http, SecretStore(env={}), pool, PRICES, endpoints=llm_endpoints)
         workers = [workflow_worker(client, queue, db), egress_worker(client, db, queue)]

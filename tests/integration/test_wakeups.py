@@ -1,4 +1,4 @@
-"""Chat wake-ups (LISTEN/NOTIFY): a committed chat event wakes its employee's streams, and
+"""Stream wake-ups (LISTEN/NOTIFY): a committed chat event, once placed, wakes its employee's streams, and
 only theirs; a listener whose connection dies says so (the streams poll) and comes back."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from eventos.db import Conn
 from eventos.service import cancel_and_wait
 from eventos.settings import DatabaseSettings
 from eventos.testing import wait_for
-from eventos.wakeups import ChatWakeups
+from eventos.wakeups import StreamWakeups
 
 EVENT = """
 INSERT INTO chat_events (employee, session, kind, turn_id, dedupe_key, text)
@@ -21,13 +21,13 @@ VALUES (%s, 'owner', 'notice', '', gen_random_uuid()::text, 'hi')
 """
 
 
-async def listening(wakeups: ChatWakeups, state: bool) -> bool:
+async def listening(wakeups: StreamWakeups, state: bool) -> bool:
     return wakeups.listening is state
 
 
 @pytest.fixture
-async def wakeups(db_settings: DatabaseSettings) -> AsyncIterator[ChatWakeups]:
-    w = ChatWakeups(db_settings)
+async def wakeups(db_settings: DatabaseSettings) -> AsyncIterator[StreamWakeups]:
+    w = StreamWakeups(db_settings)
     task = asyncio.create_task(w.run())
     await wait_for(lambda: listening(w, True), timeout=10, what="listening")
     yield w
@@ -35,7 +35,7 @@ async def wakeups(db_settings: DatabaseSettings) -> AsyncIterator[ChatWakeups]:
 
 
 async def test_a_committed_event_wakes_its_employees_streams_only(
-    wakeups: ChatWakeups, pool: AsyncConnectionPool[Conn]
+    wakeups: StreamWakeups, pool: AsyncConnectionPool[Conn]
 ) -> None:
     with wakeups.subscribe("ada") as ada, wakeups.subscribe("bob") as bob:
         async with pool.connection() as conn, conn.transaction():
@@ -56,7 +56,7 @@ async def test_a_committed_event_wakes_its_employees_streams_only(
 
 
 async def test_a_lost_listener_polls_meanwhile_and_wakes_every_stream_when_back(
-    wakeups: ChatWakeups, pool: AsyncConnectionPool[Conn]
+    wakeups: StreamWakeups, pool: AsyncConnectionPool[Conn]
 ) -> None:
     with wakeups.subscribe("ada") as ada:
         async with pool.connection() as conn:

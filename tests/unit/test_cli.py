@@ -48,8 +48,10 @@ def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_instance_options_work_after_the_command_too() -> None:
-    args = build_parser().parse_args(["list", "--url", "http://x", "--token", "t", "--json"])
-    assert (args.url, args.token, args.json) == ("http://x", "t", True)
+    args = build_parser().parse_args(["list", "--url", "http://x", "--token", "t", "-o", "yaml"])
+    assert (args.url, args.token, args.output) == ("http://x", "t", "yaml")
+    # --json, kept for scripts, is -o json.
+    assert build_parser().parse_args(["--json", "list"]).output == "json"
 
 
 def test_apply_requires_a_file(capsys: pytest.CaptureFixture[str]) -> None:
@@ -60,7 +62,7 @@ def test_apply_requires_a_file(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_without_a_stack_file_it_says_how_to_start_one(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["list"]) == 1
+    assert main(["list"]) == 5
     err = capsys.readouterr().err
     assert "no local instance found" in err
     assert "make run" in err
@@ -68,7 +70,7 @@ def test_without_a_stack_file_it_says_how_to_start_one(capsys: pytest.CaptureFix
 
 def test_refused_connection_names_the_address(capsys: pytest.CaptureFixture[str]) -> None:
     url = f"http://127.0.0.1:{free_port()}"
-    assert main(["list", "--url", url, "--token", ADMIN_TOKEN]) == 1
+    assert main(["list", "--url", url, "--token", ADMIN_TOKEN]) == 5
     assert capsys.readouterr().err.strip() == (
         f"error: no local instance answers at {url}; start one with `make run`"
     )
@@ -77,7 +79,7 @@ def test_refused_connection_names_the_address(capsys: pytest.CaptureFixture[str]
 def test_missing_stack_file_given_by_flag(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["--stack", str(tmp_path / "nope.json"), "list"]) == 1
+    assert main(["--stack", str(tmp_path / "nope.json"), "list"]) == 5
     assert "no stack file at" in capsys.readouterr().err
 
 
@@ -95,8 +97,13 @@ async def test_apply_list_start_chat(ingress_url: str, capsys: pytest.CaptureFix
     started = capsys.readouterr().out.strip()
     assert started == "hello: generation 1 starting (intent 1 start applying)"
     assert await ctl("get", "hello", *at) == 0
+    assert capsys.readouterr().out.split("\n")[1].split() == [
+        "hello", "starting", "1", "start", "applying",
+    ]  # fmt: skip
+    assert await ctl("describe", "hello", *at) == 0
     shown = capsys.readouterr().out
     assert "state:       starting" in shown and "intent:      1 start applying" in shown
+    assert "degraded:    no" in shown and "attention (0 open or acked):" in shown
     assert await ctl("list", *at) == 0
     assert capsys.readouterr().out.split("\n")[1].split() == [
         "hello", "starting", "1", "start", "applying",
@@ -146,9 +153,9 @@ async def test_invalid_spec_errors_name_field_paths(
 
 
 async def test_refusals_are_explained(ingress_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert await ctl("list", "--url", ingress_url, "--token", "wrong-token-0123456789") == 1
+    assert await ctl("list", "--url", ingress_url, "--token", "wrong-token-0123456789") == 4
     assert "refused the token (401)" in capsys.readouterr().err
-    assert await ctl("start", "nobody", "--url", ingress_url, "--token", ADMIN_TOKEN) == 1
+    assert await ctl("start", "nobody", "--url", ingress_url, "--token", ADMIN_TOKEN) == 3
     assert "no employee named 'nobody' (404)" in capsys.readouterr().err
 
 
@@ -178,13 +185,13 @@ async def test_migrate_reports_an_up_to_date_database(
 
 
 def test_migrate_without_a_database_says_what_to_set(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["migrate"]) == 1
+    assert main(["migrate"]) == 5
     assert "EVENTOS_DATABASE_URL" in capsys.readouterr().err
 
 
 def test_migrate_against_nothing_names_the_address(capsys: pytest.CaptureFixture[str]) -> None:
     url = f"postgresql://postgres@127.0.0.1:{free_port()}/eventos"
-    assert main(["migrate", "--database-url", url]) == 1
+    assert main(["migrate", "--database-url", url]) == 5
     assert "cannot reach the database at 127.0.0.1:" in capsys.readouterr().err
 
 
@@ -195,13 +202,13 @@ async def test_users_add_list_remove(ingress_url: str, capsys: pytest.CaptureFix
     assert shown[0] == "user/alice created; its token (shown once):"
     token = shown[1]
     assert await ctl("users", "list", *at) == 0
-    assert capsys.readouterr().out.split()[0] == "alice"
+    assert capsys.readouterr().out.splitlines()[1].split()[0] == "alice"
     # The user's token chats; it may not manage users.
-    assert await ctl("users", "list", "--url", ingress_url, "--token", token) == 1
+    assert await ctl("users", "list", "--url", ingress_url, "--token", token) == 4
     assert "(403)" in capsys.readouterr().err
     assert await ctl("users", "remove", "alice", *at) == 0
     assert capsys.readouterr().out.strip() == "user/alice removed"
-    assert await ctl("users", "remove", "alice", *at) == 1
+    assert await ctl("users", "remove", "alice", *at) == 3
     assert "no user 'alice' (404)" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        await ctl("users", "add", *at)
+    assert await ctl("users", "add", *at) == 2
+    assert "users add needs a NAME" in capsys.readouterr().err

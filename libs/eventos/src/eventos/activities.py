@@ -39,9 +39,11 @@ from eventos.contracts import (
 from eventos.db import Conn
 from eventos.egress import Egress, SendWait
 from eventos.errors import Conflict, NotFound
+from eventos.health import intensity
 from eventos.metrics import RUN_HISTORY_BYTES, RUN_SIGNALS
 from eventos.outbox_keys import OutboxKeys
 from eventos.scheduler import SchedConfig
+from eventos.settings import SupervisionSettings
 from eventos.temporal import wake_entities
 
 T = TypeVar("T")
@@ -57,9 +59,11 @@ class DbActivities:
         *,
         outbox: OutboxKeys,
         egress: Egress | None = None,
+        supervision: SupervisionSettings | None = None,
     ) -> None:
         self.pool = pool
         self.sched = sched or SchedConfig()
+        self.supervision = supervision or SupervisionSettings()
         self.outbox = outbox
         self.egress = egress or Egress(pool, outbox)  # owner chat only, unless given senders
 
@@ -78,12 +82,19 @@ class DbActivities:
         return answer.admission
 
     @activity.defn(name=names.ACT_RELEASE)
-    async def release_turn(self, req: ReleaseTurn) -> None:
-        """Give the slot back and wake the entities it was offered to."""
+    async def release_turn(self, req: ReleaseTurn) -> str | None:
+        """Give the slot back and wake the entities it was offered to; a failed turn counts on
+        its thread's restart intensity: the hold the thread is under now (`quarantined`,
+        `backoff`) or None."""
         _, wake = await self._run(
             lambda conn: admission.release(conn, self.sched, req.turn_id, req.status, req.error)
         )
         await wake_entities(activity.client(), wake)
+        if req.status != names.TURN_FAILED:
+            return None
+        return await self._run(
+            lambda conn: intensity.record_failure(conn, req.turn_id, self.supervision)
+        )
 
     @activity.defn(name=names.ACT_SUSPEND)
     async def suspend_turn(self, req: SuspendTurn) -> None:

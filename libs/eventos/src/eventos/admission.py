@@ -18,6 +18,7 @@ from eventos import names, scheduler
 from eventos.contracts import Admission, AdmitRequest, SuspendTurn
 from eventos.db import Conn
 from eventos.db.sql import Q
+from eventos.health import intensity
 from eventos.metrics import ADMISSION_WAIT, PARKED_TURNS, TURN_DURATION, class_label
 from eventos.scheduler import Load, SchedConfig, Waiter
 
@@ -48,11 +49,14 @@ async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
         if granted is not None:
             return Answer(granted, [])
         cur = await conn.execute(Q["admission_gate"], {"employee": req.employee,
-                                                       "generation": req.generation})  # fmt: skip
+                                                       "generation": req.generation,
+                                                       "stream_key": req.stream_key})  # fmt: skip
         row = await cur.fetchone() or {}
         refusal = gate(req, row.get("generation_state"), row.get("budget_state"))
         if refusal is None and req.turn_id:
             refusal = await _parked_too_long(conn, req.turn_id)
+        elif refusal is None:  # a new turn of a failing thread, or a degraded employee's C3/C4
+            refusal = intensity.admission_refusal(req, row)
         if refusal is not None:
             await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
             _, wake = await _serve(conn, cfg)

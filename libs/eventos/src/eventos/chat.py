@@ -141,7 +141,7 @@ async def message(
 async def events_after(
     conn: Conn, employee: str, session: str, after: int, audience: str = OWNER
 ) -> list[dict[str, Any]]:
-    """This session's run events and replies after event id `after`, oldest first."""
+    """This session's run events and replies placed after `after` (a stream place), in order."""
     params = {"employee": employee, "session": session, "after": after, "audience": audience}
     cur = await conn.execute(Q["chat_events_after"], params)
     return await cur.fetchall()

@@ -28,6 +28,9 @@ class StreamCursor:
     roll_after: int = names.ENTITY_ROLL_AFTER  # continue-as-new between turns past this many
     idle_s: float | None = None  # passivate after this idle time (None: the lane's default)
     cancel_grace_s: float = names.TURN_CANCEL_GRACE_S  # then a cancelled turn is terminated
+    # Failed tries so far of inputs still pending, as [seq, tries] (carried by continue-as-new,
+    # so a failed input is still retried once only, then dead-lettered).
+    failures: list[list[int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,7 @@ class Admission:
     reason: str = ""
     gate: str = ""  # "paused" / "budget" (wait for `wake`) or "retired" (close)
     reserved: bool = False  # the employee's reserved owner slot
+    retry_after_s: float = 0.0  # gate "backoff": ask again after this
 
 
 @dataclass(frozen=True)

@@ -335,16 +335,9 @@ async def retry_loop(egress: Egress, poll_s: float = RETRY_POLL_S) -> None:
         await asyncio.sleep(poll_s)
 
 
-async def retry_item(conn: Conn, item_id: int) -> int | None:
-    """The Retry action of a send's attention item: the outbox row retried (None: the item is
-    not a send's)."""
-    async with conn.transaction():
-        cur = await conn.execute(Q["attention_item_lock"], {"id": item_id})
-        item = await cur.fetchone()
-        if item is None or item["kind"] not in SEND_ITEM_KINDS:
-            return None
-        if item["state"] != "open":
-            raise Conflict(f"attention item {item_id} is {item['state']}")
-        outbound_id = int(str(item["ref"]).removeprefix("outbox#"))
-        await request_retry(conn, outbound_id)
+async def retry_item(conn: Conn, item: Mapping[str, Any]) -> int:
+    """The Retry action of a send's attention item (locked by the caller): its outbox row
+    queued again (Conflict unless it is unknown, failed or held by its channel)."""
+    outbound_id = int(str(item["ref"]).removeprefix("outbox#"))
+    await request_retry(conn, outbound_id)
     return outbound_id

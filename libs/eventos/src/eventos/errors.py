@@ -42,6 +42,10 @@ class Conflict(EventOSError):
     """The request conflicts with the current state."""
 
 
+class Gone(EventOSError):
+    """What was asked for is no longer kept."""
+
+
 class QueueFull(EventOSError):
     """The queue is full."""
 

@@ -29,8 +29,9 @@ GAUGE_INTERVAL_S: Final = 15.0
 GAUGE_READ_TIMEOUT_S: Final = 5.0
 EGRESS_STATUSES: Final = ("queued", "sending")
 HOLDS: Final = frozenset(
-    {names.HOLD_STARTING, names.HOLD_PAUSED, names.HOLD_WINDOW, names.GATE_BUDGET}
-)
+    {names.HOLD_STARTING, names.HOLD_PAUSED, names.HOLD_WINDOW, names.GATE_BUDGET,
+     names.HOLD_BACKOFF, names.HOLD_QUARANTINED, names.HOLD_DEGRADED}
+)  # fmt: skip
 
 
 async def read_backlog(pool: AsyncConnectionPool[Conn]) -> None:

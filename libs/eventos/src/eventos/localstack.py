@@ -503,6 +503,9 @@ class LocalStack:
         lines.append(
             f"  {'addresses':<17} {STATE_DIR}/stack.json (admin and internal tokens inside)"
         )
+        if "ingress" in self.services:
+            console = f"{self.ingress_url}/console"
+            lines.append(f"  {'web console':<17} {console} (sign in with the admin token)")
         for outcome in self.employees:
             lines.append(f"  {'employee':<17} {outcome.describe()}")
         lines += ["", f"Try:  {self.command_to_try()}", "Ctrl-C stops everything."]

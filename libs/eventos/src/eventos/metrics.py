@@ -119,6 +119,19 @@ BACKSTOPS = _counter(
     "Turns with no completed step for 24 hours, by what the backstop did.",
     ("action",),
 )
+WATCHDOG_ALERTS = _counter(
+    "eventos_watchdog_alerts_total",
+    "Attention items the supervision watchdogs raised (router_stalled, window_stalled, "
+    "stuck_retry), by kind.",
+    ("kind",),
+)
+THREADS_QUARANTINED = _gauge("eventos_threads_quarantined", "Threads quarantined now.")
+EMPLOYEES_DEGRADED = _gauge("eventos_employees_degraded", "Employees degraded now.")
+DEGRADED_TRANSITIONS = _counter(
+    "eventos_employee_degraded_transitions_total",
+    "Employees that became degraded, or recovered when their window did, by the state entered.",
+    ("state",),
+)
 
 # --- workers-workflow
 TURN_DURATION = _histogram(
@@ -145,6 +158,11 @@ TOOL_CALLS = _counter(
     "eventos_tool_calls_total", "Tool call attempts that ended, by tool and outcome.",
     ("tool", "outcome"),
 )  # fmt: skip
+THREAD_HOLDS = _counter(
+    "eventos_thread_holds_total",
+    "Threads held for their failing turns, by hold (backoff, quarantined).",
+    ("hold",),
+)
 BUDGET_TRANSITIONS = _counter(
     "eventos_budget_transitions_total", "Budget state changes of employees, by the state entered.",
     ("state",),
@@ -191,11 +209,12 @@ SERVED: Final[dict[str, tuple[MetricWrapperBase, ...]]] = {
                 PUBLISH_READ_AHEAD_BYTES, PUBLISH_READ_AHEAD_EVENTS, DEAD_LETTERS, KICKS_SENT),
     "router": (ROUTER_ROWS, ROUTER_DELIVERIES, DEAD_LETTERS, KICKS_SENT),
     "relay": (RELAY_LAG, PENDING_OLDEST_AGE, PENDING_HELD, BREAKERS_OPEN, DEAD_LETTERS,
-              SLOW_TURNS, BACKSTOPS,
+              SLOW_TURNS, BACKSTOPS, WATCHDOG_ALERTS, THREADS_QUARANTINED, EMPLOYEES_DEGRADED,
+              DEGRADED_TRANSITIONS,
               TURN_DURATION, EGRESS_LATENCY),  # turns lost and sends orphaned, at a re-arm
     "workers-workflow": (TURN_DURATION, RUN_SIGNALS, RUN_HISTORY_BYTES, ADMISSION_WAIT,
                          PARKED_TURNS, TOOL_CALLS, BUDGET_TRANSITIONS, DEAD_LETTERS,
-                         ACTIVITY_RETRIES),
+                         ACTIVITY_RETRIES, THREAD_HOLDS),
     "workers-llm": (TOKEN_USAGE, OPERATION_DURATION, SLOT_WAIT, RATE_WAITS, BUDGET_TRANSITIONS,
                     ACTIVITY_RETRIES),
     "egress": (EGRESS_DEPTH, EGRESS_LATENCY, ACTIVITY_RETRIES),

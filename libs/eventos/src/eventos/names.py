@@ -425,3 +425,60 @@ RULE_PATTERN_MAX_CHARS: Final = 1000
 RULES_TOTAL_MAX_CHARS: Final = 64 * 1024  # every word, pattern and domain of a spec together
 RULE_REGEX_MAX_MEM: Final = 1024 * 1024  # RE2's budget per compiled pattern (program + DFA)
 RULES_SCAN_MAX_CHARS: Final = 64 * 1024  # an outgoing message fits the 64 KB envelope (I7)
+
+# Supervision (SPEC §12): restart intensity per thread, the `degraded` employee, the watchdogs.
+HOLD_BACKOFF: Final = "backoff"  # a thread's failing turns back it off until `hold_until`
+HOLD_QUARANTINED: Final = "quarantined"  # until the owner releases it
+HOLD_DEGRADED: Final = "degraded"  # background work of a degraded employee (like `budget`)
+GATE_BACKOFF: Final = HOLD_BACKOFF
+GATE_QUARANTINED: Final = HOLD_QUARANTINED
+GATE_DEGRADED: Final = HOLD_DEGRADED
+ATTENTION_THREAD_QUARANTINED: Final = "thread_quarantined"
+ATTENTION_EMPLOYEE_DEGRADED: Final = "employee_degraded"
+ATTENTION_ROUTER_STALLED: Final = "router_stalled"
+ATTENTION_WINDOW_STALLED: Final = "window_stalled"
+ATTENTION_STUCK_RETRY: Final = "stuck_retry"
+ACTION_RELEASE: Final = "release"  # a quarantined thread's held inputs flow again
+ACTION_CLEAR: Final = "clear"  # the owner clears a degraded employee
+# The `employee` of an item about the whole instance (no employee name has parentheses).
+INSTANCE_ITEMS: Final = "(instance)"
+
+# Operator surfaces (issue 16): attention item states and the actions items offer
+# (`POST /v1/attention/{id}:act`, besides ACTION_RETRY); dead letters, named `<kind>-<id>`.
+ITEM_OPEN: Final = "open"
+ITEM_ACKED: Final = "acked"  # seen and being handled: listed until resolved, repeats count on it
+ITEM_RESOLVED: Final = "resolved"
+ITEM_STATES: Final = (ITEM_OPEN, ITEM_ACKED, ITEM_RESOLVED)
+ACTION_RESUME: Final = "resume"
+ACTION_RESET: Final = "reset"
+ACTION_REPLAY: Final = "replay"
+LETTER_INGRESS: Final = "ingress"  # an ingress row settled dead (never routed)
+LETTER_DELIVERY: Final = "delivery"  # a delivery settled dead (its input never consumed)
+
+# The employee timeline (SPEC §12, §15; docs/timeline.md): entry kinds by family, retention.
+TIMELINE_RETENTION_DAYS: Final = 30
+TIMELINE_KINDS: Final = {
+    "input": ("input.accepted", "input.routed", "input.delivered", "input.pending", "input.dead",
+              "input.skipped"),
+    "turn": ("turn.started", "turn.done", "turn.failed", "turn.cancelled", "turn.interrupted"),
+    "reply": ("reply.queued", "reply.held", "reply.sent", "reply.failed", "reply.unknown",
+              "reply.expired"),
+    "alarm": ("alarm.set", "alarm.fired", "alarm.missed", "alarm.cancelled"),
+    "task": ("task.delegated", "task.done", "task.timed_out", "task.cancelled"),
+    "tool": ("tool.done", "tool.unknown"),
+    "attention": ("attention.raised",),
+}  # fmt: skip
+
+# The operator event stream (issue 16, `GET /v1/events`; docs/events.md): kinds by family,
+# retention.
+OPERATOR_EVENTS_RETENTION_DAYS: Final = 7
+OPERATOR_EVENT_KINDS: Final = {
+    "turn": ("turn.started", "turn.done", "turn.failed", "turn.cancelled", "turn.interrupted"),
+    "outbox": ("outbox.queued", "outbox.held", "outbox.sent", "outbox.failed", "outbox.unknown",
+               "outbox.expired"),
+    "dead_letter": ("dead_letter.added",),
+    "attention": ("attention.raised", "attention.acked", "attention.resolved"),
+    "approval": ("approval.created", "approval.decided", "approval.expired"),
+    "employee": ("employee.starting", "employee.running", "employee.paused", "employee.retired",
+                 "employee.degraded", "employee.recovered"),
+}  # fmt: skip

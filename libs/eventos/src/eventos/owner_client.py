@@ -8,12 +8,17 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from eventos.errors import EventOSError
+from eventos.sse import Block, Parser
+
+# A stream sends a keep-alive every 15 quiet seconds: silence past this is a dead connection.
+STREAM_SILENCE_S = 45.0
 
 
 class InstanceUnreachable(EventOSError):
@@ -26,6 +31,10 @@ class InstanceUnreachable(EventOSError):
 
 class InstanceTimeout(InstanceUnreachable):
     """The instance did not answer in time."""
+
+
+class StreamDropped(EventOSError):
+    """The event stream's connection dropped."""
 
 
 class OwnerApiError(EventOSError):
@@ -95,6 +104,32 @@ class OwnerClient:
         if response.status_code == 204:
             return None
         return response.json()
+
+    def stream(self, path: str, params: dict[str, str], last_id: str | None) -> Iterator[Block]:
+        """The blocks of a server-sent event stream, from after `last_id` (Last-Event-ID);
+        StreamDropped when its connection drops or goes silent, InstanceUnreachable when it
+        cannot connect."""
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "text/event-stream"}
+        if last_id is not None:
+            headers["Last-Event-ID"] = last_id
+        timeout = httpx.Timeout(self.timeout_s, read=STREAM_SILENCE_S)
+        url = self.url.rstrip("/") + path
+        try:
+            with self._http.stream("GET", url, params=params, headers=headers,
+                                   timeout=timeout) as response:  # fmt: skip
+                if response.status_code >= 400:
+                    response.read()
+                    raise _refusal(response)
+                parser = Parser()
+                for line in response.iter_lines():
+                    block = parser.feed(line)
+                    if block is not None:
+                        yield block
+        except httpx.ConnectError:
+            raise InstanceUnreachable(self.url) from None
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            raise StreamDropped(f"the stream at {self.url} dropped ({exc or type(exc).__name__})"
+                                ) from None  # fmt: skip
 
     def apply(self, text: str, *, content_type: str = "application/yaml") -> list[dict[str, Any]]:
         """Apply one or more specs; returns {name, created, changed} per employee."""
@@ -182,6 +217,45 @@ class OwnerClient:
         query = f"?state={urllib.parse.quote(state)}" if state else ""
         return list(self._call("GET", "/v1/approvals" + query)["approvals"])
 
+    def timeline(self, name: str, **params: str | int | None) -> dict[str, Any]:
+        """A page of an employee's timeline: {timeline, next_cursor, follow_cursor, as_of}
+        (`chain`, `thread`, `kind`, `since`, `until`, `order`, `cursor`, `limit`)."""
+        query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+        return dict(self._call("GET", f"/v1/employees/{name}/timeline?{query}"))
+
+    def waiting(self, name: str, limit: int | None = None) -> dict[str, Any]:
+        """Every input of an employee not consumed yet and its gate: {waiting, more, as_of}."""
+        query = f"?limit={limit}" if limit is not None else ""
+        return dict(self._call("GET", f"/v1/employees/{name}/waiting{query}"))
+
     def decide(self, approval_id: str, verb: str) -> dict[str, Any]:
         """`approve` or `decline` an approval: the approval as decided."""
         return self._post_json(f"/v1/approvals/{urllib.parse.quote(approval_id)}:{verb}", {})
+
+    def _get_query(self, path: str, query: dict[str, Any]) -> Any:
+        given = urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+        return self._call("GET", path + (f"?{given}" if given else ""))
+
+    def dead_letters(self, query: dict[str, Any]) -> dict[str, Any]:
+        """One page of dead letters: {dead_letters, next_cursor}."""
+        return dict(self._get_query("/v1/dead-letters", query))
+
+    def replay(self, selector: dict[str, Any], confirmation: str | None = None) -> dict[str, Any]:
+        """Without `confirmation`: what the selector would replay and its confirmation; with
+        it: the replay."""
+        body: dict[str, Any] = {"selector": selector}
+        if confirmation is not None:
+            body["confirmation"] = confirmation
+        return self._post_json("/v1/replay", body)
+
+    def attention(self, query: dict[str, Any]) -> dict[str, Any]:
+        """One page of attention items: {attention, next_cursor}."""
+        return dict(self._get_query("/v1/attention", query))
+
+    def attention_item(self, item_id: int) -> dict[str, Any]:
+        """One attention item."""
+        return dict(self._call("GET", f"/v1/attention/{item_id}"))
+
+    def attention_post(self, item_id: int, verb: str, body: dict[str, Any]) -> dict[str, Any]:
+        """`ack`, `resolve` or `act` (with `{"action": …}`) on one item."""
+        return self._post_json(f"/v1/attention/{item_id}:{verb}", body)

@@ -2,7 +2,8 @@
 
 Per claimed stream, gates in order: the generation runs (else its inputs are dead(reset)),
 no hold, background work (C3, C4) only while the employee's budget is normal (else hold
-`budget`, lifted by the ledger), room in the window (32 inputs or 512 KB delivered and
+`budget`, lifted by the ledger) and the employee is not degraded (else hold `degraded`, lifted
+when it recovers: eventos.health), room in the window (32 inputs or 512 KB delivered and
 unconsumed, else hold `window`). Then batches of at most 16 inputs or 256 KB go to the
 entity by known id, one call in flight per stream, at most 4 per entity per second;
 `delivered_seq` is committed only after Temporal accepted, and only while our lease's
@@ -322,12 +323,27 @@ class Relay:
     async def _probe(self) -> bool:
         try:
             await self.temporal.ready()
-        except Exception:
+        except Exception as exc:
             self.breaker.trip()
+            await self._record_breaker(str(exc) or type(exc).__name__)
             return False
         log.info("Temporal answers again: breaker closed")
         self.breaker.close()
+        await self._record_breaker(None)
         return True
+
+    async def _record_breaker(self, error: str | None) -> None:
+        """Tell the database the breaker's state (open, with its next probe, or closed), so
+        the owner API can say why inputs wait without asking Temporal (I2). Best effort: the
+        database may be down too."""
+        params = {"relay_id": self.relay_id, "open": self.breaker.opened,
+                  "probe_s": self.breaker.probe_interval_s,
+                  "error": (error or "")[:500] or None}  # fmt: skip
+        try:
+            async with self.pool.connection() as conn:
+                await conn.execute(Q["relay_breaker_save"], params)
+        except Exception as exc:
+            log.warning("could not record the Temporal breaker's state: %s", exc)
 
     async def _serve(self, stream_key: str, token: int, batches: int | None = None) -> int:
         if stream_key in self._serving:  # cannot happen with one loop; cheap to make sure
@@ -355,7 +371,10 @@ class Relay:
             return sent
         except TemporalDown as exc:
             log.warning("Temporal unavailable (%s): breaker open, probing every 5 s", exc)
+            opened = not self.breaker.opened
             self.breaker.trip()
+            if opened:
+                await self._record_breaker(str(exc))
         except TemporalBusy:
             pass  # the stream is served again on a later pass
         except Exception:
@@ -405,6 +424,11 @@ class Relay:
             # Background work past 80% of the budget waits; the ledger lifts the hold.
             async with self.pool.connection() as conn:
                 await conn.execute(Q["stream_hold_budget"], {"stream_key": stream_key})
+            return False, [], False
+        if stream["degraded"] and top_class in BACKGROUND:
+            # A degraded employee's background work waits too (SPEC §12); recovery lifts it.
+            async with self.pool.connection() as conn:
+                await conn.execute(Q["stream_hold_degraded"], {"stream_key": stream_key})
             return False, [], False
         room_inputs = names.WINDOW_MAX_INPUTS - int(stream["window_inputs"])
         room_bytes = names.WINDOW_MAX_BYTES - int(stream["window_bytes"])

@@ -283,6 +283,15 @@ async def _storm_gate(conn: Conn, row: dict[str, Any], now: datetime,
     return None
 
 
+def replay_targets(row: dict[str, Any], subs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The subscriptions a row may reach: a replayed delivery only its own trigger, in its
+    employee's live generation (never every subscriber of its source anew); any other row, all."""
+    employee, trigger = row.get("replay_employee"), row.get("replay_trigger")
+    if employee is None:
+        return subs
+    return [s for s in subs if s["employee"] == employee and s["trigger_name"] == trigger]
+
+
 def _match(row: dict[str, Any], subs: list[dict[str, Any]]
            ) -> tuple[list[tuple[dict[str, Any], Placement]], str, str | None]:  # fmt: skip
     """The subscriptions a row reaches (at most FANOUT_MAX) with their placements, the status
@@ -290,7 +299,7 @@ def _match(row: dict[str, Any], subs: list[dict[str, Any]]
     status, error = names.INGRESS_NO_CONSUMER, None
     matched: list[tuple[dict[str, Any], Placement]] = []
     try:
-        for sub in subs:
+        for sub in replay_targets(row, subs):
             if type_matches(list(sub["event_types"]), str(row["type"])) and filter_matches(
                 sub["filter"], row["envelope"]
             ):

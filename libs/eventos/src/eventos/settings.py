@@ -532,3 +532,54 @@ class OutboxKeySettings:
             f"{var} (or {file_var}) is required: this service writes or reads outbox "
             "recipients, which are encrypted at rest"
         )
+
+
+@dataclass(frozen=True)
+class SupervisionSettings:
+    """Restart intensity, `degraded` and the watchdogs (SPEC §12), each field from
+    `EVENTOS_SUPERVISION_<FIELD>` (`BACKOFF_S` as seconds separated by commas)."""
+
+    backoff_after: int = 3  # failed turns of a thread within backoff_window_s back it off
+    backoff_window_s: float = 600.0
+    backoff_s: tuple[float, ...] = (60.0, 300.0, 1800.0)  # the 1st, 2nd, 3rd+ in a row
+    quarantine_after: int = 5  # failed turns of a thread within quarantine_window_s
+    quarantine_window_s: float = 3600.0
+    degraded_share: float = 0.3  # of an employee's turns failing in degraded_window_s …
+    degraded_min_failed: int = 10  # … with at least this many failed
+    degraded_window_s: float = 900.0
+    degraded_quarantined: int = 3  # or this many threads quarantined
+    router_stalled_s: float = 30.0  # the oldest accepted ingress row older than this
+    window_idle_s: float = 300.0  # a full window with no turn and no slot asked for this long
+    stuck_intent_attempts: int = 8  # an intent still applying after this many attempts
+    stuck_send_attempts: int = 5  # an outbox row still unsent after this many claims
+    pass_s: float = 5.0  # the relay's supervision pass runs this often
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SupervisionSettings:
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for name, default in cls().__dict__.items():
+            var = f"EVENTOS_SUPERVISION_{name.upper()}"
+            raw = env.get(var, "").strip()
+            if raw:
+                values[name] = _supervision_value(var, raw, default)
+        share = values.get("degraded_share", cls.degraded_share)
+        if share > 1:
+            raise ConfigError(f"EVENTOS_SUPERVISION_DEGRADED_SHARE must be ≤ 1, got {share:g}")
+        return cls(**values)
+
+
+def _supervision_value(var: str, raw: str, default: object) -> object:
+    """A positive number (or, for a tuple default, positive numbers separated by commas)."""
+    try:
+        if isinstance(default, tuple):
+            value: Any = tuple(float(part) for part in raw.split(","))
+            low = min(value)
+        else:
+            value = type(default)(raw)  # type: ignore[call-arg]
+            low = value
+    except ValueError:
+        raise ConfigError(f"{var} must be a positive number, got {raw!r}") from None
+    if low <= 0:
+        raise ConfigError(f"{var} must be positive, got {raw!r}")
+    return value

@@ -14,7 +14,7 @@ import hashlib
 import json
 from typing import Any
 
-from eventos import approvals, names, transcripts
+from eventos import approvals, names, timeline, transcripts
 from eventos.contracts import (
     ConversationContext,
     DeadLetter,
@@ -80,6 +80,7 @@ async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
     m = agent["model"]
     model = ModelRef(m["provider"], m["name"], m.get("credential"), m.get("base_url"),
                      m.get("endpoint"))  # fmt: skip
+    await timeline.turn_started(conn, turn)
     n, total = int(row["transcript_n"] or 0), int(row["transcript_total"] or 0)
     stored = TranscriptRef(turn.generation, turn.agent, turn.thread, n, total)
     session = chat_session(turn)
@@ -144,7 +145,7 @@ async def save(conn: Conn, req: SaveTurn, keys: OutboxKeys) -> Saved:
             await conn.execute(Q["stream_consume"], seqs)
             answered = {"turn_id": turn.turn_id, "ingress_ids": req.consumed_ingress_ids}
             await conn.execute(Q["chat_messages_answered"], answered)
-            done = {"turn_id": turn.turn_id, "through": max(req.consumed_seqs)}
+            done = {"turn_id": turn.turn_id, "through": max(req.consumed_seqs), **seqs}
             await conn.execute(Q["turn_done"], done)
         outbound_id, kind, account = None, None, None
         # A `peer_` thread has no reply route (SPEC §8): its final text stays in the transcript.

@@ -15,8 +15,11 @@ from eventos.channels.http import provider_client
 from eventos.channels.readers import ChannelReader, ChannelReaders
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.telegram import TelegramApi, TelegramReader
+from eventos.console import serve as console
+from eventos.console.assets import Assets
 from eventos.db import Conn, open_pool
 from eventos.llm.endpoints import LlmEndpoints
+from eventos.scheduler import SchedConfig
 from eventos.service import GrpcServerOptions, Service
 from eventos.settings import (
     AdminSettings,
@@ -30,7 +33,7 @@ from eventos.settings import (
 from eventos.spec import PROVIDER_SCHEMES
 from eventos.v1 import ingress_pb2_grpc
 from eventos.wake import Kicker
-from eventos.wakeups import ChatWakeups
+from eventos.wakeups import StreamWakeups
 from eventos_ingress.credentials import DriverTable
 from eventos_ingress.discord import PREFIX as DISCORD_PREFIX
 from eventos_ingress.discord import DiscordInteractions
@@ -62,6 +65,7 @@ class IngressConfig:
     group_commit_workers: int = 4
     llm_endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)
     channels: ChannelSettings = field(default_factory=ChannelSettings)
+    sched: SchedConfig = field(default_factory=SchedConfig)  # explains admission's waits
 
     @classmethod
     def from_env(cls) -> IngressConfig:
@@ -76,6 +80,7 @@ class IngressConfig:
             grpc=GrpcIngressSettings.from_env(),
             llm_endpoints=LlmEndpoints.from_env(),
             channels=ChannelSettings.from_env(),
+            sched=SchedConfig.from_env(),
         )
 
 
@@ -115,8 +120,8 @@ async def build(cfg: IngressConfig) -> Service:
         body_idle_timeout_s=cfg.http_bounds.body_idle_timeout_s,
         spool_dir=str(spool_dir) if spool_dir else None,
     )
-    wakeups = ChatWakeups(cfg.database)
-    owner = OwnerApi(pool, cfg.admin.token, wakeups, kicker, cfg.llm_endpoints)
+    wakeups = StreamWakeups(cfg.database)
+    owner = OwnerApi(pool, cfg.admin.token, wakeups, kicker, cfg.llm_endpoints, cfg.sched)
     drivers = DriverTable(pool, cfg.secrets, cfg.grpc.internal_token)
     servicer = EventIngressServicer(pool, committer, drivers, cfg.grpc, kicker)
     http = provider_client()
@@ -153,7 +158,7 @@ async def build(cfg: IngressConfig) -> Service:
         host=cfg.service.host,
         http_port=cfg.service.http_port,
         grpc_port=cfg.service.grpc_port,
-        routes=owner.routes(),
+        routes=[*owner.routes(), *console.routes(Assets.load())],
         raw_routes=[
             (HOOKS_PREFIX, hook_app(HOOKS_PREFIX, hooks.handle)),
             (WHATSAPP_PREFIX, hook_app(WHATSAPP_PREFIX, whatsapp.handle)),

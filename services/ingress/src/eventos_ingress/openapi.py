@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from eventos import names
+from eventos.operator import actions
 from eventos_ingress import bodies, problems
 
 Schema = dict[str, Any]
@@ -85,7 +87,13 @@ SCHEMAS: dict[str, Schema] = {
             "intent": nullable(ref("IntentRef")),
         }
     ),
-    "EmployeeDetail": {"allOf": [ref("Employee"), obj({"spec": ref("EmployeeSpec")})]},
+    "EmployeeDetail": {
+        "allOf": [
+            ref("Employee"),
+            obj({"spec": ref("EmployeeSpec")}, {"degraded": nullable(ref("Degraded"))}),
+        ]
+    },
+    "Degraded": obj({"since": {"type": "string", "format": "date-time"}, "reason": STR}),
     "EmployeeList": obj({"employees": {"type": "array", "items": ref("Employee")}}),
     "Requested": obj({"name": STR, "generation": INT, "state": STR, "intent": ref("Intent")}),
     "Limits": obj({"daily_usd": {"type": "number", "exclusiveMinimum": 0}}),
@@ -97,8 +105,113 @@ SCHEMAS: dict[str, Schema] = {
     "UserCreated": obj({"name": STR, "token": {**STR, "description": "shown once"}}),
     "User": obj({"name": STR, "created_at": {"type": "string", "format": "date-time"}}),
     "UserList": obj({"users": {"type": "array", "items": ref("User")}}),
-    "AttentionAct": obj({"action": {"enum": ["retry"]}}),
-    "AttentionActed": obj({"item": INT, "action": STR}, {"call": STR, "input": INT, "outbox": INT}),
+    "AttentionItem": obj(
+        {
+            "id": INT,
+            "employee": STR,
+            "kind": STR,
+            "severity": {"enum": ["info", "warning", "error"]},
+            "ref": STR,
+            "detail": nullable(STR),
+            "first_seen": STR,
+            "last_seen": STR,
+            "count": INT,
+            "state": {"enum": list(names.ITEM_STATES)},
+            "actions": {"type": "array", "items": STR},
+        },
+        {
+            k: nullable(STR)
+            for k in ("audience", "acked_at", "acked_by", "resolved_at", "resolved_by")
+        },
+    ),
+    "AttentionPage": obj(
+        {
+            "attention": {"type": "array", "items": ref("AttentionItem")},
+            "next_cursor": nullable(STR),
+        }
+    ),
+    "AttentionAct": obj(
+        {"action": {"enum": actions.NAMES}},
+        {
+            "daily_usd": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "description": "resume: raise the daily budget instead of a plain Resume",
+            }
+        },
+    ),
+    "AttentionActed": obj(
+        {"item": INT, "action": STR},
+        {
+            "call": STR,
+            "input": INT,
+            "outbox": INT,
+            "intent": ref("Intent"),
+            "replayed": INT,
+            "replays": {"type": "array", "items": ref("Replay")},
+            "stream": STR,
+            "held": INT,
+            "employee": STR,
+        },
+    ),
+    "DeadLetter": obj(
+        {
+            "id": {**STR, "description": "`ingress-<n>` or `delivery-<n>`"},
+            "kind": {"enum": [names.LETTER_INGRESS, names.LETTER_DELIVERY]},
+            "reason": {**STR, "description": "the reason's code (the metrics label)"},
+            "detail": nullable(STR),
+            "source": STR,
+            "at": STR,
+            "employee": nullable(STR),
+            "stream": nullable(STR),
+            "type": STR,
+            "size": INT,
+            "preview": {**STR, "description": "type, size and the data's key names; no content"},
+            "chain_id": STR,
+            "replay_of": nullable(STR),
+            "replayed_at": nullable(STR),
+            "replayed_as": nullable(INT),
+        }
+    ),
+    "DeadLetterPage": obj(
+        {
+            "dead_letters": {"type": "array", "items": ref("DeadLetter")},
+            "next_cursor": nullable(STR),
+        }
+    ),
+    "ReplaySelector": {
+        **obj(
+            {},
+            {
+                "ids": {"type": "array", "items": STR, "minItems": 1, "maxItems": 1000},
+                **{k: STR for k in ("reason", "source", "employee", "since", "until")},
+            },
+        ),
+        "additionalProperties": False,
+        "description": "dead letters by id, or by reason, source, employee and time; at most 1,000",
+    },
+    "ReplayRequest": {
+        **obj({"selector": ref("ReplaySelector")}, {"confirmation": STR}),
+        "additionalProperties": False,
+    },
+    "ReplayPreview": obj(
+        {
+            "count": INT,
+            "sample": {"type": "array", "items": ref("DeadLetter")},
+            "already_replayed": INT,
+            "confirmation": nullable(STR),
+            "expires_at": nullable(STR),
+        }
+    ),
+    "Replay": obj({"id": STR, "as": {**INT, "description": "the new ingress row"}}),
+    "ReplayDone": obj(
+        {
+            "replayed": INT,
+            "already_replayed": INT,
+            "replays": {"type": "array", "items": ref("Replay")},
+            "already": {"type": "array", "items": STR},
+        }
+    ),
     "OutboxRow": obj(
         {
             "id": INT,
@@ -130,6 +243,23 @@ SCHEMAS: dict[str, Schema] = {
             "next_before": {"type": ["integer", "null"]},
         }
     ),
+    "OperatorEvent": {
+        **obj(
+            {
+                "pos": INT,
+                "at": {"type": "string", "format": "date-time"},
+                "kind": {
+                    "enum": sorted(k for ks in names.OPERATOR_EVENT_KINDS.values() for k in ks)
+                },
+                "employee": STR,
+                "ref": STR,
+                "state": nullable(STR),
+                "detail": {"type": "object"},
+            }
+        ),
+        "description": "the data of one event of `GET /v1/events`: ids, kinds, states and "
+        "names, never message text",
+    },
     "Approval": obj(
         {"id": STR, "employee": STR, "state": STR, "expires_at": STR},
         {
@@ -151,6 +281,158 @@ SCHEMAS: dict[str, Schema] = {
         {"approvals": {"type": "array", "items": {"$ref": "#/components/schemas/Approval"}}}
     ),
     "OutboxRetried": obj({"id": INT, "status": STR, "retry": {"type": "boolean"}}),
+    "TimelineEntry": obj(
+        {
+            "id": INT,
+            "at": {"type": "string", "format": "date-time"},
+            "kind": {
+                **STR,
+                "description": "`<family>.<what>`: input, turn, reply, alarm, task, "
+                "tool, attention (docs/timeline.md)",
+            },
+            "chain_id": nullable(STR),
+            "chains": {"type": "array", "items": STR},
+            "thread": nullable(STR),
+            "summary": {**STR, "description": "what happened, in words; never message text"},
+            "ref": nullable(STR),
+            "detail": {"type": "object"},
+        }
+    ),
+    "TimelinePage": obj(
+        {
+            "timeline": {"type": "array", "items": ref("TimelineEntry")},
+            "next_cursor": nullable(STR),
+            "follow_cursor": {**STR, "description": "asks later for what happened since"},
+            "as_of": {"type": "string", "format": "date-time"},
+        }
+    ),
+    "Gate": obj(
+        {
+            "code": STR,
+            "text": STR,
+            "until": nullable({"type": "string", "format": "date-time"}),
+        }
+    ),
+    "WaitingInput": obj(
+        {
+            "stream": nullable(STR),
+            "thread": nullable(STR),
+            "lane": nullable(STR),
+            "seq": nullable(INT),
+            "class": nullable(INT),
+            "since": {"type": "string", "format": "date-time"},
+            "status": STR,
+            "ref": STR,
+            "input": STR,
+            "gate": ref("Gate"),
+        }
+    ),
+    "WaitingList": obj(
+        {
+            "waiting": {"type": "array", "items": ref("WaitingInput")},
+            "more": INT,
+            "as_of": nullable({"type": "string", "format": "date-time"}),
+        }
+    ),
+}
+
+# The web console's reads (console_api.py).
+NUM: Schema = {"type": "number"}
+TIME: Schema = {"type": "string", "format": "date-time"}
+CURSOR: Schema = nullable({**STR, "description": "pass as `?cursor=` for the next page"})
+
+
+def _page_of(key: str, item: str) -> Schema:
+    return obj({key: {"type": "array", "items": ref(item)}, "next_cursor": CURSOR})
+
+
+SCHEMAS |= {
+    "Me": obj({"name": STR, "admin": BOOL, "chat": {"type": "array", "items": STR}}),
+    "Budget": obj(
+        {"daily_usd": nullable(NUM), "spent_usd": NUM, "reserved_usd": NUM, "state": STR}
+    ),
+    "EmployeeSummary": obj(
+        {
+            "name": STR,
+            "state": STR,
+            "pause_reason": nullable(STR),
+            "generation": nullable(INT),
+            "budget": ref("Budget"),
+            "pending": {
+                "type": "object",
+                "additionalProperties": INT,
+                "description": "inputs not yet consumed by class (`C1` …)",
+            },
+            "pending_capped": BOOL,
+            "attention_open": INT,
+        }
+    ),
+    "EmployeeSummaryPage": _page_of("employee_summaries", "EmployeeSummary"),
+    "Conversation": obj(
+        {
+            "generation": INT,
+            "agent": STR,
+            "thread": STR,
+            "lane": STR,
+            "turns": INT,
+            "updated_at": TIME,
+            "transcript_messages": INT,
+            "unconsumed": INT,
+            "hold_reason": nullable(STR),
+        }
+    ),
+    "ConversationPage": _page_of("conversations", "Conversation"),
+    "TurnStep": obj(
+        {"kind": {"enum": ["llm", "tool"]}, "at": TIME},
+        {
+            "model": STR,
+            "state": STR,
+            "input_tokens": nullable(INT),
+            "output_tokens": nullable(INT),
+            "usd": NUM,
+            "name": STR,
+            "effect": STR,
+            "status": STR,
+            "outcome": nullable(STR),
+        },
+    ),
+    "Turn": obj(
+        {
+            "id": STR,
+            "generation": INT,
+            "agent": STR,
+            "thread": STR,
+            "n": INT,
+            "class": INT,
+            "status": STR,
+            "started_at": TIME,
+            "ended_at": nullable(TIME),
+            "error": nullable(STR),
+            "admission_wait_s": nullable(NUM),
+            "cost_usd": NUM,
+            "input_tokens": INT,
+            "output_tokens": INT,
+            "steps": {"type": "array", "items": ref("TurnStep")},
+            "steps_capped": BOOL,
+        }
+    ),
+    "TurnPage": _page_of("turns", "Turn"),
+    "ChatHistoryMessage": obj(
+        {
+            "message_id": INT,
+            "text": STR,
+            "status": STR,
+            "reply": nullable(STR),
+            "created_at": TIME,
+        }
+    ),
+    "ChatHistory": obj(
+        {
+            "messages": {"type": "array", "items": ref("ChatHistoryMessage")},
+            "next_cursor": CURSOR,
+            "last_event_id": {**INT, "description": "the chat event stream's `after`"},
+        }
+    ),
 }
 
 COMMON = {
@@ -217,6 +499,118 @@ def _lifecycle(action: str, what: str) -> dict[str, Any]:
         "post": op(
             what, (202, "committed, with its intent", "Requested"), errors=errors, params=[NAME]
         )
+    }
+
+
+def events_paths() -> dict[str, Any]:
+    """The operator event stream (docs/events.md)."""
+    kinds = ", ".join(f"`{f}`" for f in names.OPERATOR_EVENT_KINDS)
+    params = [
+        {"name": "Last-Event-ID", "in": "header", "schema": STR,
+         "description": "the place read last (a reconnect): every event after it, once"},
+        {"name": "after", "in": "query", "schema": {"type": "integer", "minimum": 0},
+         "description": "as Last-Event-ID, for clients that cannot set it; neither: from now"},
+        {"name": "employee", "in": "query", "schema": STR, "description": "one employee's"},
+        {"name": "kind", "in": "query", "schema": STR,
+         "description": f"kinds or families ({kinds}), comma-separated"},
+    ]  # fmt: skip
+    get = op(
+        "State changes as server-sent events (a user: its own audience's); each event's `id` "
+        "is its place, its `event` its kind, its `data` an OperatorEvent",
+        (200, "a text/event-stream", None),
+        errors={"400": "a bad filter, or a Last-Event-ID ahead of the stream",
+                "410": "events after that Last-Event-ID are past the retention"},
+        params=params,
+    )  # fmt: skip
+    get["responses"]["200"]["content"] = {"text/event-stream": {"schema": STR}}
+    return {"/v1/events": {"get": get}}
+
+
+def attention_paths(item_id: dict[str, Any]) -> dict[str, Any]:
+    """Attention items: the list, one item, and :ack, :resolve, :act."""
+    item = [{**item_id, "name": "item_id"}]
+    missing = {"404": "no such attention item for this caller"}
+    query = [{"name": k, "in": "query", "schema": STR} for k in ("state", "employee", "kind")]
+    page = [{"name": "cursor", "in": "query", "schema": STR},
+            {"name": "limit", "in": "query", "schema": INT}]  # fmt: skip
+    resolved = {**missing, "409": "the item is resolved"}
+    return {
+        "/v1/attention": {
+            "get": op(
+                "Attention items newest first (a user: their own audience's); `state` takes "
+                "open, acked, resolved, or several comma-separated",
+                (200, "a page of items; `next_cursor` asks for the next", "AttentionPage"),
+                params=query + page,
+            )
+        },
+        "/v1/attention/{item_id}": {
+            "get": op(
+                "One attention item",
+                (200, "the item", "AttentionItem"),
+                errors=missing,
+                params=item,
+            )
+        },
+        "/v1/attention/{item_id}:ack": {
+            "post": op(
+                "Acknowledge an item: listed as acked until resolved; repeats count on it",
+                (200, "the item", "AttentionItem"),
+                errors=resolved,
+                params=item,
+            )
+        },
+        "/v1/attention/{item_id}:resolve": {
+            "post": op(
+                "Resolve an item by hand",
+                (200, "the item", "AttentionItem"),
+                errors=resolved,
+                params=item,
+            )
+        },
+        "/v1/attention/{item_id}:act": {
+            "post": op(
+                "Take one of the item's `actions`: resume, reset, replay (its dead inputs, no "
+                "confirmation needed), retry (an unknown tool call or send)",
+                (202, "committed: what the action did", "AttentionActed"),
+                errors={
+                    **missing,
+                    "409": "the item is resolved, offers no such action to this "
+                    "caller, or its action cannot be taken now",
+                },
+                body="AttentionAct",
+                params=item,
+            )
+        },
+    }
+
+
+def dead_letter_paths() -> dict[str, Any]:
+    """Dead letters and replay (admin only)."""
+    filters = [
+        {"name": k, "in": "query", "schema": STR}
+        for k in ("reason", "source", "employee", "since", "until", "replayed", "cursor")
+    ]
+    replay = op(
+        "Replay dead letters: the selector alone answers what it would replay and a "
+        "confirmation (200); the selector with that confirmation replays (202)",
+        (200, "what the selector would replay", "ReplayPreview"),
+        errors={
+            "409": "the confirmation expired, was altered or does not match what the "
+            "selector matches"
+        },
+        body="ReplayRequest",
+    )
+    replay["responses"]["202"] = {"description": "replayed",
+                                  "content": _json(ref("ReplayDone"))}  # fmt: skip
+    return {
+        "/v1/dead-letters": {
+            "get": op(
+                "Dead ingress rows and deliveries newest first, never their content",
+                (200, "a page of dead letters", "DeadLetterPage"),
+                params=[*filters, {"name": "limit", "in": "query", "schema": INT}],
+            )
+        },
+        "/v1/replay": {"post": replay},
     }
 
 
@@ -302,6 +696,34 @@ def paths() -> dict[str, Any]:
                 )
             }
         },
+        "/v1/employees/{name}/timeline": {
+            "get": op(
+                "What happened to an employee's work, a page at a time (admin only)",
+                (200, "a page of entries; `next_cursor` asks for the next", "TimelinePage"),
+                errors=employee,
+                params=[
+                    NAME,
+                    *(
+                        {"name": k, "in": "query", "schema": STR}
+                        for k in ("chain", "thread", "kind", "since", "until", "cursor")
+                    ),
+                    {"name": "order", "in": "query", "schema": {"enum": ["newest", "oldest"]}},
+                    {"name": "limit", "in": "query", "schema": INT},
+                ],
+            )
+        },
+        "/v1/employees/{name}/waiting": {
+            "get": op(
+                "Every input not consumed yet, with the gate holding it (admin only)",
+                (
+                    200,
+                    "the inputs, oldest first; `more` says how many were left out",
+                    "WaitingList",
+                ),
+                errors=employee,
+                params=[NAME, {"name": "limit", "in": "query", "schema": INT}],
+            )
+        },
         "/v1/intents/{intent_id}": {
             "get": op(
                 "One intent",
@@ -322,19 +744,9 @@ def paths() -> dict[str, Any]:
             ),
             "get": op("Every user (admin only)", (200, "the users", "UserList")),
         },
-        "/v1/attention/{item_id}:act": {
-            "post": op(
-                "Take an attention item's action: `retry` runs an unknown tool call, or sends an "
-                "`unknown` or `failed` outbox row, once more (admin only)",
-                (202, "committed: the call runs again in its thread", "AttentionActed"),
-                errors={
-                    "404": "no such attention item",
-                    "409": "the item is not open or offers no such action",
-                },
-                body="AttentionAct",
-                params=[{**intent_id, "name": "item_id"}],
-            )
-        },
+        **events_paths(),
+        **attention_paths(intent_id),
+        **dead_letter_paths(),
         "/v1/approvals": {
             "get": op(
                 "Approvals newest first, each with its held draft (a user: their own)",
@@ -398,6 +810,8 @@ def paths() -> dict[str, Any]:
             )
         },
     }
+    for path, item in _console_paths(employee).items():
+        out.setdefault(path, {}).update(item)
     events = out["/v1/employees/{name}/chat/events"]["get"]
     events["responses"]["200"]["content"] = {"text/event-stream": {"schema": STR}}
     for action, what in [
@@ -409,6 +823,60 @@ def paths() -> dict[str, Any]:
     ]:
         out[f"/v1/employees/{{name}}:{action}"] = _lifecycle(action, what)
     return out
+
+
+def _console_paths(employee: dict[str, str]) -> dict[str, Any]:
+    """The web console's reads (console_api.py)."""
+    page = [
+        {"name": "cursor", "in": "query", "required": False, "schema": STR},
+        {
+            "name": "limit",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 1, "maximum": 200},
+        },
+    ]
+    thread = {"name": "thread", "in": "query", "required": False, "schema": STR}
+    session = {"name": "session", "in": "query", "required": False, "schema": STR}
+    return {
+        "/v1/me": {
+            "get": op(
+                "Who this token is, and the employees it may chat with", (200, "the caller", "Me")
+            )
+        },
+        "/v1/employee-summaries": {
+            "get": op(
+                "Employees by name: state, generation, budget, pending inputs by class, open "
+                "attention items (admin only)",
+                (200, "a page of employees", "EmployeeSummaryPage"),
+                params=page,
+            )
+        },
+        "/v1/employees/{name}/conversations": {
+            "get": op(
+                "An employee's conversations, newest generation first (admin only)",
+                (200, "a page of conversations", "ConversationPage"),
+                errors=employee,
+                params=[NAME, *page],
+            )
+        },
+        "/v1/employees/{name}/turns": {
+            "get": op(
+                "An employee's turns newest first, with their steps and cost (admin only)",
+                (200, "a page of turns", "TurnPage"),
+                errors=employee,
+                params=[NAME, thread, *page],
+            )
+        },
+        "/v1/employees/{name}/chat": {
+            "get": op(
+                "The caller's own messages in a session, newest first, with their replies",
+                (200, "a page of messages", "ChatHistory"),
+                errors=employee,
+                params=[NAME, session, *page],
+            )
+        },
+    }
 
 
 def document() -> dict[str, Any]:

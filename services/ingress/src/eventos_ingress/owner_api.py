@@ -1,8 +1,9 @@
 """The owner API under `/v1/` (SPEC §6.2, §17), behind bearer tokens.
 
 The admin token may do everything and chats as the audience `owner`; a user token may chat,
-read its own messages and follow its own event stream, and nothing else (403). Chat calls are
-always scoped to the caller's audience (`eventos.users`).
+read its own messages and follow its own event streams (streams_api.py), and see and handle its
+own approvals and attention items; nothing else (403). Chat calls are always scoped to the
+caller's audience (`eventos.users`).
 
 Every operation runs inside one guard: authenticate, check the caller may do it, check the
 path and query values and the declared body length, translate database errors (an outage is a
@@ -11,39 +12,39 @@ path and query values and the declared body length, translate database errors (a
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hmac
-import json
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 
-from eventos import chat, egress, employees, intents, names, users
+from eventos import chat, employees, intents, names, users
 from eventos.db import Conn, translate
 from eventos.errors import (
-    DatabaseUnavailable,
     EventOSError,
     Forbidden,
     InputInvalid,
     NotFound,
     Unauthenticated,
 )
+from eventos.health import degraded
 from eventos.llm.endpoints import LlmEndpoints
+from eventos.scheduler import SchedConfig
 from eventos.spec import parse_specs, yaml_documents
-from eventos.tools import retry
 from eventos.wake import Kicker
-from eventos.wakeups import ChatWakeups
+from eventos.wakeups import StreamWakeups
 from eventos_ingress import bodies, openapi, problems
 from eventos_ingress.approvals_api import ApprovalsApi
+from eventos_ingress.console_api import ConsoleApi
+from eventos_ingress.operator_api import OperatorApi
 from eventos_ingress.outbox_api import OutboxApi
+from eventos_ingress.streams_api import StreamsApi
+from eventos_ingress.timeline_api import TimelineApi
 
 log = logging.getLogger(__name__)
 
@@ -125,13 +126,19 @@ class OwnerApi:
 
     pool: AsyncConnectionPool[Conn]
     token: str
-    wakeups: ChatWakeups  # wakes the chat event streams when an event commits
+    wakeups: StreamWakeups  # wakes the event streams when their events are placed
     kicker: Kicker | None = None
     endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)  # what apply allows models
+    sched: SchedConfig = field(default_factory=SchedConfig)  # admission's, to explain waits
 
     def __post_init__(self) -> None:
         self.outbox = OutboxApi(self.pool)
         self.approvals = ApprovalsApi(self.pool, self.kicker)
+        self.console = ConsoleApi(self.pool)
+        self.operator = OperatorApi(self.pool, self.kicker)
+
+        self.timeline = TimelineApi(self.pool, self.sched)
+        self.streams = StreamsApi(self.pool, self.wakeups)
 
     async def authenticate(self, request: Request) -> Caller:
         """The caller of a bearer token: the admin's (compared in constant time), else a user's
@@ -182,13 +189,20 @@ class OwnerApi:
             op("/v1/employees", self.list, "GET"),
             op("/v1/employees/{name}", self.get, "GET"),
             op("/v1/employees/{name}/chat", self.chat, "POST", users=True),
-            op("/v1/employees/{name}/chat/events", self.chat_events, "GET", users=True),
+            op("/v1/employees/{name}/chat/events", self.streams.chat, "GET", users=True),
             op("/v1/employees/{name}/chat/{message_id}", self.chat_message, "GET", users=True),
             op("/v1/employees/{name}/limits", self.limits, "POST"),
+            op("/v1/employees/{name}/timeline", self.timeline.list, "GET"),
+            op("/v1/employees/{name}/waiting", self.timeline.waiting, "GET"),
             op("/v1/employees/{target}", self.lifecycle, "POST"),
             op("/v1/intents/{intent_id}", self.intent, "GET"),
             op("/v1/rearm", self.rearm, "POST"),
-            op("/v1/attention/{target}", self.attention_act, "POST"),
+            op("/v1/events", self.streams.operator, "GET", users=True),
+            op("/v1/attention", self.operator.attention_list, "GET", users=True),
+            op("/v1/attention/{target}", self.operator.attention_post, "POST", users=True),
+            op("/v1/attention/{item_id}", self.operator.attention_get, "GET", users=True),
+            op("/v1/dead-letters", self.operator.dead_letters, "GET"),
+            op("/v1/replay", self.operator.replay, "POST"),
             op("/v1/approvals", self.approvals.list, "GET", users=True),
             op("/v1/approvals/{target}", self.approvals.decide, "POST", users=True),
             op("/v1/approvals/{approval_id}", self.approvals.get, "GET", users=True),
@@ -197,6 +211,12 @@ class OwnerApi:
             op("/v1/users", self.user_add, "POST"),
             op("/v1/users", self.user_list, "GET"),
             op("/v1/users/{name}", self.user_remove, "DELETE"),
+            # The web console's reads (console_api.py).
+            op("/v1/me", self.console.me, "GET", users=True),
+            op("/v1/employee-summaries", self.console.summaries, "GET"),
+            op("/v1/employees/{name}/conversations", self.console.conversations, "GET"),
+            op("/v1/employees/{name}/turns", self.console.turns, "GET"),
+            op("/v1/employees/{name}/chat", self.console.chat_history, "GET", users=True),
         ]
 
         async def unmatched(request: Request) -> Response:
@@ -249,10 +269,11 @@ class OwnerApi:
         return JSONResponse({"employees": [_row(r) for r in rows]})
 
     async def get(self, request: Request, caller: Caller) -> Response:
-        """One employee, its live generation and its stored spec."""
+        """One employee, its live generation, its stored spec and whether it is degraded."""
         async with self.pool.connection() as conn:
             row = await employees.get(conn, request.path_params["name"])
-        return JSONResponse({**_row(row), "spec": row["spec"]})
+            sick = await degraded.view(conn, row["name"])
+        return JSONResponse({**_row(row), "spec": row["spec"], "degraded": sick})
 
     async def lifecycle(self, request: Request, caller: Caller) -> Response:
         """`:start`, `:stop`, `:resume`, `:reset`, `:interrupt`: the change and an intent."""
@@ -279,27 +300,6 @@ class OwnerApi:
             req = await intents.set_limits(conn, request.path_params["name"], body)
         return _requested(req)
 
-    async def attention_act(self, request: Request, caller: Caller) -> Response:
-        """`<id>:act` with `{"action": "retry"}`: run an unknown tool call once more, or send
-        an `unknown` or `failed` outbox row once more."""
-        item, _, verb = str(request.path_params["target"]).partition(":")
-        if verb != "act" or not item.isdigit() or len(item) > 18:
-            raise NotFound("use POST /v1/attention/<item id>:act")
-        body = await bodies.read_object(request)
-        action = _string(body, "action", "")
-        if action != names.ACTION_RETRY:
-            raise InputInvalid("action", f"unknown action {action!r}; use {names.ACTION_RETRY!r}")
-        async with self.pool.connection() as conn:
-            outbound = await egress.retry_item(conn, int(item))
-            if outbound is not None:
-                body = {"item": int(item), "action": action, "outbox": outbound}
-                return JSONResponse(body, status_code=202)
-            done = await retry.request_retry(conn, int(item))
-        if self.kicker is not None:
-            self.kicker.kick()
-        return JSONResponse({"item": done.item_id, "action": action, "call": done.call,
-                             "input": done.ingress_id}, status_code=202)  # fmt: skip
-
     async def intent(self, request: Request, caller: Caller) -> Response:
         """One intent, `applying` until applied (then `applied` or `failed`)."""
         async with self.pool.connection() as conn:
@@ -320,56 +320,6 @@ class OwnerApi:
         return JSONResponse(
             {"message_id": row["id"], "status": row["status"], "reply": row["reply"]}
         )
-
-    async def chat_events(self, request: Request, caller: Caller) -> Response:
-        """Server-sent events of one chat session (its audience's content only)."""
-        name = request.path_params["name"]
-        session = request.query_params.get("session", chat.DEFAULT_SESSION)
-        raw_after = request.headers.get("last-event-id") or request.query_params.get("after", "0")
-        try:
-            after = int(raw_after)
-        except ValueError:
-            raise InputInvalid("after", "must be an integer") from None
-        async with self.pool.connection() as conn:
-            await employees.get(conn, name)  # 404 before the stream starts
-        events = self._events(request, name, session, after, caller.audience)
-        return StreamingResponse(events, media_type="text/event-stream")
-
-    async def _events(
-        self, request: Request, name: str, session: str, after: int, audience: str
-    ) -> AsyncIterator[str]:
-        """Stream this session's events (only its own audience): read them whenever a
-        committed chat event of the employee wakes the stream (LISTEN/NOTIFY), else every
-        250 ms while nobody listens, and every 5 s regardless (a wake is only a hint). The
-        stream ends when the database is unavailable (the client reconnects with
-        Last-Event-ID)."""
-        yield ": connected\n\n"
-        quiet_since = time.monotonic()
-        with self.wakeups.subscribe(name) as woken:
-            while not await request.is_disconnected():
-                woken.clear()  # before the read: a wake during it means read again
-                try:
-                    async with translate(), self.pool.connection() as conn:
-                        rows = await chat.events_after(conn, name, session, after, audience)
-                except DatabaseUnavailable:
-                    yield f"retry: {problems.RETRY_AFTER_S * 1000}\n: database unavailable\n\n"
-                    return
-                for row in rows:
-                    after = int(row["id"])
-                    doc: dict[str, object] = {"id": after, "turn_id": row["turn_id"]}
-                    if row["kind"] == names.RUN_REPLY:
-                        doc["text"] = row["text"]
-                    else:
-                        doc["message_ids"] = list(row["message_ids"])
-                    yield f"id: {after}\nevent: {row['kind']}\ndata: {json.dumps(doc)}\n\n"
-                if rows:
-                    quiet_since = time.monotonic()
-                elif time.monotonic() - quiet_since >= SSE_KEEPALIVE_S:
-                    quiet_since = time.monotonic()
-                    yield ": keep-alive\n\n"
-                wait = SSE_RECHECK_S if self.wakeups.listening else SSE_POLL_S
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), wait)
 
     async def chat(self, request: Request, caller: Caller) -> Response:
         """Send a message as the caller's audience (202, queued)."""

@@ -18,6 +18,7 @@ from eventos.errors import (
     EventOSError,
     EventRejected,
     Forbidden,
+    Gone,
     InputInvalid,
     NotFound,
     QueueFull,
@@ -52,18 +53,20 @@ FORBIDDEN = Kind("forbidden", 403, "This token may not do that")
 NOT_FOUND = Kind("not-found", 404, "Not found")
 METHOD_NOT_ALLOWED = Kind("method-not-allowed", 405, "Method not allowed")
 CONFLICT = Kind("conflict", 409, "The request conflicts with the current state")
+GONE = Kind("gone", 410, "No longer kept")
 BODY_TOO_LARGE = Kind("body-too-large", 413, "The request body is over its cap")
 QUEUE_FULL = Kind("queue-full", 429, "The queue is full")
 INTERNAL = Kind("internal-error", 500, "Internal error")
 DATABASE_UNAVAILABLE = Kind("database-unavailable", 503, "The database is unavailable")
 KINDS = [INVALID_REQUEST, INVALID_SPEC, UNAUTHORIZED, FORBIDDEN, NOT_FOUND, METHOD_NOT_ALLOWED,
-         CONFLICT, BODY_TOO_LARGE, QUEUE_FULL, INTERNAL, DATABASE_UNAVAILABLE]  # fmt: skip
+         CONFLICT, GONE, BODY_TOO_LARGE, QUEUE_FULL, INTERNAL, DATABASE_UNAVAILABLE]  # fmt: skip
 
 # Most specific first: InputInvalid and BodyTooLarge are EventRejected too.
 _BY_ERROR: list[tuple[type[EventOSError], Kind]] = [
     (SpecInvalid, INVALID_SPEC), (BodyTooLarge, BODY_TOO_LARGE), (EventRejected, INVALID_REQUEST),
     (Unauthenticated, UNAUTHORIZED), (Forbidden, FORBIDDEN), (NotFound, NOT_FOUND),
-    (Conflict, CONFLICT), (QueueFull, QUEUE_FULL), (DatabaseUnavailable, DATABASE_UNAVAILABLE),
+    (Conflict, CONFLICT), (Gone, GONE), (QueueFull, QUEUE_FULL),
+    (DatabaseUnavailable, DATABASE_UNAVAILABLE),
 ]  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """`python -m eventos_relay`: deliver streams to their entities, apply owner intents,
-re-arm Temporal from the database at boot, and watch running turns and approvals."""
+re-arm Temporal from the database at boot, and watch running turns, approvals, failing
+threads, degraded employees, the router, windows and retries."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import socket
 from eventos.approvals import approvals_loop
 from eventos.deliverer import Deliverer, deliverer_loop
 from eventos.gauges import gauge_loop, read_backlog
+from eventos.health.loop import supervise_loop
 from eventos.outbox_keys import OutboxKeys
 from eventos.relay import Relay, relay_loop
 from eventos.scheduler import SchedConfig
 from eventos.service import run_main
+from eventos.settings import SupervisionSettings
 from eventos.watchdog import watchdog_loop
 from eventos.wiring import ConnectedConfig, build_connected
 
@@ -28,6 +31,8 @@ async def main() -> None:
                           outbox=outbox)  # fmt: skip
     service.loops.append(lambda: deliverer_loop(deliverer, cfg.service.poll_interval_s))
     service.loops.append(lambda: watchdog_loop(connected.pool, connected.temporal))
+    supervision = SupervisionSettings.from_env()
+    service.loops.append(lambda: supervise_loop(connected.pool, connected.temporal, supervision))
     service.loops.append(lambda: approvals_loop(connected.pool, connected.temporal))
     service.loops.append(lambda: gauge_loop(read_backlog, connected.pool))
     await service.run()

@@ -1,4 +1,5 @@
-"""Wiring of the router: route on a kick or every second; upkeep of partitions and dedupe."""
+"""Wiring of the router: route on a kick or every second; upkeep of partitions, dedupe and the
+timeline's retention."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from eventos.db import Conn, open_pool
 from eventos.db.migrate import drop_expired_partitions, ensure_partitions
 from eventos.db.sql import Q
 from eventos.metrics import ROUTER_DELIVERIES, ROUTER_ROWS, count_dead
+from eventos.operator import events as operator_events
 from eventos.routing import RouteStats, route_pass
 from eventos.service import Service
 from eventos.settings import DatabaseSettings, ServiceSettings
+from eventos.timeline import entries as timeline
 from eventos.v1 import wake_pb2_grpc
 from eventos.wake import Kicker, WakeServicer, WakeSignal
 
@@ -65,7 +68,8 @@ async def route_loop(
 
 
 async def upkeep_loop(pool: AsyncConnectionPool[Conn]) -> None:
-    """Partitions ahead; expired partitions, dedupe keys and bodies gone (SPEC §5, §15)."""
+    """Partitions ahead; expired partitions, dedupe keys, bodies, timeline entries and operator
+    events gone (SPEC §5, §15)."""
     while True:
         try:
             async with pool.connection() as conn:
@@ -78,6 +82,8 @@ async def upkeep_loop(pool: AsyncConnectionPool[Conn]) -> None:
                 await conn.execute(Q["dedupe_expire"])
                 while await blobs.expire(conn) > 0:
                     pass
+                await timeline.expire(conn)
+                await operator_events.expire(conn)
         except Exception:
             log.exception("upkeep failed; next try in an hour")
         await asyncio.sleep(UPKEEP_INTERVAL_S)

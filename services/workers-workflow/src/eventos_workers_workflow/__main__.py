@@ -7,7 +7,7 @@ from eventos.outbox_keys import OutboxKeys
 from eventos.polls.activities import PollActivities
 from eventos.scheduler import SchedConfig
 from eventos.service import run_main
-from eventos.settings import SecretStore
+from eventos.settings import SecretStore, SupervisionSettings
 from eventos.wiring import ConnectedConfig, build_connected
 from eventos.workers import run_forever, workflow_worker
 
@@ -16,7 +16,8 @@ async def main() -> None:
     outbox = OutboxKeys.from_env()  # the consuming save seals recipients: no key, no start
     cfg = ConnectedConfig.from_env("workers-workflow")
     service, connected = await build_connected(cfg)
-    db = DbActivities(connected.pool, SchedConfig.from_env(), outbox=outbox)
+    db = DbActivities(connected.pool, SchedConfig.from_env(), outbox=outbox,
+                      supervision=SupervisionSettings.from_env())  # fmt: skip
     polls = PollActivities(connected.pool, SecretStore.from_env())  # poll auth: secret references
     service.loops.append(
         lambda: run_forever(connected.temporal, lambda c: workflow_worker(c, db=db, polls=polls))

@@ -729,6 +729,452 @@ CREATE TABLE whatsapp_windows (
 CREATE INDEX outbound_messages_provider_id ON outbound_messages (provider_message_id)
     WHERE provider_message_id IS NOT NULL;
 
--- Fault run (issue 17): the ask that granted a turn; see 0024_turn_asks.sql.
+-- Supervision (SPEC §12, issue 16): restart intensity per thread (backoff, quarantine), the
+-- `degraded` employee, and the indexes the watchdogs read.
+
+-- A timed hold ends at `hold_until` (`backoff`; NULL for every other hold). The relay gates
+-- on `hold_reason`; the why-waiting view reads both.
+ALTER TABLE bus_streams ADD COLUMN hold_until timestamptz;
+CREATE INDEX bus_streams_held ON bus_streams (hold_reason, hold_until)
+    WHERE hold_reason IS NOT NULL;
+
+-- A thread's restart intensity, counted on its failed turns (`turns.status = 'failed'`).
+CREATE TABLE thread_health (
+    stream_key        text PRIMARY KEY REFERENCES bus_streams (stream_key),
+    employee          text NOT NULL,
+    last_failed_turn  text,  -- the last failed turn counted (counting it again is a no-op)
+    backoff_step      smallint NOT NULL DEFAULT 0,  -- backoffs in a row: 1, 5, then 30 minutes
+    backoff_at        timestamptz,  -- when the last backoff began
+    backoff_until     timestamptz,  -- admission refuses a turn before it
+    quarantined_at    timestamptz,  -- admission refuses every turn until the owner releases it
+    failures_from     timestamptz,  -- failed turns before this do not count (the last release)
+    released_at       timestamptz,
+    wake_pending      boolean NOT NULL DEFAULT false  -- released: the relay wakes its entity
+);
+-- The relay's pass reads the quarantined threads and the entities to wake, every few seconds.
+CREATE INDEX thread_health_quarantined ON thread_health (employee)
+    WHERE quarantined_at IS NOT NULL;
+CREATE INDEX thread_health_wake ON thread_health (stream_key) WHERE wake_pending;
+
+-- An employee's health: `degraded` while too many turns fail (or 3 threads are quarantined).
+CREATE TABLE employee_health (
+    employee        text PRIMARY KEY,
+    degraded_since  timestamptz,  -- NULL: not degraded
+    reason          text,
+    window_from     timestamptz,  -- turns before this do not count (the owner's last clear)
+    cleared_at      timestamptz,
+    cleared_by      text,  -- `recovered` (the window recovered) or `owner`
+    wake_pending    boolean NOT NULL DEFAULT false  -- cleared: the relay wakes its entities
+);
+
+-- Failed turns per thread in a window, turns per employee in a window, a stream's turns.
+CREATE INDEX turns_stream_ended ON turns (stream_key, ended_at);
+CREATE INDEX turns_ended ON turns (ended_at) WHERE status IN ('done', 'failed');
+
+-- Operator surfaces (issue 16); see 0021_operator.sql.
+-- A replay (SPEC §5 `replay(selector)`) is a new ingress row in the original's source under its
+-- own dedupe key (`replay:<letter id>`), naming the letter it replays (`replay_of`). A dead
+-- delivery goes back to the one trigger it died in (`replay_employee`, `replay_trigger`: that
+-- employee's live generation), not to every subscriber of its source anew. The letter records
+-- when it was replayed and as which row, so nothing is replayed twice.
+ALTER TABLE bus_ingress
+    ADD COLUMN replay_of text,
+    ADD COLUMN replay_employee text,
+    ADD COLUMN replay_trigger text,
+    ADD COLUMN replayed_at timestamptz,
+    ADD COLUMN replayed_as bigint;
+ALTER TABLE bus_deliveries
+    ADD COLUMN replayed_at timestamptz,
+    ADD COLUMN replayed_as bigint;
+-- The dead letters, newest first (an ingress row died when it was routed, else on arrival).
+CREATE INDEX bus_ingress_dead ON bus_ingress ((coalesce(routed_at, received_at)), id)
+    WHERE status = 'dead';
+CREATE INDEX bus_deliveries_dead ON bus_deliveries (updated_at, id) WHERE status = 'dead';
+
+-- Attention items may be acknowledged: `acked` stays listed until resolved, and a repeat
+-- counts on it as on an open one (the unique index covers both states, so every raise's
+-- `ON CONFLICT (kind, ref) WHERE state = 'open'` lands on the acked row too).
+ALTER TABLE attention_items DROP CONSTRAINT attention_items_state_check;
+ALTER TABLE attention_items ADD CONSTRAINT attention_items_state_check
+    CHECK (state IN ('open', 'acked', 'resolved'));
+ALTER TABLE attention_items
+    ADD COLUMN acked_at timestamptz,
+    ADD COLUMN acked_by text,
+    ADD COLUMN resolved_at timestamptz,
+    ADD COLUMN resolved_by text;  -- NULL: its cause went away (or an action settled it)
+DROP INDEX attention_items_open;
+CREATE UNIQUE INDEX attention_items_open ON attention_items (kind, ref)
+    WHERE state IN ('open', 'acked');
+-- The attention list, newest first, by state.
+CREATE INDEX attention_items_listed ON attention_items (state, id);
+
+-- The employee timeline and the relays' Temporal breakers (issue 16); see 0022_timeline.sql.
+CREATE TABLE employee_timeline (
+    id        bigint GENERATED ALWAYS AS IDENTITY,
+    employee  text NOT NULL,
+    at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    kind      text NOT NULL,
+    thread    text,
+    chains    text[] NOT NULL DEFAULT '{}',
+    ref       text,
+    detail    jsonb NOT NULL DEFAULT '{}'
+);
+CREATE INDEX employee_timeline_at ON employee_timeline (employee, at, id);
+CREATE INDEX employee_timeline_thread ON employee_timeline (employee, thread, at, id);
+CREATE INDEX employee_timeline_kind ON employee_timeline (employee, kind, at, id);
+-- A chain's entries are few (hops ≤ 8, fan-out ≤ 50): found through the chain, then sorted.
+-- fastupdate off: no pending list whose flush would land on one hot-path insert.
+CREATE INDEX employee_timeline_chains ON employee_timeline USING gin (chains)
+    WITH (fastupdate = off);
+CREATE INDEX employee_timeline_age ON employee_timeline USING brin (at);
+
+-- The chains of a turn's inputs: set when the turn loads them, completed by its consuming save.
+ALTER TABLE turns ADD COLUMN chains text[];
+
+-- The relay's Temporal breaker, as each relay last said (the request path reads it, never
+-- Temporal, I2): refreshed at every failed probe while open, so a row not refreshed for a while
+-- belongs to a relay that is gone.
+CREATE TABLE relay_breakers (
+    relay_id    text PRIMARY KEY,
+    open        boolean NOT NULL,
+    opened_at   timestamptz,
+    probe_at    timestamptz,
+    error       text,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- Deliveries: the router's statement adds them (accepted at the ingress row's time, routed
+-- now); one set-based insert per statement, not a call per row.
+CREATE FUNCTION timeline_deliveries_added() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO employee_timeline (employee, at, kind, thread, chains, ref, detail)
+    SELECT split_part(d.stream_key, '/', 1), e.at, e.kind, d.thread, ARRAY[d.chain_id],
+           d.id::text,
+           jsonb_build_object('seq', d.seq, 'class', d.class, 'type', d.type,
+                              'source', d.route ->> 'kind', 'trigger', d.route ->> 'trigger',
+                              'from', d.route ->> 'from', 'ingress', d.ingress_id,
+                              'lane', split_part(d.stream_key, '/', 3))
+    FROM added d
+    CROSS JOIN LATERAL (VALUES (d.ingress_received_at, 'input.accepted'),
+                               (clock_timestamp(), 'input.routed')) AS e(at, kind);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER bus_deliveries_timeline_added AFTER INSERT ON bus_deliveries
+    REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION timeline_deliveries_added();
+
+-- A delivery's status moves: delivered (the relay's commit), dead (with its reason's code),
+-- skipped (`on_busy: skip`), pending again. Consumed inputs are told by their turn's entry.
+CREATE FUNCTION timeline_deliveries_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO employee_timeline (employee, at, kind, thread, chains, ref, detail)
+    SELECT split_part(n.stream_key, '/', 1), clock_timestamp(),
+           CASE n.status WHEN 'delivered' THEN 'input.delivered' WHEN 'dead' THEN 'input.dead'
+                         WHEN 'pending' THEN 'input.pending' ELSE 'input.skipped' END,
+           n.thread, ARRAY[n.chain_id], n.id::text,
+           jsonb_build_object('seq', n.seq, 'class', n.class, 'attempts', n.attempts,
+                              'reason', left(split_part(n.reason, ':', 1), 80))
+    FROM moved_to n JOIN moved_from o ON o.id = n.id
+    WHERE o.status IS DISTINCT FROM n.status
+      AND (n.status IN ('delivered', 'dead', 'pending')
+           OR (n.status = 'done' AND n.reason LIKE 'skipped:%'));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER bus_deliveries_timeline_moved AFTER UPDATE ON bus_deliveries
+    REFERENCING OLD TABLE AS moved_from NEW TABLE AS moved_to
+    FOR EACH STATEMENT EXECUTE FUNCTION timeline_deliveries_moved();
+
+-- A turn ended: done (its consuming save), failed, cancelled or interrupted, with its steps
+-- (completed model calls), tokens and cost from its spend events.
+CREATE FUNCTION timeline_turn_ended() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO employee_timeline (employee, kind, thread, chains, ref, detail)
+    SELECT NEW.employee, 'turn.' || NEW.status, NEW.thread, coalesce(NEW.chains, '{}'), NEW.id,
+           jsonb_build_object('n', NEW.n, 'class', NEW.class, 'agent', NEW.agent,
+                              'steps', s.steps, 'tokens', s.tokens, 'usd', s.usd,
+                              'seconds', round(extract(epoch FROM clock_timestamp()
+                                                                   - NEW.started_at), 3),
+                              'error', left(split_part(NEW.error, ':', 1), 80))
+    FROM (SELECT count(*) FILTER (WHERE state = 'settled'
+                                    AND coalesce(input_tokens, 0) + coalesce(output_tokens, 0) > 0)
+                     AS steps,
+                 coalesce(sum(coalesce(input_tokens, 0) + coalesce(output_tokens, 0)), 0) AS tokens,
+                 coalesce(sum(actual_usd) FILTER (WHERE state = 'settled'), 0) AS usd
+          FROM spend_events WHERE turn_id = NEW.id) s;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER turns_timeline_ended AFTER UPDATE OF status ON turns
+    FOR EACH ROW WHEN (OLD.status = 'running' AND NEW.status <> 'running')
+    EXECUTE FUNCTION timeline_turn_ended();
+
+-- An outbox row: queued (a reply, or an owner's Retry), held, sent, failed, unknown, expired.
+-- Its thread and chains are its turn's.
+CREATE FUNCTION timeline_outbound() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO employee_timeline (employee, kind, thread, chains, ref, detail)
+    SELECT NEW.employee, 'reply.' || NEW.status, coalesce(t.thread, NEW.thread),
+           coalesce(t.chains, '{}'), NEW.id::text,
+           jsonb_build_object('channel', NEW.kind, 'turn', NEW.turn_id,
+                              'held_reason', NEW.held_reason, 'attempts', NEW.attempts,
+                              'retry', NEW.retry_requested_at IS NOT NULL)
+    FROM (SELECT 1) one LEFT JOIN turns t ON t.id = NEW.turn_id;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER outbound_messages_timeline_added AFTER INSERT ON outbound_messages
+    FOR EACH ROW EXECUTE FUNCTION timeline_outbound();
+CREATE TRIGGER outbound_messages_timeline_moved AFTER UPDATE OF status ON outbound_messages
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status AND NEW.status <> 'sending')
+    EXECUTE FUNCTION timeline_outbound();
+
+-- Alarms (and task deadlines): set, fired (each occurrence of a repeat), missed, cancelled.
+CREATE FUNCTION timeline_alarm() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    what text;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        what := 'alarm.set';
+    ELSIF NEW.status IN ('missed', 'cancelled') THEN
+        what := 'alarm.' || NEW.status;
+    ELSIF NEW.fired_at IS DISTINCT FROM OLD.fired_at THEN
+        what := 'alarm.fired';
+    ELSE
+        what := 'alarm.missed';
+    END IF;
+    INSERT INTO employee_timeline (employee, kind, thread, chains, ref, detail)
+    VALUES (NEW.employee, what, NEW.thread, ARRAY[NEW.chain_id], NEW.id,
+            jsonb_build_object('alarm_kind', NEW.kind, 'due_at', NEW.due_at,
+                               'occurrence', NEW.occurrence));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER alarms_timeline_added AFTER INSERT ON alarms
+    FOR EACH ROW EXECUTE FUNCTION timeline_alarm();
+CREATE TRIGGER alarms_timeline_moved AFTER UPDATE OF status, occurrence ON alarms
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status
+                       OR OLD.occurrence IS DISTINCT FROM NEW.occurrence)
+    EXECUTE FUNCTION timeline_alarm();
+
+-- Delegated tasks, on the delegator's timeline (the assignee sees the task arrive as an input).
+CREATE FUNCTION timeline_task() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO employee_timeline (employee, kind, thread, chains, ref, detail)
+    VALUES (NEW.from_employee,
+            CASE WHEN TG_OP = 'INSERT' THEN 'task.delegated' ELSE 'task.' || NEW.status END,
+            NEW.reply_to ->> 'thread', ARRAY[NEW.chain_id], NEW.id,
+            jsonb_build_object('to', NEW.to_employee, 'deadline_at', NEW.deadline_at));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER ipc_tasks_timeline_added AFTER INSERT ON ipc_tasks
+    FOR EACH ROW EXECUTE FUNCTION timeline_task();
+CREATE TRIGGER ipc_tasks_timeline_moved AFTER UPDATE OF status ON ipc_tasks
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION timeline_task();
+
+-- A tool call that finished (done, or `unknown`), with its outcome's code.
+CREATE FUNCTION timeline_tool_call() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO employee_timeline (employee, kind, thread, chains, ref, detail)
+    SELECT NEW.employee, 'tool.' || NEW.status, NEW.thread, coalesce(t.chains, '{}'), NEW.id,
+           jsonb_build_object('tool', NEW.name, 'effect', NEW.effect, 'outcome', NEW.outcome,
+                              'turn', NEW.turn_id)
+    FROM (SELECT 1) one LEFT JOIN turns t ON t.id = NEW.turn_id;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER tool_calls_timeline_added AFTER INSERT ON tool_calls
+    FOR EACH ROW WHEN (NEW.status <> 'calling') EXECUTE FUNCTION timeline_tool_call();
+CREATE TRIGGER tool_calls_timeline_moved AFTER UPDATE OF status ON tool_calls
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status AND NEW.status <> 'calling')
+    EXECUTE FUNCTION timeline_tool_call();
+
+-- An attention item raised (its first raise; repeats count on the item). About a turn (`ref`
+-- its id) or a stream (`<stream_key>#…`), it takes that thread (and the turn's chains).
+CREATE FUNCTION timeline_attention() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO employee_timeline (employee, kind, thread, chains, ref, detail)
+    SELECT NEW.employee, 'attention.raised',
+           coalesce(t.thread, CASE WHEN NEW.ref LIKE '%/%/%/%#%'
+                                   THEN split_part(split_part(NEW.ref, '#', 1), '/', 4) END),
+           coalesce(t.chains, '{}'), NEW.id::text,
+           jsonb_build_object('attention', NEW.kind, 'severity', NEW.severity)
+    FROM (SELECT 1) one LEFT JOIN turns t ON t.id = NEW.ref;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER attention_items_timeline AFTER INSERT ON attention_items
+    FOR EACH ROW EXECUTE FUNCTION timeline_attention();
+
+-- The web console's reads (issue 16); see 0023_console.sql.
+CREATE INDEX turns_employee_started ON turns (employee, started_at DESC, id DESC);
+CREATE INDEX tool_calls_turn ON tool_calls (turn_id);
+CREATE INDEX chat_messages_session ON chat_messages (employee, audience, session, id);
+CREATE INDEX chat_events_turn ON chat_events (turn_id);
+
+-- The operator event stream (issue 16 point 5; docs/events.md) and the chat stream's places.
+--
+-- An event row is written beside the state change it tells, in the same transaction, without
+-- a place in the stream (`pos` NULL). One sequencer (eventos.event_positions), under an
+-- advisory lock, gives committed rows their places from `event_positions` in a transaction of
+-- its own; readers read `pos > last`. A row still uncommitted is invisible to the sequencer, so
+-- it takes a place after every place given before it commits: a reader that resumed past
+-- later events still gets it, once. Ids alone (`id > last`) would skip it: an identity value
+-- is taken at insert, and rows commit out of that order.
+CREATE SEQUENCE event_positions;
+
+CREATE TABLE operator_events (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    pos       bigint UNIQUE,  -- its place in the stream; NULL until the sequencer gives it one
+    at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    employee  text NOT NULL,
+    audience  text,  -- the user whose chat it is about (they see it too); NULL: the admin's
+    kind      text NOT NULL,  -- `<family>.<what>`: turn.done, outbox.sent, attention.acked, …
+    ref       text NOT NULL,  -- the id of what changed (turn, outbox row, item, approval, …)
+    state     text,
+    detail    jsonb NOT NULL DEFAULT '{}'  -- ids, codes and counts; never message text
+);
+-- The sequencer's work: rows without a place, oldest first.
+CREATE INDEX operator_events_unplaced ON operator_events (id) WHERE pos IS NULL;
+-- The retention sweep (7 days), oldest first.
+CREATE INDEX operator_events_age ON operator_events USING brin (at);
+
+-- Every place at or below `through` may be gone (7 days' retention): a reader resuming from
+-- below it is told so (410) instead of missing what went.
+CREATE TABLE operator_events_pruned (
+    one      boolean PRIMARY KEY DEFAULT true CHECK (one),
+    through  bigint NOT NULL DEFAULT 0
+);
+INSERT INTO operator_events_pruned DEFAULT VALUES;
+
+-- Chat events take places from the same sequencer; the stream reads by place (was: by id,
+-- which skipped a reply committed after a later run event).
+ALTER TABLE chat_events ADD COLUMN pos bigint UNIQUE;
+UPDATE chat_events c SET pos = p.pos
+FROM (SELECT id, nextval('event_positions') AS pos FROM (SELECT id FROM chat_events ORDER BY id) q) p
+WHERE c.id = p.id;
+DROP INDEX chat_events_session;
+CREATE INDEX chat_events_session ON chat_events (employee, audience, session, pos);
+CREATE INDEX chat_events_unplaced ON chat_events (id) WHERE pos IS NULL;
+
+-- A committed event wakes the sequencer (a hint: it also looks every few seconds).
+CREATE FUNCTION operator_events_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('eventos_operator_events', '');
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER operator_events_notify AFTER INSERT ON operator_events
+    FOR EACH STATEMENT EXECUTE FUNCTION operator_events_notify();
+
+-- Turns, outbox rows, dead deliveries and raised attention items: told by the timeline's
+-- entries (written by its triggers, 0022), so no second trigger sits on turns, the outbox or
+-- bus_deliveries. The WHEN clause keeps the router's and the relay's entries (accepted,
+-- routed, delivered) out of the function; a user's chat thread makes the event theirs too.
+CREATE FUNCTION operator_event_from_timeline() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    family text := split_part(NEW.kind, '.', 1);
+    what text := split_part(NEW.kind, '.', 2);
+    -- The outbox row's or the item's id; never a cast that could fail the writer's statement.
+    row_id bigint := CASE WHEN NEW.ref ~ '^[0-9]{1,18}$' THEN NEW.ref::bigint END;
+BEGIN
+    INSERT INTO operator_events (employee, audience, kind, ref, state, detail)
+    SELECT NEW.employee,
+           CASE family
+               WHEN 'reply' THEN (SELECT o.audience FROM outbound_messages o WHERE o.id = row_id)
+               WHEN 'attention' THEN (SELECT a.audience FROM attention_items a
+                                      WHERE a.id = row_id)
+               ELSE (SELECT u.name FROM users u WHERE u.thread = NEW.thread)
+           END,
+           CASE family WHEN 'reply' THEN 'outbox.' || what
+                       WHEN 'input' THEN 'dead_letter.added' ELSE NEW.kind END,
+           CASE family WHEN 'input' THEN 'delivery-' || NEW.ref ELSE NEW.ref END,
+           CASE family WHEN 'attention' THEN 'open' WHEN 'input' THEN 'dead' ELSE what END,
+           NEW.detail;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER employee_timeline_operator_events AFTER INSERT ON employee_timeline
+    FOR EACH ROW WHEN (NEW.kind LIKE 'turn.%' OR NEW.kind LIKE 'reply.%'
+                       OR NEW.kind IN ('input.dead', 'attention.raised'))
+    EXECUTE FUNCTION operator_event_from_timeline();
+
+-- An attention item acknowledged or resolved (raised: from the timeline above).
+CREATE FUNCTION operator_event_attention() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO operator_events (employee, audience, kind, ref, state, detail)
+    VALUES (NEW.employee, NEW.audience, 'attention.' || NEW.state, NEW.id::text, NEW.state,
+            jsonb_build_object('attention', NEW.kind, 'severity', NEW.severity,
+                               'by', CASE NEW.state WHEN 'acked' THEN NEW.acked_by
+                                                    ELSE NEW.resolved_by END));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER attention_items_operator_events AFTER UPDATE OF state ON attention_items
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state)
+    EXECUTE FUNCTION operator_event_attention();
+
+-- An approval created, decided (approved, declined) or expired; never its draft.
+CREATE FUNCTION operator_event_approval() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO operator_events (employee, audience, kind, ref, state, detail)
+    VALUES (NEW.employee, NEW.audience,
+            CASE WHEN TG_OP = 'INSERT' THEN 'approval.created'
+                 WHEN NEW.state = 'expired' THEN 'approval.expired'
+                 ELSE 'approval.decided' END,
+            NEW.id, NEW.state,
+            jsonb_build_object('approval_kind', NEW.kind, 'generation', NEW.generation,
+                               'outbound', NEW.outbound_id, 'expires_at', NEW.expires_at,
+                               'by', NEW.decided_by));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER approvals_operator_events_added AFTER INSERT ON approvals
+    FOR EACH ROW EXECUTE FUNCTION operator_event_approval();
+CREATE TRIGGER approvals_operator_events_moved AFTER UPDATE OF state ON approvals
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state)
+    EXECUTE FUNCTION operator_event_approval();
+
+-- A generation's state: starting, running, paused (with its reason), retired.
+CREATE FUNCTION operator_event_generation() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO operator_events (employee, kind, ref, state, detail)
+    VALUES (NEW.employee, 'employee.' || NEW.state, NEW.generation::text, NEW.state,
+            jsonb_build_object('generation', NEW.generation, 'pause_reason', NEW.pause_reason));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER generations_operator_events_added AFTER INSERT ON generations
+    FOR EACH ROW EXECUTE FUNCTION operator_event_generation();
+CREATE TRIGGER generations_operator_events_moved AFTER UPDATE OF state ON generations
+    FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state)
+    EXECUTE FUNCTION operator_event_generation();
+
+-- An employee became degraded, or recovered (by itself or by the owner's clear).
+CREATE FUNCTION operator_event_health() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO operator_events (employee, kind, ref, state, detail)
+    VALUES (NEW.employee,
+            CASE WHEN NEW.degraded_since IS NULL THEN 'employee.recovered'
+                 ELSE 'employee.degraded' END,
+            NEW.employee,
+            CASE WHEN NEW.degraded_since IS NULL THEN 'recovered' ELSE 'degraded' END,
+            jsonb_build_object('reason', NEW.reason,
+                               'by', CASE WHEN NEW.degraded_since IS NULL THEN NEW.cleared_by END));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER employee_health_operator_events_added AFTER INSERT ON employee_health
+    FOR EACH ROW WHEN (NEW.degraded_since IS NOT NULL)
+    EXECUTE FUNCTION operator_event_health();
+CREATE TRIGGER employee_health_operator_events_moved AFTER UPDATE OF degraded_since
+    ON employee_health
+    FOR EACH ROW WHEN ((OLD.degraded_since IS NULL) <> (NEW.degraded_since IS NULL))
+    EXECUTE FUNCTION operator_event_health();
+
+-- Fault run (issue 17): the ask that granted a turn; see 0025_turn_asks.sql.
 ALTER TABLE turns ADD COLUMN ask text;
 CREATE INDEX turns_ask ON turns (ask) WHERE ask IS NOT NULL;

@@ -2,13 +2,15 @@
 outside world and asks for the call to be made once more.
 
 The request commits an input into the thread that made the call (source `tool:<employee>`,
-dedupe `retry:<item>`, so asking twice retries once) and resolves the item. The turn that
+dedupe `retry:<item>`, so asking twice retries once); the attention handler
+(`eventos.operator.attention`) resolves the item in the same transaction. The turn that
 takes the input runs the call again under a new id (`retry_of` the unknown one, under the same
 `unknown` rule) and the employee reads what it returned.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +19,7 @@ from eventos.bus import Accepted, Duplicate, IngressRecord, append
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.envelope import encoded_size, new_event_id
-from eventos.errors import Conflict, NotFound
+from eventos.errors import Conflict
 
 
 @dataclass(frozen=True)
@@ -46,23 +48,15 @@ def retry_record(call: dict[str, Any], item_id: int) -> IngressRecord:
     )  # fmt: skip
 
 
-async def request_retry(conn: Conn, item_id: int) -> RetryRequested:
-    """Take the Retry action of an open `tool_unknown` item (NotFound, Conflict otherwise)."""
-    async with conn.transaction():
-        cur = await conn.execute(Q["attention_item_lock"], {"id": item_id})
-        item = await cur.fetchone()
-        if item is None:
-            raise NotFound(f"no attention item {item_id}")
-        if item["action"] != names.ACTION_RETRY or item["kind"] != names.ATTENTION_TOOL_UNKNOWN:
-            raise Conflict(f"attention item {item_id} offers no retry")
-        if item["state"] != "open":
-            raise Conflict(f"attention item {item_id} is {item['state']}")
-        cur = await conn.execute(Q["tool_call_get"], {"id": item["ref"]})
-        call = await cur.fetchone()
-        if call is None or call["status"] != names.TOOL_UNKNOWN:
-            raise Conflict(f"call {item['ref']} is not unknown")
-        (outcome,) = await append(conn, [retry_record(dict(call), item_id)])
-        if not isinstance(outcome, Accepted | Duplicate):
-            raise Conflict(f"the retry of {item['ref']} was not taken: {outcome}")
-        await conn.execute(Q["attention_item_resolve"], {"id": item_id})
+async def request_retry(conn: Conn, item: Mapping[str, Any]) -> RetryRequested:
+    """Retry the call of a `tool_unknown` item (locked by the caller, who settles it):
+    Conflict unless the call is still unknown."""
+    cur = await conn.execute(Q["tool_call_get"], {"id": item["ref"]})
+    call = await cur.fetchone()
+    if call is None or call["status"] != names.TOOL_UNKNOWN:
+        raise Conflict(f"call {item['ref']} is not unknown")
+    item_id = int(item["id"])
+    (outcome,) = await append(conn, [retry_record(dict(call), item_id)])
+    if not isinstance(outcome, Accepted | Duplicate):
+        raise Conflict(f"the retry of {item['ref']} was not taken: {outcome}")
     return RetryRequested(item_id, str(item["ref"]), outcome.id)

@@ -10,6 +10,8 @@ class's oldest input and the inputs after it on the same reply route (lower clas
 a lower-class turn at its next merge point; its inputs stay pending and the higher class runs
 next (Stop uses it too, with every class below it). While the generation is paused admission
 refuses and the entity waits for `wake`; once it is retired the entity closes without a turn.
+A thread whose turns keep failing is backed off (admission says until when) or quarantined
+(its inputs are held, never dead-lettered for it, until the owner's release wakes it).
 Cancelled, the entity cancels its turn and waits up to 2 minutes for it to drain. It
 passivates after idle with nothing pending and no turn.
 """
@@ -123,7 +125,8 @@ class ConversationWorkflow:
         self.first_pending_at = workflow.now()
         self.born: dict[int, datetime] = {}  # when each pending input entered the bus
         self.after_turn = False  # inputs left over by a turn start the next one at once
-        self.failures: dict[int, int] = {}  # failed turns by their first input's seq
+        # Failed turns by their first input's seq (carried across continue-as-new).
+        self.failures: dict[int, int] = {seq: n for seq, n in cursor.failures}
         self.turn: ChildWorkflowHandle[object, TurnResult] | None = None
         self.turn_inputs: list[DeliveryItem] = []
         self.turn_bytes = 0
@@ -133,6 +136,7 @@ class ConversationWorkflow:
         self.interrupted: str | None = None  # the turn an Update is stopping
         self.retired = False  # admission said the generation is retired: close now
         self.slot_of: str | None = None  # the turn whose admission slot we hold until released
+        self.backoff_left = timedelta(0)  # admission's `backoff` refusal: ask again after this
 
     @workflow.signal(name=names.SIGNAL_DELIVER)
     def deliver(self, batch: DeliverBatch) -> None:
@@ -241,6 +245,7 @@ class ConversationWorkflow:
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
         if not grant.granted:
+            self.backoff_left = timedelta(seconds=grant.retry_after_s)
             return grant.gate or "queued"
         self.slot_of = grant.turn_id
         turn = TurnInput(grant.turn_id, c.employee, c.generation, req.agent, c.thread,
@@ -307,32 +312,40 @@ class ConversationWorkflow:
                 status, error = names.TURN_FAILED, str(exc.cause or exc)[:500]
         except ActivityError as exc:
             status, error = names.TURN_FAILED, str(exc.cause or exc)[:500]
-        await self._turn_ended(turn_id, status, error, consumed)
+        held = await self._turn_ended(turn_id, status, error, consumed)
         if status == names.TURN_FAILED:
             left = {i.seq for i in self.pending}  # inputs a save consumed are not retried
             inputs = [i for i in inputs if i.seq in left]
             if inputs:
-                await self._after_failure(turn_id, inputs, error or "failed", final=final)
+                await self._after_failure(turn_id, inputs, error or "failed", final=final,
+                                          held=held)  # fmt: skip
 
     async def _turn_ended(self, turn_id: str, status: str, error: str | None,
-                          consumed: list[int]) -> None:  # fmt: skip
-        """Forget the turn, drop what it consumed and give its admission slot back."""
+                          consumed: list[int]) -> str | None:  # fmt: skip
+        """Forget the turn, drop what it consumed and give its admission slot back: the hold
+        a failed turn left its thread under (`quarantined`, `backoff`), else None (also from
+        releases recorded before restart intensity existed)."""
         done = set(consumed)
         self.turn, self.turn_inputs, self.interrupted = None, [], None
         self.pending = [i for i in self.pending if i.seq not in done]
         self.after_turn = bool(self.pending)
-        await workflow.execute_local_activity(
+        held = await workflow.execute_local_activity(
             names.ACT_RELEASE, ReleaseTurn(turn_id, status, error),
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
         self.slot_of = None
         self.last_activity = workflow.now()
+        return held if isinstance(held, str) else None
 
     async def _after_failure(self, turn_id: str, inputs: list[DeliveryItem], error: str, *,
-                             final: bool = False) -> None:  # fmt: skip
+                             final: bool = False, held: str | None = None) -> None:  # fmt: skip
         """Retry a failed turn's inputs once (unless `final`); then dead-letter them so the
-        stream goes on."""
+        stream goes on. A quarantined thread holds them instead (SPEC §12): after the release
+        they get their two tries again."""
         first = inputs[0].seq
+        if held == names.HOLD_QUARANTINED and not final:
+            self.failures.pop(first, None)
+            return  # admission refuses the thread's turns until the release (and its `wake`)
         self.failures[first] = self.failures.get(first, 0) + 1
         if self.failures[first] < names.TURN_ATTEMPTS and not final:
             await self._wait(FAILED_TURN_BACKOFF)
@@ -417,10 +430,12 @@ class ConversationWorkflow:
         the pending inputs are read back from above the lowest one."""
         c = self.cursor
         reload_after = min(i.seq for i in self.pending) - 1 if self.pending else self.applied_seq
+        pending = {i.seq for i in self.pending}
+        failures = [[seq, n] for seq, n in self.failures.items() if seq in pending]
         workflow.continue_as_new(
             StreamCursor(c.stream_key, c.employee, c.generation, c.lane, c.thread,
                          self.applied_seq, reload_after=reload_after, roll_after=c.roll_after,
-                         idle_s=c.idle_s, cancel_grace_s=c.cancel_grace_s)
+                         idle_s=c.idle_s, cancel_grace_s=c.cancel_grace_s, failures=failures)
         )  # fmt: skip
 
     async def _drain(self) -> None:
@@ -477,8 +492,17 @@ class ConversationWorkflow:
                     # dead(reset) in the database; close without a turn.
                     self.dropped += len(self.pending)
                     self.pending, self.retired = [], True
-                elif refused in (names.GEN_PAUSED, names.GATE_BUDGET):
-                    await self._wait(PAUSED_RECHECK)  # Resume or the budget's release wakes us
+                elif refused in (
+                    names.GEN_PAUSED,
+                    names.GATE_BUDGET,
+                    names.GATE_QUARANTINED,
+                    names.GATE_DEGRADED,
+                ):
+                    # Resume, the budget's release, a thread's release or an employee's
+                    # recovery wakes us.
+                    await self._wait(PAUSED_RECHECK)
+                elif refused == names.GATE_BACKOFF:
+                    await self._wait(self.backoff_left)  # the thread's failing turns back it off
                 elif refused:
                     await self._wait(ADMISSION_ASK_AGAIN)
                 continue

@@ -71,9 +71,9 @@ UPDATE bus_streams SET hold_reason = NULL, updated_at = now()
 WHERE employee = %(employee)s AND hold_reason = 'budget';
 
 -- name: attention_resolve
--- Close an open attention item (its cause went away).
-UPDATE attention_items SET state = 'resolved', last_seen = now()
-WHERE kind = %(kind)s AND ref = %(ref)s AND state = 'open';
+-- Close an open or acknowledged attention item (its cause went away).
+UPDATE attention_items SET state = 'resolved', last_seen = now(), resolved_at = now()
+WHERE kind = %(kind)s AND ref = %(ref)s AND state IN ('open', 'acked');
 
 -- name: chat_notice_insert
 -- A notice in the owner's chat (once per dedupe key).

@@ -20,10 +20,11 @@ FOR SHARE OF g;
 
 -- name: ingress_next_for_sources
 -- The next accepted rows of each source (up to its limit), in acceptance order; the envelope
--- only for the sources whose routing reads it (the deliveries copy it inside the database).
+-- only for the sources whose routing reads it (the deliveries copy it inside the database);
+-- a replayed delivery's one trigger.
 SELECT i.id, i.source_key, i.dedupe_key, i.type, i.class, i.received_at,
        CASE WHEN s.envelope THEN i.envelope END AS envelope, i.body_ref, i.size, i.chain_id,
-       i.hop, i.causation_id, i.path
+       i.hop, i.causation_id, i.path, i.replay_employee, i.replay_trigger
 FROM unnest(%(sources)s::text[], %(envelopes)s::boolean[], %(limits)s::integer[])
     WITH ORDINALITY AS s(source_key, envelope, max_rows, n)
 CROSS JOIN LATERAL (

@@ -25,13 +25,10 @@ SELECT id, employee, generation, lane, thread, route, turn_id, name, effect, arg
 FROM tool_calls WHERE id = %(id)s;
 
 -- name: attention_item_lock
--- An open attention item, locked while its action is taken.
-SELECT id, employee, kind, ref, action, state FROM attention_items
-WHERE id = %(id)s FOR UPDATE;
-
--- name: attention_item_resolve
--- The item's action was taken.
-UPDATE attention_items SET state = 'resolved', last_seen = now() WHERE id = %(id)s;
+-- An attention item, locked while it is acknowledged, resolved or its action taken.
+SELECT id, employee, kind, severity, ref, detail, first_seen, last_seen, count, state, action,
+       audience, acked_at, acked_by, resolved_at, resolved_by
+FROM attention_items WHERE id = %(id)s FOR UPDATE;
 
 -- name: attention_raise_action
 -- Raise an attention item that offers an action (`retry`), or count a repeat on the open one;

@@ -77,8 +77,16 @@ VALUES (%(employee)s, %(audience)s, %(session)s, %(kind)s, %(turn_id)s, %(dedupe
 ON CONFLICT (dedupe_key) DO NOTHING;
 
 -- name: turn_done
--- Record the consuming save on the turn.
-UPDATE turns SET status = 'done', consumed_seq = %(through)s, ended_at = now() WHERE id = %(turn_id)s;
+-- Record the consuming save on the turn, with the chains of every input it consumed (those it
+-- loaded first, then the merged ones, each once) for its timeline entry.
+UPDATE turns SET status = 'done', consumed_seq = %(through)s, ended_at = now(),
+    chains = ARRAY(
+        SELECT u.c FROM unnest(coalesce(chains, '{}') || ARRAY(
+            SELECT d.chain_id FROM bus_deliveries d
+            WHERE d.stream_key = %(stream_key)s AND d.seq = ANY(%(seqs)s) ORDER BY d.seq
+        )) WITH ORDINALITY AS u(c, k)
+        GROUP BY u.c ORDER BY min(u.k))
+WHERE id = %(turn_id)s;
 
 -- name: outbound_insert
 -- The reply enters the outbox once (the idempotency key makes a retried save a no-op).
@@ -129,11 +137,12 @@ LEFT JOIN chat_events r ON r.turn_id = m.turn_id AND r.kind = 'reply'
 WHERE m.employee = %(employee)s AND m.audience = %(audience)s AND m.id = %(id)s;
 
 -- name: chat_events_after
--- Run events and replies of one session of one audience after an id (the event stream's poll).
-SELECT id, kind, turn_id, message_ids, text, created_at FROM chat_events
+-- Run events and replies of one session of one audience placed after `after` (the event
+-- stream's poll; by place, not id: see migration 0024).
+SELECT id, pos, kind, turn_id, message_ids, text, created_at FROM chat_events
 WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(session)s
-  AND id > %(after)s
-ORDER BY id LIMIT 100;
+  AND pos > %(after)s
+ORDER BY pos LIMIT 100;
 
 -- name: outbound_fail
 -- A send that can never be made (its recipient does not open): nothing was called.

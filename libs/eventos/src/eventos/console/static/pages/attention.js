@@ -1,0 +1,54 @@
+// Attention items: what needs the owner, with each item's actions (Retry a send, Release a
+// thread, …), acknowledged or resolved here.
+import { get, post } from '../api.js';
+import { h, replace, when, field, select, button } from '../dom.js';
+
+const STATES = [['open,acked', 'Open or acknowledged'], ['open', 'Open'], ['acked', 'Acknowledged'],
+  ['resolved', 'Resolved']];
+
+function label(action) {
+  return action.charAt(0).toUpperCase() + action.slice(1).replace(/_/g, ' ');
+}
+
+function card(item, act) {
+  const live = item.state !== 'resolved';
+  return h('article', { class: `card severity-${item.severity}`, 'aria-label': `Attention item ${item.id}` },
+    h('h2', null, `${item.kind} · ${item.employee}`),
+    h('p', { class: 'muted' }, `${item.severity} · ${item.ref} · seen ${item.count}× · first `,
+      when(item.first_seen), ' · last ', when(item.last_seen), ` · ${item.state}`),
+    item.detail ? h('p', null, item.detail) : '',
+    live ? h('p', { class: 'actions' },
+      (item.actions || []).map((a) => button(label(a), () => act(item, 'act', a), { class: 'primary', 'aria-label': `${label(a)}: ${item.kind} ${item.id}` })),
+      item.state === 'open' ? button('Acknowledge', () => act(item, 'ack'), { 'aria-label': `Acknowledge ${item.kind} ${item.id}` }) : '',
+      button('Resolve', () => act(item, 'resolve'), { 'aria-label': `Resolve ${item.kind} ${item.id}` })) : '');
+}
+
+export async function render(main, { args, signal, say, failed }) {
+  const employee = args[0] || '';
+  const state = select('state', STATES, 'open,acked');
+  const list = h('div', { class: 'cards' });
+  const more = button('More', () => load(next));
+  let next = null;
+  async function load(cursor) {
+    try {
+      const doc = await get('/v1/attention', { state: state.value, employee, cursor }, signal);
+      const cards = doc.attention.map((item) => card(item, act));
+      if (cursor) list.append(...cards);
+      else replace(list, cards.length ? cards : h('p', null, 'Nothing needs attention.'));
+      next = doc.next_cursor;
+      more.hidden = !next;
+    } catch (err) { if (!signal.aborted) failed(err); }
+  }
+  async function act(item, verb, action) {
+    try {
+      await post(`/v1/attention/${item.id}:${verb}`, action ? { action } : {});
+      say(`${item.kind} ${item.id}: ${action ? label(action) : verb} done.`, 'ok');
+      await load(null);
+    } catch (err) { failed(err); }
+  }
+  more.hidden = true;
+  state.addEventListener('change', () => load(null));
+  replace(main, h('h1', null, employee ? `Attention: ${employee}` : 'Attention'),
+    h('div', { class: 'filters' }, field('State', state), button('Refresh', () => load(null))), list, more);
+  await load(null);
+}

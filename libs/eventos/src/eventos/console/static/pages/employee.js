@@ -1,0 +1,138 @@
+// One employee: why its inputs wait, its conversations, its turns (steps and cost) and its
+// timeline. Each part loads on its own: one that fails says so and the others still show.
+import { get } from '../api.js';
+import { h, replace, table, section, when, usd, button, field, select } from '../dom.js';
+
+function seconds(a, b) {
+  if (!a || !b) return '';
+  const s = (new Date(b) - new Date(a)) / 1000;
+  return s < 60 ? `${s.toFixed(1)} s` : `${(s / 60).toFixed(1)} min`;
+}
+
+function pager(holder, load, signal) {
+  // A list with a "More" button: `load(cursor)` answers [rows, next cursor]; `holder.draw`
+  // shows the rows; a failure is said in the holder.
+  const rows = [];
+  let next = null;
+  const more = button('More', () => run(next));
+  more.hidden = true;
+  async function run(cursor) {
+    try {
+      const [got, after] = await load(cursor);
+      if (cursor === null) rows.length = 0;
+      rows.push(...got);
+      next = after;
+      more.hidden = !next;
+      holder.draw(rows);
+    } catch (err) {
+      if (!signal.aborted) failure(holder, err);
+    }
+  }
+  return { more, reload: () => run(null) };
+}
+
+function failure(box, err) {
+  replace(box, h('p', { class: 'error' }, err.message || 'This part did not load.'));
+}
+
+function waitingPart(name, signal) {
+  const box = h('div', null, h('p', { class: 'muted' }, 'Loading…'));
+  const cols = ['Input', 'Class', 'Waiting since', 'Held by', 'Until'];
+  get(`/v1/employees/${encodeURIComponent(name)}/waiting`, null, signal).then((doc) => {
+    const rows = doc.waiting;
+    replace(box, rows.length ? table('Inputs not yet consumed, and the gate holding each', cols, rows, (w) => [
+      [w.input || '', w.thread ? h('span', { class: 'muted' }, ` ${w.lane}/${w.thread} #${w.seq}`) : ''],
+      w.class ? `C${w.class}` : '—', when(w.since),
+      [h('code', null, w.gate.code), ' ', w.gate.text], when(w.gate.until),
+    ]) : h('p', null, 'Nothing waits: every input was consumed.'),
+    doc.more ? h('p', { class: 'muted' }, `… and ${doc.more} more.`) : '');
+  }).catch((err) => { if (!signal.aborted) failure(box, err); });
+  return section('Why waiting', box);
+}
+
+function turnView(t) {
+  const steps = t.steps.map((s) => h('li', null, s.kind === 'llm'
+    ? [h('strong', null, 'model '), s.model, ` · ${s.input_tokens ?? '?'} → ${s.output_tokens ?? '?'} tokens · ${usd(s.usd)} · ${s.state}`]
+    : [h('strong', null, 'tool '), s.name, ` (${s.effect}) · ${s.status}`, s.outcome ? ` · ${s.outcome}` : '']));
+  return h('details', { class: 'turn' },
+    h('summary', null, h('span', { class: `state state-${t.status}` }, t.status), ` turn ${t.n} · ${t.agent}/${t.thread} · `,
+      usd(t.cost_usd), ` · ${t.input_tokens}→${t.output_tokens} tokens · `, when(t.started_at),
+      t.ended_at ? ` · ${seconds(t.started_at, t.ended_at)}` : ''),
+    t.error ? h('p', { class: 'error' }, t.error) : '',
+    steps.length ? h('ol', { class: 'steps' }, steps) : h('p', { class: 'muted' }, 'No step.'),
+    t.steps_capped ? h('p', { class: 'muted' }, 'Only the first steps are shown.') : '');
+}
+
+export async function render(main, { args, signal, failed }) {
+  const name = args[0];
+  if (!name) { location.hash = '#/employees'; return; }
+  const base = `/v1/employees/${encodeURIComponent(name)}`;
+  const filter = { thread: '', chain: '', kind: '' };
+  const head = h('p', { class: 'muted' }, 'Loading…');
+
+  const turnsBox = h('div');
+  turnsBox.draw = (rows) => replace(turnsBox, rows.length ? rows.map(turnView) : h('p', null, 'No turn yet.'));
+  const turns = pager(turnsBox, async (cursor) => {
+    const doc = await get(`${base}/turns`, { thread: filter.thread, cursor, limit: 20 }, signal);
+    return [doc.turns, doc.next_cursor];
+  }, signal);
+
+  const timelineBox = h('div');
+  const tlCols = ['At', 'Kind', 'Thread', 'Chain', 'What'];
+  timelineBox.draw = (rows) => replace(timelineBox, rows.length ? table('Newest first', tlCols, rows, (e) => [
+    when(e.at), e.kind, e.thread || '',
+    e.chain_id ? button(e.chain_id.slice(0, 12), () => { filter.chain = e.chain_id; chainInput.value = e.chain_id; timeline.reload(); }, { class: 'link', title: `Only chain ${e.chain_id}` }) : '',
+    e.summary || '',
+  ]) : h('p', null, 'Nothing on the timeline for this filter.'));
+  const timeline = pager(timelineBox, async (cursor) => {
+    const doc = await get(`${base}/timeline`, { ...filter, cursor }, signal);
+    return [doc.timeline, doc.next_cursor];
+  }, signal);
+  const chainInput = h('input', { name: 'chain', autocomplete: 'off' });
+  const kindInput = h('input', { name: 'kind', autocomplete: 'off', placeholder: 'turn, input.dead' });
+  const tlForm = h('form', { class: 'filters' },
+    field('Chain', chainInput), field('Kind', kindInput),
+    h('button', { type: 'submit' }, 'Filter'),
+    button('Clear', () => { filter.chain = filter.kind = chainInput.value = kindInput.value = ''; timeline.reload(); }));
+  tlForm.addEventListener('submit', (e) => {
+    e.preventDefault();
+    filter.chain = chainInput.value.trim();
+    filter.kind = kindInput.value.trim();
+    timeline.reload();
+  });
+
+  const threadNote = h('p', { class: 'muted' });
+  function pickThread(thread) {
+    filter.thread = thread;
+    replace(threadNote, thread ? ['Turns and timeline of thread ', h('code', null, thread), ' only. ',
+      button('Show every thread', () => pickThread(''), { class: 'link' })] : '');
+    turns.reload();
+    timeline.reload();
+  }
+
+  const convBox = h('div');
+  const convCols = ['Conversation', 'Lane', 'Generation', 'Turns', 'Not yet consumed', 'Updated'];
+  convBox.draw = (rows) => replace(convBox, rows.length ? table('Newest generation first', convCols, rows, (c) => [
+    button(`${c.agent}/${c.thread}`, () => pickThread(c.thread), { class: 'link', title: 'Only this thread' }),
+    c.lane, String(c.generation), String(c.turns),
+    [String(c.unconsumed), c.hold_reason ? h('span', { class: 'muted' }, ` (held: ${c.hold_reason})`) : ''],
+    when(c.updated_at),
+  ]) : h('p', null, 'No conversation yet.'));
+  const convs = pager(convBox, async (cursor) => {
+    const doc = await get(`${base}/conversations`, { cursor }, signal);
+    return [doc.conversations, doc.next_cursor];
+  }, signal);
+
+  replace(main, h('h1', null, name), head,
+    waitingPart(name, signal),
+    section('Conversations', convBox, convs.more),
+    section('Turns', threadNote, turnsBox, turns.more),
+    section('Timeline', tlForm, timelineBox, timeline.more));
+
+  get(base, null, signal).then((e) => replace(head,
+    h('span', { class: `state state-${e.state}` }, e.state),
+    e.pause_reason ? ` (${e.pause_reason})` : '',
+    e.generation ? ` · generation ${e.generation}` : ''))
+    .catch((err) => { if (!signal.aborted) failed(err); });
+  await Promise.all([convs.reload(), turns.reload(), timeline.reload()]);
+}

@@ -1,0 +1,60 @@
+// Employees: state, generation, budget gauge, pending inputs by class, open attention items.
+import { get } from '../api.js';
+import { h, replace, link, table, usd, button } from '../dom.js';
+
+const COLUMNS = ['Employee', 'State', 'Generation', 'Budget today', 'Pending inputs', 'Attention'];
+
+function state(row) {
+  return [h('span', { class: `state state-${row.state}` }, row.state),
+    row.pause_reason ? h('span', { class: 'muted' }, ` (${row.pause_reason})`) : ''];
+}
+
+export function gauge(budget) {
+  const spent = budget.spent_usd + budget.reserved_usd;
+  if (budget.daily_usd === null) return h('span', null, usd(spent), h('span', { class: 'muted' }, ' (no limit)'));
+  const text = `${usd(spent)} of ${usd(budget.daily_usd)}`;
+  return h('span', { class: 'gauge' },
+    h('meter', { min: 0, max: budget.daily_usd, low: budget.daily_usd * 0.7,
+      high: budget.daily_usd * 0.9, optimum: 0, value: Math.min(spent, budget.daily_usd),
+      'aria-label': `budget: ${text}` }),
+    ' ', text, budget.state !== 'normal' ? h('strong', null, ` ${budget.state}`) : '');
+}
+
+function pending(row) {
+  const classes = Object.entries(row.pending);
+  if (!classes.length) return h('span', { class: 'muted' }, 'none');
+  return [classes.map(([c, n]) => h('span', { class: 'tag' }, `${c}: ${n}`)),
+    row.pending_capped ? h('span', { class: 'muted' }, ' (at least)') : ''];
+}
+
+function cells(row) {
+  return [
+    link(['employee', row.name], row.name),
+    state(row),
+    row.generation === null ? '—' : String(row.generation),
+    gauge(row.budget),
+    pending(row),
+    row.attention_open ? link(['attention', row.name], `${row.attention_open} open`)
+      : h('span', { class: 'muted' }, '0'),
+  ];
+}
+
+export async function render(main, { signal, failed }) {
+  const rows = [];
+  const holder = h('div');
+  const more = button('More', () => load(next));
+  let next = null;
+  async function load(cursor) {
+    try {
+      const page = await get('/v1/employee-summaries', { cursor }, signal);
+      rows.push(...page.employee_summaries);
+      next = page.next_cursor;
+      replace(holder, rows.length ? table('Employees by name', COLUMNS, rows, cells)
+        : h('p', null, 'No employee is applied yet.'));
+      more.hidden = !next;
+    } catch (err) { if (!signal.aborted) failed(err); }
+  }
+  replace(main, h('h1', null, 'Employees'),
+    h('p', null, button('Refresh', () => { rows.length = 0; load(null); })), holder, more);
+  await load(null);
+}

@@ -1,0 +1,125 @@
+"""The supervision watchdogs (SPEC §12) beside the turn watchdog (`eventos.watchdog`).
+
+Each reads a condition from the database at `now`, raises one attention item per thing it
+finds (refreshed while the condition lasts, not counted again) and resolves the items whose
+condition cleared:
+- `router_stalled` (instance-wide, employee `(instance)`): the oldest `accepted` ingress row is
+  older than `router_stalled_s` (30 s).
+- `window_stalled` (ref: the stream): the relay holds the stream `window` (32 inputs or 512 KB
+  sent to the entity and not consumed) while no turn runs on it and its entity asks for no slot,
+  with no turn ended and nothing sent to it for `window_idle_s` (5 minutes): a credit leak.
+  A paused generation, a budget past normal or a degraded employee hold inputs there on purpose
+  and are not reported.
+- `stuck_retry`: an intent still `applying` after `stuck_intent_attempts` (8, about 4 minutes of
+  1, 2, 4 … 60 s retries; ref `intent:<id>`), or an outbox row still queued or sending after
+  `stuck_send_attempts` (5) claims (the provider kept deferring or failing it; ref
+  `outbox#<id>`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Final
+
+from eventos import names
+from eventos.db import Conn
+from eventos.db.sql import Q
+from eventos.metrics import WATCHDOG_ALERTS
+from eventos.settings import SupervisionSettings
+
+ITEMS_READ: Final = 500  # things each watchdog reports per pass
+ROUTER_REF: Final = "router"
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One thing a watchdog found."""
+
+    employee: str
+    ref: str
+    detail: str
+    severity: str = "warning"
+
+
+@dataclass
+class Watched:
+    """The refs each watchdog reports now, and those it raised in this pass."""
+
+    open: dict[str, list[str]] = field(default_factory=dict)
+    raised: list[str] = field(default_factory=list)
+
+
+async def router_stalled(conn: Conn, cfg: SupervisionSettings, now: datetime) -> list[Alert]:
+    cur = await conn.execute(Q["router_oldest_accepted"])
+    row = await cur.fetchone()
+    oldest = row["oldest"] if row else None
+    if oldest is None or (now - oldest).total_seconds() <= cfg.router_stalled_s:
+        return []
+    age = int((now - oldest).total_seconds())
+    detail = (f"the oldest accepted ingress row waits for the router for {age} s "
+              f"(more than {cfg.router_stalled_s:g} s): is the router running?")  # fmt: skip
+    return [Alert(names.INSTANCE_ITEMS, ROUTER_REF, detail, "error")]
+
+
+async def window_stalled(conn: Conn, cfg: SupervisionSettings, now: datetime) -> list[Alert]:
+    idle_before = now - timedelta(seconds=cfg.window_idle_s)
+    cur = await conn.execute(Q["streams_window_idle"],
+                             {"idle_before": idle_before, "limit": ITEMS_READ})  # fmt: skip
+    minutes = int(cfg.window_idle_s // 60)
+    return [
+        Alert(r["employee"], r["stream_key"],
+              f"the window is full ({r['unconsumed']} inputs sent to the entity, not consumed) "
+              f"while no turn runs on it, for more than {minutes} minutes: a credit leak "
+              "(when its entity is gone, `eventosctl rearm` gives the inputs back to the relay)")
+        for r in await cur.fetchall()
+    ]  # fmt: skip
+
+
+async def stuck_retries(conn: Conn, cfg: SupervisionSettings, now: datetime) -> list[Alert]:
+    params = {"attempts": cfg.stuck_intent_attempts, "limit": ITEMS_READ,
+              "instance": names.INSTANCE_ITEMS}  # fmt: skip
+    intents = await (await conn.execute(Q["intents_retrying"], params)).fetchall()
+    params = {"attempts": cfg.stuck_send_attempts, "limit": ITEMS_READ}
+    sends = await (await conn.execute(Q["sends_retrying"], params)).fetchall()
+    found = [
+        Alert(r["employee"], f"intent:{r['id']}",
+              f"intent {r['id']} ({r['kind']}) is still not applied after {r['attempts']} "
+              f"attempts; last: {r['outcome'] or 'no outcome'}"[:1000])
+        for r in intents
+    ]  # fmt: skip
+    found += [
+        Alert(r["employee"], f"outbox#{r['id']}",
+              f"outbox row {r['id']} ({r['kind']}) is still {r['status']} after "
+              f"{r['attempts']} attempts: the provider keeps deferring or failing it")
+        for r in sends
+    ]  # fmt: skip
+    return found
+
+
+async def watch(conn: Conn, cfg: SupervisionSettings, now: datetime) -> Watched:
+    """Every watchdog once: raise what each finds, resolve what each no longer finds."""
+    done = Watched()
+    found = await router_stalled(conn, cfg, now)
+    await _report(conn, done, names.ATTENTION_ROUTER_STALLED, found)
+    found = await window_stalled(conn, cfg, now)
+    await _report(conn, done, names.ATTENTION_WINDOW_STALLED, found)
+    found = await stuck_retries(conn, cfg, now)
+    await _report(conn, done, names.ATTENTION_STUCK_RETRY, found)
+    return done
+
+
+async def _report(conn: Conn, done: Watched, kind: str, alerts: list[Alert]) -> None:
+    """Raise (or refresh) an item per alert of this kind; resolve the kind's others."""
+    async with conn.transaction():
+        for a in alerts:
+            cur = await conn.execute(Q["health_item_raise"], {
+                "employee": a.employee, "kind": kind, "severity": a.severity, "ref": a.ref,
+                "detail": a.detail,
+            })  # fmt: skip
+            if (await cur.fetchone() or {}).get("raised"):
+                done.raised.append(f"{kind}:{a.ref}")
+                WATCHDOG_ALERTS.labels(kind).inc()
+        refs = [a.ref for a in alerts]
+        await conn.execute(Q["health_items_resolve"], {"kind": kind, "refs": refs})
+    done.open[kind] = refs
