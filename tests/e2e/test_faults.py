@@ -40,6 +40,7 @@ def test_kill_any_process_lose_the_servers_and_nothing_is_lost_or_done_twice(
     config = faults.Config.for_test(SEED)
     result = faults.run(config, tmp_path)
     replay = f"replay: EVENTOS_FAULT_SEED={SEED} .venv/bin/pytest -q -n 0 {__file__}"
+    (tmp_path / "ledger.txt").write_text(result.ledger.render())  # kept with the logs
     kills = collections.Counter(d.fault.target for d in result.done if d.fault.kind == KILL)
     assert set(kills) == {*names.SERVICES, TEMPORAL}, (kills, replay)
     assert min(kills.values()) >= 2, (kills, replay)
