@@ -92,15 +92,8 @@ class BenchPostgres(EmbeddedPostgres):
     """The embedded server, asked to shut down fast should the bench driver die."""
 
     def _preexec(self) -> Callable[[], None] | None:
-        drop = super()._preexec()
-
-        def run() -> None:
-            if drop is not None:
-                drop()
-            # After the uid change: changing credentials clears the parent-death signal.
-            die_with_parent(signal.SIGINT)
-
-        return run
+        # Runs after the credentials change, which would clear the parent-death signal.
+        return lambda: die_with_parent(signal.SIGINT)
 
 
 @dataclass

@@ -112,6 +112,9 @@ class FakeTelegram(LoopbackFake):
         self.bots: dict[str, Bot] = {}
         self.limits = Limits()
         self.closing = False  # long polls answer now
+        # sendMessage takes effect at once and answers after a pause drawn from this range:
+        # a slow API, so a sender that dies meanwhile cannot know its message went out.
+        self.send_latency_s = (0.0, 0.0)
 
     # -- accounts and customers -------------------------------------------------------------
 
@@ -362,6 +365,8 @@ class FakeTelegram(LoopbackFake):
         if reply_id is not None:
             message["reply_to_message"] = {"message_id": int(reply_id), "chat": chat, "date": 0}
         bot.sent.append(message)
+        if self.send_latency_s[1] > 0:
+            await asyncio.sleep(random.uniform(*self.send_latency_s))
         return message
 
     def _chat(self, bot: Bot, chat_id: int) -> Json:

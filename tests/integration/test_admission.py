@@ -6,18 +6,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from conftest import apply_and_start
 from psycopg_pool import AsyncConnectionPool
+from temporalio import activity
 from temporalio.common import Priority
 from test_router import query
 from test_turns import Instance, instance, step_started  # noqa: F401 (`instance` is a fixture)
 
 from eventos import admission, names
+from eventos.activities import DbActivities
 from eventos.admission import Answer
-from eventos.contracts import AdmitRequest, DeliveryItem, OfferInputs, TurnInput
+from eventos.contracts import Admission, AdmitRequest, DeliveryItem, OfferInputs, TurnInput
 from eventos.db import Conn
 from eventos.routing import entity_id
 from eventos.scheduler import SchedConfig
+from eventos.testing import wait_for
 
 SPEC = """
 apiVersion: eventos/v1
@@ -208,3 +212,50 @@ async def test_a_merged_higher_class_input_moves_the_turn_up(instance: Instance)
     assert queues == [(c4, 4), (instance.relay.task_queue, 4), (c1, 1)]
     (lease,) = await query(instance.pool, "SELECT class FROM sched_leases WHERE turn_id = %s", tid)
     assert lease == {"class": names.C1_OWNER}
+
+
+LOST: list[str] = []  # the turns whose grant reached the database but not the entity
+
+
+class LossyAdmission:
+    """Defined in a class, so Temporal reads `admit_turn` as a method (its first parameter
+    is the activities object, not an argument)."""
+
+    @activity.defn(name=names.ACT_ADMIT)
+    async def admit_turn(self, req: AdmitRequest) -> Admission:  # self: the DbActivities
+        """The real admission commits; the first grant's answer is then lost, as when the
+        connection drops after the commit or the worker dies before its workflow task
+        completes (the fault run found the latter: a retried entity task asked again)."""
+        answer = await REAL_ADMIT(self, req)  # type: ignore[arg-type]
+        if answer.granted and not LOST:
+            LOST.append(answer.turn_id)
+            raise RuntimeError("the grant committed, its answer was lost")
+        return answer
+
+
+REAL_ADMIT = DbActivities.admit_turn
+
+
+@pytest.fixture
+def lossy_admission(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Set before `instance` builds its workers (fixtures are set up in parameter order)."""
+    LOST.clear()
+    monkeypatch.setattr(DbActivities, "admit_turn", LossyAdmission.admit_turn)
+
+
+async def test_an_ask_repeated_after_its_grant_was_lost_gets_the_same_turn(
+    lossy_admission: None, instance: Instance
+) -> None:
+    """The entity asks again with the same ask: the turn granted before runs, and no second
+    turn holds a slot that nothing will ever give back (the fault run saw 14 such turns
+    block their employees until the relay's next boot)."""
+    message = await instance.chat("hello")
+    assert "hello" in await instance.reply(message)
+    turns = await query(instance.pool, "SELECT id, status FROM turns WHERE employee = %s",
+                        instance.name)  # fmt: skip
+    assert turns == [{"id": LOST[0], "status": "done"}]
+
+    async def slots_back() -> bool:  # the entity gives the slot back after the turn
+        return await query(instance.pool, "SELECT turn_id FROM sched_leases") == []
+
+    await wait_for(slots_back, timeout=30, what="every slot given back")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from eventos.localstack import LocalStack, StackError
 from eventos.processes import LockHeld, PidLock, Recorded, pid_alive, stop_groups
+from eventos.service_process import ServiceProcess
 from eventos.testing import wait_for_sync
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -82,3 +84,21 @@ def test_a_second_instance_on_the_same_folder_is_refused(tmp_path: Path) -> None
             LocalStack(tmp_path, say=lambda line: None).start()
     finally:
         running.release()
+
+
+@pytest.mark.parametrize(("ran_s", "restarts", "delay_s"), [(1.0, 5, 30.0), (120.0, 5, 1.0)])
+def test_the_restart_delay_grows_only_while_a_service_keeps_exiting_soon_after_its_start(
+    tmp_path: Path, ran_s: float, restarts: int, delay_s: float
+) -> None:
+    """A crash loop backs off up to 30 s; a service killed after a minute of work comes back
+    after 1 s however often it was restarted before (the fault run kills each many times)."""
+    said: list[str] = []
+    stack = LocalStack(tmp_path, say=said.append)
+    svc = ServiceProcess("router", 1, None, tmp_path / "router.log", restarts=restarts)
+    svc.process = subprocess.Popen([sys.executable, "-c", "pass"])
+    svc.process.wait()
+    stack.services["router"] = svc
+    svc.started_at = time.monotonic() - ran_s
+    stack.check_children()
+    assert svc.restart_at - time.monotonic() == pytest.approx(delay_s, abs=0.5)
+    assert f"router exited with code 0; restarting in {delay_s:g}s" in said

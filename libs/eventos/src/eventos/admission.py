@@ -45,6 +45,9 @@ async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
     """Grant a slot and (for a new turn) a turn number, or queue the entity."""
     async with conn.transaction():
         await conn.execute(Q["sched_lock"])
+        granted = await _granted_before(conn, req)
+        if granted is not None:
+            return Answer(granted, [])
         cur = await conn.execute(Q["admission_gate"], {"employee": req.employee,
                                                        "generation": req.generation,
                                                        "stream_key": req.stream_key})  # fmt: skip
@@ -72,6 +75,18 @@ async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
             return Answer(Admission(granted=False, reason="waiting for a slot"), wake)
         cur = await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
         return Answer(await _grant(conn, req, False, _waited(await cur.fetchone())), wake)
+
+
+async def _granted_before(conn: Conn, req: AdmitRequest) -> Admission | None:
+    """The turn this very ask was granted, when its answer never reached the entity (a
+    retried workflow task, a dropped connection) and the turn still holds its slot."""
+    if not req.ask or req.turn_id:
+        return None
+    cur = await conn.execute(Q["turn_granted_to_ask"], {"ask": req.ask})
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    return Admission(granted=True, turn_id=row["id"], n=row["n"], reserved=row["reserved"])
 
 
 def _waited(row: dict[str, Any] | None) -> float:
@@ -128,7 +143,7 @@ async def _grant(conn: Conn, req: AdmitRequest, reserved: bool, waited_s: float)
     cur = await conn.execute(Q["conversation_open"], params)
     n = int((await cur.fetchone() or {})["n"])
     tid = turn_id(req, n)
-    await conn.execute(Q["turn_insert"], {**params, "id": tid, "n": n})
+    await conn.execute(Q["turn_insert"], {**params, "id": tid, "n": n, "ask": req.ask or None})
     await conn.execute(Q["lease_grant"], {**params, "id": tid})
     return Admission(granted=True, turn_id=tid, n=n, reserved=reserved)
 

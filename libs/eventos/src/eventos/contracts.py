@@ -191,6 +191,9 @@ class AdmitRequest:
     klass: int
     workflow_id: str = ""  # the entity to wake when a slot is offered
     turn_id: str = ""  # a suspended turn taking its slot again
+    # The entity's key of this ask (its run id and the ask's number): an ask repeated because
+    # its answer was lost is given the turn already granted, not a second one.
+    ask: str = ""
 
 
 @dataclass(frozen=True)

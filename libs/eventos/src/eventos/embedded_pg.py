@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -109,16 +110,18 @@ class EmbeddedPostgres:
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{SUPERUSER}@{self.host}:{self.port}/{database}"
 
-    def _preexec(self) -> Callable[[], None] | None:
+    def _credentials(self) -> dict[str, Any]:
+        """Popen's arguments that run the server as the service user when we are root. They are
+        applied by the C code between fork and exec: a Python `preexec_fn` is not safe there
+        when the parent runs threads (a fault run's restart crashed the child with SIGSEGV)."""
         user = _service_user()
         if user is None:
-            return None
+            return {}
+        return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
 
-        def drop() -> None:
-            os.setgid(user.pw_gid)
-            os.setuid(user.pw_uid)
-
-        return drop
+    def _preexec(self) -> Callable[[], None] | None:
+        """Run in the child after the credentials change; none here (a subclass's hook)."""
+        return None
 
     def init(self) -> None:
         """initdb the cluster when it does not exist yet."""
@@ -134,7 +137,7 @@ class EmbeddedPostgres:
         args += ["--auth=trust", "--encoding=UTF8", "--locale=C"]
         if not self.durable:
             args.append("--no-sync")
-        subprocess.run(args, check=True, capture_output=True, preexec_fn=self._preexec())
+        subprocess.run(args, check=True, capture_output=True, **self._credentials())
 
     def stop_leftover(self) -> None:
         """Stop a server a crashed run left on this data directory."""
@@ -183,6 +186,7 @@ class EmbeddedPostgres:
             stderr=subprocess.STDOUT,
             preexec_fn=self._preexec(),
             start_new_session=True,
+            **self._credentials(),
         )
         self._wait_ready(timeout)
 

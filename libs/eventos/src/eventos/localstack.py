@@ -61,6 +61,9 @@ KICKS = {"ingress": "router", "router": "relay"}
 TIERS = ("S", "L")
 LLM_CLASSES = ("c1", "c2", "c3", "c4")  # tier L: one workers-llm process per class queue
 RESTART_BACKOFF_MAX_S = 30.0
+# A service that ran this long before it exited is not crash-looping: it restarts after the first
+# delay again (Kubernetes resets its back-off the same way, after a run of 10 minutes).
+RESTART_BACKOFF_RESET_S = 2 * RESTART_BACKOFF_MAX_S
 READY_POLL_S = 0.1
 SUPERVISE_POLL_S = 0.5
 
@@ -426,7 +429,8 @@ class LocalStack:
     # -- run -----------------------------------------------------------------------------
 
     def supervise(self) -> None:
-        """Until a stop is requested, restart any service that exits, with a growing delay."""
+        """Until a stop is requested, restart any service that exits, with a delay that grows
+        while it keeps exiting within a minute of its start."""
         while not self._stop.wait(SUPERVISE_POLL_S):
             self.check_children()
 
@@ -438,6 +442,8 @@ class LocalStack:
             if code is None:
                 continue
             if not svc.restart_at:
+                if now - svc.started_at >= RESTART_BACKOFF_RESET_S:
+                    svc.restarts = 0
                 delay = min(RESTART_BACKOFF_MAX_S, 2.0**svc.restarts)
                 svc.restart_at = now + delay
                 self.say(f"{svc.name} exited with code {code}; restarting in {delay:g}s")

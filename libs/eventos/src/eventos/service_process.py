@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +30,7 @@ class ServiceProcess:
     log_offset: int = 0
     restarts: int = 0
     restart_at: float = 0.0
+    started_at: float = 0.0  # time.monotonic() of the last spawn
     # The service this process runs when its name is not one (workers-llm-c1 runs
     # workers-llm), and the settings of this process alone (LLM_CLASS).
     service: str = ""
@@ -84,6 +86,7 @@ class ServiceProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        self.started_at = time.monotonic()
         self.recorded = Recorded(self.process.pid, " ".join(argv), str(cwd))
 
     def exit_code(self) -> int | None:

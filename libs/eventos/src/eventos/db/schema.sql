@@ -1175,7 +1175,11 @@ CREATE TRIGGER employee_health_operator_events_moved AFTER UPDATE OF degraded_si
     FOR EACH ROW WHEN ((OLD.degraded_since IS NULL) <> (NEW.degraded_since IS NULL))
     EXECUTE FUNCTION operator_event_health();
 
--- Retention (SPEC §15): dead ingress rows kept 90 days, the delivery sweep; see 0027_retention.sql.
+-- Fault run (issue 17): the ask that granted a turn; see 0025_turn_asks.sql.
+ALTER TABLE turns ADD COLUMN ask text;
+CREATE INDEX turns_ask ON turns (ask) WHERE ask IS NOT NULL;
+
+-- Retention (SPEC §15): dead ingress rows kept 90 days, the delivery sweep; see 0026_retention.sql.
 CREATE TABLE bus_ingress_kept PARTITION OF bus_ingress DEFAULT;
 ALTER TABLE bus_ingress_kept ADD CONSTRAINT bus_ingress_kept_dead CHECK (status = 'dead');
 -- The body sweep keeps a body while a dead ingress row refers to it (replayable).

@@ -132,6 +132,7 @@ class ConversationWorkflow:
         self.turn_bytes = 0
         self.turn_count = 0
         self.offered_through = 0
+        self.asks = 0  # admission asks of this run: each ask's key repeats on a replay
         self.interrupted: str | None = None  # the turn an Update is stopping
         self.retired = False  # admission said the generation is retired: close now
         self.slot_of: str | None = None  # the turn whose admission slot we hold until released
@@ -233,9 +234,12 @@ class ConversationWorkflow:
         inputs = next_inputs(self.pending)
         first = inputs[0]
         c = self.cursor
+        self.asks += 1
+        info = workflow.info()
         req = AdmitRequest(c.employee, c.generation, str(first.route.get("agent")), c.thread,
                            c.stream_key, min(i.klass for i in inputs),
-                           workflow_id=workflow.info().workflow_id)  # fmt: skip
+                           workflow_id=info.workflow_id,
+                           ask=f"{info.run_id}:{self.asks}")  # fmt: skip
         grant = await workflow.execute_local_activity(
             names.ACT_ADMIT, req, result_type=Admission,
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,

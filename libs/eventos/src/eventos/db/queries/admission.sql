@@ -79,6 +79,11 @@ RETURNING workflow_id;
 INSERT INTO sched_rounds (class, employee, served_at) VALUES (%(class)s, %(employee)s, now())
 ON CONFLICT (class, employee) DO UPDATE SET served_at = now();
 
+-- name: turn_granted_to_ask
+-- The running turn an ask was granted before (its answer was lost), with its slot.
+SELECT t.id, t.n, l.reserved FROM turns t JOIN sched_leases l ON l.turn_id = t.id
+WHERE t.ask = %(ask)s AND t.status = 'running';
+
 -- name: lease_grant
 -- The turn holds a slot.
 INSERT INTO sched_leases (turn_id, employee, class, reserved, stream_key)

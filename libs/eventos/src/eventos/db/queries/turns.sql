@@ -9,9 +9,9 @@ RETURNING next_turn - 1 AS n;
 -- name: turn_insert
 -- A turn admitted, with how long its entity waited for the slot.
 INSERT INTO turns (id, employee, generation, agent, thread, n, class, stream_key,
-    admission_wait_s)
+    admission_wait_s, ask)
 VALUES (%(id)s, %(employee)s, %(generation)s, %(agent)s, %(thread)s, %(n)s, %(class)s,
-    %(stream_key)s, %(waited_s)s);
+    %(stream_key)s, %(waited_s)s, %(ask)s);
 
 -- name: turn_finish
 -- A turn ended (unless the consuming save already recorded it).
