@@ -88,12 +88,11 @@ def dump_stacks(signum: int, frame: FrameType | None) -> None:
     sys.stderr.flush()
 
 
+@dataclass
 class BenchPostgres(EmbeddedPostgres):
     """The embedded server, asked to shut down fast should the bench driver die."""
 
-    def _preexec(self) -> Callable[[], None] | None:
-        # Runs after the credentials change, which would clear the parent-death signal.
-        return lambda: die_with_parent(signal.SIGINT)
+    death_signal: int = signal.SIGINT
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """The embedded server restarted from a thread while other threads run (the fault run's bug).
 
 The fault run restarts PostgreSQL from its schedule thread while the load's threads run. The
-server was spawned with a Python `preexec_fn` that dropped to the service user; Python code
-between fork and exec is not safe in a threaded parent, and one restart's child died of
-SIGSEGV, so PostgreSQL never came back. The credentials are now Popen's own arguments.
+server was spawned as the service user by changing credentials between fork and exec of that
+busy process (a `preexec_fn`, then Popen's `user=`); a restart's child died of SIGSEGV there,
+so PostgreSQL never came back. It is now spawned (posix_spawn) through eventos.drop_exec, a
+fresh single-threaded process that changes what it must and execs the server.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import psycopg
 
 from eventos.embedded_pg import SERVICE_USER, EmbeddedPostgres
 
-RESTARTS = 4
+RESTARTS = 6
 BUSY_THREADS = 4
 
 
@@ -32,6 +33,7 @@ def _server_user(pg: EmbeddedPostgres) -> str:
     with psycopg.connect(pg.url(), connect_timeout=10) as conn:
         conn.execute("SELECT 1")
     assert pg.process is not None
+    assert os.getsid(pg.process.pid) == pg.process.pid  # its own session: no Ctrl-C of ours
     return Path(f"/proc/{pg.process.pid}").owner()
 
 

@@ -21,11 +21,10 @@ import pwd
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psycopg
 
@@ -98,6 +97,8 @@ class EmbeddedPostgres:
     durable: bool = True
     host: str = "127.0.0.1"
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    # The signal the server gets when the process that started it dies (0: none).
+    death_signal: int = 0
 
     @property
     def pgdata(self) -> Path:
@@ -110,18 +111,14 @@ class EmbeddedPostgres:
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{SUPERUSER}@{self.host}:{self.port}/{database}"
 
-    def _credentials(self) -> dict[str, Any]:
-        """Popen's arguments that run the server as the service user when we are root. They are
-        applied by the C code between fork and exec: a Python `preexec_fn` is not safe there
-        when the parent runs threads (a fault run's restart crashed the child with SIGSEGV)."""
+    def _spawned(self, argv: list[str]) -> list[str]:
+        """`argv` run through eventos.drop_exec: a new session, as the service user when we
+        are root, with the parent-death signal. Popen spawns it with posix_spawn (no fork of
+        this process, which may run threads; see drop_exec for why)."""
         user = _service_user()
-        if user is None:
-            return {}
-        return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
-
-    def _preexec(self) -> Callable[[], None] | None:
-        """Run in the child after the credentials change; none here (a subclass's hook)."""
-        return None
+        uid, gid = (user.pw_uid, user.pw_gid) if user is not None else (-1, -1)
+        launcher = [sys.executable, "-m", "eventos.drop_exec", str(uid), str(gid)]
+        return [*launcher, str(int(self.death_signal)), "--", *argv]
 
     def init(self) -> None:
         """initdb the cluster when it does not exist yet."""
@@ -137,7 +134,7 @@ class EmbeddedPostgres:
         args += ["--auth=trust", "--encoding=UTF8", "--locale=C"]
         if not self.durable:
             args.append("--no-sync")
-        subprocess.run(args, check=True, capture_output=True, **self._credentials())
+        subprocess.run(self._spawned(args), check=True, capture_output=True, close_fds=False)
 
     def stop_leftover(self) -> None:
         """Stop a server a crashed run left on this data directory."""
@@ -181,12 +178,10 @@ class EmbeddedPostgres:
             args += ["-c", f"{key}={value}"]
         logfile = self.log_path.open("ab")
         self.process = subprocess.Popen(
-            args,
+            self._spawned(args),
             stdout=logfile,
             stderr=subprocess.STDOUT,
-            preexec_fn=self._preexec(),
-            start_new_session=True,
-            **self._credentials(),
+            close_fds=False,  # with no other option that needs a fork: posix_spawn
         )
         self._wait_ready(timeout)
 
