@@ -44,8 +44,9 @@ async def raise_pause(conn: Conn, source: str, driver: str, backlog: int, bound:
             "over": "its gateway cannot hold them, so reading goes on"}[action]  # fmt: skip
     detail = (f"channel {source} holds {backlog} unconsumed inputs (bound {bound}): {verb} "
               f"until it is under {resume_below(bound)}; nothing is dropped")  # fmt: skip
-    await conn.execute(Q["channel_backpressure_raise"], {
-        "id": source, "kind": names.ATTENTION_CHANNEL_BACKPRESSURE, "detail": detail,
+    await conn.execute(Q["channel_item_raise"], {
+        "id": source, "kind": names.ATTENTION_CHANNEL_BACKPRESSURE, "severity": "warning",
+        "detail": detail,
     })  # fmt: skip
     CHANNEL_BACKPRESSURE.labels(driver, action).inc()
     log.warning("%s", detail)

@@ -247,6 +247,7 @@ class ChannelReaders:
                     detail = (
                         f"channel {lease.id} has not been read for {row['down_s']:.0f} s: {error}"
                     )
-                    await conn.execute(Q["channel_down_raise"], {
-                        "id": lease.id, "kind": names.ATTENTION_CHANNEL_DOWN, "detail": detail,
+                    await conn.execute(Q["channel_item_raise"], {
+                        "id": lease.id, "kind": names.ATTENTION_CHANNEL_DOWN, "severity": "error",
+                        "detail": detail,
                     })  # fmt: skip

@@ -64,11 +64,12 @@ SELECT id, driver, external_id, status, cursor, lease_owner, lease_until, fencin
     error, last_seen_at
 FROM channel_accounts WHERE id = %(id)s;
 
--- name: channel_down_raise
--- An account down too long: one open item per account (the attention key is (kind, ref)),
--- on the first employee by name whose running generation reads it.
+-- name: channel_item_raise
+-- An account's item (down too long, past its backlog bound): one open item per account (the
+-- attention key is (kind, ref)), on the first employee by name whose running generation reads
+-- it; raised again while it stays open: counted, detail updated.
 INSERT INTO attention_items (employee, kind, severity, ref, detail)
-SELECT s.employee, %(kind)s, 'error', %(id)s, %(detail)s
+SELECT s.employee, %(kind)s, %(severity)s, %(id)s, %(detail)s
 FROM bus_subscriptions s
 JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
 WHERE g.state = 'running' AND s.source_key = %(id)s
@@ -193,16 +194,3 @@ SELECT count(*) AS n FROM (
          LIMIT %(cap)s)
     ) u LIMIT %(cap)s
 ) t;
-
--- name: channel_backpressure_raise
--- An account past its backlog bound: one open item per account (the attention key is (kind,
--- ref)), on the first employee by name whose running generation reads it (raised again while
--- it stays past: counted, detail updated).
-INSERT INTO attention_items (employee, kind, severity, ref, detail)
-SELECT s.employee, %(kind)s, 'warning', %(id)s, %(detail)s
-FROM bus_subscriptions s
-JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
-WHERE g.state = 'running' AND s.source_key = %(id)s
-ORDER BY s.employee LIMIT 1
-ON CONFLICT (kind, ref) WHERE state = 'open' DO UPDATE
-    SET count = attention_items.count + 1, last_seen = now(), detail = EXCLUDED.detail;
