@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
@@ -330,8 +331,10 @@ async def retry_loop(egress: Egress, poll_s: float = RETRY_POLL_S) -> None:
                     await egress.send(outbound_id)
                 except SendWait as exc:
                     log.info("retried outbox row %d waits: %s", outbound_id, exc)
-        except (DatabaseUnavailable, OSError) as exc:
-            log.warning("egress retries: %s", exc)
+        except (DatabaseUnavailable, psycopg.Error, OSError) as exc:
+            # The database lost (PoolTimeout is a psycopg.Error): the next round tries again;
+            # leaving the loop stopped the whole egress service (the fault run).
+            log.warning("egress retries: %s: %s", type(exc).__name__, exc)
         await asyncio.sleep(poll_s)
 
 
