@@ -8,6 +8,9 @@ from eventos.db import Conn
 from eventos.db.sql import Q
 
 WEEK_S = 7 * 86400
+# One statement, ~1 s per 100,000 rows on a quiet machine; the pool's 5 s statement timeout
+# cut it on a loaded one (a suite beside a fault run), so the load has a bound of its own.
+LOAD_TIMEOUT_MS = 300_000
 
 
 async def bulk_timeline(conn: Conn, employee: str, rows: int, *, spread_s: float = WEEK_S,
@@ -16,4 +19,6 @@ async def bulk_timeline(conn: Conn, employee: str, rows: int, *, spread_s: float
     (per input: accepted, routed, delivered; per turn: started, done; its reply queued and
     sent), over `threads` threads, each input its own chain `bulk-<employee>-<n>`."""
     params = {"employee": employee, "rows": rows, "spread_s": spread_s, "threads": threads}
-    await conn.execute(Q["timeline_bulk_load"], params)
+    async with conn.transaction():
+        await conn.execute(Q["statement_timeout_local"], {"ms": str(LOAD_TIMEOUT_MS)})
+        await conn.execute(Q["timeline_bulk_load"], params)
