@@ -22,9 +22,9 @@ from eventos.contracts import StreamCursor
 from eventos.db import Conn
 from eventos.outbox_keys import OutboxKeys
 from eventos.payload_guard import connect
-from eventos.settings import TemporalSettings
+from eventos.settings import WORKFLOW_TASK_SLOTS, TemporalSettings
 from eventos.testing import wait_for
-from eventos.workers import WORKFLOW_TASK_SLOTS, workflow_worker
+from eventos.workers import workflow_worker
 
 WAITING = 16  # entities whose first task waits when the worker starts
 CLOSED = (

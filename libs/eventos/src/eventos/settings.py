@@ -140,6 +140,34 @@ class TemporalSettings:
         )
 
 
+# Workflow tasks one process runs at once (EVENTOS_WORKFLOW_TASK_SLOTS). A task first replays
+# its workflow's history unless the process has it cached (about 0.5 ms an event on one core;
+# an entity runs to 4,000 events before continue-as-new): a restarted worker that took every
+# waiting task at once ran them side by side under the GIL, each past its 10 s timeout, and
+# each retry replayed again, so no turn started for minutes (the fault run). Tasks beyond the
+# slots wait in Temporal's queue, where no timeout runs.
+WORKFLOW_TASK_SLOTS = 4
+
+
+@dataclass(frozen=True)
+class WorkflowSettings:
+    """How a workers-workflow process runs its workflow tasks."""
+
+    task_slots: int = WORKFLOW_TASK_SLOTS
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkflowSettings:
+        """`EVENTOS_WORKFLOW_TASK_SLOTS` (a positive integer), else WORKFLOW_TASK_SLOTS."""
+        raw = (os.environ if env is None else env).get("EVENTOS_WORKFLOW_TASK_SLOTS", "").strip()
+        if not raw:
+            return cls()
+        if not raw.isdigit() or int(raw) < 1:
+            raise ConfigError(
+                f"EVENTOS_WORKFLOW_TASK_SLOTS must be a positive integer, got {raw!r}"
+            )
+        return cls(int(raw))
+
+
 TOOLS_BIN_VAR = "EVENTOS_TOOLS_BIN"
 CHART_VAR = "EVENTOS_CHART"
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+from collections.abc import Callable
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -14,9 +13,8 @@ from temporalio.worker import Worker
 from eventos import names
 from eventos.activities import DbActivities
 from eventos.alarms.activity import AlarmActivities
-from eventos.errors import ConfigError
 from eventos.polls.activities import PollActivities
-from eventos.settings import AlarmSettings, SecretStore
+from eventos.settings import AlarmSettings, SecretStore, WorkflowSettings
 from eventos.supervision import SupervisorActivities
 from eventos.temporal import RetryCount, TemporalConnection, worker_build_id
 from eventos.tools.activity import ToolActivities
@@ -31,23 +29,6 @@ log = logging.getLogger(__name__)
 WORKFLOWS = [ConversationWorkflow, TurnWorkflow, EmployeeSupervisorWorkflow, ScheduleFireWorkflow,
              PollWorkflow, ApprovalWorkflow]  # fmt: skip
 RECONNECT_S = 2.0
-# Workflow tasks one process runs at once (EVENTOS_WORKFLOW_TASK_SLOTS). A task first replays
-# its workflow's history unless the process has it cached (about 0.5 ms an event on one core;
-# an entity runs to 4,000 events before continue-as-new): a restarted worker that took every
-# waiting task at once ran them side by side under the GIL, each past its 10 s timeout, and
-# each retry replayed again, so no turn started for minutes (the fault run). Tasks beyond the
-# slots wait in Temporal's queue, where no timeout runs.
-WORKFLOW_TASK_SLOTS: Final = 4
-
-
-def workflow_task_slots(env: Mapping[str, str] | None = None) -> int:
-    """`EVENTOS_WORKFLOW_TASK_SLOTS` (≥ 1), else WORKFLOW_TASK_SLOTS."""
-    raw = (os.environ if env is None else env).get("EVENTOS_WORKFLOW_TASK_SLOTS", "").strip()
-    if not raw:
-        return WORKFLOW_TASK_SLOTS
-    if not raw.isdigit() or int(raw) < 1:
-        raise ConfigError(f"EVENTOS_WORKFLOW_TASK_SLOTS must be a positive integer, got {raw!r}")
-    return int(raw)
 
 
 def workflow_worker(
@@ -69,7 +50,7 @@ def workflow_worker(
         activities += AlarmActivities(db.pool, AlarmSettings.from_env()).activities()
     return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities,
                   build_id=worker_build_id(), interceptors=[RetryCount()],
-                  max_concurrent_workflow_tasks=workflow_task_slots())  # fmt: skip
+                  max_concurrent_workflow_tasks=WorkflowSettings.from_env().task_slots)  # fmt: skip
 
 
 def egress_worker(
