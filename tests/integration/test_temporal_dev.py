@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from temporalio.api.workflowservice.v1 import (
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
-from eventos.temporal_dev import TemporalDevServer
+from eventos.temporal_dev import BIND_FAILURE, ServerExited, TemporalDevServer
 
 pytestmark = pytest.mark.temporal
 
@@ -124,3 +125,17 @@ async def test_a_leftover_server_is_replaced(server: TemporalDevServer) -> None:
     assert server.pid_path.read_text().strip() == str(server.process.pid)
     client = await Client.connect(server.address, namespace=NAMESPACE)
     await run_echo(client, "replaced")
+
+
+def test_a_start_that_loses_a_port_is_tried_again(tmp_path: Path) -> None:
+    """The dev server picks its internal ports itself; one taken between its pick and its bind
+    makes it exit. Such a start is tried again, and said, up to its attempts; here the taken port
+    is the frontend's, held for the whole test, so every attempt fails the same way."""
+    with socket.socket() as holder:
+        # Bound, not listening: the server cannot bind it, and a client's connect is refused.
+        holder.bind(("127.0.0.1", 0))
+        dev = TemporalDevServer(tmp_path, namespace=NAMESPACE, port=holder.getsockname()[1])
+        with pytest.raises(ServerExited):
+            dev.start(timeout=60, attempts=2)
+    assert not dev.running()
+    assert dev.log_path.read_bytes().count(BIND_FAILURE) >= 2

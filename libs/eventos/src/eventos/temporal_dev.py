@@ -56,6 +56,12 @@ DYNAMIC_CONFIG = {
 
 _POLL_INTERVAL = 0.1
 
+# The dev server picks its internal services' ports (history, matching, worker, membership) anew at
+# every start, with no flag to pin them; between its pick and its bind another process may take
+# one, and the server exits. Such a start is tried again, a bounded number of times.
+BIND_FAILURE = b"address already in use"
+START_ATTEMPTS = 3
+
 
 def run_in_thread(coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro` on a fresh event loop, so a sync caller may itself be inside a running loop."""
@@ -74,6 +80,10 @@ async def set_retention(client: Client, namespace: str, retention: timedelta) ->
     config.workflow_execution_retention_ttl.FromTimedelta(retention)
     request = UpdateNamespaceRequest(namespace=namespace, config=config)
     await client.workflow_service.update_namespace(request)
+
+
+class ServerExited(RuntimeError):
+    """The dev server exited before it was ready."""
 
 
 @dataclass
@@ -174,12 +184,31 @@ class TemporalDevServer:
                 processes.wait_gone([pid], timeout)
         self.pid_path.unlink(missing_ok=True)
 
-    def start(self, timeout: float = 60.0) -> None:
-        """Start the server; return once the namespace answers with a 7-day retention."""
+    def start(self, timeout: float = 60.0, attempts: int = START_ATTEMPTS) -> None:
+        """Start the server; return once the namespace answers with a 7-day retention.
+
+        A start that exits on a port taken meanwhile (see BIND_FAILURE) is tried again, up to
+        `attempts` times in all."""
         if self.running():
             return
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.stop_leftover()
+        for attempt in range(1, attempts + 1):
+            log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                self._start_once(timeout)
+                return
+            except ServerExited:
+                if attempt == attempts or not self._bind_failed_since(log_from):
+                    raise
+                log.warning(
+                    "the Temporal dev server lost a port to another process (attempt %d of %d); "
+                    "starting it again",
+                    attempt,
+                    attempts,
+                )
+
+    def _start_once(self, timeout: float) -> None:
         args = self.command()
         with self.log_path.open("ab") as logfile:
             self.process = subprocess.Popen(
@@ -196,13 +225,18 @@ class TemporalDevServer:
             self.stop()
             raise
 
+    def _bind_failed_since(self, offset: int) -> bool:
+        with self.log_path.open("rb") as logfile:
+            logfile.seek(offset)
+            return BIND_FAILURE in logfile.read()
+
     async def _until_ready(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         client: Client | None = None
         error: Exception | None = None
         while True:
             if not self.running():
-                raise RuntimeError(f"the Temporal dev server exited; see {self.log_path}")
+                raise ServerExited(f"the Temporal dev server exited; see {self.log_path}")
             try:
                 client = client or await Client.connect(self.address, namespace=self.namespace)
                 if await retention_of(client, self.namespace) == RETENTION:
