@@ -38,8 +38,9 @@ from typing import Any
 import httpx
 from faults_book import CHAT, DRIVER, TELEGRAM, WEBHOOK, Acked, Attempt, Book
 
-from eventos import chat, names
-from eventos.driver import AckResult, AckStatus, Backoff, DriverClient, DriverOutbox
+from eventos import names
+from eventos.bus.driver import AckResult, AckStatus, Backoff, DriverClient, DriverOutbox
+from eventos.owner import chat
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"  # the provider fakes live there
 sys.path.insert(0, str(TESTS))

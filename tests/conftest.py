@@ -13,10 +13,10 @@ import pytest
 from eventos_ingress.app import IngressConfig, build
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import employees
 from eventos.db import Conn
+from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.service import Service
+from eventos.runtime.service import Service
 from eventos.settings import (
     AdminSettings,
     DatabaseSettings,
@@ -26,7 +26,7 @@ from eventos.settings import (
     ServiceSettings,
     SupervisionSettings,
 )
-from eventos.spec import load_specs
+from eventos.spec.model import load_specs
 
 if TYPE_CHECKING:
     from mail_servers import MailServers
@@ -95,10 +95,10 @@ async def apply_and_start(
     """Apply every spec in `text` and start each (running unless activate=False)."""
     async with pool.connection() as conn:
         for spec in load_specs(text):
-            await employees.apply(conn, spec, endpoints or LlmEndpoints())
-            await employees.start(conn, spec.name)
+            await lifecycle.apply(conn, spec, endpoints or LlmEndpoints())
+            await lifecycle.start(conn, spec.name)
             if activate:
-                await employees.activate(conn, spec.name)
+                await lifecycle.activate(conn, spec.name)
 
 
 @pytest.fixture

@@ -19,24 +19,24 @@ from psycopg_pool import AsyncConnectionPool
 from test_router import query
 from test_turns import IDLE_S, PRICES, ROLL_AFTER, local_spec, pump
 
-from eventos.activities import DbActivities
 from eventos.channels.senders import Sender
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.telegram import TelegramApi, TelegramSender
+from eventos.control.intent_deliverer import Deliverer
 from eventos.db import Conn
-from eventos.deliverer import Deliverer
-from eventos.egress import Egress, retry_loop
+from eventos.delivery.relay import Relay
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.worker import llm_worker
-from eventos.outbox_keys import OutboxKeys
-from eventos.payload_guard import connect
-from eventos.relay import Relay
-from eventos.service import Service, cancel_and_wait
+from eventos.outbox.egress import Egress, retry_loop
+from eventos.outbox.keys import OutboxKeys
+from eventos.runtime.payload_guard import connect
+from eventos.runtime.service import Service, cancel_and_wait
+from eventos.runtime.temporal import TemporalConnection
 from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
-from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
-from eventos.workers import egress_worker, workflow_worker
+from eventos.workers.activities import DbActivities
+from eventos.workers.roles import egress_worker, workflow_worker
 
 STOP_S = 30.0
 T = TypeVar("T")

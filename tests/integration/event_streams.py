@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from eventos.sse import Block, Parser
+from eventos.client.sse import Block, Parser
 from eventos.testing import wait_for
 
 Event = tuple[int, str, dict[str, Any]]  # place, kind, data

@@ -14,10 +14,10 @@ from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
-from eventos.metrics import ACTIVITY_RETRIES, RETRY_THRESHOLD
-from eventos.payload_guard import connect
+from eventos.runtime.metrics import ACTIVITY_RETRIES, RETRY_THRESHOLD
+from eventos.runtime.payload_guard import connect
+from eventos.runtime.temporal import RetryCount
 from eventos.settings import TemporalSettings
-from eventos.temporal import RetryCount
 
 pytestmark = pytest.mark.temporal
 

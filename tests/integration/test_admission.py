@@ -14,14 +14,15 @@ from temporalio.common import Priority
 from test_router import query
 from test_turns import Instance, instance, step_started  # noqa: F401 (`instance` is a fixture)
 
-from eventos import admission, names
-from eventos.activities import DbActivities
-from eventos.admission import Answer
+from eventos import names
 from eventos.contracts import Admission, AdmitRequest, DeliveryItem, OfferInputs, TurnInput
 from eventos.db import Conn
-from eventos.routing import entity_id
-from eventos.scheduler import SchedConfig
+from eventos.delivery.routing import entity_id
+from eventos.scheduling import admission
+from eventos.scheduling.admission import Answer
+from eventos.scheduling.policy import SchedConfig
 from eventos.testing import wait_for
+from eventos.workers.activities import DbActivities
 
 SPEC = """
 apiVersion: eventos/v1

@@ -19,10 +19,11 @@ from test_router import append_all, driver_event, query, route_until_done
 from test_supervision import applied, supervisor_status
 from test_turns import Instance, instance, transcript  # noqa: F401 (the in-process stack fixture)
 
-from eventos import alarms, employees, names
+from eventos import alarms, names
 from eventos.alarms import store
 from eventos.contracts import Control, SetLimits, SupervisorInput, ToolCallInput
 from eventos.db import Conn
+from eventos.employees import lifecycle
 from eventos.settings import AlarmSettings, SecretStore
 from eventos.testing import wait_for
 from eventos.tools import alarms as alarm_tools
@@ -264,12 +265,12 @@ async def test_a_repeating_alarm_is_scheduled_again_and_only_a_running_generatio
         await conn.execute(
             "UPDATE alarms SET due_at = now() - interval '1 s' WHERE id = %s", (aid,)
         )
-        await employees.stop(conn, employee)
+        await lifecycle.stop(conn, employee)
     assert (await fire(pool, employee)).fired == 0  # paused: it waits for Resume
     async with pool.connection() as conn:  # … and the supervisor is not brought back for it
         assert await store.next_due(conn, employee, 1) is None
     async with pool.connection() as conn:
-        await employees.resume(conn, employee)
+        await lifecycle.resume(conn, employee)
     assert (await fire(pool, employee)).fired == 1
     assert [r["dedupe_key"] for r in await fired_inputs(pool, employee)] == [
         f"alarm:{aid}:1", f"alarm:{aid}:2"]  # fmt: skip
@@ -277,7 +278,7 @@ async def test_a_repeating_alarm_is_scheduled_again_and_only_a_running_generatio
         await conn.execute(
             "UPDATE alarms SET due_at = now() - interval '1 s' WHERE id = %s", (aid,)
         )
-        await employees.reset(conn, employee)
+        await lifecycle.reset(conn, employee)
     (row,) = await alarm_rows(pool, employee)
     assert row["status"] == "cancelled"  # a retired generation's alarms never fire
     assert (await fire(pool, employee)).fired == 0

@@ -14,10 +14,11 @@ from channel_stack import Stack, egress_running, now, telegram_stack
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
 
-from eventos import approvals, names
+from eventos import names
 from eventos.db import Conn
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.outbox_keys import OutboxKeys
+from eventos.outbox import approvals
+from eventos.outbox.keys import OutboxKeys
 from eventos.settings import DatabaseSettings, TemporalSettings
 from eventos.testing import wait_for
 

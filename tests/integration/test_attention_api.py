@@ -15,10 +15,11 @@ from conftest import ADMIN_TOKEN
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
 
-from eventos import names, users
+from eventos import names
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.routing import route_pass
+from eventos.delivery.routing import route_pass
+from eventos.owner import users
 
 PROBLEM = "application/problem+json"
 

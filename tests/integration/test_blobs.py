@@ -7,7 +7,7 @@ import os
 
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import blobs, retention
+from eventos.bus import blobs, retention
 from eventos.db import Conn
 
 

@@ -14,8 +14,9 @@ from test_router import append_all, driver_event, query
 from test_supervision import applied, new_employee
 from test_turns import Instance, instance, local_spec  # noqa: F401 (`instance` is a fixture)
 
-from eventos import ledger, names
+from eventos import names
 from eventos.db import Conn
+from eventos.scheduling import ledger
 from eventos.testing import wait_for
 
 

@@ -9,7 +9,7 @@ import secrets
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from eventos.bus import (
+from eventos.bus.inbox import (
     Accepted,
     Duplicate,
     GroupCommitter,

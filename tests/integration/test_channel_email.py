@@ -23,7 +23,6 @@ from test_router import query
 from test_turns import local_spec
 
 from eventos import names
-from eventos.activities import DbActivities
 from eventos.channels.email import EmailReader, EmailSender
 from eventos.channels.email_records import reply_message_id
 from eventos.channels.readers import ChannelReaders
@@ -31,12 +30,13 @@ from eventos.channels.senders import Delivered, Outgoing, Sender
 from eventos.channels.settings import ChannelSettings
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.egress import Egress
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.outbox_keys import OutboxKeys
-from eventos.service import cancel_and_wait
+from eventos.outbox.egress import Egress
+from eventos.outbox.keys import OutboxKeys
+from eventos.runtime.service import cancel_and_wait
 from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
 from eventos.testing import wait_for
+from eventos.workers.activities import DbActivities
 
 CHANNELS = ChannelSettings(poll_timeout_s=1, refresh_s=1, lease_ttl_s=5, down_alert_s=1,
                            send_timeout_s=5, email_poll_s=1)  # fmt: skip

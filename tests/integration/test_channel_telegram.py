@@ -34,11 +34,11 @@ from eventos.channels.settings import DEFAULT_BUCKETS, Bucket
 from eventos.channels.telegram import TelegramApi, TelegramReader
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.egress import SendWait
+from eventos.delivery.routing import thread_for
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.outbox_keys import OutboxKeys
-from eventos.routing import thread_for
-from eventos.service import cancel_and_wait
+from eventos.outbox.egress import SendWait
+from eventos.outbox.keys import OutboxKeys
+from eventos.runtime.service import cancel_and_wait
 from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
 from eventos.testing import ConditionTimeout, wait_for
 

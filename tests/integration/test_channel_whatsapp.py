@@ -25,17 +25,17 @@ from test_router import query
 from test_turns import local_spec, transcripts
 
 from eventos import names
-from eventos.activities import DbActivities
 from eventos.channels.senders import Sender
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.whatsapp import WhatsAppSender
+from eventos.conversations.turns import TurnInput, reply_key
 from eventos.db import Conn
-from eventos.egress import Egress, request_retry
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.outbox_keys import OutboxKeys
+from eventos.outbox.egress import Egress, request_retry
+from eventos.outbox.keys import OutboxKeys
 from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
 from eventos.testing import wait_for
-from eventos.turns import TurnInput, reply_key
+from eventos.workers.activities import DbActivities
 
 APP_SECRET = "app-secret-" + "0123456789abcdef"
 VERIFY_TOKEN = "verify-" + "me-42"

@@ -16,10 +16,11 @@ from psycopg_pool import AsyncConnectionPool
 from test_attention_api import Items, items  # noqa: F401 (a fixture)
 from test_dead_letters import Letters, letters  # noqa: F401 (a fixture)
 
-from eventos import names, users
+from eventos import names
 from eventos.cli import main
 from eventos.db import Conn
 from eventos.db.sql import Q
+from eventos.owner import users
 
 VOLATILE = ("as_of",)  # the horizon a timeline or waiting answer was read at
 

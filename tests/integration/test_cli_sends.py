@@ -18,7 +18,7 @@ from eventos import names
 from eventos.cli import main
 from eventos.db import Conn
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.outbox_keys import OutboxKeys
+from eventos.outbox.keys import OutboxKeys
 from eventos.settings import DatabaseSettings, TemporalSettings
 from eventos.testing import wait_for
 

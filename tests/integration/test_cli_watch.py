@@ -22,8 +22,8 @@ from eventos import names
 from eventos.cli import main, watch
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.embedded_pg import free_port
-from eventos.service import Service
+from eventos.local.embedded_pg import free_port
+from eventos.runtime.service import Service
 from eventos.settings import DatabaseSettings, ServiceSettings
 from eventos.testing import wait_for
 

@@ -15,7 +15,7 @@ from psycopg_pool import AsyncConnectionPool
 from test_turns import local_spec
 
 from eventos.db import Conn
-from eventos.routing import route_pass
+from eventos.delivery.routing import route_pass
 
 
 async def call(

@@ -14,9 +14,10 @@ from conftest import apply_and_start
 from psycopg_pool import AsyncConnectionPool
 from test_router import query, route_until_done
 
-from eventos import employees, names
+from eventos import names
 from eventos.contracts import ToolCallInput
 from eventos.db import Conn
+from eventos.employees import lifecycle
 from eventos.settings import SecretStore
 from eventos.tools import data
 from eventos.tools.runner import ToolRunner
@@ -220,7 +221,7 @@ async def test_past_200_pending_records_further_changes_become_one_resync(
 ) -> None:
     reader = await watcher(pool)
     async with pool.connection() as conn:
-        await employees.stop(conn, reader)  # nothing is sent: every input stays pending
+        await lifecycle.stop(conn, reader)  # nothing is sent: every input stays pending
     for i in range(230):
         await put(pool, writer, f"sku-{i:03d}", i)
     await put(pool, writer, "sku-000", "again")  # still pending: coalesced, not a resync

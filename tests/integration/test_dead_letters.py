@@ -17,10 +17,10 @@ from conftest import ADMIN_TOKEN, apply_and_start
 from psycopg_pool import AsyncConnectionPool
 from test_router import append_all, driver_event, query
 
-from eventos import employees
 from eventos.db import Conn
+from eventos.delivery.routing import route_pass
+from eventos.employees import lifecycle
 from eventos.operator import replay
-from eventos.routing import route_pass
 
 PROBLEM = "application/problem+json"
 
@@ -109,7 +109,7 @@ async def letters(pool: AsyncConnectionPool[Conn], ingress_url: str) -> AsyncIte
         await append_all(pool, [driver_event("s", n, f"grpc:shared-{tag}") for n in (1, 2)])
         await s.route()
         async with pool.connection() as conn:
-            await employees.reset(conn, a)
+            await lifecycle.reset(conn, a)
         yield s
 
 
@@ -206,8 +206,8 @@ async def test_replay_confirms_then_replays_each_letter_once_to_its_own_trigger(
     assert await letters.listed(replayed="true") == []
 
     async with letters.pool.connection() as conn:  # a's next generation takes the replays
-        await employees.start(conn, letters.a)
-        await employees.activate(conn, letters.a)
+        await lifecycle.start(conn, letters.a)
+        await lifecycle.activate(conn, letters.a)
     done = await letters.confirm(selector, token)
     assert (done["replayed"], done["already_replayed"]) == (2, 0)
     assert sorted(r["id"] for r in done["replays"]) == sorted(r["id"] for r in seen["sample"])
@@ -240,8 +240,8 @@ async def test_a_replay_that_dies_again_is_a_new_letter_naming_the_first(
     seen = await letters.preview(selector)
     assert (seen["count"], ids(seen["sample"])) == (1, [first["id"]])
     async with letters.pool.connection() as conn:  # a's next generation has the same filter
-        await employees.start(conn, letters.a)
-        await employees.activate(conn, letters.a)
+        await lifecycle.start(conn, letters.a)
+        await lifecycle.activate(conn, letters.a)
     done = await letters.confirm(selector, seen["confirmation"])
     await letters.route()  # the filter still raises: it dies once more
     newest = (await letters.listed(reason="filter_error"))[0]

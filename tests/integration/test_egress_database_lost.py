@@ -11,10 +11,10 @@ import pytest
 
 from eventos.db import connect, open_pool
 from eventos.db.migrate import migrate
-from eventos.egress import Egress, retry_loop
-from eventos.embedded_pg import EmbeddedPostgres
-from eventos.outbox_keys import OutboxKeys
-from eventos.service import cancel_and_wait
+from eventos.local.embedded_pg import EmbeddedPostgres
+from eventos.outbox.egress import Egress, retry_loop
+from eventos.outbox.keys import OutboxKeys
+from eventos.runtime.service import cancel_and_wait
 from eventos.settings import DatabaseSettings
 from eventos.testing import wait_for
 
@@ -29,7 +29,7 @@ async def test_the_retry_loop_waits_out_a_lost_database_and_reads_again(
         await migrate(conn)
     pool = await open_pool(settings, autocommit=True)
     loop = asyncio.create_task(retry_loop(Egress(pool, outbox_keys), poll_s=0.1))
-    caplog.set_level(logging.WARNING, logger="eventos.egress")
+    caplog.set_level(logging.WARNING, logger="eventos.outbox.egress")
 
     def warnings() -> int:
         return sum("egress retries" in r.getMessage() for r in caplog.records)

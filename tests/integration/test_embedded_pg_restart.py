@@ -3,7 +3,7 @@
 The fault run restarts PostgreSQL from its schedule thread while the load's threads run. The
 server was spawned as the service user by changing credentials between fork and exec of that
 busy process (a `preexec_fn`, then Popen's `user=`); a restart's child died of SIGSEGV there,
-so PostgreSQL never came back. It is now spawned (posix_spawn) through eventos.drop_exec, a
+so PostgreSQL never came back. It is now spawned (posix_spawn) through eventos.local.drop_exec, a
 fresh single-threaded process that changes what it must and execs the server.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psycopg
 
-from eventos.embedded_pg import SERVICE_USER, EmbeddedPostgres
+from eventos.local.embedded_pg import SERVICE_USER, EmbeddedPostgres
 
 RESTARTS = 6
 BUSY_THREADS = 4

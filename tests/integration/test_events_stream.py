@@ -17,10 +17,11 @@ from psycopg_pool import AsyncConnectionPool
 from test_attention_api import Items, items  # noqa: F401 (a fixture)
 from test_router import query
 
-from eventos import names, users
+from eventos import names
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.operator import events as operator_events
+from eventos.owner import users
 
 RAISE = Q["attention_raise"]
 

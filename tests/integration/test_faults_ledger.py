@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from eventos.bus import IngressRecord, append
+from eventos.bus.inbox import IngressRecord, append
 from eventos.db import Conn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))

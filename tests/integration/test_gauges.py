@@ -10,10 +10,11 @@ from psycopg_pool import AsyncConnectionPool
 from test_relay import employee  # noqa: F401  (a fixture, shared)
 from test_router import append_all, driver_event, route_until_done
 
-from eventos import employees, names
+from eventos import names
 from eventos.db import Conn
-from eventos.gauges import read_backlog, read_outbox
-from eventos.metrics import BREAKERS_OPEN, EGRESS_DEPTH, PENDING_HELD, PENDING_OLDEST_AGE
+from eventos.employees import lifecycle
+from eventos.runtime.gauges import read_backlog, read_outbox
+from eventos.runtime.metrics import BREAKERS_OPEN, EGRESS_DEPTH, PENDING_HELD, PENDING_OLDEST_AGE
 
 C3 = f"c{names.C3_INTERNAL}"
 
@@ -37,11 +38,11 @@ async def test_open_deliveries_held_ones_and_edge_breakers(
     assert sample(PENDING_HELD, "", llm_class=C3, hold=names.HOLD_PAUSED) == 0
     assert sample(BREAKERS_OPEN, "", breaker="employee_edge") == 1  # half open is probing
     async with pool.connection() as conn:
-        await employees.stop(conn, employee)  # its streams are held `paused`
+        await lifecycle.stop(conn, employee)  # its streams are held `paused`
     await read_backlog(pool)
     assert sample(PENDING_HELD, "", llm_class=C3, hold=names.HOLD_PAUSED) == 3
     async with pool.connection() as conn:
-        await employees.resume(conn, employee)
+        await lifecycle.resume(conn, employee)
     await read_backlog(pool)  # a hold that cleared reads 0, not its last count
     assert sample(PENDING_HELD, "", llm_class=C3, hold=names.HOLD_PAUSED) == 0
 

@@ -14,9 +14,9 @@ from metrics_table import sample
 from psycopg_pool import AsyncConnectionPool
 from test_hooks import client, rows  # noqa: F401  (a fixture, shared)
 
-from eventos import blobs
+from eventos.bus import blobs
 from eventos.db import Conn
-from eventos.metrics import DEAD_LETTERS
+from eventos.runtime.metrics import DEAD_LETTERS
 
 
 def evt() -> str:

@@ -17,7 +17,7 @@ import signing
 from psycopg_pool import AsyncConnectionPool
 from test_hooks import event_body, rows
 
-from eventos import blobs
+from eventos.bus import blobs
 from eventos.db import Conn
 
 

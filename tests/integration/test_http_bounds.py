@@ -13,7 +13,7 @@ import pytest
 from conftest import ingress_config, run_service
 from eventos_ingress.app import build
 
-from eventos.service import Service
+from eventos.runtime.service import Service
 from eventos.settings import DatabaseSettings, HttpBounds, IngressBuffers
 
 BOUNDS = HttpBounds(max_header_bytes=8 * 1024, header_timeout_s=1.0, body_idle_timeout_s=1.0,

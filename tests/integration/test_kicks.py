@@ -17,7 +17,8 @@ from eventos_router.app import build as build_router
 from psycopg_pool import AsyncConnectionPool
 
 from eventos.db import Conn
-from eventos.service import Service
+from eventos.runtime.service import Service
+from eventos.runtime.wiring import Connected, ConnectedConfig, build_connected
 from eventos.settings import (
     AdminSettings,
     DatabaseSettings,
@@ -27,7 +28,6 @@ from eventos.settings import (
     TemporalSettings,
 )
 from eventos.testing import wait_for
-from eventos.wiring import Connected, ConnectedConfig, build_connected
 
 NEVER = 3600.0  # a poll interval no test waits for
 
@@ -105,7 +105,7 @@ async def test_a_webhook_is_routed_on_the_kick_and_the_relay_is_kicked(
 async def test_without_kicks_the_poll_routes(
     stack: tuple[Stack, str], started: str, pool: AsyncConnectionPool[Conn]
 ) -> None:
-    from eventos.bus import IngressRecord, append
+    from eventos.bus.inbox import IngressRecord, append
 
     # An append that kicks nobody (as after a lost kick).
     async with pool.connection() as conn:

@@ -12,10 +12,12 @@ from conftest import apply_and_start
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
 
-from eventos import intents, ledger, names
+from eventos import names
 from eventos.db import Conn
+from eventos.employees import intents
 from eventos.errors import BudgetExceeded, BudgetHeld
-from eventos.ledger import Reservation
+from eventos.scheduling import ledger
+from eventos.scheduling.ledger import Reservation
 
 SPEC = """
 apiVersion: eventos/v1

@@ -25,15 +25,16 @@ from temporalio.worker import Worker
 from temporalio.workflow import ActivityCancellationType
 from test_router import query
 
-from eventos import metrics, names
+from eventos import names
 from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ModelRef
 from eventos.db import Conn
 from eventos.llm import LlmActivities, llm_worker, run_llm_workers
 from eventos.llm.endpoints import Endpoint, LlmEndpoints
 from eventos.llm.local import local_call_id
 from eventos.llm.prices import PriceTable
+from eventos.runtime import metrics
+from eventos.runtime.temporal import TemporalConnection
 from eventos.settings import SecretStore, TemporalSettings
-from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
 
 metrics.register("workers-llm")  # the families these tests read, as workers-llm serves them

@@ -12,11 +12,13 @@ from messaging_helpers import call, run, team
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
 
-from eventos import employees, ipc, names
+from eventos import names
 from eventos.alarms import store
-from eventos.bus import IngressRecord, append
+from eventos.bus.inbox import IngressRecord, append
 from eventos.db import Conn
-from eventos.routing import route_pass
+from eventos.delivery.routing import route_pass
+from eventos.employees import lifecycle
+from eventos.messaging import ipc
 
 
 async def route(pool: AsyncConnectionPool[Conn], now: datetime | None = None) -> None:
@@ -232,7 +234,7 @@ async def test_reset_cancels_the_retired_generations_open_delegations(
     ok, _ = await run(pool, call(b, "delegate_to_employee", {"to": a, "task": "b's own"}))
     assert ok == names.TOOL_OK
     async with pool.connection() as conn:
-        await employees.reset(conn, a)
+        await lifecycle.reset(conn, a)
     rows = await query(pool, "SELECT from_employee, status FROM ipc_tasks ORDER BY from_employee")
     assert [(r["from_employee"], r["status"]) for r in rows] == sorted(
         [(a, "cancelled"), (b, "open")]

@@ -25,23 +25,23 @@ from test_router import query
 from test_turns import IDLE_S, PRICES, PUMP_STOP_S, ROLL_AFTER, pump, transcript
 
 from eventos import names
-from eventos.activities import DbActivities
 from eventos.contracts import Control, SupervisorInput
+from eventos.control.intent_deliverer import Deliverer
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.deliverer import Deliverer
+from eventos.delivery.relay import Relay
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.worker import llm_worker
-from eventos.outbox_keys import OutboxKeys
-from eventos.payload_guard import connect
-from eventos.relay import Relay
-from eventos.service import cancel_and_wait
+from eventos.messaging.storm import flush_due
+from eventos.outbox.keys import OutboxKeys
+from eventos.runtime.payload_guard import connect
+from eventos.runtime.service import cancel_and_wait
+from eventos.runtime.temporal import TemporalConnection
 from eventos.settings import SecretStore, TemporalSettings
-from eventos.storm import flush_due
-from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
-from eventos.workers import egress_worker, workflow_worker
+from eventos.workers.activities import DbActivities
+from eventos.workers.roles import egress_worker, workflow_worker
 
 pytestmark = pytest.mark.temporal
 

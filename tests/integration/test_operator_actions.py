@@ -25,8 +25,9 @@ from test_router import query
 from test_supervision import applied, new_employee, post, settled
 from test_turns import Instance, instance, local_spec  # noqa: F401 (`instance` is a fixture)
 
-from eventos import ledger, names
+from eventos import names
 from eventos.cli import main
+from eventos.scheduling import ledger
 from eventos.testing import wait_for
 
 pytestmark = pytest.mark.temporal

@@ -13,11 +13,12 @@ from psycopg_pool import AsyncConnectionPool
 from test_router import query
 from test_turns import Instance, instance  # noqa: F401 (`instance` is a fixture)
 
-from eventos import egress, names
+from eventos import names
 from eventos.db import Conn, connect
 from eventos.db.migrate import migrate, shipped_migrations
 from eventos.db.sql import Q
-from eventos.outbox_keys import OutboxKeys, Sealed, new_key_entry
+from eventos.outbox import egress
+from eventos.outbox.keys import OutboxKeys, Sealed, new_key_entry
 from eventos.settings import DatabaseSettings
 from eventos.testing import wait_for
 from eventos.testing.plugin import PostgresForTests

@@ -20,7 +20,12 @@ from temporalio.worker import Worker
 # Not passed through the sandbox on purpose: workflow code then builds values of a re-imported
 # copy of LlmStepInput, which must keep its transcript bound.
 from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ModelRef
-from eventos.payload_guard import GUARDED_DATA_CONVERTER, PAYLOAD_LIMIT, PayloadTooLarge, connect
+from eventos.runtime.payload_guard import (
+    GUARDED_DATA_CONVERTER,
+    PAYLOAD_LIMIT,
+    PayloadTooLarge,
+    connect,
+)
 from eventos.settings import TemporalSettings
 
 pytestmark = pytest.mark.temporal

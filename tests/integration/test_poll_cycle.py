@@ -16,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 from test_router import query, route_until_done
 
 from eventos import names
-from eventos.bus import append
+from eventos.bus.inbox import append
 from eventos.contracts import PollTrigger
 from eventos.db import Conn
 from eventos.polls.cycle import PollEnded, Poller, Verdict, backoff_s, item_record

@@ -20,7 +20,7 @@ from test_turns import (  # noqa: F401 (`instance` is a fixture)
 )
 
 from eventos import names
-from eventos.deliverer import rearm
+from eventos.control.intent_deliverer import rearm
 from eventos.testing import wait_for
 
 pytestmark = pytest.mark.temporal

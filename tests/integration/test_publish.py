@@ -18,10 +18,10 @@ from conftest import DRIVER_TOKEN, SECRETS
 from eventos_ingress.app import IngressConfig, build
 from psycopg import sql
 
-from eventos import blobs
+from eventos.bus import blobs
+from eventos.bus.driver import Backoff, DriverClient, DriverOutbox
 from eventos.db import Conn, connect
-from eventos.driver import Backoff, DriverClient, DriverOutbox
-from eventos.service import Service
+from eventos.runtime.service import Service
 from eventos.settings import (
     AdminSettings,
     DatabaseSettings,

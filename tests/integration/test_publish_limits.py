@@ -45,10 +45,10 @@ from grpc_calls import (
 )
 from psycopg_pool import AsyncConnectionPool
 
+from eventos.bus.driver import Backoff, DriverClient, DriverOutbox
 from eventos.db import Conn, connect
-from eventos.driver import Backoff, DriverClient, DriverOutbox
 from eventos.errors import ConfigError
-from eventos.service import Service
+from eventos.runtime.service import Service
 from eventos.settings import (
     AdminSettings,
     DatabaseSettings,

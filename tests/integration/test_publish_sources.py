@@ -30,8 +30,8 @@ from grpc_calls import (
 )
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import employees
 from eventos.db import Conn, connect
+from eventos.employees import lifecycle
 from eventos.settings import (
     DatabaseSettings,
 )
@@ -143,7 +143,7 @@ async def test_a_retired_drivers_token_stops_authenticating(
     ev = event(1, "while-live", driver_id="drv-2", source_key="grpc:drv-2")
     assert (await append(ingress_grpc, ev, COURIER_DRIVER_TOKEN)).status == ACCEPTED
     async with pool.connection() as conn:
-        await employees.reset(conn, courier)
+        await lifecycle.reset(conn, courier)
 
     async def refused() -> bool:
         try:

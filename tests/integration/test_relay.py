@@ -15,20 +15,22 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client
 from test_router import append_all, driver_event, query, route_until_done
 
-from eventos import chat, employees, names
-from eventos.activities import DbActivities
+from eventos import names
 from eventos.contracts import EntityStatus
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.embedded_pg import free_port
-from eventos.metrics import BREAKERS_OPEN, DEAD_LETTERS, RELAY_LAG
-from eventos.outbox_keys import OutboxKeys
-from eventos.payload_guard import connect
-from eventos.relay import Breaker, Relay, StaleLease
+from eventos.delivery.relay import Breaker, Relay, StaleLease
+from eventos.employees import lifecycle
+from eventos.local.embedded_pg import free_port
+from eventos.outbox.keys import OutboxKeys
+from eventos.owner import chat
+from eventos.runtime.metrics import BREAKERS_OPEN, DEAD_LETTERS, RELAY_LAG
+from eventos.runtime.payload_guard import connect
+from eventos.runtime.temporal import TemporalConnection
 from eventos.settings import TemporalSettings
-from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
-from eventos.workers import workflow_worker
+from eventos.workers.activities import DbActivities
+from eventos.workers.roles import workflow_worker
 
 pytestmark = pytest.mark.temporal
 
@@ -289,11 +291,11 @@ async def test_paused_employees_streams_are_not_served(
     await append_all(pool, [driver_event("fay", 1)])
     await route_until_done(pool)
     async with pool.connection() as conn:
-        await employees.stop(conn, employee)
+        await lifecycle.stop(conn, employee)
     relay = relay_for(pool, temporal_settings, task_queue)
     assert await relay.pass_once() == 0
     async with pool.connection() as conn:
-        await employees.resume(conn, employee)
+        await lifecycle.resume(conn, employee)
     assert await relay.pass_once() == 1
 
 

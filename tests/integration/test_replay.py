@@ -12,8 +12,8 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from eventos.payload_guard import GUARDED_DATA_CONVERTER
-from eventos.workers import WORKFLOWS
+from eventos.runtime.payload_guard import GUARDED_DATA_CONVERTER
+from eventos.workers.roles import WORKFLOWS
 
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 RECORDED = sorted(HISTORIES.glob("*.json"))

@@ -16,12 +16,13 @@ import test_turns
 from test_router import append_all, driver_event, query
 from test_turns import Instance, transcript
 
-from eventos import admission, names
+from eventos import names
 from eventos.contracts import AdmitRequest
+from eventos.delivery.routing import thread_for
 from eventos.health.loop import supervise_once
-from eventos.routing import thread_for
-from eventos.scheduler import SchedConfig
-from eventos.service import cancel_and_wait
+from eventos.runtime.service import cancel_and_wait
+from eventos.scheduling import admission
+from eventos.scheduling.policy import SchedConfig
 from eventos.settings import SupervisionSettings
 from eventos.testing import wait_for
 

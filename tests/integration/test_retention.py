@@ -11,7 +11,8 @@ from psycopg_pool import AsyncConnectionPool
 from test_dead_letters import Letters, letters  # noqa: F401 (`letters` is a fixture)
 from test_router import append_all, driver_event, query
 
-from eventos import blobs, names, retention
+from eventos import names
+from eventos.bus import blobs, retention
 from eventos.db import Conn
 from eventos.db.migrate import drop_expired_partitions, ensure_partitions
 from eventos.db.sql import Q

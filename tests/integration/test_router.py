@@ -10,10 +10,11 @@ from typing import Any
 from conftest import apply_and_start
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import employees, names
-from eventos.bus import Accepted, IngressRecord, append
+from eventos import names
+from eventos.bus.inbox import Accepted, IngressRecord, append
 from eventos.db import Conn
-from eventos.routing import RouteStats, route_pass, route_sources
+from eventos.delivery.routing import RouteStats, route_pass, route_sources
+from eventos.employees import lifecycle
 
 DRIVER_SOURCE = "grpc:drv-1"
 
@@ -195,7 +196,7 @@ async def test_event_accepted_right_after_start_is_delivered_once_the_generation
     (delivery,) = await query(pool, "SELECT * FROM bus_deliveries")
     assert (delivery["seq"], delivery["status"]) == (1, "pending")
     async with pool.connection() as conn:
-        await employees.activate(conn, "support")
+        await lifecycle.activate(conn, "support")
     (stream,) = await query(pool, "SELECT * FROM bus_streams")
     assert stream["hold_reason"] is None
     assert stream["top_pending_class"] == names.C3_INTERNAL
@@ -207,18 +208,18 @@ async def test_stop_holds_resume_releases_reset_kills(
     await append_all(pool, [driver_event("x", 1)])
     await route_until_done(pool)
     async with pool.connection() as conn:
-        await employees.stop(conn, "support")
+        await lifecycle.stop(conn, "support")
     assert [s["hold_reason"] for s in await query(pool, "SELECT * FROM bus_streams")] == ["paused"]
     await append_all(pool, [driver_event("new-thread", 2)])
     await route_until_done(pool)
     holds = await query(pool, "SELECT hold_reason FROM bus_streams ORDER BY stream_key")
     assert [h["hold_reason"] for h in holds] == ["paused", "paused"]
     async with pool.connection() as conn:
-        await employees.resume(conn, "support")
+        await lifecycle.resume(conn, "support")
     holds = await query(pool, "SELECT hold_reason FROM bus_streams")
     assert {h["hold_reason"] for h in holds} == {None}
     async with pool.connection() as conn:
-        await employees.reset(conn, "support")
+        await lifecycle.reset(conn, "support")
     deliveries = await query(pool, "SELECT status, reason FROM bus_deliveries")
     assert {(d["status"], d["reason"]) for d in deliveries} == {("dead", "reset")}
     # A retired generation no longer routes.

@@ -16,9 +16,9 @@ from psycopg_pool import AsyncConnectionPool
 from test_router import append_all, driver_event, query
 
 from eventos import names
-from eventos.bus import IngressRecord
+from eventos.bus.inbox import IngressRecord
 from eventos.db import Conn
-from eventos.routing import SOURCES_PER_PASS, RouteStats, route_pass, route_sources
+from eventos.delivery.routing import SOURCES_PER_PASS, RouteStats, route_pass, route_sources
 
 EMPLOYEE = """
 apiVersion: eventos/v1

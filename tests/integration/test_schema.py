@@ -10,7 +10,7 @@ from psycopg import sql
 
 from eventos.db import Conn, connect
 from eventos.db.migrate import drop_expired_partitions, ensure_partitions, migrate, partition_name
-from eventos.embedded_pg import bin_dir
+from eventos.local.embedded_pg import bin_dir
 from eventos.settings import DatabaseSettings
 from eventos.testing.plugin import PostgresForTests
 

@@ -8,10 +8,10 @@ import httpx
 import pytest
 from conftest import run_service
 
-from eventos.embedded_pg import free_port
+from eventos.local.embedded_pg import free_port
+from eventos.runtime.wiring import ConnectedConfig, build_connected
 from eventos.settings import DatabaseSettings, ServiceSettings, TemporalSettings
 from eventos.v1 import wake_pb2, wake_pb2_grpc
-from eventos.wiring import ConnectedConfig, build_connected
 
 pytestmark = pytest.mark.temporal
 

@@ -16,9 +16,10 @@ from test_data import watcher
 from test_messaging import deliveries, raw_message, route
 from test_router import query
 
-from eventos import names, storm
-from eventos.bus import append
+from eventos import names
+from eventos.bus.inbox import append
 from eventos.db import Conn
+from eventos.messaging import storm
 from eventos.tools import data
 
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)

@@ -29,7 +29,7 @@ from test_turns import (  # noqa: F401 (`instance` is a fixture)
     two_classes,
 )
 
-from eventos import admission, intents, names
+from eventos import names
 from eventos.contracts import (
     AdmitRequest,
     Control,
@@ -38,11 +38,13 @@ from eventos.contracts import (
     SupervisorInput,
     SupervisorStatus,
 )
-from eventos.deliverer import rearm
-from eventos.embedded_pg import free_port
-from eventos.scheduler import SchedConfig
+from eventos.control.intent_deliverer import rearm
+from eventos.employees import intents
+from eventos.local.embedded_pg import free_port
+from eventos.runtime.temporal import TemporalConnection
+from eventos.scheduling import admission
+from eventos.scheduling.policy import SchedConfig
 from eventos.settings import TemporalSettings
-from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
 
 pytestmark = pytest.mark.temporal

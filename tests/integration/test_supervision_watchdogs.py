@@ -15,20 +15,21 @@ from channel_stack import Stack, egress_running, telegram_stack
 from psycopg_pool import AsyncConnectionPool
 from test_router import append_all, driver_event, query, route_until_done
 
-from eventos import intents, names
-from eventos.activities import DbActivities
+from eventos import names
+from eventos.control.intent_deliverer import Deliverer
 from eventos.db import Conn
-from eventos.deliverer import Deliverer
-from eventos.embedded_pg import free_port
+from eventos.delivery.relay import Relay
+from eventos.employees import intents
 from eventos.health.loop import supervise_once
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.outbox_keys import OutboxKeys
-from eventos.payload_guard import connect
-from eventos.relay import Relay
+from eventos.local.embedded_pg import free_port
+from eventos.outbox.keys import OutboxKeys
+from eventos.runtime.payload_guard import connect
+from eventos.runtime.temporal import TemporalConnection
 from eventos.settings import DatabaseSettings, SupervisionSettings, TemporalSettings
-from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
-from eventos.workers import workflow_worker
+from eventos.workers.activities import DbActivities
+from eventos.workers.roles import workflow_worker
 
 pytestmark = pytest.mark.temporal
 CFG = SupervisionSettings()

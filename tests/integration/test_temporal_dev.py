@@ -20,7 +20,7 @@ from temporalio.api.workflowservice.v1 import (
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
-from eventos.temporal_dev import BIND_FAILURE, ServerExited, TemporalDevServer
+from eventos.local.temporal_dev import BIND_FAILURE, ServerExited, TemporalDevServer
 
 pytestmark = pytest.mark.temporal
 

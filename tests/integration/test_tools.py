@@ -19,12 +19,12 @@ from test_turns import Instance, instance, transcript  # noqa: F401 (the in-proc
 
 from eventos import names
 from eventos.contracts import ToolCallInput, TurnInput
+from eventos.conversations.turns import load
 from eventos.db import Conn
 from eventos.settings import HttpToolSettings, OutboundSettings, SecretStore
 from eventos.testing import wait_for
 from eventos.tools import http
 from eventos.tools.runner import ToolRunner
-from eventos.turns import load
 
 SECRETS = SecretStore(env={"EVENTOS_SECRET_ORDERS_API": "orders-token-123"})
 LOOPBACK_OK = OutboundSettings(allow_private=True)  # the test's servers are on loopback

@@ -1,4 +1,4 @@
-"""The transcript as rows (eventos.transcripts): appended by the consuming save, read by an
+"""The transcript as rows (eventos.conversations.transcripts): appended by the consuming save, read by an
 LLM step by version within I7's bound, pruned past 1 MB, and migrated from the jsonb column."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ from dataclasses import asdict
 
 from psycopg import sql
 
-from eventos import names, transcripts
+from eventos import names
 from eventos.contracts import ChatMessage, LlmStepInput, ModelRef, TranscriptRef
+from eventos.conversations import transcripts
 from eventos.db import Conn, connect
 from eventos.db.migrate import migrate, shipped_migrations
 from eventos.db.sql import Q

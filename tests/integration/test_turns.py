@@ -23,25 +23,26 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.service import RPCError
 from test_router import append_all, driver_event, query
 
-from eventos import names, users
-from eventos.activities import DbActivities
+from eventos import names
 from eventos.contracts import EntityStatus, InterruptTurn
+from eventos.control.intent_deliverer import Deliverer
 from eventos.db import Conn
-from eventos.deliverer import Deliverer
+from eventos.delivery.relay import Relay
+from eventos.delivery.routing import route_pass
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable
 from eventos.llm.worker import llm_worker
-from eventos.metrics import DEAD_LETTERS, RUN_HISTORY_BYTES, RUN_SIGNALS, TURN_DURATION
-from eventos.outbox_keys import OutboxKeys
-from eventos.payload_guard import connect
-from eventos.relay import Relay
-from eventos.routing import route_pass
-from eventos.service import cancel_and_wait
+from eventos.outbox.keys import OutboxKeys
+from eventos.owner import users
+from eventos.runtime.metrics import DEAD_LETTERS, RUN_HISTORY_BYTES, RUN_SIGNALS, TURN_DURATION
+from eventos.runtime.payload_guard import connect
+from eventos.runtime.service import cancel_and_wait
+from eventos.runtime.temporal import TemporalConnection
 from eventos.settings import SecretStore, SupervisionSettings, TemporalSettings
-from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
-from eventos.workers import egress_worker, workflow_worker
+from eventos.workers.activities import DbActivities
+from eventos.workers.roles import egress_worker, workflow_worker
 
 pytestmark = pytest.mark.temporal
 

@@ -14,9 +14,10 @@ from psycopg_pool import AsyncConnectionPool
 from test_owner_api_edges import problem_of
 from test_router import query, route_until_done
 
-from eventos import turns, users
 from eventos.contracts import DeadLetter
+from eventos.conversations import turns
 from eventos.db import Conn
+from eventos.owner import users
 
 Client = httpx.AsyncClient
 

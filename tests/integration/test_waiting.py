@@ -29,14 +29,15 @@ from test_storm import storm_minute
 from test_supervision import applied, new_employee
 from test_turns import Instance, instance, local_spec  # noqa: F401 (`instance` is a fixture)
 
-from eventos import ledger, names
+from eventos import names
 from eventos.cli import main
 from eventos.db import Conn
-from eventos.embedded_pg import free_port
-from eventos.relay import Relay
-from eventos.scheduler import SchedConfig
+from eventos.delivery.relay import Relay
+from eventos.local.embedded_pg import free_port
+from eventos.runtime.temporal import TemporalConnection
+from eventos.scheduling import ledger
+from eventos.scheduling.policy import SchedConfig
 from eventos.settings import SupervisionSettings, TemporalSettings
-from eventos.temporal import TemporalConnection
 from eventos.testing import wait_for
 
 HOUR = timedelta(hours=1)

@@ -10,10 +10,10 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from eventos.db import Conn
-from eventos.service import cancel_and_wait
+from eventos.owner.wakeups import StreamWakeups
+from eventos.runtime.service import cancel_and_wait
 from eventos.settings import DatabaseSettings
 from eventos.testing import wait_for
-from eventos.wakeups import StreamWakeups
 
 EVENT = """
 INSERT INTO chat_events (employee, session, kind, turn_id, dedupe_key, text)

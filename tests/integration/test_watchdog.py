@@ -14,8 +14,8 @@ from test_turns import (  # noqa: F401 (`instance` is a fixture)
 )
 
 from eventos import names
+from eventos.health.turn_watchdog import watch_once
 from eventos.testing import wait_for
-from eventos.watchdog import watch_once
 
 
 async def sleeping_turn(instance: Instance) -> dict[str, Any]:

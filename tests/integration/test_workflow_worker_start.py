@@ -17,14 +17,14 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
 from eventos import names
-from eventos.activities import DbActivities
 from eventos.contracts import StreamCursor
 from eventos.db import Conn
-from eventos.outbox_keys import OutboxKeys
-from eventos.payload_guard import connect
+from eventos.outbox.keys import OutboxKeys
+from eventos.runtime.payload_guard import connect
 from eventos.settings import WORKFLOW_TASK_SLOTS, TemporalSettings
 from eventos.testing import wait_for
-from eventos.workers import workflow_worker
+from eventos.workers.activities import DbActivities
+from eventos.workers.roles import workflow_worker
 
 WAITING = 16  # entities whose first task waits when the worker starts
 CLOSED = (

@@ -10,8 +10,8 @@ import pytest
 from eventos import names
 from eventos.contracts import ChatMessage, LlmStepInput, ModelRef
 from eventos.errors import ConfigError
-from eventos.ledger import offset_of, period_of, state_for
 from eventos.llm.prices import PriceTable
+from eventos.scheduling.ledger import offset_of, period_of, state_for
 
 
 def test_the_period_runs_from_the_owners_midnight_plus_the_offset() -> None:

@@ -1,4 +1,4 @@
-"""Stopping loops: a task that swallowed a cancellation is cancelled again (eventos.service)."""
+"""Stopping loops: a task that swallowed a cancellation is cancelled again (eventos.runtime.service)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from eventos.service import cancel_and_wait
+from eventos.runtime.service import cancel_and_wait
 
 
 async def test_a_task_that_swallowed_one_cancellation_still_stops() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from eventos import names
 from eventos.contracts import DeliveryItem
-from eventos.relay import STREAMS_AT_ONCE, ClassShares, Pushback
+from eventos.delivery.relay import STREAMS_AT_ONCE, ClassShares, Pushback
 from eventos.workflows.conversation import next_inputs
 
 EVERYONE_WAITING = {c: 1000 for c in names.CLASSES}

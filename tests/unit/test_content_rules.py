@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from eventos import names
-from eventos.channels.rules import Rules, compile_rules, recipient_outside
 from eventos.errors import SpecInvalid
-from eventos.spec import load_specs
+from eventos.spec.content_rules import Rules, compile_rules, recipient_outside
+from eventos.spec.model import load_specs
 
 OUTSIDE = names.RULE_RECIPIENT_OUTSIDE
 

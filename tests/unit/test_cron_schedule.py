@@ -8,8 +8,8 @@ import pytest
 from temporalio.client import ScheduleOverlapPolicy
 
 from eventos import names
-from eventos.spec import Trigger
-from eventos.supervision import CRON_JITTER, cron_interval, cron_schedule
+from eventos.control.supervision import CRON_JITTER, cron_interval, cron_schedule
+from eventos.spec.model import Trigger
 
 
 @pytest.mark.parametrize(

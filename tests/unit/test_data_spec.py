@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eventos.errors import SpecInvalid
-from eventos.spec import load_specs
+from eventos.spec.model import load_specs
 
 
 def spec(agent: str, triggers: str = "[{kind: chat}]") -> str:

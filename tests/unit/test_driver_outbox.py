@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eventos.driver_outbox import AckResult, AckStatus, DriverOutbox
+from eventos.bus.driver_outbox import AckResult, AckStatus, DriverOutbox
 
 SOURCE = "grpc:drv-1"
 
@@ -84,7 +84,7 @@ def test_an_enqueued_event_survives_a_crash_of_the_driver(path: Path) -> None:
     # The child enqueues and dies without closing anything, as a crashed driver would.
     script = (
         "import os, sys\n"
-        "from eventos.driver_outbox import DriverOutbox\n"
+        "from eventos.bus.driver_outbox import DriverOutbox\n"
         "box = DriverOutbox(sys.argv[1])\n"
         "seq = box.enqueue('grpc:drv-1', 'crash-key', 'message', {'id': 'c'})\n"
         "print(seq, flush=True)\n"

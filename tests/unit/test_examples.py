@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eventos.examples import ExampleOutcome, missing_secrets, secret_refs
+from eventos.local.examples import ExampleOutcome, missing_secrets, secret_refs
 from eventos.settings import SecretStore
-from eventos.spec import EmployeeSpec, load_specs
+from eventos.spec.model import EmployeeSpec, load_specs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SUPPORT_REFS = ["openai-main", "stripe-whsec", "deploy-hook"]

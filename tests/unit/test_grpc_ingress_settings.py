@@ -9,7 +9,7 @@ import pytest
 from eventos import names
 from eventos.errors import ConfigError
 from eventos.settings import GrpcIngressSettings, is_loopback
-from eventos.spec import Trigger
+from eventos.spec.model import Trigger
 
 
 def test_defaults_let_a_64_kb_envelope_through_and_bound_the_rest() -> None:

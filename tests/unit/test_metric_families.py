@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from metrics_table import documented, sample
 
-from eventos import metrics, names
+from eventos import names
+from eventos.runtime import metrics
 
 
 @pytest.mark.parametrize(

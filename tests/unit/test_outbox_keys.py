@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from eventos.errors import ConfigError, RecipientUnreadable
-from eventos.outbox_keys import FILE_VAR, VAR, OutboxKeys, Sealed, new_key_entry
+from eventos.outbox.keys import FILE_VAR, VAR, OutboxKeys, Sealed, new_key_entry
 
 ROW = {"employee": "support", "idempotency_key": "k-1"}
 OTHER_ROW = {"employee": "support", "idempotency_key": "k-2"}

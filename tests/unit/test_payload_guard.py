@@ -13,7 +13,7 @@ from temporalio.exceptions import ApplicationError
 from eventos import contracts
 from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ModelRef
 from eventos.errors import EventOSError
-from eventos.payload_guard import (
+from eventos.runtime.payload_guard import (
     CARRY_LIMIT,
     GUARDED_DATA_CONVERTER,
     PAYLOAD_LIMIT,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from eventos import names
-from eventos.employees import compile_subscriptions
+from eventos.employees.lifecycle import compile_subscriptions
 from eventos.errors import SpecInvalid
-from eventos.spec import load_specs
+from eventos.spec.model import load_specs
 
 
 def spec(trigger: str) -> str:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from eventos.localstack import LocalStack, StackError
-from eventos.processes import LockHeld, PidLock, Recorded, pid_alive, stop_groups
-from eventos.service_process import ServiceProcess
+from eventos.local.instance import LocalStack, StackError
+from eventos.local.processes import LockHeld, PidLock, Recorded, pid_alive, stop_groups
+from eventos.local.service_process import ServiceProcess
 from eventos.testing import wait_for_sync
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]

@@ -1,5 +1,5 @@
 """The bare ASGI layer of `/hooks` (eventos_ingress.raw_http) and the prefix dispatch in front
-of Starlette (eventos.service.PrefixDispatch), driven as an ASGI server drives them."""
+of Starlette (eventos.runtime.service.PrefixDispatch), driven as an ASGI server drives them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from eventos_ingress.raw_http import Answer, HookRequest, hook_app
 from starlette.types import Message, Receive, Scope
 
-from eventos.service import PrefixDispatch
+from eventos.runtime.service import PrefixDispatch
 
 
 def scope(

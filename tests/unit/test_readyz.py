@@ -10,8 +10,8 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from eventos import service
-from eventos.service import health_routes
+from eventos.runtime import service
+from eventos.runtime.service import health_routes
 
 SECRET_DETAIL = 'connection to "pg.internal" user "eventos" password "hunter2" failed'
 
@@ -39,7 +39,7 @@ async def test_readyz_names_the_failed_checks_with_a_fixed_word(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(service, "READINESS_TIMEOUT_S", 0.05)
-    caplog.set_level(logging.DEBUG, logger="eventos.service")
+    caplog.set_level(logging.DEBUG, logger="eventos.runtime.service")
     checks = {"database": database_down, "temporal": temporal_hangs, "wake": ok}
     answer = await readyz(checks)
     assert answer.status_code == 503
@@ -57,7 +57,7 @@ async def test_readyz_names_the_failed_checks_with_a_fixed_word(
 async def test_a_failing_check_logs_at_warning_once_a_minute(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="eventos.service")
+    caplog.set_level(logging.DEBUG, logger="eventos.runtime.service")
     app_checks = {"database": database_down}
     app = Starlette(routes=health_routes("relay", app_checks))
     transport = httpx.ASGITransport(app=app)

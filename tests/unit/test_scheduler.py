@@ -11,7 +11,7 @@ import pytest
 
 from eventos import names
 from eventos.errors import ConfigError
-from eventos.scheduler import Load, SchedConfig, Waiter, offers, pick_class
+from eventos.scheduling.policy import Load, SchedConfig, Waiter, offers, pick_class
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 _ticks = count()

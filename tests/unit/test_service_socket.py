@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from eventos.service import bind
+from eventos.runtime.service import bind
 
 
 async def test_accepted_connections_have_tcp_nodelay() -> None:

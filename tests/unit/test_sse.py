@@ -3,7 +3,7 @@ place), comments, multi-line data, retry."""
 
 from __future__ import annotations
 
-from eventos.sse import Block, Parser
+from eventos.client.sse import Block, Parser
 
 
 def blocks(text: str) -> list[Block]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from eventos import names, storm
-from eventos.storm import DELIVER, DIGEST, Edge, decide, loop_reason
+from eventos import names
+from eventos.messaging import storm
+from eventos.messaging.storm import DELIVER, DIGEST, Edge, decide, loop_reason
 
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 

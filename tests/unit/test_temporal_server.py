@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from eventos.errors import ConfigError
+from eventos.local.temporal_server import PORT_RANGE, ServerError, SqlLogin, low_free_port
 from eventos.settings import ServerTools
-from eventos.temporal_server import PORT_RANGE, ServerError, SqlLogin, low_free_port
 
 
 def test_the_login_comes_from_the_instance_url_and_hides_its_password() -> None:

@@ -11,14 +11,14 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks import Webhook
 
-from eventos.errors import ConfigError, SecretUnavailable, SignatureInvalid
-from eventos.verify import (
+from eventos.bus.verify import (
     VerifyConfig,
     provider_dedupe_key,
     secret_headers,
     start_check,
     verify,
 )
+from eventos.errors import ConfigError, SecretUnavailable, SignatureInvalid
 
 NOW = 1_700_000_000
 BODY = b'{"id": "evt_1NqXyZ", "type": "invoice.paid", "amount": 1200}'

@@ -143,7 +143,7 @@ class ModelRef:
 class TranscriptRef:
     """A conversation's stored transcript as a turn loaded it: messages 1..`through`, whose
     bytes end at `through_bytes`. Rows are only appended, so every attempt of a step reads the
-    same messages (eventos.transcripts)."""
+    same messages (eventos.conversations.transcripts)."""
 
     generation: int
     agent: str

@@ -21,10 +21,10 @@ from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from eventos import chat
 from eventos.console import reads
 from eventos.db import Conn
 from eventos.errors import InputInvalid
+from eventos.owner import chat
 
 PAGE_DEFAULT = 50
 PAGE_MAX = 200

@@ -19,11 +19,11 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from eventos import names
-from eventos.chat import DEFAULT_SESSION
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict
-from eventos.metrics import DEGRADED_TRANSITIONS
+from eventos.owner.chat import DEFAULT_SESSION
+from eventos.runtime.metrics import DEGRADED_TRANSITIONS
 from eventos.settings import SupervisionSettings
 
 EMPLOYEES_READ: Final = 1000  # employees judged per pass

@@ -60,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         UpgradeLease,
     )
-    from eventos.transcripts import bounded
+    from eventos.conversations.transcripts import bounded
     from eventos.workflows import policies
 
 

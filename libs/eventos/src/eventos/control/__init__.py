@@ -1,0 +1,3 @@
+"""Employee control in Temporal (SPEC I2, I10, §7): the intent deliverer applies each owner
+intent to its supervisor or entity by workflow id until applied (`intent_deliverer`, run by the
+relay), and `supervision` makes a generation's control state true in Temporal."""
