@@ -197,10 +197,11 @@ browser: install ## install the Chromium the console's browser tests drive, and 
 	  $(VENV)/bin/playwright install chromium; \
 	fi
 
-lint: install ## ruff (format + lint) and mypy
+lint: install ## ruff (format + lint), mypy, and the import contracts (layers, no cycles: docs/architecture.md)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy libs/eventos/src services/*/src
+	$(VENV)/bin/lint-imports
 
 test: lint browser $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## lint, then every test (unit, integration, e2e, browser, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup

@@ -353,7 +353,7 @@ class Load:
             m.next_at = time.time() + delay(m.tries)
             return
         self.book.chat_ids[m.tag] = (m.audience, message_id)
-        key = chat.dedupe_key(m.audience, chat.DEFAULT_SESSION, m.tag)
+        key = chat.dedupe_key(m.audience, names.DEFAULT_SESSION, m.tag)
         source = names.source_key(names.SOURCE_CHAT, FRONT)
         self.book.ack(Acked(CHAT, m.tag, source, key, began, time.time()))
         self.unanswered.pop(m.tag, None)

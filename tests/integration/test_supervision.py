@@ -515,9 +515,9 @@ async def test_admission_refuses_a_paused_or_retired_generation(instance: Instan
     await applied(instance, name, "start")
     req = AdmitRequest(name, 1, "front", "main", names.stream_key(name, 1, "talk", "main"), 1)
     async with instance.pool.connection() as conn:
-        await intents.lifecycle(conn, name, names.INTENT_STOP)
+        await intents.request(conn, name, names.INTENT_STOP)
         paused = (await admission.acquire(conn, req, SchedConfig())).admission
-        await intents.lifecycle(conn, name, names.INTENT_RESET)
+        await intents.request(conn, name, names.INTENT_RESET)
         retired = (await admission.acquire(conn, req, SchedConfig())).admission
     assert (paused.granted, paused.gate) == (False, names.GEN_PAUSED)
     assert (retired.granted, retired.gate) == (False, names.GEN_RETIRED)

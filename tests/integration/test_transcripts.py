@@ -9,7 +9,7 @@ from dataclasses import asdict
 from psycopg import sql
 
 from eventos import names
-from eventos.contracts import ChatMessage, LlmStepInput, ModelRef, TranscriptRef
+from eventos.contracts import ChatMessage, LlmStepInput, ModelRef, TranscriptRef, message_size
 from eventos.conversations import transcripts
 from eventos.db import Conn, connect
 from eventos.db.migrate import migrate, shipped_migrations
@@ -48,12 +48,12 @@ async def test_a_version_reads_the_newest_messages_within_the_limit(conn: Conn) 
     await conversation(conn)
     messages = [msg("user", n) for n in range(100)]
     ref = await append(conn, REF, messages)
-    assert (ref.through, ref.through_bytes) == (100, sum(map(transcripts.size_of, messages)))
+    assert (ref.through, ref.through_bytes) == (100, sum(map(message_size, messages)))
     read = transcripts.RecentMessages().read
     kept = await read(conn, EMPLOYEE, ref, 2000)
     assert kept == messages[-len(kept) :] and 0 < len(kept) < 100
-    assert sum(map(transcripts.size_of, kept)) <= 2000
-    assert sum(map(transcripts.size_of, messages[-len(kept) - 1 :])) > 2000  # the newest that fit
+    assert sum(map(message_size, kept)) <= 2000
+    assert sum(map(message_size, messages[-len(kept) - 1 :])) > 2000  # the newest that fit
     assert await read(conn, EMPLOYEE, ref) == messages
 
 
@@ -66,7 +66,7 @@ async def test_a_worker_reads_only_new_rows_and_every_version_reads_the_same(con
     newest = await cache.read(conn, EMPLOYEE, second)  # extends its window by the new rows
     fresh = await transcripts.RecentMessages().read(conn, EMPLOYEE, second)
     assert newest == fresh and newest[-1] == msg("assistant", 4, 60_000)
-    assert sum(map(transcripts.size_of, newest)) <= names.TRANSCRIPT_MAX_BYTES
+    assert sum(map(message_size, newest)) <= names.TRANSCRIPT_MAX_BYTES
     assert len(newest) == 6  # six of 60 KB fit in 384 KiB, seven do not
     # A retried step of the earlier version reads what it read before, and leaves the window.
     assert len(await cache.read(conn, EMPLOYEE, first)) == 5
@@ -86,7 +86,7 @@ async def test_a_read_never_starts_with_an_orphaned_tool_result(conn: Conn) -> N
     messages = [msg("user", 0), msg("assistant", 1), msg("tool", 2), msg("tool", 3),
                 msg("assistant", 4)]  # fmt: skip
     ref = await append(conn, REF, messages)
-    per = transcripts.size_of(messages[-1])
+    per = message_size(messages[-1])
     # The newest three would start at a tool result.
     kept = await transcripts.RecentMessages().read(conn, EMPLOYEE, ref, per * 3)
     assert [m.role for m in kept] == ["assistant"]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -104,6 +105,23 @@ class ChatMessage:
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
     name: str | None = None
+
+
+def message_size(message: ChatMessage) -> int:
+    """A message's size as the bounds count it: its JSON."""
+    return len(json.dumps(asdict(message)))
+
+
+def bounded_transcript(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """Drop the oldest messages (never the system prompt) until ≤ 393,216 bytes (I7)."""
+    size = [message_size(m) for m in messages]
+    keep_from = 1
+    while (
+        sum(size[:1]) + sum(size[keep_from:]) > names.TRANSCRIPT_MAX_BYTES
+        and keep_from < len(messages) - 1
+    ):
+        keep_from += 1
+    return messages[:1] + messages[keep_from:]
 
 
 @dataclass(frozen=True)

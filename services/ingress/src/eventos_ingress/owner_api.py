@@ -290,7 +290,7 @@ class OwnerApi:
                 req = await intents.interrupt(conn, name, conversation)
         else:
             async with self.pool.connection() as conn:
-                req = await intents.lifecycle(conn, name, action)
+                req = await intents.request(conn, name, action)
         if self.kicker is not None:
             self.kicker.kick()
         return _requested(req)
@@ -327,7 +327,7 @@ class OwnerApi:
         """Send a message as the caller's audience (202, queued)."""
         doc = await bodies.read_object(request)
         client_id, text = _string(doc, "client_message_id"), _string(doc, "text")
-        session = _string(doc, "session", chat.DEFAULT_SESSION)
+        session = _string(doc, "session", names.DEFAULT_SESSION)
         async with self.pool.connection() as conn:
             q = await chat.send(
                 conn, request.path_params["name"], client_id, text, session, caller.audience

@@ -80,7 +80,7 @@ class StreamsApi:
     async def chat(self, request: Request, caller: Caller) -> Response:
         """Server-sent events of one chat session (its audience's content only)."""
         name = request.path_params["name"]
-        session = request.query_params.get("session", chat.DEFAULT_SESSION)
+        session = request.query_params.get("session", names.DEFAULT_SESSION)
         after = events.parse_place(_after(request) or "0", "after")
         async with self.pool.connection() as conn:
             await lifecycle.get(conn, name)  # 404 before the stream starts

@@ -170,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--database-url", help="(or EVENTOS_DATABASE_URL, else the stack's database)")
     p = add("completion", completion.cmd_completion, "print a shell completion script")
     p.add_argument("shell", choices=completion.SHELLS)
+    p.set_defaults(parser=parser)  # the parser the script completes
     return parser
 
 

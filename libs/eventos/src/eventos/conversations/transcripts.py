@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import json
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -21,7 +20,13 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from eventos import names
-from eventos.contracts import ChatMessage, LlmStepInput, ToolCall, TranscriptRef
+from eventos.contracts import (
+    ChatMessage,
+    LlmStepInput,
+    ToolCall,
+    TranscriptRef,
+    message_size,
+)
 from eventos.db import Conn
 from eventos.db.sql import Q
 
@@ -29,27 +34,10 @@ STORED_MAX_BYTES = 1_000_000
 CACHED_CONVERSATIONS = 64  # per LLM worker process (RecentMessages)
 
 
-def size_of(message: ChatMessage) -> int:
-    """A message's size as the bounds count it: its JSON."""
-    return len(json.dumps(asdict(message)))
-
-
 def message_of(doc: dict[str, Any]) -> ChatMessage:
     calls = [ToolCall(**c) for c in doc.get("tool_calls") or []]
     return ChatMessage(doc["role"], doc.get("content") or "", calls, doc.get("tool_call_id"),
                        doc.get("name"))  # fmt: skip
-
-
-def bounded(messages: list[ChatMessage]) -> list[ChatMessage]:
-    """Drop the oldest messages (never the system prompt) until ≤ 393,216 bytes (I7)."""
-    size = [size_of(m) for m in messages]
-    keep_from = 1
-    while (
-        sum(size[:1]) + sum(size[keep_from:]) > names.TRANSCRIPT_MAX_BYTES
-        and keep_from < len(messages) - 1
-    ):
-        keep_from += 1
-    return messages[:1] + messages[keep_from:]
 
 
 def _key(employee: str, ref: TranscriptRef) -> dict[str, object]:
@@ -70,7 +58,7 @@ async def append(conn: Conn, employee: str, ref: TranscriptRef, turn_id: str,
     n, total = int(head["transcript_n"]), int(head["transcript_total"])
     rows: dict[str, list[Any]] = {"n": [], "start_bytes": [], "bytes": [], "message": []}
     for message in messages:
-        size = size_of(message)
+        size = message_size(message)
         n += 1
         rows["n"].append(n)
         rows["start_bytes"].append(total)
@@ -142,6 +130,6 @@ class RecentMessages:
             return step
         head = step.messages[:1] if step.messages and step.messages[0].role == "system" else []
         own = step.messages[len(head) :]
-        room = names.TRANSCRIPT_MAX_BYTES - sum(size_of(m) for m in step.messages)
+        room = names.TRANSCRIPT_MAX_BYTES - sum(message_size(m) for m in step.messages)
         stored = await self.read(conn, step.employee, step.transcript, room)
         return dataclasses.replace(step, messages=head + stored + own, transcript=None)

@@ -63,8 +63,8 @@ async def _insert(conn: Conn, employee: str | None, generation: int | None, kind
     return row
 
 
-async def lifecycle(conn: Conn, name: str, kind: str,
-                    transition: Transition | None = None) -> Requested:  # fmt: skip
+async def request(conn: Conn, name: str, kind: str,
+                  transition: Transition | None = None) -> Requested:  # fmt: skip
     """Start, Stop, Resume or Reset: the database change and its intent, one transaction."""
     async with conn.transaction():
         ref = await (transition or LIFECYCLE[kind])(conn, name)
@@ -82,7 +82,7 @@ async def lifecycle(conn: Conn, name: str, kind: str,
 async def pause_for_budget(conn: Conn, name: str) -> Requested:
     """The ledger reached its maximum: Stop with `pause_reason=budget` (its own intent)."""
     stop = functools.partial(lifecycle.stop, pause_reason=names.PAUSE_BUDGET)
-    return await lifecycle(conn, name, names.INTENT_STOP, stop)
+    return await request(conn, name, names.INTENT_STOP, stop)
 
 
 def checked_limits(body: dict[str, Any]) -> dict[str, Any]:

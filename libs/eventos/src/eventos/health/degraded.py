@@ -22,7 +22,6 @@ from eventos import names
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict
-from eventos.owner.chat import DEFAULT_SESSION
 from eventos.runtime.metrics import DEGRADED_TRANSITIONS
 from eventos.settings import SupervisionSettings
 
@@ -83,7 +82,7 @@ async def degrade(conn: Conn, employee: str, reason: str, now: datetime) -> bool
             "detail": f"{employee} is degraded: {reason}. {how}",
         })  # fmt: skip
         await conn.execute(Q["chat_notice_insert"], {
-            "employee": employee, "session": DEFAULT_SESSION,
+            "employee": employee, "session": names.DEFAULT_SESSION,
             "dedupe_key": f"degraded:{employee}:{now.isoformat()}",
             "text": f"{employee} is degraded: {reason}. {how}.",
         })  # fmt: skip

@@ -15,7 +15,8 @@ from temporalio.worker import Worker
 from eventos import names
 from eventos.errors import ConfigError
 from eventos.llm.activity import HEARTBEAT_S, LlmActivities
-from eventos.runtime.temporal import RetryCount, TemporalConnection, worker_build_id
+from eventos.runtime.build import worker_build_id
+from eventos.runtime.temporal import RetryCount, TemporalConnection
 from eventos.scheduling.policy import DEFAULT_CLASS_MAX
 
 log = logging.getLogger(__name__)

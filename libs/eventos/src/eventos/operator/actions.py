@@ -59,7 +59,7 @@ async def resume(conn: Conn, item: Item, body: dict[str, Any]) -> dict[str, Any]
     if body.get("daily_usd") is not None:
         req = await intents.set_limits(conn, employee, {"daily_usd": body["daily_usd"]})
     else:
-        req = await intents.lifecycle(conn, employee, names.INTENT_RESUME, _resume_or_release)
+        req = await intents.request(conn, employee, names.INTENT_RESUME, _resume_or_release)
     return {"intent": intents.intent_view(req.intent)}
 
 
@@ -73,7 +73,7 @@ async def reset(conn: Conn, item: Item, body: dict[str, Any]) -> dict[str, Any]:
             raise Conflict(f"generation {generation} of {name!r} is no longer live")
         return await lifecycle.reset(c, name)
 
-    req = await intents.lifecycle(conn, employee, names.INTENT_RESET, retire)
+    req = await intents.request(conn, employee, names.INTENT_RESET, retire)
     return {"intent": intents.intent_view(req.intent)}
 
 

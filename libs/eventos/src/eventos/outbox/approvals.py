@@ -33,6 +33,7 @@ from eventos.errors import Conflict, NotFound
 from eventos.owner.users import OWNER
 from eventos.runtime.temporal import TemporalConnection
 from eventos.spec.content_rules import Rules, compile_rules
+from eventos.spec.model import ContentRule
 
 log = logging.getLogger(__name__)
 WATCH_LIMIT = 100
@@ -101,8 +102,6 @@ async def policy(conn: Conn, employee: str, generation: int) -> EgressPolicy:
     sha = str((row or {}).get("spec_sha256") or "")
     compiled = _RULES.get(sha)
     if compiled is None:
-        from eventos.spec.model import ContentRule  # the spec imports the rules module
-
         specs = [ContentRule.model_validate(r) for r in (row or {}).get("rules") or []]
         compiled = compile_rules(specs)
         if len(_RULES) >= RULES_CACHED_MAX:

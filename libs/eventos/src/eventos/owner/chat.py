@@ -20,7 +20,6 @@ from eventos.errors import Conflict, InputInvalid, NotFound, QueueFull
 from eventos.owner.users import OWNER
 
 MAX_TEXT_BYTES = 32 * 1024
-DEFAULT_SESSION = "owner"
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ async def send(
     employee: str,
     client_message_id: str,
     text: str,
-    session: str = DEFAULT_SESSION,
+    session: str = names.DEFAULT_SESSION,
     audience: str = OWNER,
 ) -> Queued:
     """Queue one message of `audience`; QueueFull (nothing saved) past 100 pending in the

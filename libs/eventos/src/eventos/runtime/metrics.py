@@ -11,7 +11,6 @@ tests/e2e/test_metrics_served.py holds the list against each service's /metrics.
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import re
 import time
 from typing import Final
@@ -20,6 +19,7 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
 from eventos import names
+from eventos.runtime import build
 
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
                           300, 600, 1800, 3600)  # fmt: skip
@@ -243,22 +243,7 @@ def register(service: str) -> None:
         if id(family) not in _registered:
             REGISTRY.register(family)
             _registered.add(id(family))
-    BUILD_INFO.labels(service, _version(), _build()).set(1)
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("eventos")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def _build() -> str:
-    from eventos.runtime.temporal import (
-        worker_build_id,  # the source hash Temporal workers run under
-    )
-
-    return worker_build_id()
+    BUILD_INFO.labels(service, build.release(), build.worker_build_id()).set(1)
 
 
 def dead_reason(reason: str | None) -> str:

@@ -8,16 +8,12 @@ refuses payloads over 64 KB (I7; eventos.runtime.payload_guard).
 from __future__ import annotations
 
 import asyncio
-import functools
-import hashlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-import temporalio
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
@@ -72,23 +68,6 @@ class _RetryCountInbound(ActivityInboundInterceptor):
         if info.attempt > RETRY_THRESHOLD:
             ACTIVITY_RETRIES.labels(info.activity_type).inc()
         return await super().execute_activity(input)
-
-
-@functools.cache
-def worker_build_id() -> str:
-    """The build id every Worker of this package runs under: a hash of the eventos source.
-
-    Without one, each process's first Worker hashes the bytecode of every loaded module, and
-    where no .pyc exists (a fresh install, PYTHONDONTWRITEBYTECODE) compiles each again: on a
-    loaded machine seconds of CPU at boot, on the event loop, while /readyz cannot answer.
-    Reading the package's files takes milliseconds. Worker versioning is off: the id only
-    labels the code that completed each workflow task."""
-    root = Path(__file__).parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return f"eventos-{digest.hexdigest()[:16]}-temporalio-{temporalio.__version__}"
 
 
 async def wake_entities(client: Client, workflow_ids: Iterable[str]) -> None:

@@ -26,7 +26,6 @@ from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.employees import intents, lifecycle
 from eventos.errors import BudgetExceeded, BudgetHeld
-from eventos.owner.chat import DEFAULT_SESSION
 from eventos.runtime.metrics import BUDGET_TRANSITIONS
 
 log = logging.getLogger(__name__)
@@ -174,7 +173,7 @@ async def _pause(conn: Conn, employee: str, row: dict[str, Any], limit: Decimal)
     await _raise(conn, employee, names.ATTENTION_BUDGET_MAX, "error",
                  f"daily budget of {limit:.2f} USD reached: paused. {how}")  # fmt: skip
     await conn.execute(Q["chat_notice_insert"], {
-        "employee": employee, "session": DEFAULT_SESSION,
+        "employee": employee, "session": names.DEFAULT_SESSION,
         "dedupe_key": f"budget-max:{employee}:{row['period_start'].isoformat()}",
         "text": f"{employee} reached its daily budget of {limit:.2f} USD and is paused. {how}.",
     })  # fmt: skip

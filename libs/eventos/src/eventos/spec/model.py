@@ -466,13 +466,11 @@ class EmployeeSpec(_Strict):
 
 
 def _check_tools(spec: EmployeeSpec) -> list[tuple[str, str]]:
-    from eventos.tools.registry import TOOLS  # the tools import this module
-
     errors: list[tuple[str, str]] = []
     for i, agent in enumerate(spec.spec.agents):
         for j, tool in enumerate(agent.tools):
-            if tool not in TOOLS:
-                known = ", ".join(sorted(TOOLS))
+            if tool not in names.TOOL_NAMES:
+                known = ", ".join(sorted(names.TOOL_NAMES))
                 errors.append((f"spec.agents[{i}].tools[{j}]",
                                f"unknown tool {tool!r}; known tools: {known}"))  # fmt: skip
         if "http_request" in agent.tools and not agent.http_hosts:
@@ -481,7 +479,7 @@ def _check_tools(spec: EmployeeSpec) -> list[tuple[str, str]]:
         errors += _check_data_tools(spec, i, agent)
     approvals = spec.spec.approvals
     for j, tool in enumerate(approvals.tools if approvals is not None else []):
-        if tool not in TOOLS:
+        if tool not in names.TOOL_NAMES:
             errors.append((f"spec.approvals.tools[{j}]", f"unknown tool {tool!r}"))
     return errors
 

@@ -14,7 +14,8 @@ from eventos import names
 from eventos.alarms.activity import AlarmActivities
 from eventos.control.supervision import SupervisorActivities
 from eventos.polls.activities import PollActivities
-from eventos.runtime.temporal import RetryCount, TemporalConnection, worker_build_id
+from eventos.runtime.build import worker_build_id
+from eventos.runtime.temporal import RetryCount, TemporalConnection
 from eventos.settings import AlarmSettings, SecretStore, WorkflowSettings
 from eventos.tools.activity import ToolActivities
 from eventos.workers.activities import DbActivities
