@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,13 @@ from eventos.spec.model import load_specs
 
 if TYPE_CHECKING:
     from mail_servers import MailServers
+
+# Test modules import each other's fixtures and helpers by module name (each name is unique in
+# tests/): every folder of tests is on the path from the start, whichever pytest collects first.
+TESTS = Path(__file__).resolve().parent
+for _folder in sorted({p.parent for p in TESTS.rglob("*.py")}):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 # The outside world of these tests (HTTP servers that tools call and polls read) is on
 # loopback; services started in-process and as processes read this from the environment.

@@ -15,7 +15,7 @@ from temporalio.worker import Replayer
 from eventos.runtime.payload_guard import GUARDED_DATA_CONVERTER
 from eventos.workers.roles import WORKFLOWS
 
-HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+HISTORIES = Path(__file__).resolve().parents[2] / "histories"
 RECORDED = sorted(HISTORIES.glob("*.json"))
 
 

@@ -13,7 +13,7 @@ from eventos.cli import build_parser, main
 from eventos.local.embedded_pg import free_port
 from eventos.settings import DatabaseSettings
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 HELLO = str(EXAMPLES / "hello.yaml")
 
 BAD_SPEC = """

@@ -3,7 +3,7 @@
 Not collected by `make test` (no `test_` prefix): run it on the code whose histories you
 want to keep, before changing a workflow, and commit what it writes:
 
-    .venv/bin/python -m pytest -q tests/integration/record_histories.py
+    .venv/bin/python -m pytest -q tests/integration/conversations/record_histories.py
 
 It runs an owner chat of three turns on the in-process stack of test_turns: a plain answer,
 a tool batch (two calls answered before the next step) and a merge of a message that arrived
@@ -22,7 +22,7 @@ from eventos.testing import wait_for
 
 pytestmark = pytest.mark.temporal
 
-HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+HISTORIES = Path(__file__).resolve().parents[2] / "histories"
 
 
 async def test_record(instance: Instance) -> None:  # noqa: F811

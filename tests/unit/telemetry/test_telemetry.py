@@ -20,7 +20,7 @@ from eventos.telemetry.errors import ErrorCounter
 from eventos.telemetry.logs import JsonFormatter, TextFormatter
 from eventos.telemetry.settings import LogSettings, TelemetrySettings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CANARY = "canary-7Qx2"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from eventos.bus.inbox import IngressRecord, append
 from eventos.db import Conn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 from faults_book import CHAT, TELEGRAM, WEBHOOK, Acked, Attempt, Book
 from faults_instance import POSTGRES, TEMPORAL
 from faults_ledger import Receivers, account

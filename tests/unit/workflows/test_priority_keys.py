@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SOURCES = [ROOT / "libs", ROOT / "services", ROOT / "bench"]
 STARTS = {"start_workflow", "execute_workflow", "ScheduleActionStartWorkflow"}
 

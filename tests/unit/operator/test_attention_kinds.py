@@ -18,7 +18,7 @@ from pathlib import Path
 from eventos import names
 from eventos.db.sql import Q
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = [ROOT / "libs" / "eventos" / "src" / "eventos",
             *sorted((ROOT / "services").glob("*/src"))]  # fmt: skip
 GENERATED = ROOT / "libs" / "eventos" / "src" / "eventos" / "v1"

@@ -8,7 +8,7 @@ from eventos.local.examples import ExampleOutcome, missing_secrets, secret_refs
 from eventos.settings import SecretStore
 from eventos.spec.model import EmployeeSpec, load_specs
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 SUPPORT_REFS = ["openai-main", "stripe-whsec", "deploy-hook"]
 
 
