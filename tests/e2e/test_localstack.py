@@ -86,7 +86,7 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., Run]]:
         output = tmp_path / f"localstack-{len(runs)}.out"
         with output.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "eventos.local.instance", "--examples", str(EXAMPLES)],
+                [sys.executable, "-m", "eventos.local", "--examples", str(EXAMPLES)],
                 cwd=tmp_path,
                 env={**env, **extra_env},
                 stdout=out,

@@ -8,7 +8,7 @@ import pytest
 from temporalio.client import ScheduleOverlapPolicy
 
 from eventos import names
-from eventos.control.supervision import CRON_JITTER, cron_interval, cron_schedule
+from eventos.control.supervisor import CRON_JITTER, cron_interval, cron_schedule
 from eventos.spec.model import Trigger
 
 

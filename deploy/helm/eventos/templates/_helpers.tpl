@@ -390,7 +390,7 @@ spec:
 {{- end -}}
 
 {{/* A Service for one role: http and grpc where it serves them, and metrics (its HTTP port). */}}
-{{- define "eventos.runtime.service" -}}
+{{- define "eventos.service" -}}
 {{- $r := include "eventos.role" (dict "root" .root "key" .key) | fromYaml -}}
 {{- $ctx := dict "root" .root "component" .component -}}
 apiVersion: v1

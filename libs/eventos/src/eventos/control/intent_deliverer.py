@@ -35,7 +35,7 @@ from eventos.contracts import (
     SupervisorInput,
     SupervisorStatus,
 )
-from eventos.control.supervision import Effects
+from eventos.control.supervisor import Effects
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.employees import intents

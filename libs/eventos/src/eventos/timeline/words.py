@@ -28,7 +28,7 @@ def source_words(d: dict[str, Any]) -> str:
         return "chat message"
     if source in names.CHANNEL_KINDS:
         return f"{CHANNEL_WORDS.get(source, source)} message"
-    if source == names.IPC_ROUTE_KIND or kind.startswith("eventos.messaging.ipc."):
+    if source == names.IPC_ROUTE_KIND or kind.startswith("eventos.ipc."):
         what = {names.TYPE_IPC_TASK: "task", names.TYPE_IPC_RESULT: "task result",
                 names.TYPE_IPC_TIMED_OUT: "task timeout", names.TYPE_IPC_DIGEST: "digest"}.get(
             kind, "message")  # fmt: skip

@@ -12,7 +12,7 @@ from temporalio.worker import Worker
 
 from eventos import names
 from eventos.alarms.activity import AlarmActivities
-from eventos.control.supervision import SupervisorActivities
+from eventos.control.supervisor import SupervisorActivities
 from eventos.polls.activities import PollActivities
 from eventos.runtime.build import worker_build_id
 from eventos.runtime.temporal import RetryCount, TemporalConnection
