@@ -181,7 +181,7 @@ migrate: install ## apply the database migrations (EVENTOS_DATABASE_URL or the l
 # TIER=L: the full Temporal server on the chart's config (it needs helm and the server built).
 TIER ?= S
 run: install $(if $(filter L,$(TIER)),$(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB)) ## start a local instance: PostgreSQL, Temporal (TIER=S dev server, TIER=L full server), all services
-	$(PY) -m eventos.localstack --tier $(TIER)
+	$(PY) -m eventos.local --tier $(TIER)
 
 # The console's browser tests (tests/browser/) drive a headless Chromium: EVENTOS_TEST_BROWSER
 # when set, else Debian's /usr/bin/chromium, installed here with apt-get where it is missing and
@@ -197,10 +197,11 @@ browser: install ## install the Chromium the console's browser tests drive, and 
 	  $(VENV)/bin/playwright install chromium; \
 	fi
 
-lint: install ## ruff (format + lint) and mypy
+lint: install ## ruff (format + lint), mypy, and the import contracts (layers, no cycles: docs/architecture.md)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy libs/eventos/src services/*/src
+	$(VENV)/bin/lint-imports
 
 test: lint browser $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## lint, then every test (unit, integration, e2e, browser, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup

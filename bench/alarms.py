@@ -34,21 +34,22 @@ from harness import (
     temporal_server,
 )
 
-from eventos import employees, names
-from eventos.activities import DbActivities
+from eventos import names
 from eventos.alarms import signal_changed
 from eventos.contracts import SupervisorStatus, ToolCallInput
+from eventos.control.intent_deliverer import ensure_supervisor
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
-from eventos.deliverer import ensure_supervisor
+from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.outbox_keys import OutboxKeys, new_key_entry
-from eventos.payload_guard import connect as temporal_connect
+from eventos.outbox.keys import OutboxKeys, new_key_entry
+from eventos.runtime.payload_guard import connect as temporal_connect
 from eventos.settings import AlarmSettings, DatabaseSettings, SecretStore, TemporalSettings
-from eventos.spec import load_specs
+from eventos.spec.model import load_specs
 from eventos.tools import alarms as alarm_tools
 from eventos.tools.runner import ToolRunner
-from eventos.workers import workflow_worker
+from eventos.workers.activities import DbActivities
+from eventos.workers.roles import workflow_worker
 
 SIGNALED = 26  # EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
 SET_ESTIMATE_S = 0.015  # seconds per set_alarm call and its Signal (2 shared cores)
@@ -118,8 +119,8 @@ async def run(n_employees: int, n_alarms: int, window_s: float, lead_s: float,
             await migrate(conn)
             for name in names_:
                 (s,) = load_specs(spec(name))
-                await employees.apply(conn, s, LlmEndpoints())
-                await employees.start(conn, name)
+                await lifecycle.apply(conn, s, LlmEndpoints())
+                await lifecycle.start(conn, name)
         await measure(db, temporal, names_, n_alarms, window_s, lead_s)
 
 

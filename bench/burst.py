@@ -30,22 +30,23 @@ from harness import (
     temporal_server,
 )
 
-from eventos import employees, names
-from eventos.activities import DbActivities
-from eventos.bus import IngressRecord, append
+from eventos import names
+from eventos.bus.inbox import IngressRecord, append
 from eventos.db import connect, open_pool
 from eventos.db.migrate import migrate
+from eventos.delivery.relay import PER_ENTITY_PER_SECOND, Relay
+from eventos.delivery.routing import route_pass
+from eventos.employees import lifecycle
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.worker import llm_worker
-from eventos.outbox_keys import OutboxKeys, new_key_entry
-from eventos.payload_guard import connect as temporal_connect
-from eventos.relay import PER_ENTITY_PER_SECOND, Relay
-from eventos.routing import route_pass
+from eventos.outbox.keys import OutboxKeys, new_key_entry
+from eventos.runtime.payload_guard import connect as temporal_connect
+from eventos.runtime.temporal import TemporalConnection
 from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
-from eventos.spec import load_specs
-from eventos.temporal import TemporalConnection
-from eventos.workers import egress_worker, workflow_worker
+from eventos.spec.model import load_specs
+from eventos.workers.activities import DbActivities
+from eventos.workers.roles import egress_worker, workflow_worker
 
 SPEC = """
 apiVersion: eventos/v1
@@ -72,9 +73,9 @@ async def run(messages: int, folder: Path) -> None:
         async with await connect(db) as conn:
             await migrate(conn)
             (spec,) = load_specs(SPEC)
-            await employees.apply(conn, spec, LlmEndpoints())
-            await employees.start(conn, "burst")
-            await employees.activate(conn, "burst")
+            await lifecycle.apply(conn, spec, LlmEndpoints())
+            await lifecycle.start(conn, "burst")
+            await lifecycle.activate(conn, "burst")
             t0 = time.perf_counter()
             for start in range(0, messages, 500):
                 await append(conn, [record(n) for n in range(start, min(messages, start + 500))])

@@ -37,29 +37,30 @@ from harness import (
     temporal_server,
 )
 
-from eventos import employees, names
-from eventos.activities import DbActivities
+from eventos import names
 from eventos.channels.settings import DEFAULT_BUCKETS, Bucket, ChannelSettings
 from eventos.channels.telegram import TelegramApi, TelegramSender
 from eventos.db import connect, open_pool
 from eventos.db.migrate import migrate
-from eventos.egress import Egress
+from eventos.delivery.relay import Relay
+from eventos.delivery.routing import route_pass
+from eventos.employees import lifecycle
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.worker import llm_worker
-from eventos.outbox_keys import OutboxKeys, new_key_entry
-from eventos.payload_guard import connect as temporal_connect
-from eventos.relay import Relay
-from eventos.routing import route_pass
+from eventos.outbox.egress import Egress
+from eventos.outbox.keys import OutboxKeys, new_key_entry
+from eventos.runtime.payload_guard import connect as temporal_connect
+from eventos.runtime.temporal import TemporalConnection
 from eventos.settings import (
     AdminSettings,
     DatabaseSettings,
     SecretStore,
     ServiceSettings,
 )
-from eventos.spec import load_specs
-from eventos.temporal import TemporalConnection
-from eventos.workers import egress_worker, workflow_worker
+from eventos.spec.model import load_specs
+from eventos.workers.activities import DbActivities
+from eventos.workers.roles import egress_worker, workflow_worker
 
 SPEC = """
 apiVersion: eventos/v1
@@ -136,9 +137,9 @@ async def run(args: argparse.Namespace, folder: Path) -> None:
         async with await connect(db) as conn:
             await migrate(conn)
             (spec,) = load_specs(SPEC)
-            await employees.apply(conn, spec, LlmEndpoints())
-            await employees.start(conn, "shop")
-            await employees.activate(conn, "shop")
+            await lifecycle.apply(conn, spec, LlmEndpoints())
+            await lifecycle.start(conn, "shop")
+            await lifecycle.activate(conn, "shop")
         sys.path.insert(0, str(TESTS))
         from fake_telegram import FakeTelegram
 

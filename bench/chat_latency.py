@@ -30,7 +30,7 @@ import httpx
 import psycopg
 from harness import exit_on_signals, parse_with_quick
 
-from eventos.localstack import LocalStack
+from eventos.local.instance import LocalStack
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_P50_MS = 100.0  # issue 12, as the owner sees it

@@ -37,14 +37,15 @@ from harness import (
     table,
 )
 
-from eventos import chat, employees
 from eventos.console.assets import Assets
 from eventos.db import Conn, connect
 from eventos.db.migrate import migrate
+from eventos.delivery.routing import route_pass
+from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.routing import route_pass
+from eventos.owner import chat
 from eventos.settings import DatabaseSettings
-from eventos.spec import load_specs
+from eventos.spec.model import load_specs
 from eventos.testing.timeline import bulk_timeline
 
 MESSAGES_EACH = 3
@@ -82,9 +83,9 @@ async def seed_employees(conn: Conn, names: list[str]) -> None:
     """Applied, started and running; today's budget and spend; messages waiting; attention."""
     for name in names:
         (s,) = load_specs(spec(name))
-        await employees.apply(conn, s, LlmEndpoints())
-        await employees.start(conn, name)
-        await employees.activate(conn, name)
+        await lifecycle.apply(conn, s, LlmEndpoints())
+        await lifecycle.start(conn, name)
+        await lifecycle.activate(conn, name)
         for i in range(MESSAGES_EACH):
             await chat.send(conn, name, uuid.uuid4().hex, f"message {i}")
     await statements(conn, """

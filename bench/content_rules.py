@@ -20,8 +20,8 @@ import time
 from harness import parse_with_quick, progress, table
 
 from eventos import names
-from eventos.channels.rules import compile_rules
-from eventos.spec import load_specs
+from eventos.spec.content_rules import compile_rules
+from eventos.spec.model import load_specs
 
 SCAN = names.RULES_SCAN_MAX_CHARS
 REDOS = "'(a+)+$|^(\\w+\\s?)*!$|x{100}y'"

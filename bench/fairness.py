@@ -42,23 +42,25 @@ from harness import (
 )
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import chat, employees, names
-from eventos.activities import DbActivities
-from eventos.bus import IngressRecord, append
+from eventos import names
+from eventos.bus.inbox import IngressRecord, append
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
+from eventos.delivery.relay import Relay
+from eventos.delivery.routing import route_pass
+from eventos.employees import lifecycle
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.worker import llm_worker
-from eventos.outbox_keys import OutboxKeys, new_key_entry
-from eventos.payload_guard import connect as temporal_connect
-from eventos.relay import Relay
-from eventos.routing import route_pass
-from eventos.scheduler import DEFAULT_CLASS_MAX, SchedConfig
+from eventos.outbox.keys import OutboxKeys, new_key_entry
+from eventos.owner import chat
+from eventos.runtime.payload_guard import connect as temporal_connect
+from eventos.runtime.temporal import TemporalConnection
+from eventos.scheduling.policy import DEFAULT_CLASS_MAX, SchedConfig
 from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
-from eventos.spec import load_specs
-from eventos.temporal import TemporalConnection
-from eventos.workers import egress_worker, workflow_worker
+from eventos.spec.model import load_specs
+from eventos.workers.activities import DbActivities
+from eventos.workers.roles import egress_worker, workflow_worker
 
 EMPLOYEES = ("alpha", "beta")
 # Conversations per employee and class kept holding input (C1 also has the owner's chat).
@@ -100,9 +102,9 @@ async def run(folder: Path, args: argparse.Namespace) -> None:
         async with await connect(db) as conn:
             await migrate(conn)
             for spec_doc in load_specs("---".join(spec(e) for e in EMPLOYEES)):
-                await employees.apply(conn, spec_doc, LlmEndpoints())
-                await employees.start(conn, spec_doc.name)
-                await employees.activate(conn, spec_doc.name)
+                await lifecycle.apply(conn, spec_doc, LlmEndpoints())
+                await lifecycle.start(conn, spec_doc.name)
+                await lifecycle.activate(conn, spec_doc.name)
         await measure(db, ts, args)
 
 

@@ -1,6 +1,6 @@
 """The local instance of the fault run, and the faults done to it.
 
-It is `make run`'s instance (eventos.localstack.LocalStack): embedded PostgreSQL, the Temporal
+It is `make run`'s instance (eventos.local.instance.LocalStack): embedded PostgreSQL, the Temporal
 server of the tier (the dev server at tier S, the full server at tier L), the six services as
 processes, and the instance's own supervision, which restarts a service that exits. What that
 supervision leaves to the operator (PostgreSQL and Temporal exiting) the harness does the way a
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import httpx
 
-from eventos.localstack import LocalStack
-from eventos.service_process import ServiceProcess
+from eventos.local.instance import LocalStack
+from eventos.local.service_process import ServiceProcess
 
 TEMPORAL = "temporal"
 POSTGRES = "postgres"

@@ -38,8 +38,9 @@ from typing import Any
 import httpx
 from faults_book import CHAT, DRIVER, TELEGRAM, WEBHOOK, Acked, Attempt, Book
 
-from eventos import chat, names
-from eventos.driver import AckResult, AckStatus, Backoff, DriverClient, DriverOutbox
+from eventos import names
+from eventos.bus.driver import AckResult, AckStatus, Backoff, DriverClient, DriverOutbox
+from eventos.owner import chat
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"  # the provider fakes live there
 sys.path.insert(0, str(TESTS))
@@ -352,7 +353,7 @@ class Load:
             m.next_at = time.time() + delay(m.tries)
             return
         self.book.chat_ids[m.tag] = (m.audience, message_id)
-        key = chat.dedupe_key(m.audience, chat.DEFAULT_SESSION, m.tag)
+        key = chat.dedupe_key(m.audience, names.DEFAULT_SESSION, m.tag)
         source = names.source_key(names.SOURCE_CHAT, FRONT)
         self.book.ack(Acked(CHAT, m.tag, source, key, began, time.time()))
         self.unanswered.pop(m.tag, None)

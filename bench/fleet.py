@@ -47,7 +47,7 @@ from chat_latency import Replies, one, percentile
 from harness import CpuMeter, children, exit_on_signals, parse_with_quick, table
 from prometheus_client.parser import text_string_to_metric_families
 
-from eventos.localstack import LocalStack
+from eventos.local.instance import LocalStack
 from eventos.settings import CHART_VAR, TOOLS_BIN_VAR, ServerTools
 from eventos.testing import wait_for_sync
 

@@ -31,7 +31,7 @@ from psycopg import sql
 
 from eventos.db import connect
 from eventos.db.migrate import migrate
-from eventos.embedded_pg import EmbeddedPostgres, free_port
+from eventos.local.embedded_pg import EmbeddedPostgres, free_port
 from eventos.settings import DatabaseSettings, TemporalSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -499,7 +499,7 @@ def temporal_server(folder: Path) -> Iterator[TemporalSettings]:
         yield settings
         return
     # Imported here: the webhook drivers need no Temporal, and it takes a second to import.
-    from eventos.temporal_dev import TemporalDevServer
+    from eventos.local.temporal_dev import TemporalDevServer
 
     server = TemporalDevServer(folder / "temporal")
     server.start()

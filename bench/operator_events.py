@@ -12,7 +12,7 @@ Starts an embedded PostgreSQL (or a fresh database on EVENTOS_DATABASE_URL's ser
    (ALTER TABLE employee_timeline … TRIGGER employee_timeline_operator_events), alternating,
    on the same database. Prints inputs/s of each step.
 2. places: `--events` events written without a place, then placed by the sequencer
-   (eventos.event_positions.place, 1,000 per transaction). Prints events placed/s.
+   (eventos.owner.event_positions.place, 1,000 per transaction). Prints events placed/s.
 3. reads: 200 reads of each shape through eventos.operator.events.read from a place 1,000
    events back: the admin's, a user's (who matches one event in 50), one employee's. Prints
    p50/p99 in ms and the events each read returned.
@@ -29,15 +29,16 @@ from typing import Any
 from harness import fresh_database, parse_with_quick, progress, run_in_temp_folder, table
 from timeline import record, spec
 
-from eventos import employees, event_positions
-from eventos.bus import append
+from eventos.bus.inbox import append
 from eventos.db import Conn, connect
 from eventos.db.migrate import migrate
+from eventos.delivery.routing import route_pass
+from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.operator import events
-from eventos.routing import route_pass
+from eventos.owner import event_positions
 from eventos.settings import DatabaseSettings
-from eventos.spec import load_specs
+from eventos.spec.model import load_specs
 
 READS = 200
 TRIGGER = "employee_timeline_operator_events"
@@ -71,9 +72,9 @@ async def write_costs(conn: Conn, inputs: int) -> None:
     names = [f"w{i}" for i in range(4)]
     for name in names:
         (s,) = load_specs(spec(name))
-        await employees.apply(conn, s, LlmEndpoints())
-        await employees.start(conn, name)
-        await employees.activate(conn, name)
+        await lifecycle.apply(conn, s, LlmEndpoints())
+        await lifecycle.start(conn, name)
+        await lifecycle.activate(conn, name)
     results: dict[bool, list[list[float]]] = {True: [], False: []}
     for i, name in enumerate(names):  # on, off, on, off
         on = i % 2 == 0

@@ -30,17 +30,18 @@ from harness import (
 from temporalio.client import Client
 from temporalio.common import Priority, WorkflowIDReusePolicy
 
-from eventos import employees, names
-from eventos.bus import IngressRecord, append
+from eventos import names
+from eventos.bus.inbox import IngressRecord, append
 from eventos.db import connect, open_pool
 from eventos.db.migrate import migrate
+from eventos.delivery.relay import Relay
+from eventos.delivery.routing import route_pass
+from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.payload_guard import connect as temporal_connect
-from eventos.relay import Relay
-from eventos.routing import route_pass
+from eventos.runtime.payload_guard import connect as temporal_connect
+from eventos.runtime.temporal import TemporalConnection
 from eventos.settings import DatabaseSettings, TemporalSettings
-from eventos.spec import load_specs
-from eventos.temporal import TemporalConnection
+from eventos.spec.model import load_specs
 
 SPEC = """
 apiVersion: eventos/v1
@@ -112,9 +113,9 @@ async def run(args: argparse.Namespace, folder: Path) -> None:
         async with await connect(db) as conn:
             await migrate(conn)
             (spec,) = load_specs(SPEC)
-            await employees.apply(conn, spec, LlmEndpoints())
-            await employees.start(conn, "relaybench")
-            await employees.activate(conn, "relaybench")
+            await lifecycle.apply(conn, spec, LlmEndpoints())
+            await lifecycle.start(conn, "relaybench")
+            await lifecycle.activate(conn, "relaybench")
             for n in range(args.per_stream):
                 await append(conn, [record(s, n) for s in range(args.streams)])
             while (await route_pass(conn)).rows:

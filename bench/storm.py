@@ -31,16 +31,17 @@ from typing import Any
 from harness import exit_on_signals, fresh_database, parse_with_quick, progress, run_in_temp_folder
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import employees, names
+from eventos import names
 from eventos.alarms.store import fire_due
 from eventos.contracts import DeliveryItem, ToolCallInput
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
+from eventos.delivery.routing import route_pass
+from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.routing import route_pass
+from eventos.messaging.storm import flush_due
 from eventos.settings import DatabaseSettings, SecretStore
-from eventos.spec import load_specs
-from eventos.storm import flush_due
+from eventos.spec.model import load_specs
 from eventos.tools.runner import ToolRunner
 from eventos.workflows.turn import causal, task_ids
 
@@ -248,9 +249,9 @@ async def run(folder: Path, minutes: int, tick_s: float, kick_every_s: float) ->
         async with await connect(db) as conn:
             await migrate(conn)
             for doc in load_specs("---".join(spec(e) for e in (A, B))):
-                await employees.apply(conn, doc, LlmEndpoints())
-                await employees.start(conn, doc.name)
-                await employees.activate(conn, doc.name)
+                await lifecycle.apply(conn, doc, LlmEndpoints())
+                await lifecycle.start(conn, doc.name)
+                await lifecycle.activate(conn, doc.name)
         await storm(db, minutes, tick_s, kick_every_s)
 
 

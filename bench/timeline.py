@@ -29,15 +29,15 @@ from typing import Any
 
 from harness import fresh_database, parse_with_quick, progress, run_in_temp_folder, table
 
-from eventos import employees
-from eventos.bus import IngressRecord, append
+from eventos.bus.inbox import IngressRecord, append
 from eventos.db import Conn, connect
 from eventos.db.migrate import migrate
 from eventos.db.sql import Q
+from eventos.delivery.routing import route_pass
+from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.routing import route_pass
 from eventos.settings import DatabaseSettings
-from eventos.spec import load_specs
+from eventos.spec.model import load_specs
 from eventos.testing.timeline import bulk_timeline
 from eventos.timeline import entries
 
@@ -137,9 +137,9 @@ async def run(args: argparse.Namespace, folder: Path) -> None:
             names = [f"w{i}" for i in range(4)]
             for name in names:
                 (s,) = load_specs(spec(name))
-                await employees.apply(conn, s, LlmEndpoints())
-                await employees.start(conn, name)
-                await employees.activate(conn, name)
+                await lifecycle.apply(conn, s, LlmEndpoints())
+                await lifecycle.start(conn, name)
+                await lifecycle.activate(conn, name)
             results: dict[bool, list[list[float]]] = {True: [], False: []}
             for i, name in enumerate(names):  # on, off, on, off
                 on = i % 2 == 0

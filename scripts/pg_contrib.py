@@ -18,7 +18,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from eventos.embedded_pg import bin_dir
+from eventos.local.embedded_pg import bin_dir
 
 LIB = "package/native/lib/postgresql/"
 EXTENSIONS = "package/native/share/postgresql/extension/"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,10 +14,10 @@ import pytest
 from eventos_ingress.app import IngressConfig, build
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import employees
 from eventos.db import Conn
+from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.service import Service
+from eventos.runtime.service import Service
 from eventos.settings import (
     AdminSettings,
     DatabaseSettings,
@@ -26,10 +27,17 @@ from eventos.settings import (
     ServiceSettings,
     SupervisionSettings,
 )
-from eventos.spec import load_specs
+from eventos.spec.model import load_specs
 
 if TYPE_CHECKING:
     from mail_servers import MailServers
+
+# Test modules import each other's fixtures and helpers by module name (each name is unique in
+# tests/): every folder of tests is on the path from the start, whichever pytest collects first.
+TESTS = Path(__file__).resolve().parent
+for _folder in sorted({p.parent for p in TESTS.rglob("*.py")}):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 # The outside world of these tests (HTTP servers that tools call and polls read) is on
 # loopback; services started in-process and as processes read this from the environment.
@@ -95,10 +103,10 @@ async def apply_and_start(
     """Apply every spec in `text` and start each (running unless activate=False)."""
     async with pool.connection() as conn:
         for spec in load_specs(text):
-            await employees.apply(conn, spec, endpoints or LlmEndpoints())
-            await employees.start(conn, spec.name)
+            await lifecycle.apply(conn, spec, endpoints or LlmEndpoints())
+            await lifecycle.start(conn, spec.name)
             if activate:
-                await employees.activate(conn, spec.name)
+                await lifecycle.activate(conn, spec.name)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +20,6 @@ from playwright.async_api import Browser, Page, async_playwright
 from playwright.async_api import expect as expect
 
 ROOT = Path(__file__).resolve().parents[2]
-# The stack the channel tests share (channel_stack.py) lives beside them; this module is
-# imported first (by name), so they are found whichever folder pytest collected first.
-if str(ROOT / "tests" / "integration") not in sys.path:
-    sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
 BROWSER_SETTING = "EVENTOS_TEST_BROWSER"
 DEBIAN_CHROMIUM = Path("/usr/bin/chromium")

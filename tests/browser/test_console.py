@@ -21,7 +21,7 @@ from test_router import query
 
 from eventos.db import Conn
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.outbox_keys import OutboxKeys
+from eventos.outbox.keys import OutboxKeys
 from eventos.settings import DatabaseSettings, TemporalSettings
 from eventos.testing import wait_for
 

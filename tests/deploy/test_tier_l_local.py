@@ -12,8 +12,8 @@ import charts
 import yaml
 from charts import ROOT, named
 
+from eventos.local.temporal_server import TemporalServer
 from eventos.settings import ServerTools
-from eventos.temporal_server import TemporalServer
 
 URL = "postgresql://instance-user:s3cret-pw@127.0.0.1:5999/postgres"
 # Where the local config may differ from the shipped one, and nowhere else (plus its log level).

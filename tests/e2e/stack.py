@@ -21,8 +21,8 @@ from processes import Running
 from psycopg.rows import dict_row
 
 from eventos import names
-from eventos.outbox_keys import new_key_entry
-from eventos.temporal_dev import TemporalDevServer
+from eventos.local.temporal_dev import TemporalDevServer
+from eventos.outbox.keys import new_key_entry
 from eventos.testing import wait_for_sync
 
 T = TypeVar("T")

@@ -19,8 +19,8 @@ from fake_telegram import FakeTelegram
 from stack import Owner, Stack, base_env, one, own_dev_server, rows, until
 
 from eventos import names
+from eventos.local.temporal_dev import TemporalDevServer
 from eventos.settings import DatabaseSettings
-from eventos.temporal_dev import TemporalDevServer
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 

@@ -1,4 +1,4 @@
-"""`make run` as a user runs it: `python -m eventos.localstack` in a folder, then Ctrl-C or a crash.
+"""`make run` as a user runs it: `python -m eventos.local` in a folder, then Ctrl-C or a crash.
 
 Each test owns its folder, so its embedded PostgreSQL and Temporal dev server are its own;
 EVENTOS_DATABASE_URL and TEMPORAL_ADDRESS are dropped so the embedded path is what runs.
@@ -22,7 +22,7 @@ import pytest
 from conftest import E2E_TIMEOUT_S
 
 from eventos import names
-from eventos.processes import pid_alive
+from eventos.local.processes import pid_alive
 from eventos.testing import wait_for_sync
 from eventos.v1 import ingress_pb2, ingress_pb2_grpc
 
@@ -37,7 +37,7 @@ AMBIENT = ("EVENTOS_DATABASE_URL", "TEMPORAL_ADDRESS", "EVENTOS_ADMIN_TOKEN", "E
 
 @dataclass
 class Run:
-    """One `python -m eventos.localstack` in `root`."""
+    """One `python -m eventos.local` in `root`."""
 
     root: Path
     process: subprocess.Popen[bytes]
@@ -86,7 +86,7 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., Run]]:
         output = tmp_path / f"localstack-{len(runs)}.out"
         with output.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "eventos.localstack", "--examples", str(EXAMPLES)],
+                [sys.executable, "-m", "eventos.local", "--examples", str(EXAMPLES)],
                 cwd=tmp_path,
                 env={**env, **extra_env},
                 stdout=out,

@@ -20,8 +20,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from test_temporal_outage import SPEC, Sender, all_done, answered, stack, temporal  # noqa: F401
 
 from eventos import names
+from eventos.local.temporal_dev import TemporalDevServer
 from eventos.settings import DatabaseSettings
-from eventos.temporal_dev import TemporalDevServer
 
 # Whole stacks of processes on a small shared machine: a longer hang limit than the default.
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]

@@ -14,8 +14,8 @@ from conftest import E2E_TIMEOUT_S
 from stack import Owner, Stack, one, rows, until
 from test_temporal_outage import all_done, answered, stack, temporal  # noqa: F401
 
+from eventos.local.temporal_dev import TemporalDevServer
 from eventos.settings import DatabaseSettings
-from eventos.temporal_dev import TemporalDevServer
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 

@@ -24,8 +24,8 @@ from stack import Owner, Stack, base_env, one, own_dev_server, reply_rows, rows,
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from eventos import names
+from eventos.local.temporal_dev import TemporalDevServer
 from eventos.settings import DatabaseSettings
-from eventos.temporal_dev import TemporalDevServer
 
 # Whole stacks of processes on a small shared machine: a longer hang limit than the default.
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]

@@ -30,9 +30,9 @@ from test_rearm import SUPERVISED, leftovers
 from test_temporal_outage import SPEC, Sender, all_done, answered
 
 from eventos import names
+from eventos.local.temporal_dev import TemporalDevServer
+from eventos.local.temporal_server import TemporalServer
 from eventos.settings import DatabaseSettings, TemporalSettings
-from eventos.temporal_dev import TemporalDevServer
-from eventos.temporal_server import TemporalServer
 
 # Whole stacks of processes on a small shared machine: a longer hang limit than the default.
 pytestmark = [pytest.mark.stack, pytest.mark.tier_l, pytest.mark.timeout(E2E_TIMEOUT_S)]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -106,6 +107,23 @@ class ChatMessage:
     name: str | None = None
 
 
+def message_size(message: ChatMessage) -> int:
+    """A message's size as the bounds count it: its JSON."""
+    return len(json.dumps(asdict(message)))
+
+
+def bounded_transcript(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """Drop the oldest messages (never the system prompt) until ≤ 393,216 bytes (I7)."""
+    size = [message_size(m) for m in messages]
+    keep_from = 1
+    while (
+        sum(size[:1]) + sum(size[keep_from:]) > names.TRANSCRIPT_MAX_BYTES
+        and keep_from < len(messages) - 1
+    ):
+        keep_from += 1
+    return messages[:1] + messages[keep_from:]
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     """A tool offered to the model: JSON-schema parameters."""
@@ -143,7 +161,7 @@ class ModelRef:
 class TranscriptRef:
     """A conversation's stored transcript as a turn loaded it: messages 1..`through`, whose
     bytes end at `through_bytes`. Rows are only appended, so every attempt of a step reads the
-    same messages (eventos.transcripts)."""
+    same messages (eventos.conversations.transcripts)."""
 
     generation: int
     agent: str

@@ -82,6 +82,8 @@ COMMIT_QUEUE_MAX: Final = 4096
 SOURCE_WEBHOOK: Final = "webhook"
 SOURCE_CHAT: Final = "chat"
 KIND_CHAT: Final = "chat"  # owner chat, as a route and an outbox row kind
+# The chat session a message belongs to when it names none (also where notices go).
+DEFAULT_SESSION: Final = "owner"
 SOURCE_GRPC: Final = "grpc"
 # Internal producers (alarms, employee messaging, tools, the platform itself). No spec trigger
 # declares these kinds; over gRPC only the internal credential may publish them (SPEC §6.3).
@@ -484,3 +486,12 @@ OPERATOR_EVENT_KINDS: Final = {
     "employee": ("employee.starting", "employee.running", "employee.paused", "employee.retired",
                  "employee.degraded", "employee.recovered"),
 }  # fmt: skip
+
+# Every tool an agent may name in `agents[].tools` (the spec checks names against this set;
+# eventos.tools.registry holds each one's handler and refuses to load unless it has exactly these).
+TOOL_NAMES: Final = frozenset({
+    "set_alarm", "list_alarms", "cancel_alarm",
+    "send_to_employee", "delegate_to_employee", "complete_task",
+    "http_request",
+    "data_get", "data_put", "data_list",
+})  # fmt: skip

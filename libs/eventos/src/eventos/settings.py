@@ -288,7 +288,7 @@ class GrpcIngressSettings:
     read_ahead_events: int = 1000
     read_ahead_bytes: int = 4 * MIB
     max_streams: int = 64
-    # A driver runs one stream at a time (eventos.driver); a few more cover a restart whose
+    # A driver runs one stream at a time (eventos.bus.driver); a few more cover a restart whose
     # old connection keepalive has not yet dropped. No driver can take every stream.
     max_streams_per_driver: int = 4
     max_concurrent_rpcs: int = 256
@@ -384,7 +384,7 @@ class GrpcIngressSettings:
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.max_pings_without_data", 0),
             ("grpc.http2.min_sent_ping_interval_without_data_ms", int(self.keepalive_time_s * ms)),
-            # Drivers ping every 30 s or more (eventos.driver); faster pings are refused.
+            # Drivers ping every 30 s or more (eventos.bus.driver); faster pings are refused.
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 10 * ms),
             ("grpc.max_connection_idle_ms", int(self.max_connection_idle_s * ms)),
             ("grpc.max_connection_age_ms", int(self.max_connection_age_s * ms)),
@@ -536,7 +536,7 @@ class LlmEndpointSettings:
 @dataclass(frozen=True)
 class OutboxKeySettings:
     """`EVENTOS_OUTBOX_KEYS` or `EVENTOS_OUTBOX_KEYS_FILE` (a mounted Secret): the keys that
-    seal outbox recipients, as text with the variable it came from; `eventos.outbox_keys`
+    seal outbox recipients, as text with the variable it came from; `eventos.outbox.keys`
     parses it. Required by the services that read or write recipients."""
 
     text: str = field(default="", repr=False)

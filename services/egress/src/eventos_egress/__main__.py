@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from eventos.activities import DbActivities
 from eventos.channels.discord import DiscordApi, DiscordSender
 from eventos.channels.email import EmailSender
 from eventos.channels.http import provider_client
@@ -10,13 +9,14 @@ from eventos.channels.senders import Sender
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.telegram import TelegramApi, TelegramSender
 from eventos.channels.whatsapp import WhatsAppSender
-from eventos.egress import Egress, retry_loop
-from eventos.gauges import gauge_loop, read_outbox
-from eventos.outbox_keys import OutboxKeys
-from eventos.service import run_main
+from eventos.outbox.egress import Egress, retry_loop
+from eventos.outbox.keys import OutboxKeys
+from eventos.runtime.gauges import gauge_loop, read_outbox
+from eventos.runtime.service import run_main
+from eventos.runtime.wiring import ConnectedConfig, build_connected
 from eventos.settings import SecretStore
-from eventos.wiring import ConnectedConfig, build_connected
-from eventos.workers import egress_worker, run_forever
+from eventos.workers.activities import DbActivities
+from eventos.workers.roles import egress_worker, run_forever
 
 
 async def main() -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import grpc
 from psycopg_pool import AsyncConnectionPool
 
-from eventos.bus import GroupCommitter
+from eventos.bus.inbox import GroupCommitter
 from eventos.channels.discord import DiscordApi
 from eventos.channels.discord_gateway import DiscordReader
 from eventos.channels.email import EmailReader
@@ -19,8 +19,10 @@ from eventos.console import serve as console
 from eventos.console.assets import Assets
 from eventos.db import Conn, open_pool
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.scheduler import SchedConfig
-from eventos.service import GrpcServerOptions, Service
+from eventos.owner.wakeups import StreamWakeups
+from eventos.runtime.service import GrpcServerOptions, Service
+from eventos.runtime.wake import Kicker
+from eventos.scheduling.policy import SchedConfig
 from eventos.settings import (
     AdminSettings,
     DatabaseSettings,
@@ -30,10 +32,8 @@ from eventos.settings import (
     SecretStore,
     ServiceSettings,
 )
-from eventos.spec import PROVIDER_SCHEMES
+from eventos.spec.model import PROVIDER_SCHEMES
 from eventos.v1 import ingress_pb2_grpc
-from eventos.wake import Kicker
-from eventos.wakeups import StreamWakeups
 from eventos_ingress.credentials import DriverTable
 from eventos_ingress.discord import PREFIX as DISCORD_PREFIX
 from eventos_ingress.discord import DiscordInteractions

@@ -15,10 +15,11 @@ from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from eventos import approvals, names
+from eventos import names
 from eventos.db import Conn
 from eventos.errors import InputInvalid, NotFound
-from eventos.wake import Kicker
+from eventos.outbox import approvals
+from eventos.runtime.wake import Kicker
 
 STATES = (names.APPROVAL_PENDING, names.APPROVAL_APPROVED, names.APPROVAL_DECLINED,
           names.APPROVAL_EXPIRED)  # fmt: skip

@@ -21,7 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from eventos import chat
+from eventos import names
 from eventos.console import reads
 from eventos.db import Conn
 from eventos.errors import InputInvalid
@@ -98,7 +98,7 @@ class ConsoleApi:
     async def chat_history(self, request: Request, caller: Caller) -> Response:
         """The caller's messages in a session newest first, each with its reply."""
         before, limit = request.query_params.get("cursor"), limit_of(request)
-        session = _text(request, "session", SESSION_MAX) or chat.DEFAULT_SESSION
+        session = _text(request, "session", SESSION_MAX) or names.DEFAULT_SESSION
         async with self.pool.connection() as conn:
             found = await reads.chat_history(conn, request.path_params["name"],
                                              caller.audience, session, before, limit)  # fmt: skip

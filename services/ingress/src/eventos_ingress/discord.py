@@ -21,7 +21,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
-from eventos.bus import Accepted, Duplicate, Rejected, append, append_isolated
+from eventos.bus.inbox import Accepted, Duplicate, Rejected, append, append_isolated
 from eventos.channels.discord import (
     DRIVER,
     DiscordCredential,
@@ -35,8 +35,8 @@ from eventos.channels.threads import instance_salt
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import DatabaseUnavailable, SecretUnavailable
+from eventos.runtime.wake import Kicker
 from eventos.settings import SecretStore
-from eventos.wake import Kicker
 from eventos_ingress.raw_http import Answer, ClientDisconnect, HookRequest
 
 log = logging.getLogger(__name__)

@@ -18,29 +18,30 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import blobs, names
-from eventos.blobs import Spool
-from eventos.bus import Accepted, GroupCommitter, IngressRecord, Rejected
-from eventos.db import Conn
-from eventos.envelope import (
+from eventos import names
+from eventos.bus import blobs
+from eventos.bus.blobs import Spool
+from eventos.bus.envelope import (
     HEADER_VALUE_MAX,
     encoded_size,
     http_envelope,
     kept_headers,
     new_event_id,
 )
-from eventos.errors import QueueFull, SecretUnavailable, SignatureInvalid
-from eventos.jsonsafe import REASON_NUL, loads_storable, safe_text
-from eventos.metrics import INGRESS_ANSWERS, INGRESS_APPEND_SECONDS, count_dead
-from eventos.settings import SecretStore
-from eventos.verify import (
+from eventos.bus.inbox import Accepted, GroupCommitter, IngressRecord, Rejected
+from eventos.bus.jsonsafe import REASON_NUL, loads_storable, safe_text
+from eventos.bus.verify import (
     BodyCheck,
     VerifyConfig,
     provider_dedupe_key,
     secret_headers,
     start_check,
 )
-from eventos.wake import Kicker
+from eventos.db import Conn
+from eventos.errors import QueueFull, SecretUnavailable, SignatureInvalid
+from eventos.runtime.metrics import INGRESS_ANSWERS, INGRESS_APPEND_SECONDS, count_dead
+from eventos.runtime.wake import Kicker
+from eventos.settings import SecretStore
 from eventos_ingress.limits import HookLimits, SourceLimits
 from eventos_ingress.raw_http import Answer, ClientDisconnect, HookRequest
 from eventos_ingress.routes import Endpoint, RouteTable

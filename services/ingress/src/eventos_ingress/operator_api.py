@@ -20,7 +20,7 @@ from eventos.db import Conn
 from eventos.errors import InputInvalid, NotFound
 from eventos.operator import attention, dead_letters, replay
 from eventos.operator.pages import page_limit, parse_time
-from eventos.wake import Kicker
+from eventos.runtime.wake import Kicker
 from eventos_ingress import bodies
 
 VERBS = ("ack", "resolve", "act")

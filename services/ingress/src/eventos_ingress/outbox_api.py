@@ -16,10 +16,10 @@ from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from eventos import egress
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import InputInvalid, NotFound
+from eventos.outbox import egress
 
 STATUSES = ("held", "queued", "sending", "sent", "failed", "unknown", "expired")
 PAGE_DEFAULT = 50

@@ -3,7 +3,7 @@
 The admin token may do everything and chats as the audience `owner`; a user token may chat,
 read its own messages and follow its own event streams (streams_api.py), and see and handle its
 own approvals and attention items; nothing else (403). Chat calls are always scoped to the
-caller's audience (`eventos.users`).
+caller's audience (`eventos.owner.users`).
 
 Every operation runs inside one guard: authenticate, check the caller may do it, check the
 path and query values and the declared body length, translate database errors (an outage is a
@@ -23,8 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 
-from eventos import chat, employees, intents, names, users
+from eventos import names
 from eventos.db import Conn, translate
+from eventos.employees import intents, lifecycle
 from eventos.errors import (
     EventOSError,
     Forbidden,
@@ -34,10 +35,11 @@ from eventos.errors import (
 )
 from eventos.health import degraded
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.scheduler import SchedConfig
-from eventos.spec import parse_specs, yaml_documents
-from eventos.wake import Kicker
-from eventos.wakeups import StreamWakeups
+from eventos.owner import chat, users
+from eventos.owner.wakeups import StreamWakeups
+from eventos.runtime.wake import Kicker
+from eventos.scheduling.policy import SchedConfig
+from eventos.spec.model import parse_specs, yaml_documents
 from eventos_ingress import bodies, openapi, problems
 from eventos_ingress.approvals_api import ApprovalsApi
 from eventos_ingress.console_api import ConsoleApi
@@ -258,20 +260,20 @@ class OwnerApi:
         applied = []
         async with self.pool.connection() as conn:
             for spec in specs:
-                a = await employees.apply(conn, spec, self.endpoints)
+                a = await lifecycle.apply(conn, spec, self.endpoints)
                 applied.append({"name": a.name, "created": a.created, "changed": a.changed})
         return JSONResponse({"applied": applied})
 
     async def list(self, request: Request, caller: Caller) -> Response:
         """Every employee with its live generation."""
         async with self.pool.connection() as conn:
-            rows = await employees.list_all(conn)
+            rows = await lifecycle.list_all(conn)
         return JSONResponse({"employees": [_row(r) for r in rows]})
 
     async def get(self, request: Request, caller: Caller) -> Response:
         """One employee, its live generation, its stored spec and whether it is degraded."""
         async with self.pool.connection() as conn:
-            row = await employees.get(conn, request.path_params["name"])
+            row = await lifecycle.get(conn, request.path_params["name"])
             sick = await degraded.view(conn, row["name"])
         return JSONResponse({**_row(row), "spec": row["spec"], "degraded": sick})
 
@@ -288,7 +290,7 @@ class OwnerApi:
                 req = await intents.interrupt(conn, name, conversation)
         else:
             async with self.pool.connection() as conn:
-                req = await intents.lifecycle(conn, name, action)
+                req = await intents.request(conn, name, action)
         if self.kicker is not None:
             self.kicker.kick()
         return _requested(req)
@@ -325,7 +327,7 @@ class OwnerApi:
         """Send a message as the caller's audience (202, queued)."""
         doc = await bodies.read_object(request)
         client_id, text = _string(doc, "client_message_id"), _string(doc, "text")
-        session = _string(doc, "session", chat.DEFAULT_SESSION)
+        session = _string(doc, "session", names.DEFAULT_SESSION)
         async with self.pool.connection() as conn:
             q = await chat.send(
                 conn, request.path_params["name"], client_id, text, session, caller.audience

@@ -20,8 +20,9 @@ import grpc
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
-from eventos.blobs import blob_exists
-from eventos.bus import (
+from eventos.bus.blobs import blob_exists
+from eventos.bus.envelope import check_driver_envelope
+from eventos.bus.inbox import (
     Accepted,
     Duplicate,
     GroupCommitter,
@@ -31,17 +32,16 @@ from eventos.bus import (
     append_isolated,
 )
 from eventos.db import Conn
-from eventos.envelope import check_driver_envelope
 from eventos.errors import DatabaseUnavailable, EventRejected, QueueFull
-from eventos.metrics import (
+from eventos.runtime.metrics import (
     PUBLISH_ACKS,
     PUBLISH_READ_AHEAD_BYTES,
     PUBLISH_READ_AHEAD_EVENTS,
     PUBLISH_STREAMS,
 )
+from eventos.runtime.wake import Kicker
 from eventos.settings import GrpcIngressSettings
 from eventos.v1 import ingress_pb2, ingress_pb2_grpc
-from eventos.wake import Kicker
 from eventos_ingress.credentials import Driver, DriverTable, Internal, Principal, bearer_token
 
 log = logging.getLogger(__name__)

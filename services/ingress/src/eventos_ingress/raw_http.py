@@ -2,8 +2,8 @@
 answer sent straight to the server, with no framework layer between (at saturation Starlette's
 routing, middleware and response objects cost about a sixth of a webhook's CPU).
 
-Everything else the ingress serves stays on Starlette (`eventos.service.PrefixDispatch` sends
-only this prefix here).
+Everything else the ingress serves stays on Starlette (`eventos.runtime.service.PrefixDispatch`
+sends only this prefix here).
 """
 
 from __future__ import annotations

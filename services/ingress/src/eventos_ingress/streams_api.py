@@ -1,7 +1,7 @@
 """Server-sent event streams of the owner API: the operator stream (`GET /v1/events`) and a chat
 session's (`GET /v1/employees/{name}/chat/events`); docs/events.md.
 
-Both read events by their place (`eventos.event_positions`), so a client resuming with
+Both read events by their place (`eventos.owner.event_positions`), so a client resuming with
 `Last-Event-ID` (or `?after=`) gets every event after the last it read, once. A stream reads
 when the sequencer placed events it may show (LISTEN/NOTIFY through `StreamWakeups`), else
 every 250 ms while nobody listens, and every 5 s regardless; it sends a keep-alive comment after
@@ -22,12 +22,14 @@ from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from eventos import chat, employees, names
+from eventos import names
 from eventos.db import Conn, translate
+from eventos.employees import lifecycle
 from eventos.errors import DatabaseUnavailable
 from eventos.operator import events
 from eventos.operator.attention import Caller
-from eventos.wakeups import OPERATOR, StreamWakeups
+from eventos.owner import chat
+from eventos.owner.wakeups import OPERATOR, StreamWakeups
 from eventos_ingress import problems
 
 SSE_POLL_S = 0.25  # while no listener hears placed events
@@ -78,10 +80,10 @@ class StreamsApi:
     async def chat(self, request: Request, caller: Caller) -> Response:
         """Server-sent events of one chat session (its audience's content only)."""
         name = request.path_params["name"]
-        session = request.query_params.get("session", chat.DEFAULT_SESSION)
+        session = request.query_params.get("session", names.DEFAULT_SESSION)
         after = events.parse_place(_after(request) or "0", "after")
         async with self.pool.connection() as conn:
-            await employees.get(conn, name)  # 404 before the stream starts
+            await lifecycle.get(conn, name)  # 404 before the stream starts
 
         async def read(conn: Conn, after: int) -> Reading:
             rows = await chat.events_after(conn, name, session, after, caller.audience)

@@ -19,10 +19,11 @@ from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from eventos import employees, names
+from eventos import names
 from eventos.db import Conn
+from eventos.employees import lifecycle
 from eventos.errors import InputInvalid
-from eventos.scheduler import SchedConfig
+from eventos.scheduling.policy import SchedConfig
 from eventos.timeline import entries, waiting
 from eventos.timeline.words import summary
 
@@ -116,7 +117,7 @@ class TimelineApi:
                             _time(query, "until"))  # fmt: skip
         limit = _limit(request)
         async with self.pool.connection() as conn:
-            await employees.get(conn, name)  # 404 for an employee that never was
+            await lifecycle.get(conn, name)  # 404 for an employee that never was
             page = await entries.page(conn, f, order, cursor, limit)
         return JSONResponse({
             "timeline": [entry_view(r) for r in page.entries],

@@ -25,8 +25,9 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
-from eventos.blobs import Spool
-from eventos.bus import Accepted, Duplicate, Rejected, append, append_isolated
+from eventos.bus.blobs import Spool
+from eventos.bus.inbox import Accepted, Duplicate, Rejected, append, append_isolated
+from eventos.bus.verify import VerifyConfig, start_check
 from eventos.channels import whatsapp
 from eventos.channels.backlog import account_backlog, raise_pause, resolve_pause
 from eventos.channels.readers import unstorable
@@ -34,10 +35,9 @@ from eventos.channels.threads import instance_salt
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import DatabaseUnavailable, SecretUnavailable, SignatureInvalid
-from eventos.metrics import INGRESS_ANSWERS
+from eventos.runtime.metrics import INGRESS_ANSWERS
+from eventos.runtime.wake import Kicker
 from eventos.settings import SecretStore
-from eventos.verify import VerifyConfig, start_check
-from eventos.wake import Kicker
 from eventos_ingress.hooks import BodyStalled, BodyTooLarge, receive_body
 from eventos_ingress.raw_http import Answer, ClientDisconnect, HookRequest
 

@@ -7,17 +7,17 @@ from __future__ import annotations
 import os
 import socket
 
-from eventos.approvals import approvals_loop
-from eventos.deliverer import Deliverer, deliverer_loop
-from eventos.gauges import gauge_loop, read_backlog
+from eventos.control.intent_deliverer import Deliverer, deliverer_loop
+from eventos.delivery.relay import Relay, relay_loop
 from eventos.health.loop import supervise_loop
-from eventos.outbox_keys import OutboxKeys
-from eventos.relay import Relay, relay_loop
-from eventos.scheduler import SchedConfig
-from eventos.service import run_main
+from eventos.health.turn_watchdog import watchdog_loop
+from eventos.outbox.approvals import approvals_loop
+from eventos.outbox.keys import OutboxKeys
+from eventos.runtime.gauges import gauge_loop, read_backlog
+from eventos.runtime.service import run_main
+from eventos.runtime.wiring import ConnectedConfig, build_connected
+from eventos.scheduling.policy import SchedConfig
 from eventos.settings import SupervisionSettings
-from eventos.watchdog import watchdog_loop
-from eventos.wiring import ConnectedConfig, build_connected
 
 
 async def main() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eventos.service import run_main
+from eventos.runtime.service import run_main
 from eventos_router.app import RouterConfig, build
 
 

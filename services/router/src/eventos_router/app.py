@@ -10,18 +10,20 @@ from datetime import UTC, datetime
 
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import blobs, names, retention, storm
+from eventos import names
+from eventos.bus import blobs, retention
 from eventos.db import Conn, open_pool
 from eventos.db.migrate import drop_expired_partitions, ensure_partitions
 from eventos.db.sql import Q
-from eventos.metrics import ROUTER_DELIVERIES, ROUTER_ROWS, count_dead
+from eventos.delivery.routing import RouteStats, route_pass
+from eventos.messaging import storm
 from eventos.operator import events as operator_events
-from eventos.routing import RouteStats, route_pass
-from eventos.service import Service
+from eventos.runtime.metrics import ROUTER_DELIVERIES, ROUTER_ROWS, count_dead
+from eventos.runtime.service import Service
+from eventos.runtime.wake import Kicker, WakeServicer, WakeSignal
 from eventos.settings import DatabaseSettings, ServiceSettings
 from eventos.timeline import entries as timeline
 from eventos.v1 import wake_pb2_grpc
-from eventos.wake import Kicker, WakeServicer, WakeSignal
 
 log = logging.getLogger(__name__)
 NAME = "router"

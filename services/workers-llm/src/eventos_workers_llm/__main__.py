@@ -9,9 +9,9 @@ from eventos.llm import LlmActivities, llm_slots, provider_http_client, run_llm_
 from eventos.llm.buckets import RateLimits
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable
-from eventos.service import run_main
+from eventos.runtime.service import run_main
+from eventos.runtime.wiring import ConnectedConfig, build_connected
 from eventos.settings import SecretStore, llm_classes
-from eventos.wiring import ConnectedConfig, build_connected
 
 log = logging.getLogger("eventos_workers_llm")
 

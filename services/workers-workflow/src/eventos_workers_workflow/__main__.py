@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from eventos.activities import DbActivities
-from eventos.outbox_keys import OutboxKeys
+from eventos.outbox.keys import OutboxKeys
 from eventos.polls.activities import PollActivities
-from eventos.scheduler import SchedConfig
-from eventos.service import run_main
+from eventos.runtime.service import run_main
+from eventos.runtime.wiring import ConnectedConfig, build_connected
+from eventos.scheduling.policy import SchedConfig
 from eventos.settings import SecretStore, SupervisionSettings
-from eventos.wiring import ConnectedConfig, build_connected
-from eventos.workers import run_forever, workflow_worker
+from eventos.workers.activities import DbActivities
+from eventos.workers.roles import run_forever, workflow_worker
 
 
 async def main() -> None:

@@ -25,13 +25,14 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from eventos import ipc, names
+from eventos import names
 from eventos.alarms.timing import Repeat, humanize, next_occurrence
-from eventos.bus import IngressRecord, append
+from eventos.bus.envelope import encoded_size, new_event_id
+from eventos.bus.inbox import IngressRecord, append
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.envelope import encoded_size, new_event_id
 from eventos.errors import EventOSError, RecordInvalid
+from eventos.messaging import ipc
 
 LIST_MAX = 100  # alarms `list_alarms` shows (the rest is counted in `more`)
 # What an alarm may carry into its fired input, so that input always fits the bus (64 KB):

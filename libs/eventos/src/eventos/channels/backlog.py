@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from eventos import names
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.metrics import CHANNEL_BACKPRESSURE
+from eventos.runtime.metrics import CHANNEL_BACKPRESSURE
 
 log = logging.getLogger(__name__)
 RESUME_SHARE = 0.9  # a paused account reads again below this share of its bound

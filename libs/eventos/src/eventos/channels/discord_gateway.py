@@ -29,7 +29,7 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from eventos.bus import IngressRecord
+from eventos.bus.inbox import IngressRecord
 from eventos.channels.discord import (
     DRIVER,
     DiscordApi,

@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from email import policy
 from typing import Any, TypeVar
 
-from eventos.bus import IngressRecord
+from eventos.bus.inbox import IngressRecord
 from eventos.channels.email_records import (
     DRIVER,
     Answered,

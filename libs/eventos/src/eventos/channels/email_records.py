@@ -26,9 +26,9 @@ from email.utils import format_datetime
 from typing import Any
 
 from eventos import names
-from eventos.bus import IngressRecord
+from eventos.bus.envelope import encoded_size, new_event_id
+from eventos.bus.inbox import IngressRecord
 from eventos.channels.threads import thread_id
-from eventos.envelope import encoded_size, new_event_id
 
 DRIVER = "email"
 TYPE_MESSAGE = "eventos.email.message"

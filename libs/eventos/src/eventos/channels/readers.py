@@ -32,16 +32,16 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
-from eventos.bus import IngressRecord, Rejected, append, append_isolated
+from eventos.bus.envelope import encoded_size
+from eventos.bus.inbox import IngressRecord, Rejected, append, append_isolated
 from eventos.channels.backlog import Gate, account_backlog, raise_pause, resolve_pause
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.threads import instance_salt
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.envelope import encoded_size
 from eventos.errors import DatabaseUnavailable, EventOSError
+from eventos.runtime.wake import Kicker
 from eventos.settings import SecretStore
-from eventos.wake import Kicker
 
 log = logging.getLogger(__name__)
 BACKOFF_MAX_S = 30.0

@@ -21,12 +21,12 @@ from typing import Any
 import httpx
 
 from eventos import names
-from eventos.bus import IngressRecord
+from eventos.bus.envelope import encoded_size, new_event_id
+from eventos.bus.inbox import IngressRecord
 from eventos.channels.http import CONNECT_TIMEOUT_S
 from eventos.channels.readers import Page
 from eventos.channels.senders import Deferred, Delivered, Outgoing, Refused, SendOutcome, Unclear
 from eventos.channels.threads import thread_id
-from eventos.envelope import encoded_size, new_event_id
 from eventos.errors import EventOSError
 
 DRIVER = "telegram"

@@ -30,7 +30,8 @@ import httpx
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
-from eventos.bus import IngressRecord
+from eventos.bus.envelope import encoded_size, new_event_id
+from eventos.bus.inbox import IngressRecord
 from eventos.channels.http import CONNECT_TIMEOUT_S
 from eventos.channels.senders import (
     Deferred,
@@ -44,7 +45,6 @@ from eventos.channels.senders import (
 from eventos.channels.threads import counterpart_hash, instance_salt, thread_id
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.envelope import encoded_size, new_event_id
 from eventos.errors import DatabaseUnavailable, SecretUnavailable
 
 DRIVER = "whatsapp_business"

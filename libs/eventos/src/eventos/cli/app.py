@@ -15,8 +15,13 @@ from pathlib import Path
 from eventos.cli import chat, completion, employees, migrate, operator, sends, timeline
 from eventos.cli.instance import START_HINT, Unreachable, UsageError
 from eventos.cli.output import FORMATS
+from eventos.client.owner_api import (
+    InstanceTimeout,
+    InstanceUnreachable,
+    OwnerApiError,
+    StreamDropped,
+)
 from eventos.errors import EventOSError
-from eventos.owner_client import InstanceTimeout, InstanceUnreachable, OwnerApiError, StreamDropped
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_UNAUTHORIZED, EXIT_UNREACHABLE = range(6)
 Command = Callable[[argparse.Namespace], int]
@@ -165,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--database-url", help="(or EVENTOS_DATABASE_URL, else the stack's database)")
     p = add("completion", completion.cmd_completion, "print a shell completion script")
     p.add_argument("shell", choices=completion.SHELLS)
+    p.set_defaults(parser=parser)  # the parser the script completes
     return parser
 
 

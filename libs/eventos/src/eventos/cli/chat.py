@@ -8,7 +8,7 @@ import uuid
 
 from eventos.cli.instance import CliError, UsageError, owner_client
 from eventos.cli.output import Column, emit, table
-from eventos.owner_client import OwnerClient
+from eventos.client.owner_api import OwnerClient
 
 WAIT_POLL_S = 0.2
 USER_COLUMNS = [

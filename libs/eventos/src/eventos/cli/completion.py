@@ -183,8 +183,7 @@ fi
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    from eventos.cli.app import build_parser  # the parser this script completes
-
+    """Print the script that completes `args.parser` (the whole `eventosctl` parser)."""
     script = bash if args.shell == "bash" else zsh
-    print(script(build_parser()), end="")
+    print(script(args.parser), end="")
     return 0

@@ -13,7 +13,7 @@ import yaml
 from eventos.cli import output, watch
 from eventos.cli.instance import CliError, owner_client
 from eventos.cli.output import Column, emit, emit_one, table
-from eventos.owner_client import OwnerApiError, OwnerClient
+from eventos.client.owner_api import OwnerApiError, OwnerClient
 
 WAIT_POLL_S = 0.2
 LIST_FIELDS = ("name", "spec_sha256", "generation", "state", "pause_reason", "revision",

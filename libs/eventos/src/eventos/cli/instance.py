@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from eventos.client.owner_api import OwnerClient
 from eventos.errors import EventOSError
-from eventos.owner_client import OwnerClient
 
 STACK_FILE = Path(".eventos") / "stack.json"
 START_HINT = "start one with `make run`"

@@ -16,7 +16,7 @@ from typing import Any
 from eventos.cli import output, watch
 from eventos.cli.instance import CliError, UsageError, owner_client
 from eventos.cli.output import Column, emit, emit_one, table
-from eventos.owner_client import OwnerClient
+from eventos.client.owner_api import OwnerClient
 
 SELECTOR_KEYS = ("id", "reason", "source", "employee", "since", "until")
 SHOWN = 10

@@ -8,7 +8,7 @@ from typing import Any
 from eventos.cli import output, watch
 from eventos.cli.instance import owner_client
 from eventos.cli.output import Column, emit, emit_one, table
-from eventos.owner_client import OwnerClient
+from eventos.client.owner_api import OwnerClient
 
 FOLLOW_PAGE = 200
 

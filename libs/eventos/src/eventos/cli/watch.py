@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from eventos.owner_client import InstanceUnreachable, OwnerApiError, OwnerClient, StreamDropped
-from eventos.sse import Block
+from eventos.client.owner_api import InstanceUnreachable, OwnerApiError, OwnerClient, StreamDropped
+from eventos.client.sse import Block
 
 EVENTS_PATH = "/v1/events"
 RECONNECT_S = (0.5, 1.0, 2.0, 5.0)

@@ -19,11 +19,10 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from eventos import names
-from eventos.chat import DEFAULT_SESSION
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict
-from eventos.metrics import DEGRADED_TRANSITIONS
+from eventos.runtime.metrics import DEGRADED_TRANSITIONS
 from eventos.settings import SupervisionSettings
 
 EMPLOYEES_READ: Final = 1000  # employees judged per pass
@@ -83,7 +82,7 @@ async def degrade(conn: Conn, employee: str, reason: str, now: datetime) -> bool
             "detail": f"{employee} is degraded: {reason}. {how}",
         })  # fmt: skip
         await conn.execute(Q["chat_notice_insert"], {
-            "employee": employee, "session": DEFAULT_SESSION,
+            "employee": employee, "session": names.DEFAULT_SESSION,
             "dedupe_key": f"degraded:{employee}:{now.isoformat()}",
             "text": f"{employee} is degraded: {reason}. {how}.",
         })  # fmt: skip

@@ -23,7 +23,7 @@ from eventos.contracts import Admission, AdmitRequest
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict
-from eventos.metrics import THREAD_HOLDS
+from eventos.runtime.metrics import THREAD_HOLDS
 from eventos.settings import SupervisionSettings
 
 STEP_MEMORY = timedelta(hours=1)  # a backoff within this of the last one is the next step

@@ -18,9 +18,9 @@ from temporalio.client import Client
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.health import degraded, watchdogs
-from eventos.metrics import EMPLOYEES_DEGRADED, THREADS_QUARANTINED
+from eventos.runtime.metrics import EMPLOYEES_DEGRADED, THREADS_QUARANTINED
+from eventos.runtime.temporal import TemporalConnection, wake_entities
 from eventos.settings import SupervisionSettings
-from eventos.temporal import TemporalConnection, wake_entities
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The supervision watchdogs (SPEC §12) beside the turn watchdog (`eventos.watchdog`).
+"""The supervision watchdogs (SPEC §12) beside the turn watchdog (`eventos.health.turn_watchdog`).
 
 Each reads a condition from the database at `now`, raises one attention item per thing it
 finds (refreshed while the condition lasts, not counted again) and resolves the items whose
@@ -25,7 +25,7 @@ from typing import Final
 from eventos import names
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.metrics import WATCHDOG_ALERTS
+from eventos.runtime.metrics import WATCHDOG_ALERTS
 from eventos.settings import SupervisionSettings
 
 ITEMS_READ: Final = 500  # things each watchdog reports per pass

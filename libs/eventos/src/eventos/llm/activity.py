@@ -19,17 +19,19 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from eventos import ledger, names, transcripts
+from eventos import names
 from eventos.contracts import LlmStepInput, LlmStepOutput
+from eventos.conversations import transcripts
 from eventos.db import Conn
 from eventos.errors import BudgetExceeded, BudgetHeld
-from eventos.ledger import Reservation
 from eventos.llm import buckets
 from eventos.llm.buckets import RateLimits, credential_of
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable, prompt_tokens
 from eventos.llm.providers import provider_for
-from eventos.metrics import OPERATION_DURATION, RATE_WAITS, SLOT_WAIT, TOKEN_USAGE
+from eventos.runtime.metrics import OPERATION_DURATION, RATE_WAITS, SLOT_WAIT, TOKEN_USAGE
+from eventos.scheduling import ledger
+from eventos.scheduling.ledger import Reservation
 from eventos.settings import SecretStore
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,9 @@ from temporalio.worker import Worker
 from eventos import names
 from eventos.errors import ConfigError
 from eventos.llm.activity import HEARTBEAT_S, LlmActivities
-from eventos.scheduler import DEFAULT_CLASS_MAX
-from eventos.temporal import RetryCount, TemporalConnection, worker_build_id
+from eventos.runtime.build import worker_build_id
+from eventos.runtime.temporal import RetryCount, TemporalConnection
+from eventos.scheduling.policy import DEFAULT_CLASS_MAX
 
 log = logging.getLogger(__name__)
 RECONNECT_S = 2.0

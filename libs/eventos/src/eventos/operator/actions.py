@@ -14,13 +14,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from eventos import egress, employees, intents, names
+from eventos import names
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.employees import GenerationRef
+from eventos.employees import intents, lifecycle
+from eventos.employees.lifecycle import GenerationRef
 from eventos.errors import Conflict
 from eventos.health import actions as health
 from eventos.operator import dead_letters, replay
+from eventos.outbox import egress
 from eventos.tools import retry
 
 Item = dict[str, Any]
@@ -41,9 +43,9 @@ class Action:
 async def _resume_or_release(conn: Conn, name: str) -> GenerationRef:
     """A paused generation runs again; a running one is set running once more, which makes
     its supervisor release the parked and suspended turns (SPEC §9: Resume releases a park)."""
-    live = await employees.lock_live(conn, name)
+    live = await lifecycle.lock_live(conn, name)
     if live.state == names.GEN_PAUSED:
-        return await employees.resume(conn, name)
+        return await lifecycle.resume(conn, name)
     if live.state != names.GEN_RUNNING:
         raise Conflict(f"{name!r} generation {live.generation} is {live.state}; start it first")
     return live
@@ -57,7 +59,7 @@ async def resume(conn: Conn, item: Item, body: dict[str, Any]) -> dict[str, Any]
     if body.get("daily_usd") is not None:
         req = await intents.set_limits(conn, employee, {"daily_usd": body["daily_usd"]})
     else:
-        req = await intents.lifecycle(conn, employee, names.INTENT_RESUME, _resume_or_release)
+        req = await intents.request(conn, employee, names.INTENT_RESUME, _resume_or_release)
     return {"intent": intents.intent_view(req.intent)}
 
 
@@ -66,12 +68,12 @@ async def reset(conn: Conn, item: Item, body: dict[str, Any]) -> dict[str, Any]:
     employee, generation = str(item["employee"]), int(str(item["ref"]).rpartition("-g")[2])
 
     async def retire(c: Conn, name: str) -> GenerationRef:
-        live = await employees.lock_live(c, name)
+        live = await lifecycle.lock_live(c, name)
         if live.generation != generation:
             raise Conflict(f"generation {generation} of {name!r} is no longer live")
-        return await employees.reset(c, name)
+        return await lifecycle.reset(c, name)
 
-    req = await intents.lifecycle(conn, employee, names.INTENT_RESET, retire)
+    req = await intents.request(conn, employee, names.INTENT_RESET, retire)
     return {"intent": intents.intent_view(req.intent)}
 
 

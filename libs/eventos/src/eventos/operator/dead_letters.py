@@ -19,8 +19,8 @@ from eventos import names
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import InputInvalid
-from eventos.metrics import DEAD_REASONS
 from eventos.operator.pages import decode_cursor, encode_cursor
+from eventos.runtime.metrics import DEAD_REASONS
 
 REASONS = (*sorted(DEAD_REASONS), "other")
 KINDS = (names.LETTER_INGRESS, names.LETTER_DELIVERY)

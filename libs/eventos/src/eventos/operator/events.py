@@ -1,6 +1,6 @@
 """The operator event stream's reads (`GET /v1/events`; docs/events.md).
 
-Events are placed by the sequencer (`eventos.event_positions`); a reader goes on from the
+Events are placed by the sequencer (`eventos.owner.event_positions`); a reader goes on from the
 place it last read (`Last-Event-ID`). A read walks at most SPAN places, so a reader whose
 filters match few events (a user, one employee, one family) still reads a bounded part of the
 index each time, and its place moves past what it did not match.

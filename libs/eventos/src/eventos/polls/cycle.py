@@ -19,7 +19,8 @@ import httpx
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
-from eventos.bus import (
+from eventos.bus.envelope import encoded_size, new_event_id
+from eventos.bus.inbox import (
     Accepted,
     IngressRecord,
     Rejected,
@@ -30,11 +31,10 @@ from eventos.bus import (
 from eventos.contracts import PollTrigger
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.envelope import encoded_size, new_event_id
 from eventos.errors import EventOSError, PollFailed
 from eventos.polls.fetch import Page, fetch, item_id, parse_page
 from eventos.settings import SecretStore
-from eventos.spec import Trigger, parse_spec
+from eventos.spec.model import Trigger, parse_spec
 
 
 class PollEnded(EventOSError):

@@ -18,9 +18,9 @@ import httpx
 
 from eventos import names
 from eventos.errors import PollFailed, SecretUnavailable
-from eventos.outbound import client
+from eventos.runtime.outbound import client
 from eventos.settings import OutboundSettings, SecretStore
-from eventos.spec import Trigger
+from eventos.spec.model import Trigger
 
 TIMEOUT = httpx.Timeout(connect=5.0, read=15.0, write=10.0, pool=5.0)
 DEADLINE_S = 30.0  # the whole exchange, redirects included

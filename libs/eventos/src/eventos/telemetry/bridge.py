@@ -1,7 +1,7 @@
 """Every family of a prometheus_client registry as OTel metric data, with no per-metric code.
 
-The services define their metrics once, with prometheus_client (eventos.metrics) and serve them
-on /metrics; this module reads the same registry at each export and converts what it collects:
+The services define their metrics once, with prometheus_client (eventos.runtime.metrics) and serve
+them on /metrics; this module reads the same registry at each export and converts what it collects:
 counters to cumulative monotonic sums, gauges and info to gauges, histograms to explicit-bucket
 histograms with their own bounds, summaries to their count and sum. OTel observable instruments
 cannot carry a histogram (the API has no observable histogram), and registering instruments

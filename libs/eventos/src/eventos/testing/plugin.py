@@ -28,9 +28,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
-from eventos.outbox_keys import OutboxKeys, new_key_entry
+from eventos.local.temporal_server import TemporalServer
+from eventos.outbox.keys import OutboxKeys, new_key_entry
 from eventos.settings import DatabaseSettings, ServerTools, TemporalSettings
-from eventos.temporal_server import TemporalServer
 
 TEMPLATE = "eventos_template"
 # The embedded server's files go to this tmpfs when it has room. Each test clones the
@@ -161,7 +161,7 @@ def postgres_server() -> Iterator[PostgresForTests]:
         with PostgresContainer("postgres:16", driver=None) as pg:
             yield PostgresForTests(pg.get_connection_url())
         return
-    from eventos.embedded_pg import EmbeddedPostgres
+    from eventos.local.embedded_pg import EmbeddedPostgres
 
     data_dir = Path(tempfile.mkdtemp(prefix="eventos-test-pg-", dir=_memory_fs()))
     server = EmbeddedPostgres(data_dir, durable=False)
@@ -237,7 +237,7 @@ def temporal_settings() -> Iterator[TemporalSettings]:
     if os.environ.get("TEMPORAL_ADDRESS"):
         yield TemporalSettings.from_env()
         return
-    from eventos.temporal_dev import TemporalDevServer
+    from eventos.local.temporal_dev import TemporalDevServer
 
     server = TemporalDevServer(Path(tempfile.mkdtemp(prefix="eventos-temporal-")))
     server.start()

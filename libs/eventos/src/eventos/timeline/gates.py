@@ -2,8 +2,8 @@
 the facts from the database, never from Temporal, I2).
 
 An input the relay has not sent yet meets the relay's checks in the relay's order
-(eventos.relay): the Temporal breaker (nothing is claimed while it is open), the stream's hold
-(`starting`, `paused`, `budget`, `window`, or any other a part of the system sets, with its
+(eventos.delivery.relay): the Temporal breaker (nothing is claimed while it is open), the stream's
+hold (`starting`, `paused`, `budget`, `window`, or any other a part of the system sets, with its
 `hold_until`), a retired generation, the budget (background work past 80%), a full window;
 else it goes with the relay's next pass. An input already in the entity's hands meets the
 entity's (workflows/conversation.py): the breaker, the running turn (parked, or held by the
@@ -20,9 +20,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from eventos import admission, names, scheduler
+from eventos import names
 from eventos.contracts import AdmitRequest, DeliveryItem
-from eventos.scheduler import Load, SchedConfig, Waiter
+from eventos.scheduling import admission, policy
+from eventos.scheduling.policy import Load, SchedConfig, Waiter
 from eventos.workflows.conversation import DEBOUNCE_BY_LANE, DEBOUNCE_GROUP, next_inputs
 
 PARK_PROBE = timedelta(minutes=15)  # workflows/turn.py PARK_PROBE: a park asks again this often
@@ -266,8 +267,8 @@ def delivered_gate(f: Facts, s: StreamFacts, klass: int) -> Gate:
 
 
 def _turn_order(w: Waiter) -> tuple[datetime, datetime, str]:
-    """The order admission serves a class's waiters in (eventos.scheduler: the employee served
-    longest ago first, then the oldest ask)."""
+    """The order admission serves a class's waiters in (eventos.scheduling.policy: the employee
+    served longest ago first, then the oldest ask)."""
     never = datetime.min.replace(tzinfo=w.requested_at.tzinfo)
     return (w.served_at or never, w.requested_at, w.stream_key)
 
@@ -290,7 +291,7 @@ def slot_gate(f: Facts, w: Waiter) -> Gate:
         why = f"every C{k} slot is taken ({cfg.class_max[k]})"
     elif load.held() >= cfg.capacity:
         waiting = sorted({x.klass for x in f.waiters if not x.offered})
-        first = scheduler.pick_class(waiting, dict(load.admitted))
+        first = policy.pick_class(waiting, dict(load.admitted))
         if first != k:
             floor = names.CLASS_FLOORS[first]
             return Gate(CLASS_FLOOR, f"waiting for a slot: C{first} is below its floor share "

@@ -17,7 +17,7 @@ from eventos.contracts import DeliveryItem
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import NotFound
-from eventos.scheduler import Load, SchedConfig, Waiter
+from eventos.scheduling.policy import Load, SchedConfig, Waiter
 from eventos.timeline.gates import (
     BREAKER_OPEN,
     EDGE_RATE,

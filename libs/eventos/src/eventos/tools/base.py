@@ -20,7 +20,7 @@ from typing import Any
 from eventos.contracts import ToolCallInput
 from eventos.db import Conn
 from eventos.settings import SecretStore
-from eventos.spec import Agent, EmployeeSpec
+from eventos.spec.model import Agent, EmployeeSpec
 
 
 class Effect(StrEnum):

@@ -5,7 +5,7 @@ A write and its `data.<store>.changed` event (source `watch:<store>`, the source
 trigger with that store listens to) commit in one transaction, so a watcher never misses a
 write and never hears of one that did not happen. The event says which key changed and its
 version, not the value: the watcher reads the current value (level-triggered), and the router
-coalesces changes to a record whose input is still pending (`eventos.watch`).
+coalesces changes to a record whose input is still pending (`eventos.delivery.watch`).
 
 Bounds (I3): store names `[a-z][a-z0-9-]{0,39}`, keys `[A-Za-z0-9][A-Za-z0-9._:/@-]{0,199}`,
 a value's compact JSON ≤ 64 KiB, 10,000 keys per store (a write adding one more is refused),
@@ -25,11 +25,11 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from eventos import names
-from eventos.bus import IngressRecord, append
+from eventos.bus.envelope import encoded_size, new_event_id
+from eventos.bus.inbox import IngressRecord, append
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.envelope import encoded_size, new_event_id
-from eventos.spec import Agent, EmployeeSpec
+from eventos.spec.model import Agent, EmployeeSpec
 from eventos.tools.base import Effect, Tool, ToolContext, ToolRefused, obj
 
 

@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from eventos.outbound import OutboundRefused, client
+from eventos.runtime.outbound import OutboundRefused, client
 from eventos.settings import HttpToolSettings, OutboundSettings
-from eventos.spec import HttpHost
+from eventos.spec.model import HttpHost
 from eventos.tools.base import Effect, Tool, ToolContext, ToolMisconfigured, ToolRefused, obj
 
 SETTINGS_KEY = "http"

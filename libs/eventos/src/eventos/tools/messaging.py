@@ -19,9 +19,10 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from eventos import alarms, ipc, names
-from eventos.bus import append
+from eventos import alarms, names
+from eventos.bus.inbox import append
 from eventos.db.sql import Q
+from eventos.messaging import ipc
 from eventos.tools.base import Effect, Tool, ToolContext, ToolRefused, obj
 
 TEXT = {"type": "string", "minLength": 1, "maxLength": names.IPC_TEXT_MAX}

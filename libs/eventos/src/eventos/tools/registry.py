@@ -4,12 +4,17 @@ class (which calls are safe to repeat: `read_only` and `idempotent` ones; every 
 
 from __future__ import annotations
 
+from eventos import names
 from eventos.contracts import ToolSpec
 from eventos.tools import alarms, data, http, messaging
 from eventos.tools.base import Tool
 
 TOOLS: dict[str, Tool] = {t.name: t for t in (*alarms.TOOLS, *messaging.TOOLS, *http.TOOLS,
                                               *data.TOOLS)}  # fmt: skip
+if set(TOOLS) != names.TOOL_NAMES:  # the spec validates agents' tools against names.TOOL_NAMES
+    raise RuntimeError(
+        f"the tool table and names.TOOL_NAMES differ: {sorted(set(TOOLS) ^ names.TOOL_NAMES)}"
+    )
 
 
 def offered(tool_names: list[str]) -> list[ToolSpec]:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from eventos import names
-from eventos.bus import Accepted, Duplicate, IngressRecord, append
+from eventos.bus.envelope import encoded_size, new_event_id
+from eventos.bus.inbox import Accepted, Duplicate, IngressRecord, append
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.envelope import encoded_size, new_event_id
 from eventos.errors import Conflict
 
 

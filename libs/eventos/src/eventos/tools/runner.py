@@ -26,9 +26,9 @@ from eventos.contracts import ToolCallInput, ToolResult
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import NotFound
-from eventos.metrics import TOOL_CALLS
+from eventos.runtime.metrics import TOOL_CALLS
 from eventos.settings import SecretStore
-from eventos.spec import parse_spec
+from eventos.spec.model import parse_spec
 from eventos.tools.base import (
     Effect,
     Tool,

@@ -59,8 +59,8 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnResult,
         UpgradeLease,
+        bounded_transcript,
     )
-    from eventos.transcripts import bounded
     from eventos.workflows import policies
 
 
@@ -397,8 +397,8 @@ class TurnWorkflow:
             # The stored transcript stays out of the payload: the step reads it by version
             # (`ctx.stored`); a run loaded before that carries it inline (`ctx.transcript`).
             system = [ChatMessage("system", ctx.system)] if ctx.system else []
-            out = await self._step_or_suspend(turn, step, ctx,
-                                              bounded(system + ctx.transcript + new))  # fmt: skip
+            messages = bounded_transcript(system + ctx.transcript + new)
+            out = await self._step_or_suspend(turn, step, ctx, messages)
             if out == names.TURN_INTERRUPTED:  # stopped while suspended: nothing is saved
                 return TurnResult(turn.turn_id, names.TURN_INTERRUPTED, [], None)
             if isinstance(out, str):  # parked too long: the entity dead-letters the inputs

@@ -1,0 +1,393 @@
+"""The open-source Temporal server of tier L (SPEC §14), run on this machine as the chart runs it.
+
+`make tools` builds `temporal-server` and `temporal-sql-tool` from the pinned Go module into
+`.tools/bin` (docs/tier-l.md). `TemporalServer` is what `make run TIER=L` and the tier L tests
+start:
+
+1. the server's configuration is the chart's: `helm template` renders the server ConfigMap with
+   the tier L values file, and values overrides fill in this machine's addresses, free ports, the
+   database user and the shard count (fixed when the databases are created: 64 by default, a
+   test instance takes fewer);
+2. the `temporal` and `temporal_visibility` databases are created on the instance's PostgreSQL
+   and their schemas set up and updated to the pinned version with `temporal-sql-tool`, the steps
+   of the chart's schema Job;
+3. the server runs with all four services in one process, as the chart's Deployment runs it;
+4. the namespace is registered with a 7-day retention, as the chart's namespace Job does.
+
+State (the rendered config, the log, the pid file) lives under the state directory; the databases
+are on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import yaml
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    DescribeNamespaceRequest,
+    DescribeTaskQueueRequest,
+    RegisterNamespaceRequest,
+)
+from temporalio.client import Client
+from temporalio.exceptions import TemporalError
+from temporalio.service import RPCError, RPCStatusCode
+
+from eventos.errors import EventOSError
+from eventos.local import processes
+from eventos.local.temporal_dev import RETENTION, retention_of, run_in_thread, set_retention
+from eventos.settings import ServerTools
+
+log = logging.getLogger(__name__)
+
+SERVER = "temporal-server"
+SQL_TOOL = "temporal-sql-tool"
+HELM = "helm"
+CONFIGMAP = "templates/temporal-server-configmap.yaml"
+TIER_L_VALUES = "values-tier-l.yaml"
+PLUGIN = "postgres12"
+# The schema folders inside the module source, copied beside the binaries by `make tools`.
+SCHEMA_DIRS = {"main": "temporal/versioned", "visibility": "visibility/versioned"}
+# What the chart's required values need to render; none of it reaches the server's config.
+PLACEHOLDERS = {
+    "instance.id": "local",
+    "secrets.database.existingSecret": "local",
+    "secrets.admin.existingSecret": "local",
+    "secrets.outbox.existingSecret": "local",
+    "temporal.server.sql.existingSecret": "local",
+}
+INTERNAL_PORTS = (
+    "frontendMembership",
+    "history",
+    "historyMembership",
+    "matching",
+    "matchingMembership",
+    "worker",
+    "workerMembership",
+)
+# The server records its services' ports in a smallint column (cluster_membership), so they are
+# picked below 32768, under the usual ephemeral range.
+PORT_RANGE = (20000, 32767)
+PORT_TRIES = 500
+TOOL_TIMEOUT_S = 120.0
+READY_QUEUE = "eventos-readiness"
+_POLL_INTERVAL = 0.2
+
+
+class ServerError(EventOSError):
+    """The tier L Temporal server could not be prepared or started."""
+
+
+@dataclass(frozen=True)
+class SqlLogin:
+    """Host, port, user and password of the instance's PostgreSQL, from its URL."""
+
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False)
+
+    @classmethod
+    def of_url(cls, url: str) -> SqlLogin:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+        host = str(info.get("host") or "127.0.0.1")
+        if host.startswith("/"):
+            raise ServerError("the Temporal server needs PostgreSQL over TCP, not a socket path")
+        return cls(
+            host=host,
+            port=int(info.get("port") or 5432),
+            user=str(info.get("user") or "postgres"),
+            password=str(info.get("password") or ""),
+        )
+
+
+@dataclass
+class TemporalServer:
+    """One `temporal-server start` on the chart's configuration, as a child process."""
+
+    state_dir: Path
+    tools: ServerTools
+    database_url: str = field(repr=False)
+    namespace: str = "default"
+    shards: int = 64
+    max_conns: int = 0  # 0: the chart's tier L value
+    database: str = "temporal"
+    visibility_database: str = "temporal_visibility"
+    host: str = "127.0.0.1"
+    port: int = 0
+    http_port: int = 0
+    metrics_port: int = 0
+    internal_ports: dict[str, int] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.state_dir = self.state_dir.absolute()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.state_dir / "config"
+
+    @property
+    def log_path(self) -> Path:
+        return self.state_dir / "temporal-server.log"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.state_dir / "temporal-server.pid"
+
+    @property
+    def login(self) -> SqlLogin:
+        return SqlLogin.of_url(self.database_url)
+
+    @property
+    def schema_root(self) -> Path:
+        """schema/postgresql/v12 of the module the server was built from, beside the binary."""
+        binary = self.tools.binary(SERVER).resolve()
+        found = binary.parent.parent / "schema" / "postgresql" / "v12"
+        if not found.is_dir():
+            raise ServerError(f"{found} is missing: run `make tools` to build the server again")
+        return found
+
+    def assign_ports(self) -> None:
+        """Give every port still 0 a distinct free one."""
+        taken = {self.port, self.http_port, self.metrics_port, *self.internal_ports.values()}
+
+        def pick() -> int:
+            port = low_free_port(self.host, taken)
+            taken.add(port)
+            return port
+
+        self.port = self.port or pick()
+        self.http_port = self.http_port or pick()
+        self.metrics_port = self.metrics_port or pick()
+        for name in INTERNAL_PORTS:
+            self.internal_ports[name] = self.internal_ports.get(name) or pick()
+
+    # -- the chart's configuration -------------------------------------------------------
+
+    def overrides(self) -> dict[str, str | int]:
+        """The values that place the chart's server on this machine."""
+        login = self.login
+        values: dict[str, str | int] = {
+            **PLACEHOLDERS,
+            "tier": "L",
+            "temporal.ports.grpc": self.port,
+            "temporal.ports.http": self.http_port,
+            "temporal.ports.metrics": self.metrics_port,
+            "temporal.server.bindOnIP": self.host,
+            "temporal.server.configDir": str(self.config_dir),
+            "temporal.server.numHistoryShards": self.shards,
+            "temporal.server.logLevel": "warn",
+            "temporal.server.sql.host": login.host,
+            "temporal.server.sql.port": login.port,
+            "temporal.server.sql.user": login.user,
+            "temporal.server.sql.database": self.database,
+            "temporal.server.sql.visibilityDatabase": self.visibility_database,
+        }
+        if self.max_conns:
+            values["temporal.server.sql.maxConns"] = self.max_conns
+        for name, port in self.internal_ports.items():
+            values[f"temporal.server.internalPorts.{name}"] = port
+        return values
+
+    def render_config(self) -> dict[str, str]:
+        """The chart's server ConfigMap (`helm template`), its files by name."""
+        args = [str(self.tools.binary(HELM)), "template", "eventos", str(self.tools.chart)]
+        args += ["-f", str(self.tools.chart / TIER_L_VALUES), "--show-only", CONFIGMAP]
+        for key, value in self.overrides().items():
+            # Numbers with --set (the values schema wants integers), text with --set-string.
+            flag = "--set" if isinstance(value, int) else "--set-string"
+            args += [flag, f"{key}={value}"]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+        if done.returncode != 0:
+            raise ServerError(f"helm template of the server ConfigMap failed:\n{done.stderr}")
+        doc: dict[str, Any] = yaml.safe_load(done.stdout)
+        data: dict[str, str] = doc["data"]
+        return data
+
+    def write_config(self) -> None:
+        self.config_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in self.render_config().items():
+            (self.config_dir / name).write_text(text)
+
+    # -- the databases (the chart's schema Job) ------------------------------------------
+
+    def _sql_tool(self, database: str, *command: str) -> subprocess.CompletedProcess[str]:
+        login = self.login
+        args = [str(self.tools.binary(SQL_TOOL)), "--plugin", PLUGIN, "--endpoint", login.host]
+        args += ["--port", str(login.port), "--user", login.user, "--database", database]
+        env = {"SQL_PASSWORD": login.password}  # its only input outside its arguments
+        return subprocess.run(
+            [*args, *command], capture_output=True, text=True, env=env, timeout=TOOL_TIMEOUT_S
+        )
+
+    def _database_exists(self, database: str) -> bool:
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,))
+            return found.fetchone() is not None
+
+    def prepare_databases(self) -> None:
+        """Create both databases where missing, set up and update their schemas to the
+        pinned version (a no-op on databases already there)."""
+        schemas = self.schema_root
+        for database, kind in ((self.database, "main"), (self.visibility_database, "visibility")):
+            if not self._database_exists(database):
+                self._checked(self._sql_tool(database, "create-database"), database)
+                # The version table on a new database; the tool refuses a database set up before.
+                self._checked(self._sql_tool(database, "setup-schema", "-v", "0.0"), database)
+            versioned = schemas / SCHEMA_DIRS[kind]
+            self._checked(self._sql_tool(database, "update-schema", "-d", str(versioned)), database)
+
+    def drop_databases(self) -> None:
+        """Drop both databases (the server must be stopped)."""
+        for database in (self.database, self.visibility_database):
+            if self._database_exists(database):
+                self._checked(self._sql_tool(database, "drop-database", "--force"), database)
+
+    @staticmethod
+    def _checked(done: subprocess.CompletedProcess[str], database: str) -> None:
+        if done.returncode != 0:
+            raise ServerError(
+                f"temporal-sql-tool {' '.join(done.args[-3:])} on {database} failed:\n"
+                f"{done.stdout}{done.stderr}"
+            )
+
+    # -- the process ---------------------------------------------------------------------
+
+    def command(self) -> list[str]:
+        """The chart Deployment's command, with the state directory as the config root."""
+        root, config = self.config_dir.parent, self.config_dir.name
+        args = [str(self.tools.binary(SERVER)), "--root", str(root), "--config", config]
+        return [*args, "--env", "server", "--allow-no-auth", "start"]
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop_leftover(self, timeout: float = 15.0) -> None:
+        """Stop a server a crashed run left on this state directory."""
+        try:
+            pid = int(self.pid_path.read_text().strip())
+        except (OSError, ValueError):
+            return
+        command = processes.cmdline(pid) if processes.pid_alive(pid) else ""
+        if SERVER in command and str(self.config_dir.parent) in command:
+            log.warning("stopping a leftover Temporal server (pid %d) on %s", pid, self.state_dir)
+            os.kill(pid, signal.SIGTERM)
+            if processes.wait_gone([pid], timeout):
+                os.kill(pid, signal.SIGKILL)
+                processes.wait_gone([pid], timeout)
+        self.pid_path.unlink(missing_ok=True)
+
+    def start(self, timeout: float = 90.0) -> None:
+        """Render the config, prepare the databases, start the server; return once the
+        namespace answers with a 7-day retention."""
+        if self.running():
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.stop_leftover()
+        self.assign_ports()
+        self.write_config()
+        self.prepare_databases()
+        # What the chart's Deployment gives the container, and nothing of ours: the two
+        # variables its config reads.
+        env = {
+            "TEMPORAL_SQL_PASSWORD": self.login.password,
+            "POD_IP": self.host,  # the membership ring's broadcast address (the pod's IP)
+        }
+        args = self.command()
+        with self.log_path.open("ab") as logfile:
+            self.process = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=logfile,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        self.pid_path.write_text(f"{self.process.pid}\n")
+        try:
+            self.ensure_namespace(self.namespace, timeout=timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def ensure_namespace(self, namespace: str, timeout: float = 60.0) -> None:
+        """Register `namespace` with a 7-day retention unless it exists with it; return once
+        the frontend serves calls in it."""
+        run_in_thread(self._until_ready(namespace, timeout))
+
+    async def _until_ready(self, namespace: str, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        client: Client | None = None
+        error: Exception | None = None
+        while True:
+            if not self.running():
+                tail = self.log_path.read_text(errors="replace")[-3000:]
+                raise ServerError(f"the Temporal server exited; last of {self.log_path}:\n{tail}")
+            try:
+                client = client or await Client.connect(self.address, namespace=namespace)
+                if await _namespace_ready(client, namespace):
+                    return
+            except (RuntimeError, TemporalError) as exc:
+                error = exc
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"the Temporal server had no namespace {namespace!r} after {seconds}s; "
+                    f"see {self.log_path}"
+                ) from error
+            await asyncio.sleep(_POLL_INTERVAL)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout` seconds."""
+        processes.stop_child(self.process, self.pid_path, timeout)
+
+
+async def _namespace_ready(client: Client, namespace: str) -> bool:
+    """One step towards the namespace registered, at 7 days, and served: True once it is."""
+    service = client.workflow_service
+    try:
+        await service.describe_namespace(DescribeNamespaceRequest(namespace=namespace))
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        request = RegisterNamespaceRequest(namespace=namespace)
+        request.workflow_execution_retention_period.FromTimedelta(RETENTION)
+        await service.register_namespace(request)
+        return False
+    if await retention_of(client, namespace) != RETENTION:
+        await set_retention(client, namespace, RETENTION)
+        return False
+    # Registered is not yet served: the frontend's namespace cache must know it too.
+    probe = DescribeTaskQueueRequest(namespace=namespace, task_queue=TaskQueue(name=READY_QUEUE))
+    await service.describe_task_queue(probe)
+    return True
+
+
+def low_free_port(host: str, taken: set[int]) -> int:
+    """A port in PORT_RANGE that is free on `host` now and not in `taken`."""
+    for _ in range(PORT_TRIES):
+        port = random.randint(*PORT_RANGE)
+        if port in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        return port
+    raise ServerError(f"no free port in {PORT_RANGE} on {host} after {PORT_TRIES} tries")

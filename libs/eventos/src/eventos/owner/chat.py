@@ -1,0 +1,146 @@
+"""Owner chat (SPEC §6.2): the message and its ingress row in one transaction.
+
+Every message belongs to an audience: a user's name, or `owner` for the admin. Sessions, the
+pending bound, client ids, message ids and the event stream are all per audience.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from eventos import names
+from eventos.bus.envelope import encoded_size
+from eventos.bus.inbox import Accepted, IngressRecord, append
+from eventos.db import Conn
+from eventos.db.sql import Q
+from eventos.employees.lifecycle import get as get_employee
+from eventos.errors import Conflict, InputInvalid, NotFound, QueueFull
+from eventos.owner.users import OWNER
+
+MAX_TEXT_BYTES = 32 * 1024
+
+
+@dataclass(frozen=True)
+class Queued:
+    """An owner message waiting for its turn."""
+
+    message_id: int
+    status: str
+    duplicate: bool
+
+
+def chat_envelope(
+    employee: str,
+    session: str,
+    client_message_id: str,
+    text: str,
+    event_id: str,
+    audience: str = OWNER,
+) -> dict[str, object]:
+    return {
+        "specversion": "1.0",
+        "id": event_id,
+        "source": f"/v1/employees/{employee}/chat",
+        "type": names.TYPE_CHAT_MESSAGE,
+        "subject": session,
+        "datacontenttype": "application/json",
+        "data": {
+            "session": session,
+            "client_message_id": client_message_id,
+            "text": text,
+            "audience": audience,
+        },
+    }
+
+
+def dedupe_key(audience: str, session: str, client_message_id: str) -> str:
+    """The message's ingress key: the admin's as before users existed; a user's under its name
+    (which holds no `/`), so no user's key meets another user's."""
+    if audience == OWNER:
+        return f"{session}:{client_message_id}"
+    return f"@{audience}/{session}:{client_message_id}"
+
+
+async def send(
+    conn: Conn,
+    employee: str,
+    client_message_id: str,
+    text: str,
+    session: str = names.DEFAULT_SESSION,
+    audience: str = OWNER,
+) -> Queued:
+    """Queue one message of `audience`; QueueFull (nothing saved) past 100 pending in the
+    session."""
+    if not client_message_id or len(client_message_id) > 128:
+        raise InputInvalid("client_message_id", "must be 1 to 128 characters")
+    if not session or len(session) > 64:
+        raise InputInvalid("session", "must be 1 to 64 characters")
+    if not text.strip():
+        raise InputInvalid("text", "must not be empty")
+    if len(text.encode()) > MAX_TEXT_BYTES:
+        raise InputInvalid("text", f"is over {MAX_TEXT_BYTES} bytes")
+    row = await get_employee(conn, employee)
+    if row["state"] not in names.ROUTABLE_GENERATION_STATES:
+        raise Conflict(f"{employee!r} is not started")
+    params = {
+        "employee": employee,
+        "audience": audience,
+        "session": session,
+        "client_message_id": client_message_id,
+    }
+    async with conn.transaction():
+        await conn.execute(Q["chat_session_lock"], params)
+        cur = await conn.execute(Q["chat_existing"], params)
+        existing = await cur.fetchone()
+        if existing is not None:
+            return Queued(int(existing["id"]), str(existing["status"]), duplicate=True)
+        cur = await conn.execute(
+            Q["chat_pending_count"], {**params, "cap": names.OWNER_CHAT_PENDING_MAX}
+        )
+        if int((await cur.fetchone() or {})["n"]) >= names.OWNER_CHAT_PENDING_MAX:
+            raise QueueFull(
+                f"queue_full: {names.OWNER_CHAT_PENDING_MAX} messages are already pending"
+            )
+        event_id = uuid.uuid4().hex
+        envelope = chat_envelope(employee, session, client_message_id, text, event_id, audience)
+        record = IngressRecord(
+            source_key=names.source_key(names.SOURCE_CHAT, employee),
+            dedupe_key=dedupe_key(audience, session, client_message_id),
+            type=names.TYPE_CHAT_MESSAGE,
+            chain_id=event_id,
+            envelope=envelope,
+            size=encoded_size(envelope),
+            klass=names.C1_OWNER,
+        )
+        (outcome,) = await append(conn, [record])
+        if not isinstance(outcome, Accepted):
+            raise Conflict("the message's ingress key was already used")
+        cur = await conn.execute(
+            Q["chat_insert"], {**params, "text": text, "ingress_id": outcome.id}
+        )
+        inserted = await cur.fetchone() or {}
+    return Queued(int(inserted["id"]), str(inserted["status"]), duplicate=False)
+
+
+async def message(
+    conn: Conn, employee: str, message_id: int, audience: str = OWNER
+) -> dict[str, Any]:
+    """One message of `audience` with its reply (None until the turn that consumed it
+    answered); another audience's message is not found."""
+    params = {"employee": employee, "id": message_id, "audience": audience}
+    cur = await conn.execute(Q["chat_message_get"], params)
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"no message {message_id} for {employee!r}")
+    return row
+
+
+async def events_after(
+    conn: Conn, employee: str, session: str, after: int, audience: str = OWNER
+) -> list[dict[str, Any]]:
+    """This session's run events and replies placed after `after` (a stream place), in order."""
+    params = {"employee": employee, "session": session, "after": after, "audience": audience}
+    cur = await conn.execute(Q["chat_events_after"], params)
+    return await cur.fetchall()

@@ -1,0 +1,233 @@
+"""Admission, database side (SPEC §9): `acquire` and `release` of turn slots, one
+transaction each, serialized instance-wide (capacity is shared).
+
+An entity that asks joins the waiters (or keeps its place), then free slots are offered by
+the policy in `scheduler`; if one is offered to the asker it is granted at once, otherwise the
+entity waits for `wake`. A release offers the freed slot the same way and names the entities
+to wake; an offered entity's next ask is granted. An offer not taken within `OFFER_TTL_S`
+lapses, and a waiter that stopped asking is forgotten (entities ask again every
+`names.ADMISSION_ASK_AGAIN_S` while they wait, since a Signal is only a hint).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eventos import names
+from eventos.contracts import Admission, AdmitRequest, SuspendTurn
+from eventos.db import Conn
+from eventos.db.sql import Q
+from eventos.health import intensity
+from eventos.runtime.metrics import ADMISSION_WAIT, PARKED_TURNS, TURN_DURATION, class_label
+from eventos.scheduling import policy
+from eventos.scheduling.policy import Load, SchedConfig, Waiter
+
+OFFER_TTL_S = 60.0
+STALE_WAITER_S = 3 * names.ADMISSION_ASK_AGAIN_S
+WAITERS_READ = 2000  # waiters considered per serve (oldest first)
+BUDGET_HELD_CLASSES = (names.C3_INTERNAL, names.C4_BACKGROUND)  # held while the budget is high
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Admission's answer and the entities to wake (slots were offered to them)."""
+
+    admission: Admission
+    wake: list[str]
+
+
+def turn_id(req: AdmitRequest, n: int) -> str:
+    """`turn-<conversation>-<n>` (SPEC §7); thread ids carry no personal data."""
+    return f"turn-{req.employee}-g{req.generation}-{req.agent}-{req.thread}-{n}"
+
+
+async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
+    """Grant a slot and (for a new turn) a turn number, or queue the entity."""
+    async with conn.transaction():
+        await conn.execute(Q["sched_lock"])
+        granted = await _granted_before(conn, req)
+        if granted is not None:
+            return Answer(granted, [])
+        cur = await conn.execute(Q["admission_gate"], {"employee": req.employee,
+                                                       "generation": req.generation,
+                                                       "stream_key": req.stream_key})  # fmt: skip
+        row = await cur.fetchone() or {}
+        refusal = gate(req, row.get("generation_state"), row.get("budget_state"))
+        if refusal is None and req.turn_id:
+            refusal = await _parked_too_long(conn, req.turn_id)
+        elif refusal is None:  # a new turn of a failing thread, or a degraded employee's C3/C4
+            refusal = intensity.admission_refusal(req, row)
+        if refusal is not None:
+            await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
+            _, wake = await _serve(conn, cfg)
+            return Answer(refusal, wake)
+        if owners(req) and not row["reserved_held"]:
+            cur = await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
+            # It may have queued while its reserved slot was taken.
+            return Answer(await _grant(conn, req, True, _waited(await cur.fetchone())), [])
+        await conn.execute(Q["waiter_upsert"], {
+            "stream_key": req.stream_key, "employee": req.employee, "generation": req.generation,
+            "agent": req.agent, "thread": req.thread, "class": req.klass,
+            "workflow_id": req.workflow_id, "turn_id": req.turn_id or None,
+        })  # fmt: skip
+        offered, wake = await _serve(conn, cfg, asker=req.stream_key)
+        if not offered:
+            return Answer(Admission(granted=False, reason="waiting for a slot"), wake)
+        cur = await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
+        return Answer(await _grant(conn, req, False, _waited(await cur.fetchone())), wake)
+
+
+async def _granted_before(conn: Conn, req: AdmitRequest) -> Admission | None:
+    """The turn this very ask was granted, when its answer never reached the entity (a
+    retried workflow task, a dropped connection) and the turn still holds its slot."""
+    if not req.ask or req.turn_id:
+        return None
+    cur = await conn.execute(Q["turn_granted_to_ask"], {"ask": req.ask})
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    return Admission(granted=True, turn_id=row["id"], n=row["n"], reserved=row["reserved"])
+
+
+def _waited(row: dict[str, Any] | None) -> float:
+    return float(row["waited_s"]) if row else 0.0
+
+
+async def _parked_too_long(conn: Conn, tid: str) -> Admission | None:
+    """A parked turn asking again after 7 days parked (by the database's clock) ends: its
+    inputs are dead-lettered."""
+    cur = await conn.execute(Q["turn_parked_for"], {"turn_id": tid})
+    row = await cur.fetchone()
+    if row is None or row["parked_s"] is None or row["parked_s"] <= names.PARK_MAX_S:
+        return None
+    return Admission(granted=False, reason="parked for 7 days", gate=names.GATE_PARKED_TOO_LONG)
+
+
+def owners(req: AdmitRequest) -> bool:
+    """The owner's own conversation (owner chat, class C1): the reserved slot is for it only,
+    not for other work an operator put in C1."""
+    return req.klass == names.C1_OWNER and names.lane_of(req.stream_key) == names.LANE_TALK
+
+
+def gate(req: AdmitRequest, generation_state: str | None, budget_state: str | None
+         ) -> Admission | None:  # fmt: skip
+    """The generation, pause and budget gate: a refusal, or None to go on."""
+    if generation_state != names.GEN_RUNNING:
+        retired = generation_state in (None, names.GEN_RETIRED)
+        return Admission(granted=False, reason=f"generation {req.generation} is {generation_state}",
+                         gate=names.GEN_RETIRED if retired else names.GEN_PAUSED)  # fmt: skip
+    # At `high` background work waits; at `max` everything does (even after a plain Resume:
+    # only the period's end or a top-up lowers it), so a turn never starts just to suspend.
+    held = budget_state == names.BUDGET_MAX or (
+        budget_state == names.BUDGET_HIGH and req.klass in BUDGET_HELD_CLASSES
+    )
+    if held:
+        return Admission(granted=False, reason=f"budget is {budget_state}",
+                         gate=names.GATE_BUDGET)  # fmt: skip
+    return None
+
+
+async def _grant(conn: Conn, req: AdmitRequest, reserved: bool, waited_s: float) -> Admission:
+    ADMISSION_WAIT.labels(f"c{req.klass}").observe(waited_s)
+    params: dict[str, Any] = {
+        "employee": req.employee, "generation": req.generation, "agent": req.agent,
+        "thread": req.thread, "stream_key": req.stream_key, "class": req.klass,
+        "reserved": reserved, "waited_s": waited_s,
+    }  # fmt: skip
+    await conn.execute(Q["round_served"], params)
+    if req.turn_id:  # a suspended turn takes its slot again under the same id
+        await conn.execute(Q["lease_resume"], {**params, "id": req.turn_id})
+        await conn.execute(Q["attention_resolve"], {"kind": names.ATTENTION_PARKED_TURN,
+                                                    "ref": req.turn_id})  # fmt: skip
+        return Admission(granted=True, turn_id=req.turn_id, reserved=reserved)
+    cur = await conn.execute(Q["conversation_open"], params)
+    n = int((await cur.fetchone() or {})["n"])
+    tid = turn_id(req, n)
+    await conn.execute(Q["turn_insert"], {**params, "id": tid, "n": n, "ask": req.ask or None})
+    await conn.execute(Q["lease_grant"], {**params, "id": tid})
+    return Admission(granted=True, turn_id=tid, n=n, reserved=reserved)
+
+
+async def _serve(conn: Conn, cfg: SchedConfig, asker: str | None = None) -> tuple[bool, list[str]]:
+    """Offer free slots to waiters: (whether the asker holds an offer, the other offered
+    entities' workflow ids, to wake)."""
+    await conn.execute(Q["waiters_expire"], {"offer_ttl_s": OFFER_TTL_S,
+                                             "stale_s": STALE_WAITER_S})  # fmt: skip
+    load = await _load(conn, cfg)
+    cur = await conn.execute(Q["waiters_list"], {"limit": WAITERS_READ})
+    rows = await cur.fetchall()
+    waiters = [_waiter(r) for r in rows]
+    offered = any(w.offered and w.stream_key == asker for w in waiters)
+    chosen = [w.stream_key for w in policy.offers(cfg, load, waiters)]
+    if chosen:
+        await conn.execute(Q["waiters_offer"], {"stream_keys": chosen})
+    workflow_of = {r["stream_key"]: r["workflow_id"] for r in rows}
+    return offered or asker in chosen, [workflow_of[s] for s in chosen if s != asker]
+
+
+def _waiter(r: dict[str, Any]) -> Waiter:
+    offered = r["offered_at"] is not None
+    return Waiter(r["stream_key"], r["employee"], int(r["class"]), r["requested_at"],
+                  r["served_at"], offered)  # fmt: skip
+
+
+async def _load(conn: Conn, cfg: SchedConfig) -> Load:
+    cur = await conn.execute(Q["sched_load"])
+    by_class: dict[int, int] = {}
+    by_employee: dict[str, int] = {}
+    for r in await cur.fetchall():
+        by_class[int(r["class"])] = by_class.get(int(r["class"]), 0) + int(r["n"])
+        by_employee[r["employee"]] = by_employee.get(r["employee"], 0) + int(r["n"])
+    cur = await conn.execute(Q["sched_admitted"], {"window_s": cfg.share_window_s})
+    admitted = {int(r["class"]): int(r["n"]) for r in await cur.fetchall()}
+    return Load(by_class, by_employee, admitted)
+
+
+async def release(conn: Conn, cfg: SchedConfig, tid: str, status: str,
+                  error: str | None = None) -> tuple[bool, list[str]]:  # fmt: skip
+    """Give the slot back (a turn that did not save ends `failed` or `cancelled`) and offer
+    it: (whether anything changed — a repeated release changes nothing, the entities to wake)."""
+    async with conn.transaction():
+        await conn.execute(Q["sched_lock"])
+        freed = await conn.execute(Q["slot_release"], {"turn_id": tid})
+        ended = await conn.execute(
+            Q["turn_finish"], {"turn_id": tid, "status": status, "error": error}
+        )
+        _, wake = await _serve(conn, cfg) if freed.rowcount else (False, [])
+        timing = await (await conn.execute(Q["turn_timing"], {"turn_id": tid})).fetchone()
+    changed = freed.rowcount + ended.rowcount > 0
+    if changed and timing is not None:  # once per turn: a repeated release changes nothing
+        labels = (class_label(int(timing["class"])), str(timing["status"]))
+        TURN_DURATION.labels(*labels).observe(max(float(timing["duration_s"]), 0.0))
+    return changed, wake
+
+
+async def suspend(conn: Conn, cfg: SchedConfig, req: SuspendTurn) -> list[str]:
+    """The turn holds no slot until it is granted one again under the same id (a suspended
+    lease counts toward nothing); the freed slot is offered. A parked turn raises an attention
+    item with its reason. The entities to wake."""
+    async with conn.transaction():
+        await conn.execute(Q["sched_lock"])
+        cur = await conn.execute(Q["lease_suspend"], {"turn_id": req.turn_id,
+                                                      "reason": req.reason})  # fmt: skip
+        if await cur.fetchone() is None:
+            return []  # already suspended (a retried activity)
+        if req.reason.startswith(names.PARKED):
+            await conn.execute(Q["turn_parked"], {"turn_id": req.turn_id})
+            PARKED_TURNS.labels(req.reason.split(":", 1)[-1].strip()).inc()
+            await conn.execute(Q["attention_raise"], {
+                "employee": req.employee, "kind": names.ATTENTION_PARKED_TURN,
+                "severity": "warning", "ref": req.turn_id,
+                "detail": f"{req.reason}: the turn waits (no slot held), probing every 15 "
+                "minutes; Resume, a top-up or a fixed key release it",
+            })  # fmt: skip
+        _, wake = await _serve(conn, cfg)
+    return wake
+
+
+async def upgrade(conn: Conn, tid: str, klass: int) -> None:
+    """Priority inheritance: the lease counts in `klass` from now on (only ever upward)."""
+    async with conn.transaction():
+        await conn.execute(Q["sched_lock"])
+        await conn.execute(Q["lease_upgrade"], {"turn_id": tid, "class": klass})

@@ -1,0 +1,199 @@
+"""Database-bound activities (workers-workflow and egress), methods of classes that hold the pool.
+
+Domain errors become non-retryable ApplicationErrors here, once; database outages stay
+retryable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TypeVar
+
+from psycopg_pool import AsyncConnectionPool
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.service import RPCError, RPCStatusCode
+
+from eventos import names
+from eventos.contracts import (
+    Admission,
+    AdmitRequest,
+    ApprovalView,
+    ConversationContext,
+    DeadLetter,
+    DeliveryItem,
+    HoldToolCall,
+    ReleaseTurn,
+    ReloadInputs,
+    RunEnded,
+    RunEvent,
+    Saved,
+    SaveTurn,
+    SkipInputs,
+    SuspendTurn,
+    TerminateWorkflow,
+    TurnInput,
+    UpgradeLease,
+)
+from eventos.conversations import turns
+from eventos.db import Conn
+from eventos.errors import Conflict, NotFound
+from eventos.health import intensity
+from eventos.outbox import approvals
+from eventos.outbox.egress import Egress, SendWait
+from eventos.outbox.keys import OutboxKeys
+from eventos.runtime.metrics import RUN_HISTORY_BYTES, RUN_SIGNALS
+from eventos.runtime.temporal import wake_entities
+from eventos.scheduling import admission
+from eventos.scheduling.policy import SchedConfig
+from eventos.settings import SupervisionSettings
+
+T = TypeVar("T")
+
+
+class DbActivities:
+    """Activities that need only the database (and the keys sealing outbox recipients)."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool[Conn],
+        sched: SchedConfig | None = None,
+        *,
+        outbox: OutboxKeys,
+        egress: Egress | None = None,
+        supervision: SupervisionSettings | None = None,
+    ) -> None:
+        self.pool = pool
+        self.sched = sched or SchedConfig()
+        self.supervision = supervision or SupervisionSettings()
+        self.outbox = outbox
+        self.egress = egress or Egress(pool, outbox)  # owner chat only, unless given senders
+
+    async def _run(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        try:
+            async with self.pool.connection() as conn:
+                return await fn(conn)
+        except (Conflict, NotFound) as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+
+    @activity.defn(name=names.ACT_ADMIT)
+    async def admit_turn(self, req: AdmitRequest) -> Admission:
+        """A slot, or a place in the queue; entities offered a slot meanwhile are woken."""
+        answer = await self._run(lambda conn: admission.acquire(conn, req, self.sched))
+        await wake_entities(activity.client(), answer.wake)
+        return answer.admission
+
+    @activity.defn(name=names.ACT_RELEASE)
+    async def release_turn(self, req: ReleaseTurn) -> str | None:
+        """Give the slot back and wake the entities it was offered to; a failed turn counts on
+        its thread's restart intensity: the hold the thread is under now (`quarantined`,
+        `backoff`) or None."""
+        _, wake = await self._run(
+            lambda conn: admission.release(conn, self.sched, req.turn_id, req.status, req.error)
+        )
+        await wake_entities(activity.client(), wake)
+        if req.status != names.TURN_FAILED:
+            return None
+        return await self._run(
+            lambda conn: intensity.record_failure(conn, req.turn_id, self.supervision)
+        )
+
+    @activity.defn(name=names.ACT_SUSPEND)
+    async def suspend_turn(self, req: SuspendTurn) -> None:
+        """The turn gives its slot back while it waits for the budget; waiters are woken."""
+        wake = await self._run(lambda conn: admission.suspend(conn, self.sched, req))
+        await wake_entities(activity.client(), wake)
+
+    @activity.defn(name=names.ACT_UPGRADE_LEASE)
+    async def upgrade_lease(self, req: UpgradeLease) -> None:
+        """Priority inheritance: the turn's admission lease counts in the higher class."""
+        await self._run(lambda conn: admission.upgrade(conn, req.turn_id, req.klass))
+
+    @activity.defn(name=names.ACT_LOAD)
+    async def load_conversation(self, turn: TurnInput) -> ConversationContext:
+        return await self._run(lambda conn: turns.load(conn, turn))
+
+    @activity.defn(name=names.ACT_SAVE)
+    async def save_turn(self, req: SaveTurn) -> Saved:
+        return await self._run(lambda conn: turns.save(conn, req, self.outbox))
+
+    @activity.defn(name=names.ACT_DEAD_LETTER)
+    async def dead_letter_inputs(self, req: DeadLetter) -> None:
+        await self._run(lambda conn: turns.dead_letter(conn, req))
+
+    @activity.defn(name=names.ACT_LOAD_INPUTS)
+    async def load_inputs(self, req: ReloadInputs) -> list[DeliveryItem]:
+        return await self._run(lambda conn: turns.reload_inputs(conn, req))
+
+    @activity.defn(name=names.ACT_SKIP_INPUTS)
+    async def skip_inputs(self, req: SkipInputs) -> None:
+        await self._run(lambda conn: turns.skip_inputs(conn, req))
+
+    @activity.defn(name=names.ACT_RUN_EVENT)
+    async def record_run_event(self, event: RunEvent) -> None:
+        await self._run(lambda conn: turns.record_run_event(conn, event))
+
+    @activity.defn(name=names.ACT_TERMINATE)
+    async def terminate_workflow(self, req: TerminateWorkflow) -> None:
+        """Terminate a workflow (with its children: their parent close policy) by id."""
+        handle = activity.client().get_workflow_handle(req.workflow_id)
+        try:
+            await handle.terminate(reason=req.reason)
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:  # already closed: nothing to do
+                raise
+
+    @activity.defn(name=names.ACT_RUN_ENDED)
+    async def entity_run_ended(self, req: RunEnded) -> None:
+        """Count an entity run's Signals and history size (no database)."""
+        RUN_SIGNALS.labels(req.end).observe(req.signals)
+        RUN_HISTORY_BYTES.labels(req.end).observe(req.history_bytes)
+
+    @activity.defn(name=names.ACT_SEND)
+    async def egress_send(self, outbound_id: int) -> str:
+        """One send (SPEC §11); a wait ends the attempt at once with its delay (BENIGN: no
+        worker slot is held while a bucket refills or a provider's retry hint passes)."""
+        try:
+            return await self.egress.send(outbound_id)
+        except SendWait as exc:
+            raise ApplicationError(
+                str(exc), type=names.SEND_WAIT, category=ApplicationErrorCategory.BENIGN,
+                next_retry_delay=timedelta(seconds=max(exc.wait_s, 0.05)),
+            ) from None  # fmt: skip
+        except (Conflict, NotFound) as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+
+    @activity.defn(name=names.ACT_APPROVAL_READ)
+    async def approval_read(self, approval_id: str) -> ApprovalView:
+        return await self._run(lambda conn: approvals.read(conn, approval_id))
+
+    @activity.defn(name=names.ACT_APPROVAL_HOLD_TOOL)
+    async def approval_hold_tool(self, req: HoldToolCall) -> str:
+        return await self._run(lambda conn: approvals.hold_tool(conn, req))
+
+    @activity.defn(name=names.ACT_APPROVAL_REMIND)
+    async def approval_remind(self, approval_id: str) -> None:
+        await self._run(lambda conn: approvals.remind(conn, approval_id))
+
+    @activity.defn(name=names.ACT_APPROVAL_EXPIRE)
+    async def approval_expire(self, approval_id: str) -> str:
+        return await self._run(lambda conn: approvals.expire(conn, approval_id))
+
+    @activity.defn(name=names.ACT_APPROVAL_TAKE)
+    async def approval_take(self, approval_id: str) -> str | None:
+        """Act on the decision once (the turn that waited for it); None: taken already."""
+        return await self._run(lambda conn: approvals.take(conn, approval_id))
+
+    def workflow_queue_activities(self) -> list[Callable[..., Awaitable[object]]]:
+        return [
+            self.admit_turn, self.release_turn, self.load_conversation, self.save_turn,
+            self.dead_letter_inputs, self.load_inputs, self.record_run_event,
+            self.terminate_workflow, self.skip_inputs, self.suspend_turn, self.upgrade_lease,
+            self.egress_send,  # owner chat's send, as a local activity of the turn
+            self.entity_run_ended, self.approval_read, self.approval_remind,
+            self.approval_hold_tool, self.approval_expire, self.approval_take,
+        ]  # fmt: skip
+
+    def egress_activities(self) -> list[Callable[..., Awaitable[object]]]:
+        return [self.egress_send]

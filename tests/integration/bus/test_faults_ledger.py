@@ -1,0 +1,88 @@
+"""The fault run's ledger (bench/faults_ledger.py) names what does not add up: an acknowledged
+event missing from the inbox or in it twice, an effect that reached its server twice or without
+a record, a 2xx while PostgreSQL was down, a non-2xx while Temporal was down. The fault run
+itself (tests/e2e/test_faults.py) is green only if these lines stay empty."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from eventos.bus.inbox import IngressRecord, append
+from eventos.db import Conn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+from faults_book import CHAT, TELEGRAM, WEBHOOK, Acked, Attempt, Book
+from faults_instance import POSTGRES, TEMPORAL
+from faults_ledger import Receivers, account
+from faults_schedule import LOSE, Done, Fault
+
+from eventos.settings import DatabaseSettings
+
+
+def record(source: str, key: str) -> IngressRecord:
+    envelope = {"id": key, "data": {"tag": key}}
+    return IngressRecord(source, key, "fx", key, envelope, 40)
+
+
+async def test_lost_and_doubled_events_are_named(conn: Conn, db_settings: DatabaseSettings) -> None:
+    await append(conn, [record("webhook:a", "fx-webhook-1"), record("webhook:a", "fx-webhook-2")])
+    # A second row of the same event, as a broken dedupe would leave it.
+    async with conn.transaction():
+        await conn.execute(
+            "INSERT INTO bus_ingress (source_key, dedupe_key, type, envelope, size, "
+            "chain_id, status) SELECT source_key, dedupe_key, type, envelope, size, "
+            "chain_id, 'no_consumer' FROM bus_ingress WHERE dedupe_key = 'fx-webhook-2'"
+        )
+    await conn.execute("UPDATE bus_ingress SET status = 'no_consumer'")
+    book, now = Book(), time.time()
+    for n in (1, 2, 3):
+        tag = f"fx-webhook-{n}"
+        book.ack(Acked(WEBHOOK, tag, "webhook:a", tag, now, now))
+    ledger = account(1, db_settings.url, book, Receivers([], {}), [])
+    assert ledger.line("acknowledged, not in the inbox (lost)").wrong == [
+        f"fx-webhook-3 (webhook:a fx-webhook-3) acknowledged at "
+        f"{time.strftime('%H:%M:%S', time.localtime(now))}, not in the inbox"
+    ]
+    assert ledger.line("in the inbox more than once (doubled)").wrong == [
+        "fx-webhook-2 (webhook:a fx-webhook-2) in the inbox 2 times"
+    ]
+    assert ledger.line("inbox rows never routed").wrong == [  # no router ran in this test
+        "fx-webhook-1 (webhook:a fx-webhook-1) still accepted",
+        "fx-webhook-2 (webhook:a fx-webhook-2) still accepted",
+    ]
+    assert not ledger.ok
+
+
+async def test_an_effect_twice_or_unrecorded_is_named(db_settings: DatabaseSettings) -> None:
+    book = Book()
+    book.tools.update({"fx-chat-1", "fx-chat-2", "fx-chat-3"})
+    effects = {"fx-chat-1": 0, "fx-chat-2": 2, "fx-chat-3": 1}
+    ledger = account(1, db_settings.url, book, Receivers([], effects), [])
+    assert ledger.line("tool effects at the server").wrong == [
+        "fx-chat-2: reached the server 2 times, 0 calls []",
+        "fx-chat-3: reached the server 1 times with no call recorded",
+    ]
+    sent = [{"text": "[local] you said: fx-telegram-1 hi"}]
+    ledger = account(1, db_settings.url, book, Receivers(sent, {}), [])
+    assert ledger.line("telegram replies at the customer").wrong == [
+        "fx-telegram-1 reached the customer 1 times with no outbox row"
+    ]
+
+
+async def test_answers_during_the_outages_are_checked(db_settings: DatabaseSettings) -> None:
+    t = time.time()
+    pg = Done(Fault(0, LOSE, POSTGRES, 30), began=t, down=t + 1, up=t + 31, back=t + 40)
+    tp = Done(Fault(0, LOSE, TEMPORAL, 120), began=t + 50, down=t + 51, up=t + 171, back=t + 180)
+    book = Book()
+    book.attempt(Attempt(CHAT, "fx-chat-1", t + 0.5, t + 2, "202", True))  # began before: fine
+    book.attempt(Attempt(CHAT, "fx-chat-2", t + 5, t + 6, "503", False))
+    book.attempt(Attempt(TELEGRAM, "fx-telegram-1", t + 5, t + 8, "confirmed", True))
+    book.attempt(Attempt(WEBHOOK, "fx-webhook-1", t + 60, t + 61, "200 accepted", True))
+    book.attempt(Attempt(WEBHOOK, "fx-webhook-2", t + 70, t + 71, "503", False))
+    ledger = account(1, db_settings.url, book, Receivers([], {}), [pg, tp])
+    (yes,) = ledger.line("2xx while PostgreSQL was down").wrong
+    assert yes.startswith("telegram fx-telegram-1 answered confirmed")
+    (no,) = ledger.line("not 2xx while Temporal was down").wrong
+    assert no.startswith("webhook fx-webhook-2 answered 503")

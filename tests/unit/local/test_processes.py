@@ -1,0 +1,104 @@
+"""Child-process helpers of the local instance: recognising leftovers, stopping groups, the lock."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eventos.local.instance import LocalStack, StackError
+from eventos.local.processes import LockHeld, PidLock, Recorded, pid_alive, stop_groups
+from eventos.local.service_process import ServiceProcess
+from eventos.testing import wait_for_sync
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+STUBBORN = [
+    sys.executable,
+    "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True);"
+    " time.sleep(60)",
+]
+
+
+@pytest.fixture
+def spawned(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    children: list[subprocess.Popen[bytes]] = []
+    yield children
+    for child in children:
+        child.kill()
+        child.wait()
+
+
+def spawn(children: list[subprocess.Popen[bytes]], argv: list[str], cwd: Path) -> int:
+    child = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, start_new_session=True)
+    children.append(child)
+    return child.pid
+
+
+def test_a_recorded_child_is_ours_only_while_it_runs_what_we_started(
+    spawned: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    pid = spawn(spawned, SLEEPER, tmp_path)
+    assert Recorded(pid, " ".join(SLEEPER), str(tmp_path)).still_ours()
+    assert not Recorded(pid, "something else", str(tmp_path)).still_ours()
+    if Path("/proc/self").exists():
+        assert not Recorded(pid, " ".join(SLEEPER), "/elsewhere").still_ours()
+    spawned[0].kill()
+    spawned[0].wait()
+    assert not Recorded(pid, " ".join(SLEEPER), str(tmp_path)).still_ours()
+
+
+def test_stop_groups_kills_what_ignores_sigterm(
+    spawned: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    polite = spawn(spawned, SLEEPER, tmp_path)
+    stubborn = spawn(spawned, STUBBORN, tmp_path)
+    stdout = spawned[1].stdout
+    assert stdout is not None and stdout.readline() == b"up\n"  # its handler is in place
+    assert stop_groups([polite, stubborn], timeout=0.5) == [stubborn]
+    wait_for_sync(lambda: not pid_alive(polite) and not pid_alive(stubborn), timeout=5)
+
+
+def test_the_lock_names_its_holder(tmp_path: Path) -> None:
+    first, second = PidLock(tmp_path / "lock"), PidLock(tmp_path / "lock")
+    first.acquire()
+    with pytest.raises(LockHeld) as held:
+        second.acquire()
+    assert held.value.owner == str(os.getpid())
+    first.release()
+    second.acquire()
+    second.release()
+
+
+def test_a_second_instance_on_the_same_folder_is_refused(tmp_path: Path) -> None:
+    (tmp_path / ".eventos").mkdir()
+    running = PidLock(tmp_path / ".eventos" / "lock")
+    running.acquire()
+    try:
+        with pytest.raises(StackError, match=f"another local instance \\(pid {os.getpid()}\\)"):
+            LocalStack(tmp_path, say=lambda line: None).start()
+    finally:
+        running.release()
+
+
+@pytest.mark.parametrize(("ran_s", "restarts", "delay_s"), [(1.0, 5, 30.0), (120.0, 5, 1.0)])
+def test_the_restart_delay_grows_only_while_a_service_keeps_exiting_soon_after_its_start(
+    tmp_path: Path, ran_s: float, restarts: int, delay_s: float
+) -> None:
+    """A crash loop backs off up to 30 s; a service killed after a minute of work comes back
+    after 1 s however often it was restarted before (the fault run kills each many times)."""
+    said: list[str] = []
+    stack = LocalStack(tmp_path, say=said.append)
+    svc = ServiceProcess("router", 1, None, tmp_path / "router.log", restarts=restarts)
+    svc.process = subprocess.Popen([sys.executable, "-c", "pass"])
+    svc.process.wait()
+    stack.services["router"] = svc
+    svc.started_at = time.monotonic() - ran_s
+    stack.check_children()
+    assert svc.restart_at - time.monotonic() == pytest.approx(delay_s, abs=0.5)
+    assert f"router exited with code 0; restarting in {delay_s:g}s" in said

@@ -1,0 +1,43 @@
+"""The tier L server's small parts: the PostgreSQL login it is given, its ports, its tools."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eventos.errors import ConfigError
+from eventos.local.temporal_server import PORT_RANGE, ServerError, SqlLogin, low_free_port
+from eventos.settings import ServerTools
+
+
+def test_the_login_comes_from_the_instance_url_and_hides_its_password() -> None:
+    login = SqlLogin.of_url("postgresql://tem:p%40ss@db.internal:6543/eventos")
+    assert (login.host, login.port, login.user, login.password) == (
+        "db.internal", 6543, "tem", "p@ss")  # fmt: skip
+    assert "p@ss" not in repr(login)
+    assert SqlLogin.of_url("postgresql://127.0.0.1/x").port == 5432
+
+
+def test_a_socket_path_is_refused() -> None:
+    with pytest.raises(ServerError, match="over TCP"):
+        SqlLogin.of_url("postgresql:///eventos?host=/run/postgresql")
+
+
+def test_ports_fit_the_servers_smallint_column_and_avoid_those_taken() -> None:
+    taken: set[int] = set()
+    for _ in range(20):
+        port = low_free_port("127.0.0.1", taken)
+        assert PORT_RANGE[0] <= port <= PORT_RANGE[1] < 32768
+        assert port not in taken
+        taken.add(port)
+
+
+def test_tools_come_from_the_variables_else_the_checkout(tmp_path: Path) -> None:
+    mine = ServerTools.from_env({"EVENTOS_TOOLS_BIN": "/opt/t", "EVENTOS_CHART": "/c"}, tmp_path)
+    assert (mine.bin_dir, mine.chart) == (Path("/opt/t"), Path("/c"))
+    checkout = ServerTools.from_env({}, tmp_path)
+    assert checkout.bin_dir == tmp_path / ".tools" / "bin"
+    assert checkout.chart == tmp_path / "deploy" / "helm" / "eventos"
+    with pytest.raises(ConfigError, match="run `make tools`"):
+        checkout.binary("temporal-server")

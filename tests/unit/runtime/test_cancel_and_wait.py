@@ -1,0 +1,42 @@
+"""Stopping loops: a task that swallowed a cancellation is cancelled again (eventos.runtime.service)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from eventos.runtime.service import cancel_and_wait
+
+
+async def test_a_task_that_swallowed_one_cancellation_still_stops() -> None:
+    async def swallows_once() -> None:
+        # What Python 3.11's wait_for can do when its inner future finishes meanwhile:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(60)
+        await asyncio.sleep(60)
+
+    task = asyncio.create_task(swallows_once())
+    await asyncio.sleep(0)
+    await cancel_and_wait([task], grace_s=5)
+    assert task.cancelled()
+
+
+async def test_a_task_that_never_stops_is_left_and_named(caplog: pytest.LogCaptureFixture) -> None:
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(60)
+
+    task = asyncio.create_task(stubborn(), name="stubborn-loop")
+    await asyncio.sleep(0)
+    await cancel_and_wait([task], grace_s=1)
+    assert not task.done()
+    assert "1 task(s) did not stop within 1 s: stubborn-loop" in caplog.text
+    release.set()
+    task.cancel()
+    await asyncio.wait([task])
+    assert task.done()
