@@ -1,0 +1,217 @@
+"""The images `make images` built run as the charts run them: a read-only root filesystem, the
+chart's non-root user, only /tmp (and the chart's volumes) writable, no capabilities.
+
+Needs the images in the local container storage and podman (`make images && make test-images`).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.k8s
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES_JSON = ROOT / ".eventos" / "images" / "images.json"
+SERVICES = ["ingress", "router", "relay", "workers-workflow", "workers-llm", "egress"]
+# What the charts' containers get: securityContext readOnlyRootFilesystem, drop ALL, no
+# privilege escalation, and an emptyDir on /tmp.
+AS_THE_CHART = ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+                "--tmpfs", "/tmp:rw,size=64m"]  # fmt: skip
+NPROC_CAP = 32768
+
+
+def limits() -> list[str]:
+    """Explicit rlimits: podman's defaults raise them past what runc may set here.
+
+    The open files limit is the machine's own; processes are capped at 32768 (buildah's default),
+    as runc's init was refused 65536 and the shell's 96368 ("error setting rlimit type 6").
+    """
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+    nproc = min(resource.getrlimit(resource.RLIMIT_NPROC)[1], NPROC_CAP)
+    return ["--ulimit", f"nofile={nofile[0]}:{nofile[1]}", "--ulimit", f"nproc={nproc}:{nproc}"]
+
+
+def podman(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """A podman command (runc: crun refuses this machine's hybrid cgroups)."""
+    return subprocess.run(["podman", "--runtime", "runc", *args], capture_output=True,
+                          text=True, timeout=timeout, check=False)  # fmt: skip
+
+
+def run(ref: str, *cmd: str, user: str = "10001:10001", options: tuple[str, ...] = (),
+        timeout: float = 60) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """Run `cmd` in a fresh container of `ref` as the chart would, without a network."""
+    return podman("run", "--rm", "--network", "none", "--user", user, *limits(), *AS_THE_CHART,
+                  *options, ref, *cmd, timeout=timeout)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def images() -> dict[str, str]:
+    """`name` → `name:tag` of every image `make images` listed."""
+    assert IMAGES_JSON.exists(), "run `make images` first"
+    refs = json.loads(IMAGES_JSON.read_text())
+    for ref, tar in refs.items():
+        assert Path(tar).is_file(), f"{ref}: its archive {tar} is missing"
+    return {ref.split("/")[-1].split(":")[0]: ref for ref in refs}
+
+
+def test_every_image_the_charts_reference_was_built(images: dict[str, str]) -> None:
+    expected = {*SERVICES, "temporal", "temporal-server", "temporal-admin-tools", "collector",
+                "postgres"}  # fmt: skip
+    assert set(images) == expected
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_a_service_image_imports_its_code_on_a_read_only_root(
+    images: dict[str, str], service: str
+) -> None:
+    module = "eventos_" + service.replace("-", "_")
+    done = run(images[service], "python", "-c",
+               f"import os, {module}.__main__; print(os.getuid(), os.getgid(), os.getcwd())")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[:2] == ["10001", "10001"]
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_a_service_starts_and_stops_only_on_the_missing_database(
+    images: dict[str, str], service: str
+) -> None:
+    env = {"EVENTOS_DATABASE_URL": "postgresql://eventos:x@127.0.0.1:1/eventos",
+           "EVENTOS_ADMIN_TOKEN": "admin-0123456789abcdef",
+           "EVENTOS_OUTBOX_KEYS": "k1:" + "A" * 43 + "=",
+           "TEMPORAL_ADDRESS": "127.0.0.1:2"}  # fmt: skip
+    options = tuple(arg for key, value in env.items() for arg in ("-e", f"{key}={value}"))
+    done = run(images[service], options=options, timeout=120)
+    output = done.stdout + done.stderr
+    print(output[-3000:])
+    assert done.returncode != 0
+    assert "Read-only file system" not in output and "Permission denied" not in output
+    assert "ModuleNotFoundError" not in output and "ImportError" not in output
+    assert "127.0.0.1" in output or "database" in output.lower()
+
+
+def test_the_temporal_server_prints_its_version(images: dict[str, str]) -> None:
+    ref = images["temporal-server"]
+    done = run(ref, "--version")
+    assert (done.returncode, done.stdout.strip()) == (0, f"temporal version {ref.split(':')[1]}")
+    # The chart's command: a shell that reads the password file, then execs the server.
+    shell = run(ref, "-c", 'export P="$(cat /etc/hostname)" && exec temporal-server --version',
+                options=("--entrypoint", "/bin/sh"))  # fmt: skip
+    assert shell.returncode == 0, shell.stderr
+
+
+def test_the_admin_tools_hold_the_sql_tool_the_cli_and_the_schemas(
+    images: dict[str, str],
+) -> None:
+    script = ("set -eu; temporal-sql-tool --version; temporal --version; "
+              "ls /etc/temporal/schema/postgresql/v12/temporal/versioned "
+              "/etc/temporal/schema/postgresql/v12/visibility/versioned | grep -c '^v'; "
+              "echo x | grep -qw x && sleep 0 && echo tools-ok")  # fmt: skip
+    done = run(images["temporal-admin-tools"], "/bin/sh", "-c", script)
+    assert done.returncode == 0, done.stderr
+    print(done.stdout)
+    assert "temporal-sql-tool version 1.32.0" in done.stdout or "1.32.0" in done.stdout
+    assert "temporal version 1.9.1" in done.stdout and "tools-ok" in done.stdout
+
+
+def test_the_collector_prints_its_version(images: dict[str, str]) -> None:
+    ref = images["collector"]
+    done = run(ref, "--version")
+    assert done.returncode == 0, done.stderr
+    assert ref.split(":")[1] in done.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, deadline_s: float) -> bool:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            time.sleep(0.3)
+    return False
+
+
+@pytest.fixture
+def container_name() -> Iterator[str]:
+    """A name for a detached container, removed at the end."""
+    name = f"eventos-test-{uuid.uuid4().hex[:8]}"
+    yield name
+    podman("rm", "--force", "--time", "2", name)
+
+
+def test_the_dev_server_serves_as_the_chart_starts_it(
+    images: dict[str, str], container_name: str
+) -> None:
+    port = free_port()
+    # The chart's volume for the SQLite file; the chart's args, on loopback only.
+    args = ["server", "start-dev", "--db-filename", "/var/lib/temporal/temporal.db",
+            "--ip", "127.0.0.1", "--port", str(port), "--http-port", str(free_port()),
+            "--metrics-port", str(free_port()), "--headless", "--namespace", "default",
+            "--log-level", "warn"]  # fmt: skip
+    started = podman("run", "-d", "--name", container_name, "--network", "host",
+                     "--user", "10001:10001", *limits(), *AS_THE_CHART,
+                     "--tmpfs", "/var/lib/temporal:rw,size=64m,uid=10001,gid=10001,mode=0700",
+                     images["temporal"], *args)  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    serving = wait_for_port(port, 60)
+    logs = podman("logs", container_name)
+    assert serving, logs.stdout + logs.stderr
+
+
+def test_postgresql_initialises_starts_and_answers_as_its_user(
+    images: dict[str, str], container_name: str, tmp_path: Path
+) -> None:
+    secret = tmp_path / "password"
+    secret.write_text("s3cret-for-the-test\n")
+    secret.chmod(0o444)
+    started = podman("run", "-d", "--name", container_name, "--network", "none",
+                     "--user", "999:999", *limits(), *AS_THE_CHART,
+                     "--tmpfs", "/var/lib/postgresql/data:rw,uid=999,gid=999,mode=0700",
+                     "--tmpfs", "/var/run/postgresql:rw,uid=999,gid=999,mode=0775",
+                     "-v", f"{secret}:/var/run/secrets/postgresql/password:ro",
+                     "-e", "POSTGRES_PASSWORD_FILE=/var/run/secrets/postgresql/password",
+                     "-e", "POSTGRES_DB=eventos",
+                     "-e", "PGDATA=/var/lib/postgresql/data/pgdata",
+                     images["postgres"])  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        # The chart's probe.
+        if (
+            podman(
+                "exec", container_name, "pg_isready", "-U", "postgres", "-h", "127.0.0.1"
+            ).returncode
+            == 0
+        ):
+            break
+        time.sleep(0.5)
+    # A password login over TCP, as the services and Temporal connect.
+    query = podman("exec", "-e", "PGPASSWORD=s3cret-for-the-test", container_name, "psql",
+                   "-h", "127.0.0.1", "-U", "postgres", "-d", "eventos", "-Atc",
+                   "SELECT 1, current_user, version()")  # fmt: skip
+    logs = podman("logs", container_name)
+    print(query.stdout, logs.stdout[-2000:], logs.stderr[-2000:])
+    assert query.returncode == 0, query.stderr + logs.stderr
+    assert query.stdout.startswith("1|postgres|PostgreSQL 16.")
+    extension = podman("exec", "-e", "PGPASSWORD=s3cret-for-the-test", container_name, "psql",
+                       "-h", "127.0.0.1", "-U", "postgres", "-d", "eventos", "-Atc",
+                       "CREATE EXTENSION btree_gin; SELECT extname FROM pg_extension ORDER BY 1")  # fmt: skip
+    assert "btree_gin" in extension.stdout, extension.stderr
+    wrong = podman("exec", "-e", "PGPASSWORD=wrong", container_name, "psql", "-h", "127.0.0.1",
+                   "-U", "postgres", "-d", "eventos", "-Atc", "SELECT 1")  # fmt: skip
+    assert wrong.returncode != 0 and "password authentication failed" in wrong.stderr
