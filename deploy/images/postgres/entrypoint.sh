@@ -22,7 +22,7 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     exit 1
   fi
   initdb --pgdata="$PGDATA" --username="$user" --pwfile="$pwfile" --encoding=UTF8 \
-    --locale=C.UTF-8 --auth-local=trust --auth-host=scram-sha-256
+    --locale=C.UTF-8 --auth-local=trust --auth-host=scram-sha-256 --no-instructions
   [ "$pwfile" = "${POSTGRES_PASSWORD_FILE:-}" ] || rm -f "$pwfile"
   echo "host all all all scram-sha-256" >>"$PGDATA/pg_hba.conf"
   db=${POSTGRES_DB:-$user}
