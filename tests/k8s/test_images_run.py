@@ -15,8 +15,10 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from charts import INSTANCE_CHART, REQUIRED, TIER_FILES, of_kind, pod_spec, render
 
 pytestmark = pytest.mark.k8s
 
@@ -195,11 +197,22 @@ def test_the_dev_server_serves_as_the_chart_starts_it(
     assert serving, logs.stdout + logs.stderr
 
 
-def test_postgresql_initialises_starts_and_answers_as_its_user(
-    images: dict[str, str], container_name: str, tmp_path: Path
-) -> None:
+PASSWORD = "s3cret-for-the-test"
+
+
+def psql(container: str, sql: str, password: str = PASSWORD, database: str = "eventos") -> (
+    subprocess.CompletedProcess[str]
+):  # fmt: skip
+    """psql over TCP with a password, inside the PostgreSQL container."""
+    return podman("exec", "-e", f"PGPASSWORD={password}", container, "psql", "-h", "127.0.0.1",
+                  "-U", "postgres", "-d", database, "-Atc", sql)  # fmt: skip
+
+
+@pytest.fixture
+def postgres(images: dict[str, str], container_name: str, tmp_path: Path) -> Iterator[str]:
+    """The bundled PostgreSQL started as the chart's StatefulSet starts it; its container name."""
     secret = tmp_path / "password"
-    secret.write_text("s3cret-for-the-test\n")
+    secret.write_text(PASSWORD + "\n")
     secret.chmod(0o444)
     started = podman("run", "-d", "--name", container_name, "--network", "none",
                      "--user", "999:999", *limits(), *AS_THE_CHART,
@@ -212,28 +225,99 @@ def test_postgresql_initialises_starts_and_answers_as_its_user(
                      images["postgres"])  # fmt: skip
     assert started.returncode == 0, started.stderr
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        # The chart's probe.
-        if (
-            podman(
-                "exec", container_name, "pg_isready", "-U", "postgres", "-h", "127.0.0.1"
-            ).returncode
-            == 0
-        ):
-            break
+    probe = ["exec", container_name, "pg_isready", "-U", "postgres", "-h", "127.0.0.1"]
+    while podman(*probe).returncode != 0:  # the chart's probe
+        logs = podman("logs", container_name)
+        assert time.monotonic() < deadline, logs.stdout + logs.stderr
         time.sleep(0.5)
+    yield container_name
+
+
+def test_postgresql_initialises_starts_and_answers_as_its_user(postgres: str) -> None:
     # A password login over TCP, as the services and Temporal connect.
-    query = podman("exec", "-e", "PGPASSWORD=s3cret-for-the-test", container_name, "psql",
-                   "-h", "127.0.0.1", "-U", "postgres", "-d", "eventos", "-Atc",
-                   "SELECT 1, current_user, version()")  # fmt: skip
-    logs = podman("logs", container_name)
-    print(query.stdout, logs.stdout[-2000:], logs.stderr[-2000:])
-    assert query.returncode == 0, query.stderr + logs.stderr
+    query = psql(postgres, "SELECT 1, current_user, version()")
+    print(query.stdout)
+    assert query.returncode == 0, query.stderr
     assert query.stdout.startswith("1|postgres|PostgreSQL 16.")
-    extension = podman("exec", "-e", "PGPASSWORD=s3cret-for-the-test", container_name, "psql",
-                       "-h", "127.0.0.1", "-U", "postgres", "-d", "eventos", "-Atc",
-                       "CREATE EXTENSION btree_gin; SELECT extname FROM pg_extension ORDER BY 1")  # fmt: skip
-    assert "btree_gin" in extension.stdout, extension.stderr
-    wrong = podman("exec", "-e", "PGPASSWORD=wrong", container_name, "psql", "-h", "127.0.0.1",
-                   "-U", "postgres", "-d", "eventos", "-Atc", "SELECT 1")  # fmt: skip
+    owner = podman("exec", postgres, "sh", "-c", "id -u; stat -c %u $PGDATA")
+    assert owner.stdout.split() == ["999", "999"]
+    wrong = psql(postgres, "SELECT 1", password="wrong")
     assert wrong.returncode != 0 and "password authentication failed" in wrong.stderr
+
+
+# Tier L with the bundled PostgreSQL, but every address is the pod's loopback: here the Job and
+# server containers join the PostgreSQL container's network namespace instead of a Service.
+TIER_L_HERE = (*REQUIRED, "postgresql.bundled.enabled=true", "postgresql.existingSecret=acme-pg",
+               "temporal.server.sql.host=127.0.0.1", "temporal.server.sql.user=postgres",
+               "temporal.server.sql.existingSecret=acme-pg")  # fmt: skip
+
+
+def chart_container(docs: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any]:
+    """The one container of the workload whose name ends with `suffix`."""
+    (doc,) = [d for d in of_kind(docs, kind) if d["metadata"]["name"].endswith(suffix)]
+    (container,) = pod_spec(doc)["containers"]
+    return dict(container)
+
+
+def run_like_the_chart(image: str, container: dict[str, Any], network: str,
+                       mounts: dict[str, Path], env: dict[str, str], detach: str = "",
+                       timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """The chart's container (command, args, env, mounts) as uid 10001 in `network`."""
+    values = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    values.update(env)
+    options = ["--network", f"container:{network}", "--entrypoint", container["command"][0]]
+    options += [arg for key, value in values.items() for arg in ("-e", f"{key}={value}")]
+    options += [arg for dest, src in mounts.items() for arg in ("-v", f"{src}:{dest}:ro")]
+    options += ["-d", "--name", detach] if detach else ["--rm"]
+    return podman("run", "--user", "10001:10001", *limits(), *AS_THE_CHART, *options, image,
+                  *container["command"][1:], *container.get("args", []), timeout=timeout)  # fmt: skip
+
+
+def test_tier_l_schema_job_server_and_namespace_job_run_on_the_bundled_postgresql(
+    images: dict[str, str], postgres: str, tmp_path: Path
+) -> None:
+    """The tier L pods' own commands (rendered by helm) in these images: the schema Job creates
+    both databases and brings both schemas to their newest version (visibility needs btree_gin),
+    the server starts on them with the chart's config, and the namespace Job creates the
+    namespace and search attributes through it with the `temporal` CLI."""
+    docs = render(INSTANCE_CHART, (TIER_FILES["L"],), TIER_L_HERE)
+    secrets = tmp_path / "temporal-secret"
+    secrets.mkdir()
+    (secrets / "password").write_text(PASSWORD)
+    (secrets / "password").chmod(0o444)
+    password = {"/var/run/secrets/temporal": secrets}
+
+    schema = chart_container(docs, "Job", "temporal-schema")
+    done = run_like_the_chart(images["temporal-admin-tools"], schema, postgres, password, {})
+    assert done.returncode == 0, done.stderr[-3000:]
+    for database in ("temporal", "temporal_visibility"):
+        version = psql(postgres, "SELECT curr_version FROM schema_version", database=database)
+        assert version.returncode == 0 and version.stdout.strip(), version.stderr
+        print(database, "schema", version.stdout.strip())
+    extension = psql(postgres, "SELECT extname FROM pg_extension", database="temporal_visibility")
+    assert "btree_gin" in extension.stdout
+
+    (config_map,) = [d for d in of_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("temporal-config")]  # fmt: skip
+    config = tmp_path / "temporal-config"
+    config.mkdir()
+    for name, text in config_map["data"].items():
+        (config / name).write_text(text)
+        (config / name).chmod(0o444)
+    server = chart_container(docs, "Deployment", "-temporal")
+    config_dir = next(m["mountPath"] for m in server["volumeMounts"] if m["name"] == "config")
+    name = f"{postgres}-temporal"
+    try:
+        started = run_like_the_chart(images["temporal-server"], server, postgres,
+                                     {**password, config_dir: config}, {"POD_IP": "127.0.0.1"},
+                                     detach=name)  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        namespace = chart_container(docs, "Job", "temporal-namespace")
+        done = run_like_the_chart(images["temporal-admin-tools"], namespace, postgres, {},
+                                  {"TEMPORAL_ADDRESS": "127.0.0.1:7233"}, timeout=240)  # fmt: skip
+        logs = podman("logs", name)
+        print(done.stdout[-1500:])
+        assert done.returncode == 0, done.stderr[-2000:] + logs.stderr[-3000:]
+        namespaces = psql(postgres, "SELECT name FROM namespaces", database="temporal")
+        assert "default" in namespaces.stdout.split(), namespaces.stderr
+    finally:
+        podman("rm", "--force", "--time", "5", name)
