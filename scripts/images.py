@@ -183,15 +183,38 @@ def build(image: Image) -> str:
         args += ["-v", volume]
     started = time.monotonic()
     print(f"== {image.ref}", flush=True)
+    before = set(buildah("containers", "--quiet", "--notruncate").split())
     done = subprocess.run(["nice", os.environ.get("BUILDAH", "buildah"), *args, str(image.context)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode != 0:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
         raise BuildError(f"building {image.ref} failed")
+    remove_leaked_containers(before)
+    untag_others(image)
     steps = done.stdout.count("STEP ")
     cached = done.stdout.count("Using cache")
     print(f"   {steps} steps, {cached} from cache, {time.monotonic() - started:.1f}s", flush=True)
     return image_id(image.ref)
+
+
+def remove_leaked_containers(before: set[str]) -> None:
+    """Remove the working containers a build left behind (buildah 1.28 keeps one per stage that
+    is only a FROM, as the service Dockerfiles' `uv` stage is): only new ones, of our images."""
+    listing = buildah("containers", "--notruncate", "--format", "{{.ContainerID}} {{.ImageName}}")
+    for line in listing.splitlines():
+        ident, image_name = line.split()[:2]  # buildah pads the columns
+        if ident not in before and image_name.startswith("localhost/eventos/"):
+            buildah("rm", ident)
+
+
+def untag_others(image: Image) -> None:
+    """Drop the image's earlier tags (earlier `git describe`s), so unused layers can go."""
+    names = buildah(
+        "images", "--format", "{{.Name}}:{{.Tag}}", "--filter", f"reference={image.name}"
+    )
+    for ref in names.splitlines():
+        if ref.rsplit(":", 1)[1] not in (image.tag, "<none>"):
+            buildah("rmi", ref)
 
 
 def save(image: Image, ident: str) -> Path:
