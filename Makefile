@@ -216,7 +216,7 @@ deploy-check: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## only the deplo
 # deploy/images/ with the binaries `make tools` builds. Layer-cached: a warm run rebuilds and
 # saves only what changed. Output: .eventos/images/*.tar and images.json (for ctr import).
 # Needs (Debian): buildah, debootstrap, busybox-static.
-images: tools ## build every image the charts reference with buildah into .eventos/images (IMAGE_REPOSITORY, IMAGE_TAG)
+images: install $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## build every image the charts reference with buildah into .eventos/images (IMAGE_REPOSITORY, IMAGE_TAG)
 	$(PY) scripts/images.py --repository $(IMAGE_REPOSITORY) --tag $(IMAGE_TAG) --uv-version $(UV_VERSION)
 
 # Runs the images as the charts run them (read-only root, non-root); not part of `make test`.
