@@ -1,6 +1,6 @@
 """Build every image the charts reference with buildah, without a Docker engine or a registry.
 
-    .venv/bin/python scripts/images.py [--tag TAG] [--repository eventos]
+    .venv/bin/python scripts/images.py --tag TAG --uv-version 0.13.8 [--repository eventos]
 
 Order: a Debian bookworm base made here (debootstrap minbase, once: its root filesystem is kept
 in .eventos/images/cache), Debian's Python 3.11 on it, uv alone; the six services from their
@@ -72,7 +72,6 @@ class Image:
     context: Path
     build_args: dict[str, str] = field(default_factory=dict)
     volumes: tuple[str, ...] = ()
-    for_charts: bool = True
 
     @property
     def ref(self) -> str:
@@ -96,15 +95,6 @@ def buildah(*args: str) -> str:
 def image_id(ref: str) -> str:
     """The full id of a local image."""
     return buildah("inspect", "--type", "image", "--format", "{{.FromImageID}}", ref)
-
-
-def image_exists(ref: str) -> bool:
-    """Whether the local storage holds `ref`."""
-    try:
-        image_id(ref)
-    except BuildError:
-        return False
-    return True
 
 
 def debian_rootfs() -> Path:
@@ -244,12 +234,11 @@ def bases(uv_version: str) -> list[Image]:
     rootfs = debian_rootfs()
     return [
         Image("eventos/debian", DEBIAN_SUITE, DEFINITIONS / "debian/Containerfile",
-              context("debian", {"rootfs.tar": rootfs}), for_charts=False),
+              context("debian", {"rootfs.tar": rootfs})),
         Image("eventos/python", f"3.11-{DEBIAN_SUITE}", DEFINITIONS / "python/Containerfile",
-              context("python", {}), {"DEBIAN_IMAGE": f"eventos/debian:{DEBIAN_SUITE}"},
-              for_charts=False),
+              context("python", {}), {"DEBIAN_IMAGE": f"eventos/debian:{DEBIAN_SUITE}"}),
         Image("eventos/uv", uv_version, DEFINITIONS / "uv/Containerfile",
-              context("uv", {"uv": TOOLS / "bin/uv"}), for_charts=False),
+              context("uv", {"uv": TOOLS / "bin/uv"})),
     ]  # fmt: skip
 
 
