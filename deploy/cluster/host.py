@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +215,18 @@ def differences(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         if old[key] != new[key]:
             found.append(f"sysctl {key}: before {old[key]}, after {new[key]}")
     return found
+
+
+def main() -> int:
+    """`host.py snapshot` prints one; `host.py compare FILE|-` prints what differs from it."""
+    if sys.argv[1] == "snapshot":
+        print(json.dumps(snapshot()))
+        return 0
+    source = sys.stdin.read() if sys.argv[2] == "-" else Path(sys.argv[2]).read_text()
+    found = differences(json.loads(source), snapshot())
+    print("\n".join(found))
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

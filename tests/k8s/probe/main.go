@@ -20,7 +20,9 @@ func main() {
 	switch os.Args[1] {
 	case "log": // print the words, then stay up
 		fmt.Println(strings.Join(args, " "))
-		select {}
+		for {
+			time.Sleep(time.Hour)
+		}
 	case "serve": // answer every request with "probe <hostname>"
 		host, _ := os.Hostname()
 		http.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintf(w, "probe %s\n", host) })
