@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -153,10 +154,8 @@ def apply(layout: Layout, manifests: list[addons.Manifest], what: str) -> None:
 
 
 def up(layout: Layout) -> None:
-    """Bring the cluster up from empty data folders; wait for a Ready node and DNS."""
+    """Bring the cluster up in empty data folders; wait for a Ready node and DNS."""
     began = time.monotonic()
-    check_tools(layout)
-    fresh_state(layout)
     host.save_snapshot(layout)
     pki.make_pki(layout)
     components.cni_config(layout)
@@ -179,6 +178,19 @@ def up(layout: Layout) -> None:
     wait_for("CoreDNS answers on 10.96.0.10", dns_answers, 180, log_of(layout, "kubelet"))
     say(f"CoreDNS answers; cluster up in {time.monotonic() - began:.1f} s")
     say(f"kubeconfig: {layout.kubeconfig}")
+
+
+def up_or_clean_up(layout: Layout) -> None:
+    """`up`; when it fails, take down what it started (the logs stay) and fail."""
+    check_tools(layout)
+    fresh_state(layout)
+    try:
+        up(layout)
+    except (ClusterError, OSError, subprocess.SubprocessError):
+        if layout.host_before.exists():
+            say(f"up failed: taking down what it started (logs stay in {layout.logs})")
+            down(layout)
+        raise
 
 
 def delete_workloads(layout: Layout) -> None:
@@ -264,9 +276,12 @@ def main() -> int:
     parser.add_argument("args", nargs="*", help="import: NAME ARCHIVE")
     options = parser.parse_args()
     layout = Layout.default()
+    if os.geteuid() != 0:
+        print("cluster: needs root (containerd, the kubelet, nftables, mounts)", file=sys.stderr)
+        return 1
     try:
         if options.command == "up":
-            up(layout)
+            up_or_clean_up(layout)
         elif options.command == "down":
             return down(layout)
         elif options.command == "status":
@@ -274,7 +289,7 @@ def main() -> int:
         else:
             name, archive = options.args
             images.import_archive(layout, Path(archive), name)
-    except ClusterError as error:
+    except (ClusterError, OSError, subprocess.SubprocessError) as error:
         print(f"cluster {options.command}: {error}", file=sys.stderr)
         return 1
     return 0
