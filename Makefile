@@ -260,6 +260,9 @@ K8S_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) 
 COREDNS_VERSION := v1.14.7
 COREDNS_MODULE := deploy/cluster/coredns
 COREDNS_BUILD := $(TOOLS)/k8s/coredns-$(COREDNS_VERSION)
+# metrics-server (for the HPA and `kubectl top`): its module has no replace directives.
+METRICS_SERVER_VERSION := v0.8.0
+METRICS_SERVER_BUILD := $(TOOLS)/k8s/metrics-server-$(METRICS_SERVER_VERSION)
 PAUSE_VERSION := 3.10.1
 PAUSE_BUILD := $(TOOLS)/k8s/pause-$(PAUSE_VERSION)-$(K8S_VERSION)
 K8S_IMAGES := $(TOOLS)/k8s/images
@@ -291,6 +294,11 @@ $(COREDNS_BUILD)/coredns: $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/
 	mv $@.tmp $@
 	$@ -plugins | tr '\n' ' ' && echo
 
+$(METRICS_SERVER_BUILD)/metrics-server: $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
+	rm -rf $(METRICS_SERVER_BUILD) && mkdir -p $(METRICS_SERVER_BUILD)
+	GOBIN=$(abspath $(METRICS_SERVER_BUILD)) $(K8S_GO) install -ldflags "-s -w" \
+	  sigs.k8s.io/metrics-server/cmd/metrics-server@$(METRICS_SERVER_VERSION)
+
 # pause.c ships in the k8s.io/kubernetes module zip (build/pause/linux).
 $(PAUSE_BUILD)/pause: $(K8S_BUILD)/.built
 	mkdir -p $(PAUSE_BUILD)
@@ -307,12 +315,16 @@ $(K8S_IMAGES)/coredns.tar: $(COREDNS_BUILD)/coredns deploy/cluster/images.py
 	mkdir -p $(K8S_IMAGES)
 	$(PYTHON) deploy/cluster/images.py $< localhost/eventos/coredns:$(COREDNS_VERSION) $@
 
+$(K8S_IMAGES)/metrics-server.tar: $(METRICS_SERVER_BUILD)/metrics-server deploy/cluster/images.py
+	mkdir -p $(K8S_IMAGES)
+	$(PYTHON) deploy/cluster/images.py $< localhost/eventos/metrics-server:$(METRICS_SERVER_VERSION) $@
+
 $(K8S_IMAGES)/probe.tar: $(PROBE_SRC)/main.go $(PROBE_SRC)/go.mod deploy/cluster/images.py
 	mkdir -p $(TOOLS)/k8s/probe $(K8S_IMAGES)
 	cd $(PROBE_SRC) && $(K8S_GO) build -ldflags "-s -w" -o $(abspath $(TOOLS)/k8s/probe/probe) .
 	$(PYTHON) deploy/cluster/images.py $(TOOLS)/k8s/probe/probe localhost/eventos/k8s-probe:1 $@
 
-cluster-tools: cluster-packages $(K8S_BUILD)/.built $(K8S_IMAGES)/pause.tar $(K8S_IMAGES)/coredns.tar ## build the pinned Kubernetes, CoreDNS and pause into .tools/k8s (a warm run builds nothing)
+cluster-tools: cluster-packages $(K8S_BUILD)/.built $(K8S_IMAGES)/pause.tar $(K8S_IMAGES)/coredns.tar $(K8S_IMAGES)/metrics-server.tar ## build the pinned Kubernetes, CoreDNS, metrics-server and pause into .tools/k8s (a warm run builds nothing)
 
 cluster: install cluster-tools ## bring the local cluster up (kubeconfig: .eventos/k8s/kubeconfig; loads .eventos/images/images.json)
 	$(CLUSTER) up

@@ -22,6 +22,7 @@ import addons
 import components
 import host
 import images
+import metrics_server
 import pki
 from dns import query_a
 from layout import (
@@ -30,6 +31,7 @@ from layout import (
     CLUSTER_DOMAIN,
     DNS_SERVICE_IP,
     NODE_NAME,
+    POD_GATEWAY,
     SERVICE_CIDR,
     Layout,
 )
@@ -123,6 +125,7 @@ def prepare_network(layout: Layout) -> None:
     default route; nothing arriving from the bridge is forwarded anywhere but back to it.
     """
     check(["ip", "link", "add", BRIDGE, "type", "bridge"], f"creating bridge {BRIDGE}")
+    check(["ip", "addr", "add", f"{POD_GATEWAY}/24", "dev", BRIDGE], f"{POD_GATEWAY} on {BRIDGE}")
     check(["ip", "link", "set", BRIDGE, "up"], f"bringing {BRIDGE} up")
     check(["sysctl", "-q", "-w", f"net.ipv4.conf.{BRIDGE}.route_localnet=1"], "route_localnet")
     check(["ip", "route", "add", SERVICE_CIDR, "dev", BRIDGE], f"route {SERVICE_CIDR}")
@@ -143,6 +146,21 @@ def dns_answers() -> bool:
     """Whether CoreDNS, through the kube-dns Service, resolves the `kubernetes` Service."""
     name = f"kubernetes.default.svc.{CLUSTER_DOMAIN}"
     return query_a(DNS_SERVICE_IP, name) == [API_SERVICE_IP]
+
+
+def metrics_api_available(layout: Layout) -> bool:
+    """Whether the aggregator reports metrics-server's APIService Available."""
+    path = '{.status.conditions[?(@.type=="Available")].status}'
+    argv = [
+        *layout.kubectl(),
+        "get",
+        "apiservice",
+        "v1beta1.metrics.k8s.io",
+        "-o",
+        f"jsonpath={path}",
+    ]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+    return out == "True"
 
 
 def apply(layout: Layout, manifests: list[addons.Manifest], what: str) -> None:
@@ -175,8 +193,10 @@ def up(layout: Layout) -> None:
     say(f"node {NODE_NAME} Ready after {time.monotonic() - began:.1f} s")
     apply(layout, addons.storage(layout), "the local StorageClass and volumes")
     apply(layout, addons.coredns(), "CoreDNS")
+    apply(layout, metrics_server.manifests(), "metrics-server")
     wait_for("CoreDNS answers on 10.96.0.10", dns_answers, 180, log_of(layout, "kubelet"))
     say(f"CoreDNS answers; cluster up in {time.monotonic() - began:.1f} s")
+    say("metrics-server applied (its API is Available once it has scraped the kubelet once)")
     say(f"kubeconfig: {layout.kubeconfig}")
 
 
@@ -267,6 +287,8 @@ def status(layout: Layout) -> None:
         say(f"{name:24} pid {pid:7} {'running' if alive(pid) else 'NOT RUNNING'}")
     if layout.kubeconfig.exists():
         subprocess.run([*layout.kubectl(), "get", "nodes,pods", "-A", "-o", "wide"])
+        available = metrics_api_available(layout)
+        say(f"metrics API (metrics-server): {'Available' if available else 'not available'}")
 
 
 def main() -> int:

@@ -142,6 +142,15 @@ def apiserver(layout: Layout) -> Component:
         f"--service-account-key-file={pki / 'service-account.pub'}",
         f"--service-account-signing-key-file={pki / 'service-account.key'}",
         "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+        # The aggregation layer (metrics-server), straight to the endpoint, not via kube-proxy.
+        f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+        f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+        "--enable-aggregator-routing=true",
         "--allow-privileged=true", "--profiling=false",
     ], (API_PORT,))  # fmt: skip
 

@@ -49,8 +49,12 @@ HOST_PATHS = ("/run/containerd", "/var/lib/cni", "/var/log/containers", "/var/lo
 CLUSTER_TABLES = {("ip", NAT_TABLE), ("ip", "kube-proxy"), ("ip6", "kube-proxy")}
 IPTABLES_TABLES = {"filter", "nat", "mangle", "raw", "security"}
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-# buildah and podman (the images build, beside the cluster) mount and unmount here on their own.
+# buildah and podman (the images build, beside the cluster) make and remove these on their own:
+# mounts, cgroups, network namespaces and links; they are not the cluster's and not compared.
 IMAGE_BUILDER_MOUNTS = ("/var/lib/containers/", "/run/containers/")
+IMAGE_BUILDER_CGROUPS = ("buildah-", "libpod")
+IMAGE_BUILDER_NETNS = ("netns-",)
+IMAGE_BUILDER_LINKS = ("podman",)
 COUNTER = re.compile(r"counter packets \d+ bytes \d+")
 
 
@@ -86,8 +90,15 @@ def cgroups() -> list[str]:
     found = []
     for controller in sorted(CGROUP_ROOT.iterdir()):
         if controller.is_dir() and not controller.is_symlink():
-            found += [f"{controller.name}/{c.name}" for c in controller.iterdir() if c.is_dir()]
+            found += [f"{controller.name}/{c.name}" for c in controller.iterdir()
+                      if c.is_dir() and not c.name.startswith(IMAGE_BUILDER_CGROUPS)]  # fmt: skip
     return sorted(found)
+
+
+def links() -> list[str]:
+    """Network interface names."""
+    lines = run("ip", "-o", "link").splitlines()
+    return [line.split(":")[1].strip().split("@")[0] for line in lines]
 
 
 def snapshot() -> dict[str, Any]:
@@ -96,12 +107,13 @@ def snapshot() -> dict[str, Any]:
         "sysctls": sysctls(),
         "nft": nft_ruleset(),
         "tables": sorted(run("nft", "list", "tables").split("\n")),
-        "links": sorted(
-            line.split(":")[1].strip().split("@")[0]
-            for line in run("ip", "-o", "link").splitlines()
-        ),
+        "links": sorted(link for link in links() if not link.startswith(IMAGE_BUILDER_LINKS)),
         "mounts": sorted(mounts()),
-        "netns": sorted(p.name for p in Path("/run/netns").glob("*")),
+        "netns": sorted(
+            p.name
+            for p in Path("/run/netns").glob("*")
+            if not p.name.startswith(IMAGE_BUILDER_NETNS)
+        ),
         "paths": [p for p in HOST_PATHS if Path(p).exists()],
         "cgroups": cgroups(),
         "ipsets": sorted(run("ipset", "list", "-n").split()),

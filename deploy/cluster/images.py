@@ -14,7 +14,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from layout import REPO, Layout, read_json
+from layout import COREDNS_IMAGE, METRICS_SERVER_IMAGE, PAUSE_IMAGE, REPO, Layout, read_json
 
 IMAGES_JSON = REPO / ".eventos" / "images" / "images.json"
 
@@ -79,12 +79,11 @@ def import_archive(layout: Layout, archive: Path, name: str) -> None:
 
 
 def cluster_images(layout: Layout) -> dict[str, Path]:
-    """The cluster's own images (pause, CoreDNS) built by `make cluster-tools`."""
-    from layout import COREDNS_IMAGE, PAUSE_IMAGE
-
+    """The cluster's own images (pause, CoreDNS, metrics-server) built by `make cluster-tools`."""
     return {
         PAUSE_IMAGE: layout.images / "pause.tar",
         COREDNS_IMAGE: layout.images / "coredns.tar",
+        METRICS_SERVER_IMAGE: layout.images / "metrics-server.tar",
     }
 
 

@@ -11,6 +11,8 @@ K8S_VERSION = "v1.34.4"
 COREDNS_VERSION = "v1.14.7"
 PAUSE_IMAGE = "localhost/eventos/pause:3.10.1"
 COREDNS_IMAGE = f"localhost/eventos/coredns:{COREDNS_VERSION}"
+METRICS_SERVER_VERSION = "v0.8.0"
+METRICS_SERVER_IMAGE = f"localhost/eventos/metrics-server:{METRICS_SERVER_VERSION}"
 
 # A private pod range on a bridge routed nowhere (pods get no default route, ipMasq is off), and
 # a private Service range that exists only in kube-proxy's rules.
@@ -29,6 +31,9 @@ ETCD_PEER_PORT = 2380
 # Our own DNAT table (the `kubernetes` Service IP -> the apiserver on loopback).
 NAT_TABLE = "eventos-k8s"
 VOLUME_COUNT = 10
+# metrics-server runs on the host network, on the bridge's own address: the apiserver reaches it
+# there (Endpoints may not name loopback) and nothing outside the machine can.
+METRICS_PORT = 4443
 VOLUME_SIZE = "10Gi"
 
 

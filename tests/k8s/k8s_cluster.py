@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,19 @@ class Cluster:
         """Wait until the pod is in this phase (kubectl wait, with a deadline)."""
         self.kubectl("wait", "-n", self.namespace, f"pod/{pod}",
                      f"--for=jsonpath={{.status.phase}}={phase}", f"--timeout={timeout_s}s")  # fmt: skip
+
+    def wait_json(
+        self, path: str, timeout_s: float, until: Callable[[Any], bool] = lambda _: True
+    ) -> Any:
+        """GET an API path until it answers and `until` holds; past the deadline, fail."""
+        end = time.monotonic() + timeout_s
+        while True:
+            out = self.kubectl("get", "--raw", path, check=False)
+            if out and until(data := json.loads(out)):
+                return data
+            if time.monotonic() > end:
+                raise AssertionError(f"GET {path}: no answer after {timeout_s:.0f} s: {out!r}")
+            time.sleep(1)
 
     def logs(self, pod: str) -> str:
         """The pod's log."""
