@@ -263,6 +263,9 @@ COREDNS_BUILD := $(TOOLS)/k8s/coredns-$(COREDNS_VERSION)
 # metrics-server (for the HPA and `kubectl top`): its module has no replace directives.
 METRICS_SERVER_VERSION := v0.8.0
 METRICS_SERVER_BUILD := $(TOOLS)/k8s/metrics-server-$(METRICS_SERVER_VERSION)
+# kube-router, as the NetworkPolicy firewall only (iptables and Debian's ipset).
+KUBE_ROUTER_VERSION := v2.1.0
+KUBE_ROUTER_BUILD := $(TOOLS)/k8s/kube-router-$(KUBE_ROUTER_VERSION)
 PAUSE_VERSION := 3.10.1
 PAUSE_BUILD := $(TOOLS)/k8s/pause-$(PAUSE_VERSION)-$(K8S_VERSION)
 K8S_IMAGES := $(TOOLS)/k8s/images
@@ -299,6 +302,11 @@ $(METRICS_SERVER_BUILD)/metrics-server: $(if $(shell command -v go 2>/dev/null),
 	GOBIN=$(abspath $(METRICS_SERVER_BUILD)) $(K8S_GO) install -ldflags "-s -w" \
 	  sigs.k8s.io/metrics-server/cmd/metrics-server@$(METRICS_SERVER_VERSION)
 
+$(KUBE_ROUTER_BUILD)/kube-router: $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
+	rm -rf $(KUBE_ROUTER_BUILD) && mkdir -p $(KUBE_ROUTER_BUILD)
+	GOBIN=$(abspath $(KUBE_ROUTER_BUILD)) $(K8S_GO) install -ldflags "-s -w" \
+	  github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$(KUBE_ROUTER_VERSION)
+
 # pause.c ships in the k8s.io/kubernetes module zip (build/pause/linux).
 $(PAUSE_BUILD)/pause: $(K8S_BUILD)/.built
 	mkdir -p $(PAUSE_BUILD)
@@ -324,7 +332,7 @@ $(K8S_IMAGES)/probe.tar: $(PROBE_SRC)/main.go $(PROBE_SRC)/go.mod deploy/cluster
 	cd $(PROBE_SRC) && $(K8S_GO) build -ldflags "-s -w" -o $(abspath $(TOOLS)/k8s/probe/probe) .
 	$(PYTHON) deploy/cluster/images.py $(TOOLS)/k8s/probe/probe localhost/eventos/k8s-probe:1 $@
 
-cluster-tools: cluster-packages $(K8S_BUILD)/.built $(K8S_IMAGES)/pause.tar $(K8S_IMAGES)/coredns.tar $(K8S_IMAGES)/metrics-server.tar ## build the pinned Kubernetes, CoreDNS, metrics-server and pause into .tools/k8s (a warm run builds nothing)
+cluster-tools: cluster-packages $(K8S_BUILD)/.built $(K8S_IMAGES)/pause.tar $(K8S_IMAGES)/coredns.tar $(K8S_IMAGES)/metrics-server.tar $(KUBE_ROUTER_BUILD)/kube-router ## build the pinned Kubernetes, CoreDNS, metrics-server, kube-router and pause into .tools/k8s (a warm run builds nothing)
 
 cluster: install cluster-tools ## bring the local cluster up (kubeconfig: .eventos/k8s/kubeconfig; loads .eventos/images/images.json)
 	$(CLUSTER) up

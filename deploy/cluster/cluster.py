@@ -63,8 +63,8 @@ def say(message: str) -> None:
 
 def check_tools(layout: Layout) -> None:
     """Every binary and image archive `up` needs, else the command that provides it."""
-    missing = [str(layout.bin / n) for n in ("kube-apiserver", "kubelet", "kubectl")
-               if not (layout.bin / n).exists()]  # fmt: skip
+    needed = [layout.bin / n for n in ("kube-apiserver", "kubelet", "kubectl")]
+    missing = [str(path) for path in [*needed, layout.kube_router] if not path.exists()]
     missing += [str(p) for p in images.cluster_images(layout).values() if not p.exists()]
     if missing:
         raise ClusterError(f"missing {', '.join(missing)}: run `make cluster-tools`")
@@ -191,6 +191,7 @@ def up(layout: Layout) -> None:
     start_and_wait(layout, "kube-proxy", None, 0)
     wait_for("node 127.0.0.1 Ready", lambda: node_ready(layout), 120, log_of(layout, "kubelet"))
     say(f"node {NODE_NAME} Ready after {time.monotonic() - began:.1f} s")
+    start_and_wait(layout, "kube-router", None, 0)  # it looks its node up once, at start
     apply(layout, addons.storage(layout), "the local StorageClass and volumes")
     apply(layout, addons.coredns(), "CoreDNS")
     apply(layout, metrics_server.manifests(), "metrics-server")

@@ -270,6 +270,21 @@ def api_dnat_ruleset() -> str:
 """
 
 
+def kube_router(layout: Layout) -> Component:
+    """kube-router as the NetworkPolicy firewall only (iptables and ipsets on the host).
+
+    No routing, no service proxy, no CNI, no pod egress masquerade; health and metrics servers
+    off (they would listen on every address).
+    """
+    return Component("kube-router", [
+        str(layout.kube_router), f"--kubeconfig={conf_path(layout, 'kube-router')}",
+        f"--hostname-override={NODE_NAME}", "--run-firewall=true", "--run-router=false",
+        "--run-service-proxy=false", "--run-loadbalancer=false", "--enable-cni=false",
+        "--enable-pod-egress=false", "--enable-ipv6=false", "--health-port=0",
+        "--metrics-port=0", f"--service-cluster-ip-range={SERVICE_CIDR}",
+    ])  # fmt: skip
+
+
 # name -> the function that makes it, in start order.
 FACTORIES = {
     "etcd": etcd,
@@ -279,4 +294,5 @@ FACTORIES = {
     "kube-scheduler": scheduler,
     "kubelet": kubelet,
     "kube-proxy": kube_proxy,
+    "kube-router": kube_router,
 }

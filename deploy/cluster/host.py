@@ -42,13 +42,16 @@ VOLATILE_SYSCTL = re.compile(
     r"kernel\.ns_last_pid|kernel\.pty\.nr|net\.netfilter\.nf_conntrack_count|"
     r"net\.ipv4\.conf\.eth\d+\.forwarding)"
 )
-# Places outside .eventos/k8s that containerd, the kubelet and CNI write to.
-HOST_PATHS = ("/run/containerd", "/var/lib/cni", "/var/log/containers", "/var/log/pods",
-              "/var/lib/kubelet", "/etc/cni", "/var/lib/containerd")  # fmt: skip
+# Places outside .eventos/k8s that containerd, the kubelet, CNI and kube-router may write to.
+HOST_PATHS = (
+    "/run/containerd", "/var/lib/cni", "/var/log/containers", "/var/log/pods", "/var/lib/kubelet",
+    "/etc/cni", "/var/lib/containerd", "/var/lib/kube-router",
+)  # fmt: skip
 # Firewall tables the cluster may create: ours, kube-proxy's, and iptables-nft's (the kubelet).
 CLUSTER_TABLES = {("ip", NAT_TABLE), ("ip", "kube-proxy"), ("ip6", "kube-proxy")}
 IPTABLES_TABLES = {"filter", "nat", "mangle", "raw", "security"}
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+KUBE_ROUTER_IPSETS = ("KUBE-", "kube-router")
 # buildah and podman (the images build, beside the cluster) make and remove these on their own:
 # mounts, cgroups, network namespaces and links; they are not the cluster's and not compared.
 IMAGE_BUILDER_MOUNTS = ("/var/lib/containers/", "/run/containers/")
@@ -177,6 +180,13 @@ def _delete_kube_chains(family: str, table: str, created: bool) -> None:
         run("nft", "delete", "chain", family, table, name)
 
 
+def delete_ipsets(before: dict[str, Any]) -> None:
+    """Destroy kube-router's ipsets (after the rules that used them are gone)."""
+    for name in sorted(set(run("ipset", "list", "-n").split()) - set(before["ipsets"])):
+        if name.startswith(KUBE_ROUTER_IPSETS):
+            run("ipset", "destroy", name)
+
+
 def delete_cgroups(before: dict[str, Any]) -> None:
     """Remove the cgroups the kubelet made (kubepods…), leaves first."""
     for name in sorted(set(cgroups()) - set(before["cgroups"])):
@@ -210,6 +220,7 @@ def restore(layout: Layout) -> list[str]:
     delete_netns(before)
     delete_firewall(before)
     run("ip", "link", "delete", BRIDGE)
+    delete_ipsets(before)
     delete_cgroups(before)
     restore_sysctls(before)
     remove_host_paths(before)

@@ -12,6 +12,7 @@ COREDNS_VERSION = "v1.14.7"
 PAUSE_IMAGE = "localhost/eventos/pause:3.10.1"
 COREDNS_IMAGE = f"localhost/eventos/coredns:{COREDNS_VERSION}"
 METRICS_SERVER_VERSION = "v0.8.0"
+KUBE_ROUTER_VERSION = "v2.1.0"
 METRICS_SERVER_IMAGE = f"localhost/eventos/metrics-server:{METRICS_SERVER_VERSION}"
 
 # A private pod range on a bridge routed nowhere (pods get no default route, ipMasq is off), and
@@ -53,6 +54,11 @@ class Layout:
     def bin(self) -> Path:
         """The Kubernetes binaries built by `make cluster-tools`."""
         return self.tools / "k8s" / K8S_VERSION / "bin"
+
+    @property
+    def kube_router(self) -> Path:
+        """kube-router, built by `make cluster-tools`."""
+        return self.tools / "k8s" / f"kube-router-{KUBE_ROUTER_VERSION}" / "kube-router"
 
     @property
     def images(self) -> Path:

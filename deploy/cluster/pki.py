@@ -29,6 +29,8 @@ CLIENTS = (
     Client("scheduler", "system:kube-scheduler"),
     Client("kube-proxy", "system:kube-proxy"),
     Client("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)),
+    # kube-router watches pods, namespaces and policies cluster-wide (a local cluster's shortcut).
+    Client("kube-router", "system:kube-router", ("system:masters",)),
     # The aggregator's identity towards metrics-server (--requestheader-allowed-names).
     Client("front-proxy-client", "front-proxy-client"),
 )

@@ -48,6 +48,24 @@ class Cluster:
 
     def __init__(self, host_before: dict[str, Any]) -> None:
         self.host_before = host_before  # the host before the session's cluster came up
+        self.attempts = 0  # a counter for unique pod names
+
+    def wait_until(self, check: Callable[[], bool], timeout_s: float) -> bool:
+        """Whether `check` holds before the deadline."""
+        end = time.monotonic() + timeout_s
+        while not check():
+            if time.monotonic() > end:
+                return False
+        return True
+
+    def wait_phase_in(self, pod: str, phases: tuple[str, ...], timeout_s: float = 90) -> str:
+        """Wait until the pod reaches one of these phases; return it."""
+        end = time.monotonic() + timeout_s
+        while (phase := self.get("pod", pod).get("status", {}).get("phase")) not in phases:
+            if time.monotonic() > end:
+                raise AssertionError(f"pod {pod}: phase {phase}, not {phases} after {timeout_s} s")
+            time.sleep(0.5)
+        return str(phase)
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         """kubectl on the admin kubeconfig; fails the test with kubectl's message."""

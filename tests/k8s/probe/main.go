@@ -8,13 +8,14 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: probe log|serve|get|lookup|write|cat ARGS")
+		fail("usage: probe log|serve|get|poll|lookup|write|cat ARGS")
 	}
 	args := os.Args[2:]
 	switch os.Args[1] {
@@ -35,6 +36,22 @@ func main() {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		fmt.Print(string(body))
+	case "poll": // GET until answered, at most SECONDS (a firewall learns a new pod's address late)
+		client := http.Client{Timeout: 2 * time.Second}
+		seconds, _ := strconv.Atoi(args[1])
+		deadline := time.Now().Add(time.Duration(seconds) * time.Second)
+		for {
+			resp, err := client.Get(args[0])
+			if err == nil {
+				body, _ := io.ReadAll(resp.Body)
+				fmt.Print(string(body))
+				return
+			}
+			if time.Now().After(deadline) {
+				fail(err.Error())
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
 	case "lookup":
 		addrs, err := net.LookupHost(args[0])
 		if err != nil {
