@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import addons
@@ -97,10 +98,12 @@ def etcd_healthy() -> bool:
         return b'"true"' in answer.read()
 
 
-def start_and_wait(layout: Layout, name: str, ready: object, deadline_s: float) -> None:
-    """Start one component and wait until `ready()` holds."""
+def start_and_wait(
+    layout: Layout, name: str, ready: Callable[[], bool] | None = None, deadline_s: float = 0
+) -> None:
+    """Start one component and, when given a check, wait until it holds."""
     start(layout, components.FACTORIES[name](layout))
-    if callable(ready):
+    if ready is not None:
         wait_for(f"{name} ready", ready, deadline_s, log_of(layout, name))
 
 
@@ -184,14 +187,14 @@ def up(layout: Layout) -> None:
     load_images(layout)
     start_and_wait(layout, "kube-apiserver", lambda: apiserver_ready(layout), 120)
     say("apiserver ready on https://127.0.0.1:6443")
-    start_and_wait(layout, "kube-controller-manager", None, 0)
-    start_and_wait(layout, "kube-scheduler", None, 0)
+    start_and_wait(layout, "kube-controller-manager")
+    start_and_wait(layout, "kube-scheduler")
     prepare_network(layout)
-    start_and_wait(layout, "kubelet", None, 0)
-    start_and_wait(layout, "kube-proxy", None, 0)
+    start_and_wait(layout, "kubelet")
+    start_and_wait(layout, "kube-proxy")
     wait_for("node 127.0.0.1 Ready", lambda: node_ready(layout), 120, log_of(layout, "kubelet"))
     say(f"node {NODE_NAME} Ready after {time.monotonic() - began:.1f} s")
-    start_and_wait(layout, "kube-router", None, 0)  # it looks its node up once, at start
+    start_and_wait(layout, "kube-router")  # it looks its node up once, at start
     apply(layout, addons.storage(layout), "the local StorageClass and volumes")
     apply(layout, addons.coredns(), "CoreDNS")
     apply(layout, metrics_server.manifests(), "metrics-server")
