@@ -174,17 +174,6 @@ def ingress_grpc(ingress: Service) -> str:
     return f"127.0.0.1:{ingress.bound_grpc_port}"
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The `k8s` tests (tests/k8s/: the built images, the local cluster) run only when selected
-    (`pytest -m k8s`, `make test-images`); `make test` collects every folder and leaves them out."""
-    if "k8s" in (config.getoption("markexpr") or ""):
-        return
-    k8s = [item for item in items if item.get_closest_marker("k8s") is not None]
-    if k8s:
-        config.hook.pytest_deselected(items=k8s)
-        items[:] = [item for item in items if item.get_closest_marker("k8s") is None]
-
-
 @pytest.fixture(scope="session")
 def mail_servers() -> Iterator[MailServers]:
     """The session's SMTP and IMAP servers on loopback (one pair per xdist worker), started by

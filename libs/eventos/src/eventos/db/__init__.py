@@ -1,4 +1,5 @@
-"""The database layer: pools, named queries, migrations. Driver errors are translated here."""
+"""The database layer (SPEC §5): pools, named queries (`queries/*.sql`), migrations and the
+declared schema. Driver errors are translated here, once."""
 
 from __future__ import annotations
 

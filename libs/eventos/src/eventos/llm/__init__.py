@@ -1,4 +1,5 @@
-"""LLM steps (SPEC §17): providers, the `llm_step` activity and the class-queue workers."""
+"""LLM steps (SPEC §4 workers-llm, §9 class queues, §17 providers): providers, the `llm_step`
+activity and the class-queue workers."""
 
 from __future__ import annotations
 

@@ -1,0 +1,167 @@
+"""The k8s suite's cluster and helpers: kubectl on it, pods of the probe image, waits.
+
+Only `make test-k8s` runs the suite (`-m k8s`; pyproject's addopts deselect it otherwise). The
+session brings a cluster up from empty folders (deploy/cluster/cluster.py) and takes it down at
+its end; test_teardown_host, collected last, takes it down itself and checks the host twice.
+Test modules load this module as a plugin (`pytest_plugins`), so the fixture exists once.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = [sys.executable, str(REPO / "deploy" / "cluster" / "cluster.py")]
+HOST = [sys.executable, str(REPO / "deploy" / "cluster" / "host.py")]
+STATE = REPO / ".eventos" / "k8s"
+KUBECTL = REPO / ".tools" / "k8s" / "v1.34.4" / "bin" / "kubectl"
+PROBE_IMAGE = "localhost/eventos/k8s-probe:1"
+PROBE_ARCHIVE = REPO / ".tools" / "k8s" / "images" / "probe.tar"
+
+
+def host_snapshot() -> dict[str, Any]:
+    """What the cluster may change on the host (deploy/cluster/host.py snapshot)."""
+    out = subprocess.run([*HOST, "snapshot"], capture_output=True, text=True, check=True)
+    data: dict[str, Any] = json.loads(out.stdout)
+    return data
+
+
+def host_differences(before: dict[str, Any]) -> list[str]:
+    """What differs on the host now from `before` (one line each)."""
+    result = subprocess.run([*HOST, "compare", "-"], input=json.dumps(before),
+                            capture_output=True, text=True)  # fmt: skip
+    return [line for line in result.stdout.splitlines() if line]
+
+
+class Cluster:
+    """The session's cluster, seen through kubectl in the test namespace."""
+
+    namespace = "k8s-tests"
+
+    def __init__(self, host_before: dict[str, Any]) -> None:
+        self.host_before = host_before  # the host before the session's cluster came up
+        self.attempts = 0  # a counter for unique pod names
+
+    def wait_until(self, check: Callable[[], bool], timeout_s: float) -> bool:
+        """Whether `check` holds before the deadline."""
+        end = time.monotonic() + timeout_s
+        while not check():
+            if time.monotonic() > end:
+                return False
+        return True
+
+    def wait_phase_in(self, pod: str, phases: tuple[str, ...], timeout_s: float = 90) -> str:
+        """Wait until the pod reaches one of these phases; return it."""
+        end = time.monotonic() + timeout_s
+        while (phase := self.get("pod", pod).get("status", {}).get("phase")) not in phases:
+            if time.monotonic() > end:
+                raise AssertionError(f"pod {pod}: phase {phase}, not {phases} after {timeout_s} s")
+            time.sleep(0.5)
+        return str(phase)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        """kubectl on the admin kubeconfig; fails the test with kubectl's message."""
+        argv = [str(KUBECTL), "--kubeconfig", str(STATE / "kubeconfig"), *args]
+        result = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=180)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result.stdout
+
+    def run_cluster(self, *args: str) -> str:
+        """deploy/cluster/cluster.py with these arguments."""
+        result = subprocess.run([*CLUSTER, *args], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise AssertionError(f"cluster.py {' '.join(args)}: {result.stdout}{result.stderr}")
+        return result.stdout
+
+    def is_up(self) -> bool:
+        """Whether a cluster from here has not been taken down."""
+        return (STATE / "host-before.json").exists()
+
+    def apply(self, *objects: dict[str, Any]) -> None:
+        """kubectl apply in the test namespace."""
+        items = {"apiVersion": "v1", "kind": "List", "items": list(objects)}
+        self.kubectl("apply", "-n", self.namespace, "-f", "-", input=json.dumps(items))
+
+    def wait_phase(self, pod: str, phase: str, timeout_s: int = 90) -> None:
+        """Wait until the pod is in this phase (kubectl wait, with a deadline)."""
+        self.kubectl("wait", "-n", self.namespace, f"pod/{pod}",
+                     f"--for=jsonpath={{.status.phase}}={phase}", f"--timeout={timeout_s}s")  # fmt: skip
+
+    def wait_json(
+        self, path: str, timeout_s: float, until: Callable[[Any], bool] = lambda _: True
+    ) -> Any:
+        """GET an API path until it answers and `until` holds; past the deadline, fail."""
+        end = time.monotonic() + timeout_s
+        while True:
+            out = self.kubectl("get", "--raw", path, check=False)
+            if out and until(data := json.loads(out)):
+                return data
+            if time.monotonic() > end:
+                raise AssertionError(f"GET {path}: no answer after {timeout_s:.0f} s: {out!r}")
+            time.sleep(1)
+
+    def logs(self, pod: str) -> str:
+        """The pod's log."""
+        return self.kubectl("logs", "-n", self.namespace, pod)
+
+    def get(self, kind: str, name: str) -> dict[str, Any]:
+        """One object as JSON."""
+        data: dict[str, Any] = json.loads(
+            self.kubectl("get", "-n", self.namespace, kind, name, "-o", "json")
+        )
+        return data
+
+    def probe_pod(self, name: str, args: list[str], restart: str = "Always", **spec: Any) -> Any:
+        """A pod of the probe image (see probe_pod)."""
+        return probe_pod(name, args, restart, **spec)
+
+    def host_differences(self) -> list[str]:
+        """What differs on the host now from before the session's cluster."""
+        return host_differences(self.host_before)
+
+    def run_probe(self, name: str, *args: str, **spec: Any) -> str:
+        """Run the probe once with these arguments in a pod; its log once it succeeded."""
+        self.apply(probe_pod(name, list(args), restart="Never", **spec))
+        self.wait_phase(name, "Succeeded")
+        return self.logs(name)
+
+
+def probe_pod(name: str, args: list[str], restart: str = "Always", **spec: Any) -> dict[str, Any]:
+    """A pod of the probe image (loaded into containerd, never pulled)."""
+    container: dict[str, Any] = {"name": "probe", "image": PROBE_IMAGE,
+                                 "imagePullPolicy": "Never", "args": args}  # fmt: skip
+    if "volume_mounts" in spec:
+        container["volumeMounts"] = spec.pop("volume_mounts")
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": spec.pop("labels", {"app": name})},
+        "spec": {"restartPolicy": restart, "containers": [container],
+                 "terminationGracePeriodSeconds": 1, **spec},
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """A cluster brought up for the session with the probe image loaded; down at the end."""
+    host_before = host_snapshot()
+    up = subprocess.run([*CLUSTER, "up"], capture_output=True, text=True)
+    print(up.stdout)
+    if up.returncode != 0:
+        subprocess.run([*CLUSTER, "down"], capture_output=True)
+        pytest.fail(f"cluster up failed: {up.stdout}{up.stderr}")
+    session = Cluster(host_before)
+    session.run_cluster("import", PROBE_IMAGE, str(PROBE_ARCHIVE))
+    session.kubectl("create", "namespace", session.namespace)
+    yield session
+    if session.is_up():
+        down = subprocess.run([*CLUSTER, "down"], capture_output=True, text=True)
+        print(down.stdout, down.stderr)
