@@ -209,12 +209,20 @@ test: lint browser $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $
 deploy-check: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout, alert rules
 	$(VENV)/bin/pytest -q tests/deploy
 
-images: ## build one image per service (needs a Docker engine; IMAGE_REPOSITORY, IMAGE_TAG)
-	@docker info >/dev/null 2>&1 || { echo "make images: no Docker engine answers ('docker info' failed); run it where one does" >&2; exit 1; }
-	@for s in $(SERVICES); do \
-	  echo "building $(IMAGE_REPOSITORY)/$$s:$(IMAGE_TAG)"; \
-	  docker build -f services/$$s/Dockerfile -t $(IMAGE_REPOSITORY)/$$s:$(IMAGE_TAG) . || exit 1; \
-	done
+# --- Images (issue 28, point 1) -------------------------------------------------------------
+# Every image the charts reference, built with buildah (no Docker engine, no registry): the six
+# services from their Dockerfiles on a Python base made here from Debian's packages, and the
+# Temporal server, its admin tools, the dev server, the collector and PostgreSQL 16 from
+# deploy/images/ with the binaries `make tools` builds. Layer-cached: a warm run rebuilds and
+# saves only what changed. Output: .eventos/images/*.tar and images.json (for ctr import).
+# Needs (Debian): buildah, debootstrap, busybox-static.
+images: install $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## build every image the charts reference with buildah into .eventos/images (IMAGE_REPOSITORY, IMAGE_TAG)
+	$(PY) scripts/images.py --repository $(IMAGE_REPOSITORY) --tag $(IMAGE_TAG) --uv-version $(UV_VERSION)
+
+# Runs the images as the charts run them (read-only root, non-root); not part of `make test`.
+test-images: install ## check the built images run as the charts run them (pytest -m k8s tests/k8s/test_images_run.py)
+	$(VENV)/bin/pytest -q -m k8s tests/k8s/test_images_run.py
+# --- end of images -------------------------------------------------------------------------
 
 # Bytecode refreshed first: with PYTHONDONTWRITEBYTECODE set, a source edited since `make install`
 # would be compiled again by every process (and by Temporal's sandbox at every workflow run).
@@ -240,7 +248,7 @@ bench: install $(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## 
 clean: ## remove the local instance state and the virtualenvs
 	rm -rf .eventos $(VENV) $(TOOLS)
 
-.PHONY: help install temporal-server tools lock proto migrate run browser lint test deploy-check images bench clean
+.PHONY: help install temporal-server tools lock proto migrate run browser lint test deploy-check images test-images bench clean
 
 # ---- The local Kubernetes cluster (issue 28, point 2; docs/cluster.md) --------------------------
 # A single-node cluster on this machine: Kubernetes built from the published k8s.io/kubernetes

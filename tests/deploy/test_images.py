@@ -1,5 +1,7 @@
-"""The service images: a Dockerfile per service, built from the lock file, multi-stage, non-root;
-`make images` refuses clearly where no Docker engine answers."""
+"""The images: a Dockerfile per service, built from the lock file, multi-stage, non-root, on the
+public Python image or one made from Debian's packages; a Containerfile per other image the charts
+reference; `make images` refuses clearly where buildah does not run. (Running the built images:
+tests/k8s/test_images_run.py.)"""
 
 from __future__ import annotations
 
@@ -18,8 +20,11 @@ def test_each_service_has_a_locked_multi_stage_non_root_dockerfile(service: str)
     text = (ROOT / "services" / service / "Dockerfile").read_text()
     package = f"eventos-{service}"
     module = "eventos_" + service.replace("-", "_")
-    assert len(re.findall(r"^FROM ", text, re.M)) == 2, "a build stage and a runtime stage"
-    assert "python:3.11-slim" in text
+    assert len(re.findall(r"^FROM ", text, re.M)) == 3, "uv, a build stage and a runtime stage"
+    assert "ARG PYTHON_IMAGE=python:3.11-slim-bookworm" in text
+    # The interpreter path differs between the public image and Debian's python3.11.
+    assert "ARG PYTHON=/usr/local/bin/python3.11" in text and "UV_PYTHON=${PYTHON}" in text
+    assert "ARG UV_IMAGE=ghcr.io/astral-sh/uv:" in text and "COPY --from=uv /uv " in text
     syncs = re.findall(r"^RUN uv sync (.*)$", text, re.M)
     assert syncs and all("--frozen" in s and f"--package {package}" in s for s in syncs)
     assert all("--no-dev" in s for s in syncs)
@@ -79,11 +84,24 @@ def test_the_entrypoint_reads_the_internal_token_and_the_outbox_keys(
     assert (done.returncode, done.stdout) == (0, "internal-0123456789|k1:AAAA,k0:BBBB|none")
 
 
-def test_make_images_fails_clearly_without_a_docker_engine() -> None:
-    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+def test_make_images_fails_clearly_without_buildah() -> None:
+    env = {**os.environ, "BUILDAH": "/nonexistent/buildah"}
     done = subprocess.run(
-        ["make", "-s", "-C", str(ROOT), "images"],
+        [str(ROOT / ".venv/bin/python"), str(ROOT / "scripts/images.py"), "--tag", "t",
+         "--uv-version", "0"],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode != 0
-    assert "no Docker engine answers" in done.stderr
+    assert "buildah does not run" in done.stderr
+
+
+CHART_IMAGES = ["temporal-server", "temporal-admin-tools", "temporal", "collector", "postgres"]
+
+
+@pytest.mark.parametrize("name", CHART_IMAGES)
+def test_each_other_chart_image_has_a_containerfile_with_a_non_root_user(name: str) -> None:
+    text = (ROOT / "deploy/images" / name / "Containerfile").read_text()
+    (user,) = re.findall(r"^USER (\S+)", text, re.M)
+    uid = user.split(":")[0]
+    assert uid.isdigit() and int(uid) != 0
+    assert re.search(r"^(ENTRYPOINT|CMD) ", text, re.M)

@@ -1,0 +1,38 @@
+#!/bin/sh
+# Entrypoint of the bundled PostgreSQL image. On an empty PGDATA: initdb with the superuser
+# password from POSTGRES_PASSWORD_FILE (or POSTGRES_PASSWORD), password (SCRAM) logins from any
+# address, and POSTGRES_DB created. Then the server runs as PID 1 on every address, with its
+# sockets in /var/run/postgresql (the root filesystem is read-only). Extra arguments go to postgres.
+set -eu
+: "${PGDATA:?PGDATA must name the data directory}"
+user=${POSTGRES_USER:-postgres}
+sockets=/var/run/postgresql
+
+if [ ! -s "$PGDATA/PG_VERSION" ]; then
+  pwfile=${POSTGRES_PASSWORD_FILE:-}
+  if [ -z "$pwfile" ]; then
+    if [ -z "${POSTGRES_PASSWORD:-}" ]; then
+      echo "postgres-entrypoint: set POSTGRES_PASSWORD_FILE or POSTGRES_PASSWORD" >&2
+      exit 1
+    fi
+    pwfile=$(mktemp)
+    printf '%s\n' "$POSTGRES_PASSWORD" >"$pwfile"
+  elif [ ! -r "$pwfile" ]; then
+    echo "postgres-entrypoint: POSTGRES_PASSWORD_FILE names $pwfile, which cannot be read" >&2
+    exit 1
+  fi
+  initdb --pgdata="$PGDATA" --username="$user" --pwfile="$pwfile" --encoding=UTF8 \
+    --locale=C.UTF-8 --auth-local=trust --auth-host=scram-sha-256 --no-instructions
+  [ "$pwfile" = "${POSTGRES_PASSWORD_FILE:-}" ] || rm -f "$pwfile"
+  echo "host all all all scram-sha-256" >>"$PGDATA/pg_hba.conf"
+  db=${POSTGRES_DB:-$user}
+  if [ "$db" != postgres ]; then
+    # Started on its socket only, so no client can connect before the database exists.
+    pg_ctl --pgdata="$PGDATA" --wait --silent \
+      --options="-c listen_addresses='' -c unix_socket_directories=$sockets" start
+    createdb --host="$sockets" --username="$user" "$db"
+    pg_ctl --pgdata="$PGDATA" --wait --silent --mode=fast stop
+  fi
+fi
+
+exec postgres -D "$PGDATA" -c listen_addresses='*' -c unix_socket_directories="$sockets" "$@"
