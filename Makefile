@@ -201,6 +201,7 @@ lint: install ## ruff (format + lint), mypy, and the import contracts (layers, n
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy libs/eventos/src services/*/src
+	MYPYPATH=deploy/cluster $(VENV)/bin/mypy deploy/cluster scripts/images.py
 	$(VENV)/bin/lint-imports
 
 test: lint browser $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## lint, then every test (unit, integration, e2e, browser, deploy) on real PostgreSQL and Temporal
@@ -215,8 +216,9 @@ deploy-check: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## only the deplo
 # Temporal server, its admin tools, the dev server, the collector and PostgreSQL 16 from
 # deploy/images/ with the binaries `make tools` builds. Layer-cached: a warm run rebuilds and
 # saves only what changed. Output: .eventos/images/*.tar and images.json (for ctr import).
-# Needs (Debian): buildah, debootstrap, busybox-static.
-images: install $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## build every image the charts reference with buildah into .eventos/images (IMAGE_REPOSITORY, IMAGE_TAG)
+# Debian's buildah, podman, debootstrap and busybox-static are installed where missing
+# (`cluster-packages`, below).
+images: install cluster-packages $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## build every image the charts reference with buildah into .eventos/images (IMAGE_REPOSITORY, IMAGE_TAG)
 	$(PY) scripts/images.py --repository $(IMAGE_REPOSITORY) --tag $(IMAGE_TAG) --uv-version $(UV_VERSION)
 
 # Runs the images as the charts run them (read-only root, non-root); not part of `make test`.
@@ -280,11 +282,13 @@ K8S_IMAGES := $(TOOLS)/k8s/images
 PROBE_SRC := tests/k8s/probe
 CLUSTER_PACKAGES := etcd-server containerd runc containernetworking-plugins ipset nftables \
   iptables iproute2 conntrack openssl gcc libc6-dev
+# What `make images` builds with (buildah, podman for the image checks, debootstrap for the base).
+IMAGE_PACKAGES := buildah podman runc debootstrap busybox-static binutils
 CLUSTER := $(PY) deploy/cluster/cluster.py
 K8S_GO := GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0 nice $(GO)
 
-cluster-packages: ## install the Debian packages the cluster runs on (etcd, containerd, runc, CNI plugins, …) where missing
-	@missing=$$(for p in $(CLUSTER_PACKAGES); do \
+cluster-packages: ## install the Debian packages the cluster and the images need (etcd, containerd, runc, CNI plugins, buildah, …) where missing
+	@missing=$$(for p in $(CLUSTER_PACKAGES) $(IMAGE_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -z "$$missing" ]; then echo "cluster-packages: all installed"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -351,8 +355,15 @@ cluster-down: install ## take the local cluster down and check the host is as be
 cluster-status: install ## the local cluster's processes, node and pods
 	$(CLUSTER) status
 
-# The k8s tests bring their own cluster up and take it down (the last test checks the host).
-test-k8s: install cluster-tools $(K8S_IMAGES)/probe.tar ## run tests/k8s on a fresh local cluster, then take it down
+# The k8s tests bring their own cluster up and take it down (the last test checks the host);
+# the images' checks run the images `make images` built.
+test-k8s: install cluster-tools images $(K8S_IMAGES)/probe.tar ## build the images, run tests/k8s on a fresh local cluster, then take it down
 	$(VENV)/bin/pytest -q -m k8s -p no:xdist tests/k8s
 
-.PHONY: cluster-packages cluster-tools cluster cluster-down cluster-status test-k8s
+# Whether this machine's Go module cache already holds the cluster's Kubernetes module: then a
+# fresh clone's `make test-k8s` builds from warm caches in minutes; cold, its builds take about
+# 30 minutes on 2 cores (.ci/run skips the suite then, and says so).
+k8s-cached:
+	@test -f "$$(GOTOOLCHAIN=local $(GO) env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$(K8S_VERSION).zip"
+
+.PHONY: cluster-packages cluster-tools cluster cluster-down cluster-status test-k8s k8s-cached
