@@ -222,7 +222,7 @@ images: install cluster-packages $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TO
 	$(PY) scripts/images.py --repository $(IMAGE_REPOSITORY) --tag $(IMAGE_TAG) --uv-version $(UV_VERSION)
 
 # Runs the images as the charts run them (read-only root, non-root); not part of `make test`.
-test-images: install ## check the built images run as the charts run them (pytest -m k8s tests/k8s/test_images_run.py)
+test-images: install $(HELM) ## check the built images run as the charts run them (pytest -m k8s tests/k8s/test_images_run.py)
 	$(VENV)/bin/pytest -q -m k8s tests/k8s/test_images_run.py
 # --- end of images -------------------------------------------------------------------------
 
@@ -357,7 +357,7 @@ cluster-status: install ## the local cluster's processes, node and pods
 
 # The k8s tests bring their own cluster up and take it down (the last test checks the host);
 # the images' checks run the images `make images` built.
-test-k8s: install cluster-tools images $(K8S_IMAGES)/probe.tar ## build the images, run tests/k8s on a fresh local cluster, then take it down
+test-k8s: install cluster-tools images $(HELM) $(K8S_IMAGES)/probe.tar ## build the images, run tests/k8s on a fresh local cluster, then take it down
 	$(VENV)/bin/pytest -q -m k8s -p no:xdist tests/k8s
 
 # Whether this machine's Go module cache already holds the cluster's Kubernetes module: then a
