@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from eventos.testing import wait_for_sync
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = [sys.executable, str(REPO / "deploy" / "cluster" / "cluster.py")]
@@ -50,22 +51,15 @@ class Cluster:
         self.host_before = host_before  # the host before the session's cluster came up
         self.attempts = 0  # a counter for unique pod names
 
-    def wait_until(self, check: Callable[[], bool], timeout_s: float) -> bool:
-        """Whether `check` holds before the deadline."""
-        end = time.monotonic() + timeout_s
-        while not check():
-            if time.monotonic() > end:
-                return False
-        return True
-
     def wait_phase_in(self, pod: str, phases: tuple[str, ...], timeout_s: float = 90) -> str:
         """Wait until the pod reaches one of these phases; return it."""
-        end = time.monotonic() + timeout_s
-        while (phase := self.get("pod", pod).get("status", {}).get("phase")) not in phases:
-            if time.monotonic() > end:
-                raise AssertionError(f"pod {pod}: phase {phase}, not {phases} after {timeout_s} s")
-            time.sleep(0.5)
-        return str(phase)
+
+        def phase() -> str | None:
+            found = self.get("pod", pod).get("status", {}).get("phase")
+            return str(found) if found in phases else None
+
+        return str(wait_for_sync(phase, timeout=timeout_s, interval=0.5,
+                             what=f"pod {pod} in one of the phases {phases}"))  # fmt: skip
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         """kubectl on the admin kubeconfig; fails the test with kubectl's message."""
@@ -100,14 +94,13 @@ class Cluster:
         self, path: str, timeout_s: float, until: Callable[[Any], bool] = lambda _: True
     ) -> Any:
         """GET an API path until it answers and `until` holds; past the deadline, fail."""
-        end = time.monotonic() + timeout_s
-        while True:
+
+        def answer() -> list[Any]:
             out = self.kubectl("get", "--raw", path, check=False)
-            if out and until(data := json.loads(out)):
-                return data
-            if time.monotonic() > end:
-                raise AssertionError(f"GET {path}: no answer after {timeout_s:.0f} s: {out!r}")
-            time.sleep(1)
+            data = json.loads(out) if out else None
+            return [data] if out and until(data) else []  # a one-item list: falsy only if none
+
+        return wait_for_sync(answer, timeout=timeout_s, interval=1, what=f"GET {path}")[0]
 
     def logs(self, pod: str) -> str:
         """The pod's log."""

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from eventos.testing import wait_for_sync
+
 if TYPE_CHECKING:
     from k8s_cluster import Cluster
 
@@ -39,7 +41,12 @@ def test_a_policy_denies_what_it_does_not_allow(cluster: Cluster) -> None:
 
     allowed = [{"from": [{"podSelector": {"matchLabels": {"role": "friend"}}}]}]
     cluster.apply(policy("only-friends", allowed))
-    assert cluster.wait_until(lambda: not reaches_once(cluster, "stranger", ip), timeout_s=60)
+    wait_for_sync(
+        lambda: not reaches_once(cluster, "stranger", ip),
+        timeout=60,
+        interval=0,
+        what="the policy closes the stranger's path",
+    )  # each attempt is a fresh pod
     # kube-router adds a new pod's address to the policy's source set within its sync.
     assert reaches(cluster, "friend", "friend", ip, within_s=30)
     assert not reaches(cluster, "stranger-last", "stranger", ip)

@@ -11,7 +11,6 @@ import os
 import resource
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,8 @@ from typing import Any
 
 import pytest
 from charts import INSTANCE_CHART, REQUIRED, TIER_FILES, of_kind, pod_spec, render
+
+from eventos.testing import ConditionTimeout, wait_for_sync
 
 pytestmark = pytest.mark.k8s
 
@@ -101,16 +102,16 @@ def test_a_service_starts_and_waits_only_on_the_missing_database(
     options += [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
     started = run(images[service], options=tuple(options))
     assert started.returncode == 0, started.stderr
-    deadline = time.monotonic() + 90
-    output = ""
-    while time.monotonic() < deadline:
+
+    def waiting_output() -> str:
+        """The container's output once it says it waits on the database, else nothing."""
         logs = podman("logs", container_name)
-        output = logs.stdout + logs.stderr
-        if any(line in output for line in WAITING):
-            break
-        time.sleep(1)
+        text = logs.stdout + logs.stderr
+        return text if any(line in text for line in WAITING) else ""
+
+    output = wait_for_sync(waiting_output, timeout=90, interval=1,
+                           what=f"{service} waiting on the database")  # fmt: skip
     print("\n".join(output.splitlines()[:6]))
-    assert any(line in output for line in WAITING), output[-3000:]
     assert "Read-only file system" not in output and "Permission denied" not in output
     assert "ModuleNotFoundError" not in output and "ImportError" not in output
 
@@ -159,15 +160,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(port: int, deadline_s: float) -> bool:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-        except OSError:
-            time.sleep(0.3)
-    return False
+def port_open(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 @pytest.fixture
@@ -192,9 +190,11 @@ def test_the_dev_server_serves_as_the_chart_starts_it(
                      "-v", f"{volume(tmp_path / 'data', 10001)}:/var/lib/temporal",
                      images["temporal"], *args)  # fmt: skip
     assert started.returncode == 0, started.stderr
-    serving = wait_for_port(port, 60)
-    logs = podman("logs", container_name)
-    assert serving, logs.stdout + logs.stderr
+    try:
+        wait_for_sync(lambda: port_open(port), timeout=60, interval=0.3, what=f"port {port} open")
+    except ConditionTimeout:
+        logs = podman("logs", container_name)
+        raise AssertionError(logs.stdout + logs.stderr) from None
 
 
 PASSWORD = "s3cret-for-the-test"
@@ -224,12 +224,13 @@ def postgres(images: dict[str, str], container_name: str, tmp_path: Path) -> Ite
                      "-e", "PGDATA=/var/lib/postgresql/data/pgdata",
                      images["postgres"])  # fmt: skip
     assert started.returncode == 0, started.stderr
-    deadline = time.monotonic() + 60
     probe = ["exec", container_name, "pg_isready", "-U", "postgres", "-h", "127.0.0.1"]
-    while podman(*probe).returncode != 0:  # the chart's probe
+    try:  # the chart's probe
+        wait_for_sync(lambda: podman(*probe).returncode == 0, timeout=60, interval=0.5,
+                      what="pg_isready")  # fmt: skip
+    except ConditionTimeout:
         logs = podman("logs", container_name)
-        assert time.monotonic() < deadline, logs.stdout + logs.stderr
-        time.sleep(0.5)
+        raise AssertionError(logs.stdout + logs.stderr) from None
     yield container_name
 
 
