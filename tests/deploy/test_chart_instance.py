@@ -364,7 +364,7 @@ def test_network_policies_keep_temporal_and_postgresql_private(tier: str) -> Non
             {"podSelector": {"matchLabels": {"app.kubernetes.io/instance": "acme"}}}
         ]
     for workload in charts.workloads(docs):
-        labels = workload["spec"]["template"]["metadata"]["labels"]
+        labels = charts.pod_labels(workload)
         assert labels["app.kubernetes.io/instance"] == "acme", "every pod may reach them"
 
 
@@ -559,3 +559,26 @@ def test_values_yaml_documents_every_key() -> None:
         stack.append((indent, documented))
         comment_above = False
     assert not undocumented, undocumented
+
+
+@pytest.mark.parametrize("tier", ["S", "L"])
+def test_helm_test_asks_every_service_for_readiness_and_grpc_health(tier: str) -> None:
+    docs = charts.instance(tier)
+    pod = named(docs, "Pod", f"{P}-test-readiness")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["metadata"]["labels"]["app.kubernetes.io/instance"] == "acme"  # gRPC is let in
+    args = args_of(pod)
+    assert args[:3] == ["python", "-m", "eventos.runtime.probe"]
+    llm = ["llm"] if tier == "S" else [f"llm-{c}" for c in CLASSES]
+    assert flag_values(args, "--http") == [
+        f"{role}=http://{P}-{role}:8080" for role in [*ROLES, *llm]
+    ]
+    assert flag_values(args, "--grpc") == [
+        f"{role}={P}-{role}:9090" for role in ["ingress", "router", "relay"]
+    ]
+
+
+def test_helm_test_leaves_out_the_tls_only_ingress_grpc_port() -> None:
+    docs = charts.instance("S", "ingress.grpc.tls.secretName=acme-grpc-tls")
+    args = args_of(named(docs, "Pod", f"{P}-test-readiness"))
+    assert [t.split("=")[0] for t in flag_values(args, "--grpc")] == ["router", "relay"]
