@@ -571,7 +571,7 @@ def test_helm_test_asks_every_service_for_readiness_and_grpc_health(tier: str) -
     assert args[:3] == ["python", "-m", "eventos.runtime.probe"]
     llm = ["llm"] if tier == "S" else [f"llm-{c}" for c in CLASSES]
     assert flag_values(args, "--http") == [
-        f"{role}=http://{P}-{role}:8080" for role in [*ROLES, *llm]
+        f"{role}=http://{P}-{role}:9102" for role in [*ROLES, *llm]
     ]
     assert flag_values(args, "--grpc") == [
         f"{role}={P}-{role}:9090" for role in ["ingress", "router", "relay"]

@@ -35,7 +35,7 @@ async def services() -> AsyncIterator[tuple[Service, Service]]:
 
 
 async def probe(*args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "eventos.runtime.probe", "--timeout", "10", *args]
+    argv = [sys.executable, "-m", "eventos.runtime.probe", "--timeout", "10", "--wait", "3", *args]
     return await asyncio.to_thread(subprocess.run, argv, capture_output=True, text=True,
                                    timeout=120, check=False)  # fmt: skip
 
@@ -76,3 +76,23 @@ async def test_no_target_is_a_usage_error() -> None:
     done = await probe()
     assert done.returncode == 2
     assert "at least one" in done.stderr
+
+
+async def test_a_target_ready_a_moment_later_passes() -> None:
+    late = Service("egress", http_port=0, checks={"db": always_ready})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))  # refused until the service listens on it
+        port = s.getsockname()[1]
+        running = asyncio.create_task(
+            probe("--wait", "60", "--http", f"egress=http://127.0.0.1:{port}")
+        )
+        await asyncio.sleep(3)  # the scenario: the port refuses for the probe's first seconds
+    late.http_port = port
+    task = asyncio.create_task(late.run(install_signals=False))
+    try:
+        done = await asyncio.wait_for(running, 120)
+    finally:
+        late.stop()
+        await asyncio.wait_for(task, 30)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 of 1 ready" in done.stdout
