@@ -1,4 +1,5 @@
-"""The local single-node Kubernetes cluster: `up`, `down`, `status`, `import NAME ARCHIVE`.
+"""The local single-node Kubernetes cluster: `up`, `down`, `status`, `load` (the images again),
+`import NAME ARCHIVE`.
 
 Run with the project's Python: `.venv/bin/python deploy/cluster/cluster.py up` (what `make
 cluster` does). Everything lives under .eventos/k8s (component logs in .eventos/k8s/logs) and
@@ -298,7 +299,7 @@ def status(layout: Layout) -> None:
 def main() -> int:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "status", "import"))
+    parser.add_argument("command", choices=("up", "down", "status", "load", "import"))
     parser.add_argument("args", nargs="*", help="import: NAME ARCHIVE")
     options = parser.parse_args()
     layout = Layout.default()
@@ -312,6 +313,8 @@ def main() -> int:
             return down(layout)
         elif options.command == "status":
             status(layout)
+        elif options.command == "load":
+            load_images(layout)
         else:
             name, archive = options.args
             images.import_archive(layout, Path(archive), name)

@@ -2,13 +2,15 @@
 
 Only `make test-k8s` runs the suite (`-m k8s`; pyproject's addopts deselect it otherwise). The
 session brings a cluster up from empty folders (deploy/cluster/cluster.py) and takes it down at
-its end; test_teardown_host, collected last, takes it down itself and checks the host twice.
+its end; test_teardown_host, run last whatever the names of the other modules, takes it down
+itself and checks the host twice.
 Test modules load this module as a plugin (`pytest_plugins`), so the fixture exists once.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -50,6 +52,7 @@ class Cluster:
     def __init__(self, host_before: dict[str, Any]) -> None:
         self.host_before = host_before  # the host before the session's cluster came up
         self.attempts = 0  # a counter for unique pod names
+        self.reused = False  # a cluster `make cluster` keeps up (EVENTOS_K8S_REUSE=1)
 
     def wait_phase_in(self, pod: str, phases: tuple[str, ...], timeout_s: float = 90) -> str:
         """Wait until the pod reaches one of these phases; return it."""
@@ -142,9 +145,34 @@ def probe_pod(name: str, args: list[str], restart: str = "Always", **spec: Any) 
     }  # fmt: skip
 
 
+TEARDOWN_MODULE = "test_teardown_host.py"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The teardown check runs last: it takes the session's cluster down."""
+    items.sort(key=lambda item: item.path.name == TEARDOWN_MODULE)  # stable: keeps the rest
+
+
+REUSE_VAR = "EVENTOS_K8S_REUSE"
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    """A cluster brought up for the session with the probe image loaded; down at the end."""
+    """A cluster brought up for the session with the probe image loaded; down at the end.
+
+    With EVENTOS_K8S_REUSE=1 the session uses the cluster `make cluster` keeps up and leaves it
+    up (for working on one module: `EVENTOS_K8S_REUSE=1 pytest -m k8s -p no:xdist tests/k8s/X`);
+    the teardown check refuses to run then.
+    """
+    if os.environ.get(REUSE_VAR) == "1":
+        if not (STATE / "host-before.json").exists():
+            pytest.fail(f"{REUSE_VAR}=1 but no cluster is up: run `make cluster` first")
+        session = Cluster(json.loads((STATE / "host-before.json").read_text()))
+        session.reused = True
+        session.run_cluster("import", PROBE_IMAGE, str(PROBE_ARCHIVE))
+        session.kubectl("create", "namespace", session.namespace, check=False)
+        yield session
+        return
     host_before = host_snapshot()
     up = subprocess.run([*CLUSTER, "up"], capture_output=True, text=True)
     print(up.stdout)
