@@ -99,6 +99,12 @@ class Release:
         self.install_s = time.monotonic() - started
         return done
 
+    def image(self, name: str) -> str:
+        """The reference of one of the images `make images` built (images.json)."""
+        listed: dict[str, str] = json.loads((IMAGE_VALUES.parent / "images.json").read_text())
+        (ref,) = [r for r in listed if r.split(":")[0] == f"eventos/{name}"]
+        return ref
+
     def pods(self) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = json.loads(self.kubectl("get", "pods", "-o", "json"))["items"]
         return items
