@@ -212,6 +212,9 @@ def test_tier_l_with_bundled_postgresql_points_temporal_at_it() -> None:
     assert env_of(init)["SQL_HOST"]["value"] == f"{P}-postgresql"
     mounted = {m["name"] for m in init["volumeMounts"]}
     assert mounted <= {v["name"] for v in server["volumes"]}
+    # Room for every pod's pool and the server's two: PostgreSQL's default 100 is too few.
+    pg = pod_spec(named(docs, "StatefulSet", f"{P}-postgresql"))["containers"][0]
+    assert pg["args"] == ["-c", "max_connections=400"]
     # The services ride out a database not migrated yet (the relay's boot re-arm waits), so
     # the migration runs right after the install.
     assert named(docs, "Job", f"{P}-migrate")["metadata"]["annotations"]["helm.sh/hook"] == (

@@ -32,11 +32,17 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "eventos"
 HELM = REPO / ".tools" / "bin" / "helm"
 IMAGE_VALUES = REPO / ".eventos" / "images" / "values-eventos.yaml"
+COLLECTOR_CHART = REPO / "deploy" / "helm" / "eventos-collector"
+COLLECTOR_IMAGE_VALUES = REPO / ".eventos" / "images" / "values-eventos-collector.yaml"
 SINGLE_NODE = Path(__file__).resolve().parent / "values-single-node.yaml"
 EVENTOSCTL = REPO / ".venv" / "bin" / "eventosctl"
 EXAMPLE = REPO / "examples" / "hello.yaml"
 KUBECONFIG = STATE / "kubeconfig"
 INSTALL_TIMEOUT = "15m"
+# Tier L's 18 service pods (a pool of up to 10 each) and its Temporal server (two pools of 40):
+# PostgreSQL's default 100 refuses some ("too many clients already"); the chart's bundled
+# server has the same setting (postgresql.bundled.maxConnections).
+MAX_CONNECTIONS = 400
 FORWARD_RE = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) ->")
 
 
@@ -166,6 +172,7 @@ def external_postgresql(cluster: Cluster, namespace: str, image: str) -> Externa
                   "periodSeconds": 2, "failureThreshold": 60}  # fmt: skip
     container = {
         "name": "postgresql", "image": image, "imagePullPolicy": "Never",
+        "args": ["-c", f"max_connections={MAX_CONNECTIONS}"],
         "env": [{"name": "POSTGRES_PASSWORD_FILE", "value": "/var/run/secrets/pg/password"},
                 {"name": "POSTGRES_DB", "value": "eventos"},
                 {"name": "PGDATA", "value": "/var/lib/postgresql/data/pgdata"}],
@@ -203,7 +210,7 @@ def external_postgresql(cluster: Cluster, namespace: str, image: str) -> Externa
     return ExternalDatabase(f"postgresql.{namespace}.svc", password)
 
 
-def tour(release: Release) -> str:
+def tour(release: Release, chat: str = "hi from the cluster") -> str:
     """The README's tour through a port-forward to ingress: apply and start `hello`, the owner
     chats and is answered, a webhook becomes a turn on the timeline, the console answers.
     Returns what it printed, for the closing note."""
@@ -218,8 +225,8 @@ def tour(release: Release) -> str:
 
         run("apply", "-f", str(EXAMPLE))
         run("start", "hello", "--wait")
-        answer = run("chat", "hello", "hi from the cluster", "--wait")
-        assert "[local] you said: hi from the cluster" in answer
+        answer = run("chat", "hello", chat, "--wait")
+        assert f"[local] you said: {chat}" in answer
         hook = subprocess.run(
             ["curl", "-sS", "-X", "POST", "-H", "X-Event-Id: k8s-1", "-H",
              "Content-Type: application/json", "-d", '{"ping": 1}', f"{url}/hooks/hello"],

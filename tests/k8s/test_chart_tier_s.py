@@ -1,15 +1,20 @@
 """Tier S installed by the chart on the suite's cluster and serving (issue 28, point 3): the
 migration hook completes, every pod becomes Ready, `helm test` passes, and the README's tour
-passes through the cluster. Its output is printed (`make test-k8s` runs pytest with -s off:
-read it with -rP or in the closing note)."""
+passes through the cluster; the collector chart receives the services' OTLP and what it
+exports holds none of the tour's canaries (EG15). Outputs are printed (read them with -rP)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from k8s_release import Release, tour
+from k8s_release import COLLECTOR_CHART, COLLECTOR_IMAGE_VALUES, HELM, KUBECONFIG, Release, tour
+
+from eventos.testing import wait_for_sync
 
 if TYPE_CHECKING:
     from k8s_cluster import Cluster
@@ -18,12 +23,41 @@ pytestmark = pytest.mark.k8s
 pytest_plugins = ["k8s_cluster"]  # the session's `cluster` fixture, defined once
 
 ROLES = ["ingress", "router", "relay", "workers-workflow", "egress", "llm"]
+NAMESPACE = "eventos-tier-s"
+TELEMETRY = "eventos-telemetry"
+COLLECTOR = "eventos-collector"  # release and Service name
+CHAT_CANARY = "canary-chat-K8s71"
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "KUBECONFIG": str(KUBECONFIG)}
+    return subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=900,
+                          env=env, check=False)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def tier_s(cluster: Cluster) -> Iterator[Release]:
-    release = Release(cluster, "acme", "eventos-tier-s", "S")
-    done = release.install()
+def collector(cluster: Cluster) -> Iterator[str]:
+    """The central collector, one replica, printing what it exports (the debug exporter at
+    `detailed`), taking OTLP only from the tier S namespace (its NetworkPolicy)."""
+    senders = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}]
+    done = helm(
+        "install", COLLECTOR, str(COLLECTOR_CHART), "-n", TELEMETRY, "--create-namespace",
+        "-f", str(COLLECTOR_IMAGE_VALUES), "--set", "replicas=1",
+        "--set", "exporters.debug.verbosity=detailed", "--set", "resources.requests.cpu=10m",
+        "--set", "networkPolicy.enabled=true", "--set-json", f"networkPolicy.from={json.dumps(senders)}",
+        "--wait", "--timeout", "5m",
+    )  # fmt: skip
+    assert done.returncode == 0, f"{done.stdout}{done.stderr}"
+    yield f"http://{COLLECTOR}.{TELEMETRY}.svc:4317"
+    helm("uninstall", COLLECTOR, "-n", TELEMETRY, "--wait")
+    cluster.kubectl("delete", "namespace", TELEMETRY, "--wait=true", "--timeout=300s")
+
+
+@pytest.fixture(scope="module")
+def tier_s(cluster: Cluster, collector: str) -> Iterator[Release]:
+    release = Release(cluster, "acme", NAMESPACE, "S")
+    done = release.install(f"telemetry.otlpEndpoint={collector}",
+                           "defaults.env.OTEL_METRIC_EXPORT_INTERVAL=5000")  # fmt: skip
     print(f"helm install (tier S): {release.install_s:.0f} s\n{done.stdout[-1500:]}")
     assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
     yield release
@@ -53,4 +87,23 @@ def test_helm_test_asks_every_service(tier_s: Release) -> None:
 
 
 def test_the_tour_passes_through_the_cluster(tier_s: Release) -> None:
-    print(tour(tier_s))
+    print(tour(tier_s, chat=f"hi from the cluster {CHAT_CANARY}"))
+
+
+def test_the_collector_receives_every_service_and_exports_no_canary(
+    tier_s: Release, cluster: Cluster
+) -> None:
+    """EG15 on what the cluster's collector exports: every service's metrics arrive (their
+    service.name in the export), and neither the tour's chat text nor the admin token is in it."""
+    test_the_tour_passes_through_the_cluster(tier_s)  # content to leak, whatever ran before
+    names = {f"eventos-{role}" for role in ROLES}
+
+    def exported() -> str:
+        log = cluster.kubectl("logs", "-n", TELEMETRY, f"deployment/{COLLECTOR}", "--tail=-1")
+        return log if all(f"Str({name})" in log for name in names) else ""
+
+    log = wait_for_sync(exported, timeout=180, interval=5,
+                        what="every service's metrics in the collector's export")  # fmt: skip
+    print(f"collector export: {len(log.splitlines())} lines, services: {sorted(names)}")
+    for canary in (CHAT_CANARY, tier_s.admin_token):
+        assert canary not in log, f"{canary!r} left the instance"
