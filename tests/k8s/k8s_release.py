@@ -123,6 +123,21 @@ class Release:
         items: list[dict[str, Any]] = json.loads(self.kubectl("get", "pods", "-o", "json"))["items"]
         return items
 
+    def not_ready(self) -> list[str]:
+        """Pods that are not Ready (a Job's pod: that did not complete), with their status."""
+        found = []
+        for pod in self.pods():
+            owners = {o["kind"] for o in pod["metadata"].get("ownerReferences", [])}
+            statuses = pod["status"].get("containerStatuses", [])
+            if "Job" in owners:
+                ok = all(s["state"].get("terminated", {}).get("exitCode") == 0 for s in statuses)
+            else:
+                conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+                ok = conditions.get("Ready") == "True"
+            if not ok:
+                found.append(f"{pod['metadata']['name']}: {pod['status']}")
+        return found
+
     def pod_table(self) -> str:
         return self.kubectl("get", "pods", "-o", "wide")
 
