@@ -355,6 +355,9 @@ cluster-down: install ## take the local cluster down and check the host is as be
 cluster-load: install ## load the images `make images` built into the running cluster again
 	$(CLUSTER) load
 
+cluster-recycle: install ## empty the released volumes of the local cluster and make them available again
+	$(CLUSTER) recycle
+
 cluster-status: install ## the local cluster's processes, node and pods
 	$(CLUSTER) status
 
@@ -369,4 +372,4 @@ test-k8s: install cluster-tools images $(HELM) $(K8S_IMAGES)/probe.tar ## build 
 k8s-cached:
 	@test -f "$$(GOTOOLCHAIN=local $(GO) env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$(K8S_VERSION).zip"
 
-.PHONY: cluster-packages cluster-tools cluster cluster-down cluster-load cluster-status test-k8s k8s-cached
+.PHONY: cluster-packages cluster-tools cluster cluster-down cluster-load cluster-recycle cluster-status test-k8s k8s-cached

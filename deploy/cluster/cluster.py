@@ -1,5 +1,5 @@
 """The local single-node Kubernetes cluster: `up`, `down`, `status`, `load` (the images again),
-`import NAME ARCHIVE`.
+`recycle` (released volumes emptied and available again), `import NAME ARCHIVE`.
 
 Run with the project's Python: `.venv/bin/python deploy/cluster/cluster.py up` (what `make
 cluster` does). Everything lives under .eventos/k8s (component logs in .eventos/k8s/logs) and
@@ -175,6 +175,35 @@ def apply(layout: Layout, manifests: list[addons.Manifest], what: str) -> None:
         raise ClusterError(f"applying {what} failed: {result.stderr.strip()}")
 
 
+def recycle(layout: Layout) -> int:
+    """Make every Released local volume Available again, emptied: what Kubernetes' deprecated
+    Recycle policy did. A claim's data goes when its claim is deleted (a StatefulSet's claims
+    outlive `helm uninstall`: delete them first). Returns how many were recycled."""
+    listing = subprocess.run([*layout.kubectl(), "get", "pv", "-o", "json"], capture_output=True,
+                             text=True, timeout=60, check=True)  # fmt: skip
+    recycled = 0
+    for pv in json.loads(listing.stdout)["items"]:
+        spec, name = pv["spec"], pv["metadata"]["name"]
+        if pv["status"].get("phase") != "Released" or spec.get("storageClassName") != "local":
+            continue
+        folder = Path(spec["local"]["path"])
+        if folder.parent != layout.volumes:  # only the folders `up` made
+            continue
+        for child in folder.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        patch = subprocess.run([*layout.kubectl(), "patch", "pv", name, "--type", "json", "-p",
+                                '[{"op": "remove", "path": "/spec/claimRef"}]'],
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+        if patch.returncode != 0:
+            raise ClusterError(f"recycling {name} failed: {patch.stderr.strip()}")
+        recycled += 1
+    say(f"{recycled} released volume(s) emptied and available again")
+    return recycled
+
+
 def up(layout: Layout) -> None:
     """Bring the cluster up in empty data folders; wait for a Ready node and DNS."""
     began = time.monotonic()
@@ -299,7 +328,7 @@ def status(layout: Layout) -> None:
 def main() -> int:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "status", "load", "import"))
+    parser.add_argument("command", choices=("up", "down", "status", "load", "recycle", "import"))
     parser.add_argument("args", nargs="*", help="import: NAME ARCHIVE")
     options = parser.parse_args()
     layout = Layout.default()
@@ -315,6 +344,8 @@ def main() -> int:
             status(layout)
         elif options.command == "load":
             load_images(layout)
+        elif options.command == "recycle":
+            recycle(layout)
         else:
             name, archive = options.args
             images.import_archive(layout, Path(archive), name)

@@ -145,6 +145,7 @@ class Release:
         self.helm("uninstall", self.name, "--wait", "--timeout", "5m")
         self.cluster.kubectl("delete", "namespace", self.namespace, "--wait=true",
                              "--timeout=300s", check=False)  # fmt: skip
+        self.cluster.run_cluster("recycle")  # its claims went with the namespace
 
     @contextlib.contextmanager
     def forward(self, service: str, port: int) -> Iterator[int]:
