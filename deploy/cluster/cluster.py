@@ -1,4 +1,5 @@
-"""The local single-node Kubernetes cluster: `up`, `down`, `status`, `import NAME ARCHIVE`.
+"""The local single-node Kubernetes cluster: `up`, `down`, `status`, `import NAME ARCHIVE`, and
+`keda`/`keda-down` (KEDA into or out of the running cluster, deploy/cluster/keda.py).
 
 Run with the project's Python: `.venv/bin/python deploy/cluster/cluster.py up` (what `make
 cluster` does). Everything lives under .eventos/k8s (component logs in .eventos/k8s/logs) and
@@ -23,6 +24,7 @@ import addons
 import components
 import host
 import images
+import keda
 import metrics_server
 import pki
 from dns import query_a
@@ -298,7 +300,7 @@ def status(layout: Layout) -> None:
 def main() -> int:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "status", "import"))
+    parser.add_argument("command", choices=("up", "down", "status", "import", "keda", "keda-down"))
     parser.add_argument("args", nargs="*", help="import: NAME ARCHIVE")
     options = parser.parse_args()
     layout = Layout.default()
@@ -312,6 +314,12 @@ def main() -> int:
             return down(layout)
         elif options.command == "status":
             status(layout)
+        elif options.command == "keda":
+            keda.install(layout)
+            say(f"KEDA up: {keda.APISERVICE} Available")
+        elif options.command == "keda-down":
+            keda.uninstall(layout)
+            say("KEDA removed")
         else:
             name, archive = options.args
             images.import_archive(layout, Path(archive), name)
