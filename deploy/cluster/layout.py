@@ -35,11 +35,14 @@ ETCD_CLIENT_PORT = 2379
 ETCD_PEER_PORT = 2380
 # Our own DNAT table (the `kubernetes` Service IP -> the apiserver on loopback).
 NAT_TABLE = "eventos-k8s"
-VOLUME_COUNT = 10
+# Static local volumes: folders on this machine, so a size is a label, not a quota. Large enough
+# for any claim the charts make (the bundled PostgreSQL asks 20Gi), many enough for every release
+# the k8s suite installs in one run (a released volume is kept, policy Retain).
+VOLUME_COUNT = 20
+VOLUME_SIZE = "100Gi"
 # metrics-server runs on the host network, on the bridge's own address: the apiserver reaches it
 # there (Endpoints may not name loopback) and nothing outside the machine can.
 METRICS_PORT = 4443
-VOLUME_SIZE = "10Gi"
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,10 @@ from eventos.contracts import (
     SupervisorStatus,
 )
 from eventos.control.supervisor import Effects
-from eventos.db import Conn
+from eventos.db import Conn, translate
 from eventos.db.sql import Q
 from eventos.employees import intents
+from eventos.errors import DatabaseUnavailable
 from eventos.outbox import approvals, egress
 from eventos.outbox.keys import OutboxKeys
 from eventos.runtime.temporal import TemporalConnection, wake_entities
@@ -316,11 +317,26 @@ async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str,
     )
 
 
+async def ask_rearm(pool: AsyncConnectionPool[Conn]) -> None:
+    """Ask for the boot re-arm, riding out a database that does not answer yet (on a cluster the
+    relay may start before PostgreSQL): tried again with a growing delay, each failure logged."""
+    delay = 1.0
+    while True:
+        try:
+            async with translate(), pool.connection() as conn:
+                await intents.rearm(conn)
+            return
+        except DatabaseUnavailable as exc:
+            log.warning("boot re-arm: the database does not answer (%s); again in %.0f s",
+                        exc, delay)  # fmt: skip
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, RETRY_MAX_S)
+
+
 async def deliverer_loop(deliverer: Deliverer, poll_s: float) -> None:
     """Re-arm once at boot (as an intent, so it shows), then apply due intents every
     `poll_s` (intents are rare; a pass that settled some looks again at once)."""
-    async with deliverer.pool.connection() as conn:
-        await intents.rearm(conn)
+    await ask_rearm(deliverer.pool)
     while True:
         try:
             if await deliverer.pass_once():

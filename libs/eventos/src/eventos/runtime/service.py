@@ -137,6 +137,10 @@ class PrefixDispatch:
         await self.app(scope, receive, send)
 
 
+class LoopFailed(RuntimeError):
+    """A service stopped because one of its background loops failed or ended on its own."""
+
+
 @dataclass
 class Service:
     """One running service: its HTTP app (Starlette `routes`, and `raw_routes` by path prefix),
@@ -199,9 +203,14 @@ class Service:
         log.info("%s ready: http=%s grpc=%s", self.name, self.bound_http_port, self.bound_grpc_port)
         stop_wait = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stop_wait, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        failure = None
         for t in done:
-            if t is not stop_wait and t.exception() is not None:
-                log.error("%s: a loop failed", self.name, exc_info=t.exception())
+            if t is stop_wait:
+                continue
+            failure = f"{t.get_coro().__qualname__} " + (  # type: ignore[union-attr]
+                f"failed: {t.exception()!r}" if t.exception() is not None else "ended"
+            )
+            log.error("%s: a loop %s", self.name, failure, exc_info=t.exception())
         await cancel_and_wait(tasks, LOOP_STOP_S)
         stop_wait.cancel()
         http.should_exit = True
@@ -212,6 +221,8 @@ class Service:
         for fn in self.on_stop:
             await fn()
         log.info("%s stopped", self.name)
+        if failure is not None:
+            raise LoopFailed(f"{self.name}: a loop {failure}")
 
     async def _start_grpc(self) -> grpc.aio.Server | None:
         if self.grpc_port is None:
@@ -239,4 +250,10 @@ def run_main(service: str, main: Coroutine[Any, Any, None]) -> None:
     per socket event than the stock loop; Temporal workers run on it too), with its logging
     and telemetry (eventos.telemetry) set up first and flushed last."""
     with telemetry.started(service):
-        uvloop.run(main)
+        try:
+            uvloop.run(main)
+        except LoopFailed as exc:
+            # Exit non-zero: a supervisor (kubelet, systemd, `eventos.local`) sees a failure
+            # and restarts the service, never a clean stop.
+            log.error("%s", exc)
+            raise SystemExit(1) from exc

@@ -1,0 +1,67 @@
+"""The relay asks for its boot re-arm even when PostgreSQL answers only later (on a cluster the
+relay may start first): it waits, says why, and asks once the database is there."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import socket
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from eventos import names
+from eventos.control.intent_deliverer import ask_rearm
+from eventos.db import open_pool
+from eventos.settings import DatabaseSettings
+from eventos.testing import wait_for
+
+
+async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    finally:
+        writer.close()
+
+
+async def test_the_boot_rearm_waits_for_a_database_that_answers_late(
+    db_settings: DatabaseSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = conninfo_to_dict(db_settings.url)
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(real["host"], int(real["port"]))
+        await asyncio.gather(forward(reader, up_writer), forward(up_reader, writer))
+
+    # Bound but not listening: every connection is refused until the "database" starts.
+    late = socket.socket()
+    late.bind(("127.0.0.1", 0))
+    port = late.getsockname()[1]
+    late_url = make_conninfo(db_settings.url, host="127.0.0.1", port=str(port))
+    settings = dataclasses.replace(db_settings, url=late_url)
+    pool = await open_pool(settings, wait=False)
+    caplog.set_level(logging.WARNING, logger="eventos.control.intent_deliverer")
+    task = asyncio.create_task(ask_rearm(pool))
+
+    async def waiting_said() -> bool:
+        return "the database does not answer" in caplog.text
+
+    server = None
+    try:
+        await wait_for(waiting_said, timeout=60, what="a logged wait for the database")
+        assert not task.done()  # still trying, not failed
+        server = await asyncio.start_server(relay, sock=late)
+        await asyncio.wait_for(task, 90)
+        async with pool.connection() as conn:
+            cur = await conn.execute("SELECT count(*) AS n FROM intents WHERE kind = %s",
+                                     (names.INTENT_REARM,))  # fmt: skip
+            assert (await cur.fetchone() or {})["n"] == 1
+    finally:
+        task.cancel()
+        await pool.close()
+        if server is not None:
+            server.close()
+        late.close()
