@@ -369,7 +369,7 @@ $(KEDA_BUILD)/keda.yaml: $(KEDA_BUILD)/.built $(K8S_BUILD)/.built $(KEDA_MODULE)
 	rm -rf $(KEDA_BUILD)/config $(KEDA_BUILD)/eventos && mkdir -p $(KEDA_BUILD)/eventos
 	src=$$(cd $(KEDA_MODULE) && GOTOOLCHAIN=local $(GO) list -m -f '{{.Dir}}' $(KEDA_PACKAGE)) && \
 	  cp -R $$src/config $(KEDA_BUILD)/ && chmod -R u+w $(KEDA_BUILD)/config && \
-	  cp $$src/config/metrics-server/api_service.yaml $(KEDA_BUILD)/apiservice.yaml
+	  install -m 644 $$src/config/metrics-server/api_service.yaml $(KEDA_BUILD)/apiservice.yaml
 	cp $(KEDA_MODULE)/overlay/kustomization.yaml $(KEDA_BUILD)/eventos/
 	$(K8S_BUILD)/bin/kubectl kustomize $(KEDA_BUILD)/eventos > $@.tmp
 	mv $@.tmp $@

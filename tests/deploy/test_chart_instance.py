@@ -82,6 +82,8 @@ def test_tier_l_with_keda_scales_each_class_with_the_temporal_scaler() -> None:
         assert spec["scaleTargetRef"]["name"] == f"{P}-llm-{c}"
         assert 0 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
         assert isinstance(spec["pollingInterval"], int)
+        scale_down = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+        assert scale_down == {"stabilizationWindowSeconds": 300}
         (trigger,) = spec["triggers"]
         assert trigger["type"] == "temporal"
         meta = trigger["metadata"]

@@ -4,11 +4,14 @@ Only `make test-k8s` runs the suite (`-m k8s`; pyproject's addopts deselect it o
 session brings a cluster up from empty folders (deploy/cluster/cluster.py) and takes it down at
 its end; test_teardown_host, collected last, takes it down itself and checks the host twice.
 Test modules load this module as a plugin (`pytest_plugins`), so the fixture exists once.
+EVENTOS_K8S_REUSE=1 runs tests on the cluster already up here (its kubeconfig under
+.eventos/k8s) and never takes it down; test_teardown_host skips then.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -26,6 +29,7 @@ STATE = REPO / ".eventos" / "k8s"
 KUBECTL = REPO / ".tools" / "k8s" / "v1.34.4" / "bin" / "kubectl"
 PROBE_IMAGE = "localhost/eventos/k8s-probe:1"
 PROBE_ARCHIVE = REPO / ".tools" / "k8s" / "images" / "probe.tar"
+REUSE = os.environ.get("EVENTOS_K8S_REUSE") == "1"
 
 
 def host_snapshot() -> dict[str, Any]:
@@ -145,6 +149,9 @@ def probe_pod(name: str, args: list[str], restart: str = "Always", **spec: Any) 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """A cluster brought up for the session with the probe image loaded; down at the end."""
+    if REUSE:
+        yield Cluster(host_before={})
+        return
     host_before = host_snapshot()
     up = subprocess.run([*CLUSTER, "up"], capture_output=True, text=True)
     print(up.stdout)
