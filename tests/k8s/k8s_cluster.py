@@ -5,7 +5,8 @@ session brings a cluster up from empty folders (deploy/cluster/cluster.py) and t
 its end; test_teardown_host, collected last, takes it down itself and checks the host twice.
 Test modules load this module as a plugin (`pytest_plugins`), so the fixture exists once.
 EVENTOS_K8S_REUSE=1 runs tests on the cluster already up here (its kubeconfig under
-.eventos/k8s) and never takes it down; test_teardown_host skips then.
+.eventos/k8s) and never takes it down (meant for one module that makes its own namespace, e.g.
+test_autoscaling.py; the shared `k8s-tests` namespace is not made); test_teardown_host skips then.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ STATE = REPO / ".eventos" / "k8s"
 KUBECTL = REPO / ".tools" / "k8s" / "v1.34.4" / "bin" / "kubectl"
 PROBE_IMAGE = "localhost/eventos/k8s-probe:1"
 PROBE_ARCHIVE = REPO / ".tools" / "k8s" / "images" / "probe.tar"
-REUSE = os.environ.get("EVENTOS_K8S_REUSE") == "1"
 
 
 def host_snapshot() -> dict[str, Any]:
@@ -50,9 +50,11 @@ class Cluster:
     """The session's cluster, seen through kubectl in the test namespace."""
 
     namespace = "k8s-tests"
+    kubeconfig = STATE / "kubeconfig"
 
-    def __init__(self, host_before: dict[str, Any]) -> None:
+    def __init__(self, host_before: dict[str, Any], reused: bool = False) -> None:
         self.host_before = host_before  # the host before the session's cluster came up
+        self.reused = reused  # EVENTOS_K8S_REUSE=1: a cluster up before the session, kept
         self.attempts = 0  # a counter for unique pod names
 
     def wait_phase_in(self, pod: str, phases: tuple[str, ...], timeout_s: float = 90) -> str:
@@ -65,9 +67,13 @@ class Cluster:
         return str(wait_for_sync(phase, timeout=timeout_s, interval=0.5,
                              what=f"pod {pod} in one of the phases {phases}"))  # fmt: skip
 
+    def argv(self, *args: str) -> list[str]:
+        """The command line of kubectl on the admin kubeconfig."""
+        return [str(KUBECTL), "--kubeconfig", str(self.kubeconfig), *args]
+
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         """kubectl on the admin kubeconfig; fails the test with kubectl's message."""
-        argv = [str(KUBECTL), "--kubeconfig", str(STATE / "kubeconfig"), *args]
+        argv = self.argv(*args)
         result = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=180)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
@@ -149,8 +155,8 @@ def probe_pod(name: str, args: list[str], restart: str = "Always", **spec: Any) 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """A cluster brought up for the session with the probe image loaded; down at the end."""
-    if REUSE:
-        yield Cluster(host_before={})
+    if os.environ.get("EVENTOS_K8S_REUSE") == "1":
+        yield Cluster(host_before={}, reused=True)
         return
     host_before = host_snapshot()
     up = subprocess.run([*CLUSTER, "up"], capture_output=True, text=True)

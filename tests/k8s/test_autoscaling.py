@@ -18,13 +18,13 @@ import json
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from k8s_cluster import KUBECTL, REPO, STATE
 from temporalio import workflow
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.k8s
 pytest_plugins = ["k8s_cluster"]  # the session's `cluster` fixture, defined once
 
+REPO = Path(__file__).resolve().parents[2]
 HELM = REPO / ".tools" / "bin" / "helm"
 CHART = REPO / "deploy" / "helm" / "eventos"
 IMAGES_JSON = REPO / ".eventos" / "images" / "images.json"
@@ -63,42 +64,32 @@ POLL_S = 2.0
 PG_PASSWORD = "keda-test-pg"  # the bundled PostgreSQL of a throwaway namespace
 
 
-def kubectl(*args: str, check: bool = True) -> str:
-    """kubectl in the test namespace."""
-    argv = [str(KUBECTL), "--kubeconfig", str(STATE / "kubeconfig"), "-n", NAMESPACE, *args]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=180)
-    if check and result.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
-    return result.stdout
-
-
-def image(name: str) -> tuple[str, str]:
-    """(repository prefix, tag) of `eventos/<name>` as `make images` listed it."""
+def image(name: str) -> str:
+    """The reference of image `<repository>/<name>` as `make images` listed it."""
     listed = json.loads(IMAGES_JSON.read_text())
     (ref,) = [ref for ref in listed if ref.rsplit(":", 1)[0].endswith(f"/{name}")]
-    repository, tag = ref.rsplit(":", 1)
-    return repository.rsplit("/", 1)[0], tag
+    return str(ref)
 
 
 def values() -> dict[str, Any]:
     """Tier L with KEDA on this one-node cluster: small requests, llm-c1 with one slot a pod."""
-    repository, tag = image("workers-llm")
+    repository, tag = image("workers-llm").rsplit(":", 1)
     small = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}}
     idle = {"minReplicas": 0, "maxReplicas": 1, "targetBacklog": 4, "slots": 1}
     return {
         "instance": {"id": "inst-keda-test"},
-        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "image": {"repository": repository.rsplit("/", 1)[0], "tag": tag, "pullPolicy": "Never"},
         "roles": {role: {"replicas": 0} for role in
                   ("ingress", "router", "relay", "workersWorkflow", "egress")},
         "llmClasses": {"c1": {"minReplicas": MIN_REPLICAS, "maxReplicas": MAX_REPLICAS,
                               "targetBacklog": TARGET_BACKLOG, "slots": 1},
                        "c2": idle, "c3": idle, "c4": idle},
         "sizes": {size: small for size in ("small", "medium", "large", "xlarge")},
-        "postgresql": {"bundled": {"enabled": True, "image": "/".join(image("postgres")),
+        "postgresql": {"bundled": {"enabled": True, "image": image("postgres"),
                                    "persistence": {"size": "1Gi"}},
                        "existingSecret": f"{RELEASE}-postgresql"},
-        "temporal": {"server": {"image": ":".join(image("temporal-server")),
-                                "adminToolsImage": ":".join(image("temporal-admin-tools")),
+        "temporal": {"server": {"image": image("temporal-server"),
+                                "adminToolsImage": image("temporal-admin-tools"),
                                 "numHistoryShards": 4}},
         "secrets": {"database": {"existingSecret": f"{RELEASE}-database"},
                     "admin": {"existingSecret": f"{RELEASE}-admin"},
@@ -108,13 +99,14 @@ def values() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def create_secrets() -> None:
+def create_secrets(cluster: Cluster) -> None:
     """The Secrets the chart names (bundled PostgreSQL: the URL names its Service)."""
     url = f"postgresql://postgres:{PG_PASSWORD}@{RELEASE}-eventos-postgresql:5432/eventos"
     for name, literal in (("postgresql", f"password={PG_PASSWORD}"), ("database", f"url={url}"),
                           ("admin", "token=keda-test-admin-token-0123"),
                           ("outbox", "keys=k1:" + "A" * 43 + "=")):  # fmt: skip
-        kubectl("create", "secret", "generic", f"{RELEASE}-{name}", f"--from-literal={literal}")
+        cluster.kubectl("-n", NAMESPACE, "create", "secret", "generic", f"{RELEASE}-{name}",
+                        f"--from-literal={literal}")  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -125,27 +117,31 @@ def keda(cluster: Cluster) -> Iterator[None]:
     cluster.run_cluster("keda-down")
 
 
+def helm(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """helm on the cluster's kubeconfig, in the test namespace."""
+    argv = [str(HELM), "--kubeconfig", str(cluster.kubeconfig), "-n", NAMESPACE, *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=900)
+
+
 @pytest.fixture(scope="module")
 def tier_l(cluster: Cluster, keda: None) -> Iterator[None]:
     """The chart at tier L with KEDA in its own namespace, the llm-c1 worker ready."""
     cluster.kubectl("create", "namespace", NAMESPACE)
     try:
-        create_secrets()
+        create_secrets(cluster)
         with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
             json.dump(values(), file)
             file.flush()
-            install = subprocess.run(
-                [str(HELM), "install", RELEASE, str(CHART), "-n", NAMESPACE, "--timeout", "10m",
-                 "-f", str(CHART / "values-tier-l.yaml"), "-f", file.name],
-                capture_output=True, text=True, env={"KUBECONFIG": str(STATE / "kubeconfig")},
-            )  # fmt: skip
+            install = helm(cluster, "install", RELEASE, str(CHART), "--timeout", "10m",
+                           "-f", str(CHART / "values-tier-l.yaml"), "-f", file.name)  # fmt: skip
         assert install.returncode == 0, install.stderr
-        kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "--timeout=300s")
-        kubectl("wait", f"scaledobject/{DEPLOYMENT}", "--for=condition=Ready", "--timeout=120s")
+        cluster.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{DEPLOYMENT}",
+                        "--timeout=300s")  # fmt: skip
+        cluster.kubectl("-n", NAMESPACE, "wait", f"scaledobject/{DEPLOYMENT}",
+                        "--for=condition=Ready", "--timeout=120s")  # fmt: skip
         yield
     finally:
-        subprocess.run([str(HELM), "uninstall", RELEASE, "-n", NAMESPACE, "--wait"],
-                       capture_output=True, env={"KUBECONFIG": str(STATE / "kubeconfig")})  # fmt: skip
+        helm(cluster, "uninstall", RELEASE, "--wait")
         cluster.kubectl("delete", "namespace", NAMESPACE, "--timeout=180s", check=False)
 
 
@@ -155,12 +151,13 @@ class BacklogLoad:
 
     @workflow.run
     async def run(self, step: LlmStepInput) -> LlmStepOutput:
-        return await workflow.execute_activity(
+        output: LlmStepOutput = await workflow.execute_activity(
             names.ACT_LLM_STEP, step, task_queue=QUEUE, result_type=LlmStepOutput,
             start_to_close_timeout=timedelta(minutes=1),
             schedule_to_close_timeout=timedelta(minutes=10),
             retry_policy=RetryPolicy(maximum_attempts=1),
         )  # fmt: skip
+        return output
 
 
 def step(i: int) -> LlmStepInput:
@@ -180,19 +177,24 @@ class Sample:
     replicas: int  # the Deployment's spec.replicas, as the HPA set it
     ready: int
     backlog: int  # Temporal's approximate backlog of llm-c1's activity queue
-    metric: str  # what KEDA's HPA last read (average backlog per replica)
+    metric: str  # what KEDA's HPA last read: the backlog per replica (AverageValue)
 
 
 class Sampler:
     """Reads the Deployment, the HPA and the queue; keeps every reading."""
 
-    def __init__(self, client: Client) -> None:
-        self.client, self.began, self.samples = client, time.monotonic(), list[Sample]()
+    def __init__(self, cluster: Cluster, client: Client) -> None:
+        self.cluster, self.client = cluster, client
+        self.began, self.samples = time.monotonic(), list[Sample]()
+
+    async def get(self, kind: str, name: str) -> Any:
+        out = await asyncio.to_thread(self.cluster.kubectl, "-n", NAMESPACE, "get", kind, name,
+                                      "-o", "json")  # fmt: skip
+        return json.loads(out)
 
     async def sample(self) -> Sample:
-        deployment = json.loads(await asyncio.to_thread(
-            kubectl, "get", "deployment", DEPLOYMENT, "-o", "json"))  # fmt: skip
-        hpa = json.loads(await asyncio.to_thread(kubectl, "get", "hpa", HPA, "-o", "json"))
+        """One reading, kept."""
+        deployment, hpa = await self.get("deployment", DEPLOYMENT), await self.get("hpa", HPA)
         current = hpa.get("status", {}).get("currentMetrics") or [{}]
         metric = current[0].get("external", {}).get("current", {}).get("averageValue", "-")
         found = Sample(round(time.monotonic() - self.began, 1),
@@ -203,6 +205,7 @@ class Sampler:
         return found
 
     async def backlog(self) -> int:
+        """The activity backlog of llm-c1 as the frontend reports it (what KEDA reads too)."""
         request = DescribeTaskQueueRequest(
             namespace=TEMPORAL_NAMESPACE,
             task_queue=TaskQueue(name=QUEUE, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
@@ -211,28 +214,32 @@ class Sampler:
         response = await self.client.workflow_service.describe_task_queue(request)
         return int(response.stats.approximate_backlog_count)
 
-    async def until(self, holds: Any, timeout: float, what: str) -> Sample:
-        async def check() -> Sample | None:
-            found = await self.sample()
-            return found if holds(found) else None
+    async def until(self, holds: Callable[[Sample], bool], timeout: float, what: str) -> Sample:
+        """Sample every POLL_S seconds until a reading satisfies `holds`; that reading."""
 
-        return await wait_for(check, timeout=timeout, interval=POLL_S, what=what)
+        async def check() -> list[Sample]:  # a one-item list: falsy only while it does not hold
+            found = await self.sample()
+            return [found] if holds(found) else []
+
+        return (await wait_for(check, timeout=timeout, interval=POLL_S, what=what))[0]
 
     def table(self) -> str:
-        rows = [f"{'t (s)':>7} {'replicas':>8} {'ready':>5} {'backlog':>7}  HPA metric"]
+        rows = [
+            f"{'t (s)':>7} {'replicas':>8} {'ready':>5} {'backlog':>7}  HPA's backlog per replica"
+        ]
         rows += [f"{s.t:7.1f} {s.replicas:8d} {s.ready:5d} {s.backlog:7d}  {s.metric}"
                  for s in self.samples]  # fmt: skip
         return "\n".join(rows)
 
 
 @pytest.fixture
-def temporal_address(tier_l: None) -> Iterator[str]:
+def temporal_address(cluster: Cluster, tier_l: None) -> Iterator[str]:
     """127.0.0.1:<port> forwarded to the chart's Temporal frontend."""
-    argv = [str(KUBECTL), "--kubeconfig", str(STATE / "kubeconfig"), "-n", NAMESPACE,
-            "port-forward", "--address", "127.0.0.1", f"svc/{TEMPORAL_SERVICE}", ":7233"]  # fmt: skip
+    argv = cluster.argv("-n", NAMESPACE, "port-forward", "--address", "127.0.0.1",
+                        f"svc/{TEMPORAL_SERVICE}", ":7233")  # fmt: skip
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert process.stdout is not None
+        assert process.stdout is not None and process.stderr is not None
         line = process.stdout.readline()  # "Forwarding from 127.0.0.1:NNNNN -> 7233"
         assert line.startswith("Forwarding from 127.0.0.1:"), line + process.stderr.read()
         yield line.split()[2]
@@ -252,10 +259,10 @@ class Outcome:
     workers: set[str]
 
 
-async def run_load(address: str) -> Outcome:
+async def run_load(cluster: Cluster, address: str) -> Outcome:
     """Start the steps, watch llm-c1 scale out, wait for every step, watch it scale back in."""
     client = await connect(address, TEMPORAL_NAMESPACE)
-    sampler = Sampler(client)
+    sampler = Sampler(cluster, client)
     await sampler.sample()
     async with Worker(client, task_queue=LOAD_QUEUE, workflows=[BacklogLoad]):
         handles = [await client.start_workflow(BacklogLoad.run, step(i), id=f"keda-load-{i}",
@@ -284,8 +291,11 @@ async def step_workers(client: Client) -> set[str]:
     return identities
 
 
-def test_keda_scales_the_class_worker_out_on_backlog_and_back_in(temporal_address: str) -> None:
-    outcome = asyncio.run(run_load(temporal_address))
+@pytest.mark.timeout(1200)  # the install (about 3 min here), the load, the scale-in
+def test_keda_scales_the_class_worker_out_on_backlog_and_back_in(
+    cluster: Cluster, temporal_address: str
+) -> None:
+    outcome = asyncio.run(run_load(cluster, temporal_address))
     samples = outcome.sampler.samples
     print(
         f"\n{DEPLOYMENT}: {STEPS} steps of {STEP_SLEEP_S} s, one slot a pod, targetBacklog "

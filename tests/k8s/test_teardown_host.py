@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from k8s_cluster import REUSE
 
 if TYPE_CHECKING:
     from k8s_cluster import Cluster
@@ -15,10 +14,11 @@ pytestmark = pytest.mark.k8s
 pytest_plugins = ["k8s_cluster"]  # the session's `cluster` fixture, defined once
 
 
-@pytest.mark.skipif(REUSE, reason="EVENTOS_K8S_REUSE=1: the cluster is not the session's")
 def test_down_leaves_the_host_as_before_twice(
     cluster: Cluster,
 ) -> None:
+    if cluster.reused:
+        pytest.skip("EVENTOS_K8S_REUSE=1: the cluster is not the session's to take down")
     for cycle in (1, 2):
         if cycle == 2:
             cluster.run_cluster("up")
