@@ -517,6 +517,14 @@ def test_tier_l_without_a_temporal_database_host_fails_the_render() -> None:
     assert "temporal.server.sql.host is required" in message
 
 
+def test_a_class_at_zero_replicas_without_keda_fails_the_render() -> None:
+    # The apiserver refuses an HPA with minReplicas 0; only KEDA scales a class to zero.
+    sets = (*charts.REQUIRED, *charts.TIER_L_SQL, "llmClasses.c3.minReplicas=0")
+    message = render_error(*sets, tier_file="L")
+    assert "llmClasses.c3.minReplicas must be at least 1 without KEDA" in message
+    assert charts.instance("L", "llmClasses.c3.minReplicas=0", "autoscaling.keda.enabled=true")
+
+
 def test_bundled_postgresql_without_its_secret_fails_the_render() -> None:
     message = render_error(*charts.REQUIRED, "postgresql.bundled.enabled=true")
     assert "postgresql.existingSecret is required" in message
