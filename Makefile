@@ -398,6 +398,9 @@ cluster: install cluster-tools ## bring the local cluster up (kubeconfig: .event
 cluster-down: install ## take the local cluster down and check the host is as before
 	$(CLUSTER) down
 
+cluster-load: install ## load the images `make images` built into the running cluster again
+	$(CLUSTER) load
+
 cluster-status: install ## the local cluster's processes, node and pods
 	$(CLUSTER) status
 
@@ -412,4 +415,4 @@ test-k8s: install cluster-tools keda-tools images $(HELM) $(K8S_IMAGES)/probe.ta
 k8s-cached:
 	@test -f "$$(GOTOOLCHAIN=local $(GO) env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$(K8S_VERSION).zip"
 
-.PHONY: cluster-packages cluster-tools cluster cluster-down cluster-status test-k8s k8s-cached keda-tools keda keda-down
+.PHONY: cluster-packages cluster-tools cluster cluster-down cluster-load cluster-status test-k8s k8s-cached keda-tools keda keda-down

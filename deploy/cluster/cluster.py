@@ -1,5 +1,6 @@
-"""The local single-node Kubernetes cluster: `up`, `down`, `status`, `import NAME ARCHIVE`, and
-`keda`/`keda-down` (KEDA into or out of the running cluster, deploy/cluster/keda.py).
+"""The local single-node Kubernetes cluster: `up`, `down`, `status`, `load` (the images again),
+`import NAME ARCHIVE`, and `keda`/`keda-down` (KEDA into or out of the running cluster,
+deploy/cluster/keda.py).
 
 Run with the project's Python: `.venv/bin/python deploy/cluster/cluster.py up` (what `make
 cluster` does). Everything lives under .eventos/k8s (component logs in .eventos/k8s/logs) and
@@ -300,7 +301,8 @@ def status(layout: Layout) -> None:
 def main() -> int:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "status", "import", "keda", "keda-down"))
+    commands = ("up", "down", "status", "load", "import", "keda", "keda-down")
+    parser.add_argument("command", choices=commands)
     parser.add_argument("args", nargs="*", help="import: NAME ARCHIVE")
     options = parser.parse_args()
     layout = Layout.default()
@@ -314,6 +316,8 @@ def main() -> int:
             return down(layout)
         elif options.command == "status":
             status(layout)
+        elif options.command == "load":
+            load_images(layout)
         elif options.command == "keda":
             keda.install(layout)
             say(f"KEDA up: {keda.APISERVICE} Available")

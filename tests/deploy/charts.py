@@ -105,13 +105,19 @@ def named(docs: list[Doc], kind: str, name: str) -> Doc:
 
 
 def pod_spec(doc: Doc) -> Doc:
-    """The pod spec of a Deployment, StatefulSet or Job."""
-    spec: Doc = doc["spec"]["template"]["spec"]
+    """The pod spec of a Deployment, StatefulSet, Job or Pod (the `helm test` pods)."""
+    spec: Doc = doc["spec"] if doc["kind"] == "Pod" else doc["spec"]["template"]["spec"]
     return spec
 
 
+def pod_labels(doc: Doc) -> dict[str, str]:
+    """The labels of the pods a workload makes (a Pod's own)."""
+    meta: Doc = doc["metadata"] if doc["kind"] == "Pod" else doc["spec"]["template"]["metadata"]
+    return dict(meta["labels"])
+
+
 def workloads(docs: list[Doc]) -> list[Doc]:
-    return [d for d in docs if d["kind"] in ("Deployment", "StatefulSet", "Job")]
+    return [d for d in docs if d["kind"] in ("Deployment", "StatefulSet", "Job", "Pod")]
 
 
 def env_of(container: Doc) -> dict[str, Doc]:

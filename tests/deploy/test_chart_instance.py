@@ -202,9 +202,18 @@ def test_tier_l_with_bundled_postgresql_points_temporal_at_it() -> None:
     config = temporal_server_config(docs)
     addrs = {s["sql"]["connectAddr"] for s in config["persistence"]["datastores"].values()}
     assert addrs == {f"{P}-postgresql:5432"}
-    job = named(docs, "Job", f"{P}-temporal-schema")
-    # The bundled server exists only after install: the schema Jobs run right after it.
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,pre-upgrade"
+    # The bundled server exists only once the release is installed: no pre-install schema Job
+    # (it would wait for it forever, and `helm install --wait` with it); the same schema step
+    # runs as the Temporal server's init container, before every start of the server.
+    assert not [j for j in of_kind(docs, "Job") if "schema" in j["metadata"]["name"]]
+    server = pod_spec(named(docs, "Deployment", f"{P}-temporal"))
+    (init,) = server["initContainers"]
+    assert "temporal-sql-tool" in init["args"][0]
+    assert env_of(init)["SQL_HOST"]["value"] == f"{P}-postgresql"
+    mounted = {m["name"] for m in init["volumeMounts"]}
+    assert mounted <= {v["name"] for v in server["volumes"]}
+    # The services ride out a database not migrated yet (the relay's boot re-arm waits), so
+    # the migration runs right after the install.
     assert named(docs, "Job", f"{P}-migrate")["metadata"]["annotations"]["helm.sh/hook"] == (
         "post-install,pre-upgrade"
     )
@@ -366,7 +375,7 @@ def test_network_policies_keep_temporal_and_postgresql_private(tier: str) -> Non
             {"podSelector": {"matchLabels": {"app.kubernetes.io/instance": "acme"}}}
         ]
     for workload in charts.workloads(docs):
-        labels = workload["spec"]["template"]["metadata"]["labels"]
+        labels = charts.pod_labels(workload)
         assert labels["app.kubernetes.io/instance"] == "acme", "every pod may reach them"
 
 
@@ -421,7 +430,7 @@ def test_every_secret_is_mounted_as_a_file_and_none_is_inlined(tier: str) -> Non
             v["name"]: v["secret"]["secretName"] for v in pod.get("volumes", []) if "secret" in v
         }
         referenced |= set(secret_volumes.values())
-        for container in pod["containers"]:
+        for container in [*pod.get("initContainers", []), *pod["containers"]]:
             mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
             for volume in secret_volumes:
                 assert volume in mounts and mounts[volume]["readOnly"] is True
@@ -569,3 +578,26 @@ def test_values_yaml_documents_every_key() -> None:
         stack.append((indent, documented))
         comment_above = False
     assert not undocumented, undocumented
+
+
+@pytest.mark.parametrize("tier", ["S", "L"])
+def test_helm_test_asks_every_service_for_readiness_and_grpc_health(tier: str) -> None:
+    docs = charts.instance(tier)
+    pod = named(docs, "Pod", f"{P}-test-readiness")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["metadata"]["labels"]["app.kubernetes.io/instance"] == "acme"  # gRPC is let in
+    args = args_of(pod)
+    assert args[:3] == ["python", "-m", "eventos.runtime.probe"]
+    llm = ["llm"] if tier == "S" else [f"llm-{c}" for c in CLASSES]
+    assert flag_values(args, "--http") == [
+        f"{role}=http://{P}-{role}:9102" for role in [*ROLES, *llm]
+    ]
+    assert flag_values(args, "--grpc") == [
+        f"{role}={P}-{role}:9090" for role in ["ingress", "router", "relay"]
+    ]
+
+
+def test_helm_test_leaves_out_the_tls_only_ingress_grpc_port() -> None:
+    docs = charts.instance("S", "ingress.grpc.tls.secretName=acme-grpc-tls")
+    args = args_of(named(docs, "Pod", f"{P}-test-readiness"))
+    assert [t.split("=")[0] for t in flag_values(args, "--grpc")] == ["router", "relay"]

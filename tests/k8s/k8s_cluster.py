@@ -2,11 +2,9 @@
 
 Only `make test-k8s` runs the suite (`-m k8s`; pyproject's addopts deselect it otherwise). The
 session brings a cluster up from empty folders (deploy/cluster/cluster.py) and takes it down at
-its end; test_teardown_host, collected last, takes it down itself and checks the host twice.
+its end; test_teardown_host, run last whatever the names of the other modules, takes it down
+itself and checks the host twice.
 Test modules load this module as a plugin (`pytest_plugins`), so the fixture exists once.
-EVENTOS_K8S_REUSE=1 runs tests on the cluster already up here (its kubeconfig under
-.eventos/k8s) and never takes it down (meant for one module that makes its own namespace, e.g.
-test_autoscaling.py; the shared `k8s-tests` namespace is not made); test_teardown_host skips then.
 """
 
 from __future__ import annotations
@@ -50,12 +48,11 @@ class Cluster:
     """The session's cluster, seen through kubectl in the test namespace."""
 
     namespace = "k8s-tests"
-    kubeconfig = STATE / "kubeconfig"
 
-    def __init__(self, host_before: dict[str, Any], reused: bool = False) -> None:
+    def __init__(self, host_before: dict[str, Any]) -> None:
         self.host_before = host_before  # the host before the session's cluster came up
-        self.reused = reused  # EVENTOS_K8S_REUSE=1: a cluster up before the session, kept
         self.attempts = 0  # a counter for unique pod names
+        self.reused = False  # a cluster `make cluster` keeps up (EVENTOS_K8S_REUSE=1)
 
     def wait_phase_in(self, pod: str, phases: tuple[str, ...], timeout_s: float = 90) -> str:
         """Wait until the pod reaches one of these phases; return it."""
@@ -67,13 +64,9 @@ class Cluster:
         return str(wait_for_sync(phase, timeout=timeout_s, interval=0.5,
                              what=f"pod {pod} in one of the phases {phases}"))  # fmt: skip
 
-    def argv(self, *args: str) -> list[str]:
-        """The command line of kubectl on the admin kubeconfig."""
-        return [str(KUBECTL), "--kubeconfig", str(self.kubeconfig), *args]
-
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         """kubectl on the admin kubeconfig; fails the test with kubectl's message."""
-        argv = self.argv(*args)
+        argv = [str(KUBECTL), "--kubeconfig", str(STATE / "kubeconfig"), *args]
         result = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=180)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
@@ -152,11 +145,33 @@ def probe_pod(name: str, args: list[str], restart: str = "Always", **spec: Any) 
     }  # fmt: skip
 
 
+TEARDOWN_MODULE = "test_teardown_host.py"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The teardown check runs last: it takes the session's cluster down."""
+    items.sort(key=lambda item: item.path.name == TEARDOWN_MODULE)  # stable: keeps the rest
+
+
+REUSE_VAR = "EVENTOS_K8S_REUSE"
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    """A cluster brought up for the session with the probe image loaded; down at the end."""
-    if os.environ.get("EVENTOS_K8S_REUSE") == "1":
-        yield Cluster(host_before={}, reused=True)
+    """A cluster brought up for the session with the probe image loaded; down at the end.
+
+    With EVENTOS_K8S_REUSE=1 the session uses the cluster `make cluster` keeps up and leaves it
+    up (for working on one module: `EVENTOS_K8S_REUSE=1 pytest -m k8s -p no:xdist tests/k8s/X`);
+    the teardown check refuses to run then.
+    """
+    if os.environ.get(REUSE_VAR) == "1":
+        if not (STATE / "host-before.json").exists():
+            pytest.fail(f"{REUSE_VAR}=1 but no cluster is up: run `make cluster` first")
+        session = Cluster(json.loads((STATE / "host-before.json").read_text()))
+        session.reused = True
+        session.run_cluster("import", PROBE_IMAGE, str(PROBE_ARCHIVE))
+        session.kubectl("create", "namespace", session.namespace, check=False)
+        yield session
         return
     host_before = host_snapshot()
     up = subprocess.run([*CLUSTER, "up"], capture_output=True, text=True)

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from k8s_release import Release
 from temporalio import workflow
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -44,15 +42,10 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.k8s
 pytest_plugins = ["k8s_cluster"]  # the session's `cluster` fixture, defined once
 
-REPO = Path(__file__).resolve().parents[2]
-HELM = REPO / ".tools" / "bin" / "helm"
-CHART = REPO / "deploy" / "helm" / "eventos"
-IMAGES_JSON = REPO / ".eventos" / "images" / "images.json"
 NAMESPACE = "eventos-keda-test"
 RELEASE = "kt"
 DEPLOYMENT = f"{RELEASE}-eventos-llm-c1"
 HPA = f"keda-hpa-{DEPLOYMENT}"  # the HPA KEDA makes for the ScaledObject of the same name
-TEMPORAL_SERVICE = f"{RELEASE}-eventos-temporal"
 TEMPORAL_NAMESPACE = "default"
 LOAD_QUEUE = "keda-backlog-load"  # the test's own workflow queue; the steps go to llm-c1
 QUEUE = names.LLM_QUEUES[1]
@@ -61,52 +54,27 @@ STEP_SLEEP_S = 4
 MIN_REPLICAS, MAX_REPLICAS, TARGET_BACKLOG = 1, 4, 2
 STABILIZATION_S = 20
 POLL_S = 2.0
-PG_PASSWORD = "keda-test-pg"  # the bundled PostgreSQL of a throwaway namespace
 
 
-def image(name: str) -> str:
-    """The reference of image `<repository>/<name>` as `make images` listed it."""
-    listed = json.loads(IMAGES_JSON.read_text())
-    (ref,) = [ref for ref in listed if ref.rsplit(":", 1)[0].endswith(f"/{name}")]
-    return str(ref)
-
-
-def values() -> dict[str, Any]:
-    """Tier L with KEDA on this one-node cluster: small requests, llm-c1 with one slot a pod."""
-    repository, tag = image("workers-llm").rsplit(":", 1)
-    small = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "1Gi"}}
+def overrides() -> list[str]:
+    """Only the LLM workers run (the other roles at 0); llm-c1 with one slot a pod and a short
+    stabilization window; c2..c4 may go to zero (KEDA allows it, an HPA would not)."""
+    sets = [
+        f"roles.{role}.replicas=0"
+        for role in ("ingress", "router", "relay", "workersWorkflow", "egress")
+    ]
+    c1 = {
+        "minReplicas": MIN_REPLICAS,
+        "maxReplicas": MAX_REPLICAS,
+        "targetBacklog": TARGET_BACKLOG,
+        "slots": 1,
+    }
     idle = {"minReplicas": 0, "maxReplicas": 1, "targetBacklog": 4, "slots": 1}
-    return {
-        "instance": {"id": "inst-keda-test"},
-        "image": {"repository": repository.rsplit("/", 1)[0], "tag": tag, "pullPolicy": "Never"},
-        "roles": {role: {"replicas": 0} for role in
-                  ("ingress", "router", "relay", "workersWorkflow", "egress")},
-        "llmClasses": {"c1": {"minReplicas": MIN_REPLICAS, "maxReplicas": MAX_REPLICAS,
-                              "targetBacklog": TARGET_BACKLOG, "slots": 1},
-                       "c2": idle, "c3": idle, "c4": idle},
-        "sizes": {size: small for size in ("small", "medium", "large", "xlarge")},
-        "postgresql": {"bundled": {"enabled": True, "image": image("postgres"),
-                                   "persistence": {"size": "1Gi"}},
-                       "existingSecret": f"{RELEASE}-postgresql"},
-        "temporal": {"server": {"image": image("temporal-server"),
-                                "adminToolsImage": image("temporal-admin-tools"),
-                                "numHistoryShards": 4}},
-        "secrets": {"database": {"existingSecret": f"{RELEASE}-database"},
-                    "admin": {"existingSecret": f"{RELEASE}-admin"},
-                    "outbox": {"existingSecret": f"{RELEASE}-outbox"}},
-        "autoscaling": {"keda": {"enabled": True, "pollingInterval": 5,
-                                 "scaleDownStabilizationSeconds": STABILIZATION_S}},
-    }  # fmt: skip
-
-
-def create_secrets(cluster: Cluster) -> None:
-    """The Secrets the chart names (bundled PostgreSQL: the URL names its Service)."""
-    url = f"postgresql://postgres:{PG_PASSWORD}@{RELEASE}-eventos-postgresql:5432/eventos"
-    for name, literal in (("postgresql", f"password={PG_PASSWORD}"), ("database", f"url={url}"),
-                          ("admin", "token=keda-test-admin-token-0123"),
-                          ("outbox", "keys=k1:" + "A" * 43 + "=")):  # fmt: skip
-        cluster.kubectl("-n", NAMESPACE, "create", "secret", "generic", f"{RELEASE}-{name}",
-                        f"--from-literal={literal}")  # fmt: skip
+    for klass, limits in {"c1": c1, "c2": idle, "c3": idle, "c4": idle}.items():
+        sets += [f"llmClasses.{klass}.{key}={value}" for key, value in limits.items()]
+    keda = ["autoscaling.keda.enabled=true", "autoscaling.keda.pollingInterval=5",
+            f"autoscaling.keda.scaleDownStabilizationSeconds={STABILIZATION_S}"]  # fmt: skip
+    return [*sets, *keda, "temporal.server.numHistoryShards=4"]
 
 
 @pytest.fixture(scope="module")
@@ -117,32 +85,19 @@ def keda(cluster: Cluster) -> Iterator[None]:
     cluster.run_cluster("keda-down")
 
 
-def helm(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    """helm on the cluster's kubeconfig, in the test namespace."""
-    argv = [str(HELM), "--kubeconfig", str(cluster.kubeconfig), "-n", NAMESPACE, *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=900)
-
-
 @pytest.fixture(scope="module")
-def tier_l(cluster: Cluster, keda: None) -> Iterator[None]:
-    """The chart at tier L with KEDA in its own namespace, the llm-c1 worker ready."""
-    cluster.kubectl("create", "namespace", NAMESPACE)
+def tier_l(cluster: Cluster, keda: None) -> Iterator[Release]:
+    """The chart at tier L with KEDA in its own namespace, llm-c1's ScaledObject ready."""
+    release = Release(cluster, RELEASE, NAMESPACE, "L")
     try:
-        create_secrets(cluster)
-        with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
-            json.dump(values(), file)
-            file.flush()
-            install = helm(cluster, "install", RELEASE, str(CHART), "--timeout", "10m",
-                           "-f", str(CHART / "values-tier-l.yaml"), "-f", file.name)  # fmt: skip
-        assert install.returncode == 0, install.stderr
-        cluster.kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{DEPLOYMENT}",
-                        "--timeout=300s")  # fmt: skip
-        cluster.kubectl("-n", NAMESPACE, "wait", f"scaledobject/{DEPLOYMENT}",
-                        "--for=condition=Ready", "--timeout=120s")  # fmt: skip
-        yield
+        done = release.install(*overrides())
+        print(f"helm install (tier L, KEDA): {release.install_s:.0f} s")
+        assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
+        release.kubectl("wait", f"scaledobject/{DEPLOYMENT}", "--for=condition=Ready",
+                        "--timeout=120s")  # fmt: skip
+        yield release
     finally:
-        helm(cluster, "uninstall", RELEASE, "--wait")
-        cluster.kubectl("delete", "namespace", NAMESPACE, "--timeout=180s", check=False)
+        release.uninstall()
 
 
 @workflow.defn(name="KedaBacklogLoad", sandboxed=False)
@@ -183,13 +138,12 @@ class Sample:
 class Sampler:
     """Reads the Deployment, the HPA and the queue; keeps every reading."""
 
-    def __init__(self, cluster: Cluster, client: Client) -> None:
-        self.cluster, self.client = cluster, client
+    def __init__(self, release: Release, client: Client) -> None:
+        self.release, self.client = release, client
         self.began, self.samples = time.monotonic(), list[Sample]()
 
     async def get(self, kind: str, name: str) -> Any:
-        out = await asyncio.to_thread(self.cluster.kubectl, "-n", NAMESPACE, "get", kind, name,
-                                      "-o", "json")  # fmt: skip
+        out = await asyncio.to_thread(self.release.kubectl, "get", kind, name, "-o", "json")
         return json.loads(out)
 
     async def sample(self) -> Sample:
@@ -232,22 +186,6 @@ class Sampler:
         return "\n".join(rows)
 
 
-@pytest.fixture
-def temporal_address(cluster: Cluster, tier_l: None) -> Iterator[str]:
-    """127.0.0.1:<port> forwarded to the chart's Temporal frontend."""
-    argv = cluster.argv("-n", NAMESPACE, "port-forward", "--address", "127.0.0.1",
-                        f"svc/{TEMPORAL_SERVICE}", ":7233")  # fmt: skip
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None and process.stderr is not None
-        line = process.stdout.readline()  # "Forwarding from 127.0.0.1:NNNNN -> 7233"
-        assert line.startswith("Forwarding from 127.0.0.1:"), line + process.stderr.read()
-        yield line.split()[2]
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
 @dataclass(frozen=True)
 class Outcome:
     """What the load run saw: the readings, the first at full scale, each step's answer and the
@@ -259,10 +197,10 @@ class Outcome:
     workers: set[str]
 
 
-async def run_load(cluster: Cluster, address: str) -> Outcome:
+async def run_load(release: Release, address: str) -> Outcome:
     """Start the steps, watch llm-c1 scale out, wait for every step, watch it scale back in."""
     client = await connect(address, TEMPORAL_NAMESPACE)
-    sampler = Sampler(cluster, client)
+    sampler = Sampler(release, client)
     await sampler.sample()
     async with Worker(client, task_queue=LOAD_QUEUE, workflows=[BacklogLoad]):
         handles = [await client.start_workflow(BacklogLoad.run, step(i), id=f"keda-load-{i}",
@@ -292,10 +230,9 @@ async def step_workers(client: Client) -> set[str]:
 
 
 @pytest.mark.timeout(1200)  # the install (about 3 min here), the load, the scale-in
-def test_keda_scales_the_class_worker_out_on_backlog_and_back_in(
-    cluster: Cluster, temporal_address: str
-) -> None:
-    outcome = asyncio.run(run_load(cluster, temporal_address))
+def test_keda_scales_the_class_worker_out_on_backlog_and_back_in(tier_l: Release) -> None:
+    with tier_l.forward("temporal", 7233) as port:
+        outcome = asyncio.run(run_load(tier_l, f"127.0.0.1:{port}"))
     samples = outcome.sampler.samples
     print(
         f"\n{DEPLOYMENT}: {STEPS} steps of {STEP_SLEEP_S} s, one slot a pod, targetBacklog "

@@ -446,3 +446,58 @@ helm.sh/hook: {{ .hook }}
 helm.sh/hook-weight: {{ .weight | quote }}
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end -}}
+
+{{/* Tier L: the container that creates (optionally) and upgrades the schemas of the temporal and
+temporal_visibility databases (temporal-sql-tool; every step may run again). The schema Job runs
+it; with the bundled PostgreSQL, which exists only once the release is installed, it is the
+Temporal server's init container instead (a pre-install Job would wait for a database that
+the install has not made yet). It mounts the volumes `password` and `tmp`, which the server's
+pod has too (eventos.temporalSchemaVolumes makes them for the Job). */}}
+{{- define "eventos.temporalSchemaContainer" -}}
+{{- $s := .Values.temporal.server -}}
+{{- $schemas := "/etc/temporal/schema/postgresql/v12" -}}
+- name: schema
+  image: {{ $s.adminToolsImage }}
+  imagePullPolicy: IfNotPresent
+  command: ["/bin/sh", "-c"]
+  args:
+    - |
+      set -eu
+      export SQL_PASSWORD="$(cat /var/run/secrets/temporal/password)"
+      tool() { temporal-sql-tool --plugin postgres12 --endpoint "$SQL_HOST" --port "$SQL_PORT" --user "$SQL_USER" {{- if $s.sql.tls }} --tls{{ end }} "$@"; }
+      for db in "$MAIN_DB" "$VISIBILITY_DB"; do
+        if [ "$CREATE_DATABASES" = "true" ]; then
+          # Refused when the database exists already, which is the usual case on upgrade.
+          tool --database "$db" create-database || echo "database $db exists"
+        fi
+        # Creates the schema_version table on a new database; refused on one set up before.
+        tool --database "$db" setup-schema -v 0.0 || echo "database $db has a schema version"
+      done
+      tool --database "$MAIN_DB" update-schema -d {{ printf "%s/temporal/versioned" $schemas }}
+      tool --database "$VISIBILITY_DB" update-schema -d {{ printf "%s/visibility/versioned" $schemas }}
+  env:
+    - {name: SQL_HOST, value: {{ include "eventos.temporalSqlHost" . | quote }}}
+    - {name: SQL_PORT, value: {{ $s.sql.port | quote }}}
+    - {name: SQL_USER, value: {{ include "eventos.temporalSqlUser" . | quote }}}
+    - {name: MAIN_DB, value: {{ $s.sql.database | quote }}}
+    - {name: VISIBILITY_DB, value: {{ $s.sql.visibilityDatabase | quote }}}
+    - {name: CREATE_DATABASES, value: {{ $s.sql.createDatabases | quote }}}
+    - {name: HOME, value: /tmp}
+  resources:
+    {{- include "eventos.resources" (dict "root" . "role" (dict "size" "small" "resources" dict)) | nindent 4 }}
+  securityContext:
+    {{- include "eventos.containerSecurityContext" . | nindent 4 }}
+  volumeMounts:
+    - {name: password, mountPath: /var/run/secrets/temporal, readOnly: true}
+    - {name: tmp, mountPath: /tmp}
+{{- end -}}
+
+{{- define "eventos.temporalSchemaVolumes" -}}
+- name: password
+  secret:
+    secretName: {{ include "eventos.temporalSqlSecret" . }}
+    defaultMode: 0400
+    items: [{key: {{ include "eventos.temporalSqlPasswordKey" . }}, path: password}]
+- name: tmp
+  emptyDir: {sizeLimit: 64Mi}
+{{- end -}}

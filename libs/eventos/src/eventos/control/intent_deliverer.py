@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import (
     Client,
@@ -318,8 +319,9 @@ async def rearm(pool: AsyncConnectionPool[Conn], client: Client, queue: str,
 
 
 async def ask_rearm(pool: AsyncConnectionPool[Conn]) -> None:
-    """Ask for the boot re-arm, riding out a database that does not answer yet (on a cluster the
-    relay may start before PostgreSQL): tried again with a growing delay, each failure logged."""
+    """Ask for the boot re-arm, riding out a database that does not answer yet or is not migrated
+    yet (on a cluster the relay may start before PostgreSQL, and with the chart's bundled
+    PostgreSQL before the migration Job): tried again with a growing delay, each wait logged."""
     delay = 1.0
     while True:
         try:
@@ -329,6 +331,9 @@ async def ask_rearm(pool: AsyncConnectionPool[Conn]) -> None:
         except DatabaseUnavailable as exc:
             log.warning("boot re-arm: the database does not answer (%s); again in %.0f s",
                         exc, delay)  # fmt: skip
+        except psycopg.errors.UndefinedTable:
+            log.warning("boot re-arm: the database is not migrated yet (eventosctl migrate); "
+                        "again in %.0f s", delay)  # fmt: skip
         await asyncio.sleep(delay)
         delay = min(delay * 2, RETRY_MAX_S)
 

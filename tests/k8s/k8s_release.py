@@ -1,0 +1,184 @@
+"""An Event OS release on the suite's cluster: its Secrets, `helm install` with the locally built
+images, `helm test`, a port-forward to a Service, and the README's tour through it.
+
+A release installs as a user would (docs/deploy.md): the Secrets first, then the chart with a tier's
+values file, `.eventos/images/values-eventos.yaml` (the images `make images` built and the cluster
+loaded) and values-single-node.yaml (token CPU requests: one node of 2 cores).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from k8s_cluster import KUBECTL, STATE
+
+from eventos.testing import wait_for_sync
+
+if TYPE_CHECKING:
+    from k8s_cluster import Cluster
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "eventos"
+HELM = REPO / ".tools" / "bin" / "helm"
+IMAGE_VALUES = REPO / ".eventos" / "images" / "values-eventos.yaml"
+SINGLE_NODE = Path(__file__).resolve().parent / "values-single-node.yaml"
+EVENTOSCTL = REPO / ".venv" / "bin" / "eventosctl"
+EXAMPLE = REPO / "examples" / "hello.yaml"
+KUBECONFIG = STATE / "kubeconfig"
+INSTALL_TIMEOUT = "15m"
+FORWARD_RE = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+) ->")
+
+
+@dataclass
+class Release:
+    """One installed release of the instance chart, in its own namespace."""
+
+    cluster: Cluster
+    name: str
+    namespace: str
+    tier: str
+    install_s: float = 0.0
+    admin_token: str = field(default="", repr=False)
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.name}-eventos"
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> str:
+        return self.cluster.kubectl("-n", self.namespace, *args, check=check, input=input)
+
+    def helm(self, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "KUBECONFIG": str(KUBECONFIG)}
+        return subprocess.run([str(HELM), *args, "-n", self.namespace], capture_output=True,
+                              text=True, timeout=timeout, env=env, check=False)  # fmt: skip
+
+    def create_secrets(self) -> None:
+        """The Secrets docs/deploy.md has users create before the install."""
+        pg_password = secrets.token_hex(16)
+        self.admin_token = secrets.token_hex(24)
+        url = f"postgresql://postgres:{pg_password}@{self.prefix}-postgresql:5432/eventos"
+        outbox = f"k1:{base64.b64encode(secrets.token_bytes(32)).decode()}"
+        for name, key, value in [
+            ("postgresql", "password", pg_password),
+            ("database", "url", url),
+            ("admin", "token", self.admin_token),
+            ("internal", "token", secrets.token_hex(24)),
+            ("outbox", "keys", outbox),
+        ]:
+            self.kubectl("create", "secret", "generic", f"{self.name}-{name}",
+                         f"--from-literal={key}={value}")  # fmt: skip
+
+    def install(self, *sets: str) -> subprocess.CompletedProcess[str]:
+        """`helm install --wait` with the tier's values, the images and the Secrets."""
+        self.cluster.kubectl("create", "namespace", self.namespace)
+        self.create_secrets()
+        values = [f"values-tier-{self.tier.lower()}.yaml"]
+        args = ["install", self.name, str(CHART), "--wait", "--timeout", INSTALL_TIMEOUT]
+        for path in [CHART / v for v in values] + [IMAGE_VALUES, SINGLE_NODE]:
+            args += ["-f", str(path)]
+        for key in ["database", "admin", "internal", "outbox"]:
+            args += ["--set", f"secrets.{key}.existingSecret={self.name}-{key}"]
+        args += ["--set", f"instance.id=inst-{self.tier.lower()}-k8s-tests",
+                 "--set", "postgresql.bundled.enabled=true",
+                 "--set", f"postgresql.existingSecret={self.name}-postgresql"]  # fmt: skip
+        for s in sets:
+            args += ["--set", s]
+        started = time.monotonic()
+        done = self.helm(*args)
+        self.install_s = time.monotonic() - started
+        return done
+
+    def image(self, name: str) -> str:
+        """The reference of one of the images `make images` built (images.json)."""
+        listed: dict[str, str] = json.loads((IMAGE_VALUES.parent / "images.json").read_text())
+        (ref,) = [r for r in listed if r.split(":")[0] == f"eventos/{name}"]
+        return ref
+
+    def pods(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = json.loads(self.kubectl("get", "pods", "-o", "json"))["items"]
+        return items
+
+    def pod_table(self) -> str:
+        return self.kubectl("get", "pods", "-o", "wide")
+
+    def uninstall(self) -> None:
+        self.helm("uninstall", self.name, "--wait", "--timeout", "5m")
+        self.cluster.kubectl("delete", "namespace", self.namespace, "--wait=true",
+                             "--timeout=300s", check=False)  # fmt: skip
+
+    @contextlib.contextmanager
+    def forward(self, service: str, port: int) -> Iterator[int]:
+        """`kubectl port-forward` to a Service of the release on a free loopback port."""
+        argv = [str(KUBECTL), "--kubeconfig", str(KUBECONFIG), "-n", self.namespace, "port-forward", "--address", "127.0.0.1",
+                f"svc/{self.prefix}-{service}", f":{port}"]  # fmt: skip
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()  # kubectl says the port first, or why it cannot
+            found = FORWARD_RE.search(line)
+            assert found, f"port-forward to {service}: {line}{proc.stdout.read(2000)}"
+            yield int(found.group(1))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+    def eventosctl(self, url: str, *args: str, timeout: float = 180) -> str:
+        env = {**os.environ, "EVENTOS_URL": url, "EVENTOS_ADMIN_TOKEN": self.admin_token}
+        done = subprocess.run([str(EVENTOSCTL), *args], capture_output=True, text=True,
+                              timeout=timeout, env=env, check=False)  # fmt: skip
+        assert done.returncode == 0, f"eventosctl {' '.join(args)}: {done.stdout}{done.stderr}"
+        return done.stdout
+
+
+def tour(release: Release) -> str:
+    """The README's tour through a port-forward to ingress: apply and start `hello`, the owner
+    chats and is answered, a webhook becomes a turn on the timeline, the console answers.
+    Returns what it printed, for the closing note."""
+    lines: list[str] = []
+    with release.forward("ingress", 8080) as port:
+        url = f"http://127.0.0.1:{port}"
+
+        def run(*args: str) -> str:
+            out = release.eventosctl(url, *args)
+            lines.append(f"$ eventosctl {' '.join(args)}\n{out}")
+            return out
+
+        run("apply", "-f", str(EXAMPLE))
+        run("start", "hello", "--wait")
+        answer = run("chat", "hello", "hi from the cluster", "--wait")
+        assert "[local] you said: hi from the cluster" in answer
+        hook = subprocess.run(
+            ["curl", "-sS", "-X", "POST", "-H", "X-Event-Id: k8s-1", "-H",
+             "Content-Type: application/json", "-d", '{"ping": 1}', f"{url}/hooks/hello"],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        lines.append(f"$ curl -X POST … {url}/hooks/hello\n{hook.stdout}")
+        assert json.loads(hook.stdout)["status"] == "accepted"
+
+        def webhook_turn_done() -> str | None:
+            out = release.eventosctl(url, "timeline", "hello")
+            rows = out.splitlines()
+            accepted = [i for i, r in enumerate(rows) if "webhook hello accepted" in r]
+            done = [i for i, r in enumerate(rows) if "turn.done" in r]
+            return out if accepted and done and done[-1] > accepted[-1] else None
+
+        timeline = wait_for_sync(webhook_turn_done, timeout=120, interval=1,
+                                 what="the webhook's turn done on the timeline")  # fmt: skip
+        lines.append(f"$ eventosctl timeline hello\n{timeline}")
+        console = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}",
+                                  f"{url}/console"], capture_output=True, text=True, timeout=60,
+                                 check=True)  # fmt: skip
+        lines.append(f"$ curl {url}/console -> {console.stdout}")
+        assert console.stdout == "200"
+    return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""Tier L installed by the chart on the suite's cluster and serving (issue 28, point 3): the open
+source Temporal server on the bundled PostgreSQL with its schema and namespace Jobs and 64
+history shards, the four class LLM Deployments, every pod Ready, `helm test`, and the same tour
+as tier S through the cluster."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+from k8s_release import Release, tour
+
+if TYPE_CHECKING:
+    from k8s_cluster import Cluster
+
+pytestmark = pytest.mark.k8s
+pytest_plugins = ["k8s_cluster"]  # the session's `cluster` fixture, defined once
+
+ROLES = ["ingress", "router", "relay", "workers-workflow", "egress"]
+CLASSES = ["llm-c1", "llm-c2", "llm-c3", "llm-c4"]
+
+
+@pytest.fixture(scope="module")
+def tier_l(cluster: Cluster) -> Iterator[Release]:
+    release = Release(cluster, "acme", "eventos-tier-l", "L")
+    done = release.install()
+    print(f"helm install (tier L): {release.install_s:.0f} s\n{done.stdout[-1500:]}")
+    assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
+    yield release
+    release.uninstall()
+
+
+def test_every_pod_is_ready_with_one_deployment_per_class(tier_l: Release) -> None:
+    print(tier_l.pod_table())
+    pods = tier_l.pods()
+    components = {p["metadata"]["labels"].get("app.kubernetes.io/component") for p in pods}
+    assert components >= {*ROLES, *CLASSES, "temporal", "postgresql"}
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+        assert conditions.get("Ready") == "True", f"{name} is not Ready: {pod['status']}"
+    for cls in CLASSES:
+        deployment = json.loads(tier_l.kubectl("get", "deployment", f"{tier_l.prefix}-{cls}",
+                                               "-o", "json"))  # fmt: skip
+        env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]
+               ["containers"][0]["env"]}  # fmt: skip
+        assert env["LLM_CLASS"] == cls.removeprefix("llm-")
+
+
+def test_temporal_runs_64_shards_on_postgresql_with_the_namespace(tier_l: Release) -> None:
+    config = tier_l.kubectl("get", "configmap", f"{tier_l.prefix}-temporal-config",
+                            "-o", "jsonpath={.data.server\\.yaml}")  # fmt: skip
+    assert "numHistoryShards: 64" in config
+    # The schema Job made both databases and the namespace Job registered the namespace: ask
+    # the server itself, with the admin tools image's CLI, through the frontend Service.
+    out = tier_l.kubectl(
+        "run", "temporal-ask", "--rm", "-i", "--restart=Never", "--quiet",
+        "--image=" + tier_l.image("temporal-admin-tools"), "--image-pull-policy=Never",
+        "--labels=app.kubernetes.io/instance=" + tier_l.name,
+        "--", "temporal", "operator", "namespace", "describe", "--namespace", "default",
+        "--address", f"{tier_l.prefix}-temporal:7233", "-o", "json",
+    )  # fmt: skip
+    described = json.loads(out)
+    assert described["namespaceInfo"]["name"] == "default"
+    assert described["config"]["workflowExecutionRetentionTtl"] in ("604800s", "168h0m0s")
+
+
+def test_helm_test_asks_every_service(tier_l: Release) -> None:
+    done = tier_l.helm("test", tier_l.name, "--logs", "--timeout", "5m")
+    print(done.stdout)
+    assert done.returncode == 0, f"{done.stdout}{done.stderr}"
+    assert "12 of 12 ready" in done.stdout
+
+
+def test_the_tour_passes_through_the_cluster(tier_l: Release) -> None:
+    print(tour(tier_l))
