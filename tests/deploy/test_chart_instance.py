@@ -183,8 +183,10 @@ def test_tier_l_schema_job_runs_temporal_sql_tool_before_install_and_upgrade() -
 @pytest.mark.parametrize("tier", ["S", "L"])
 def test_namespace_job_sets_7_day_retention_and_search_attributes(tier: str) -> None:
     docs = charts.instance(tier, "temporal.searchAttributes.EventosLane=Keyword")
-    job = named(docs, "Job", f"{P}-temporal-namespace")
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    # One per revision, not a hook: the workers are Ready only once the namespace exists, and
+    # `helm install --wait` runs post-install hooks only after every pod is Ready.
+    job = named(docs, "Job", f"{P}-temporal-namespace-1")
+    assert "helm.sh/hook" not in job["metadata"].get("annotations", {})
     container = pod_spec(job)["containers"][0]
     env = env_of(container)
     assert env["RETENTION"]["value"] == "168h"

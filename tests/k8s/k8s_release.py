@@ -50,6 +50,8 @@ class Release:
     tier: str
     install_s: float = 0.0
     admin_token: str = field(default="", repr=False)
+    # An external PostgreSQL (external_postgresql) instead of the chart's bundled one.
+    database: ExternalDatabase | None = None
 
     @property
     def prefix(self) -> str:
@@ -65,9 +67,10 @@ class Release:
 
     def create_secrets(self) -> None:
         """The Secrets docs/deploy.md has users create before the install."""
-        pg_password = secrets.token_hex(16)
+        pg_password = self.database.password if self.database else secrets.token_hex(16)
         self.admin_token = secrets.token_hex(24)
-        url = f"postgresql://postgres:{pg_password}@{self.prefix}-postgresql:5432/eventos"
+        host = self.database.host if self.database else f"{self.prefix}-postgresql"
+        url = f"postgresql://postgres:{pg_password}@{host}:5432/eventos"
         outbox = f"k1:{base64.b64encode(secrets.token_bytes(32)).decode()}"
         for name, key, value in [
             ("postgresql", "password", pg_password),
@@ -89,9 +92,14 @@ class Release:
             args += ["-f", str(path)]
         for key in ["database", "admin", "internal", "outbox"]:
             args += ["--set", f"secrets.{key}.existingSecret={self.name}-{key}"]
-        args += ["--set", f"instance.id=inst-{self.tier.lower()}-k8s-tests",
-                 "--set", "postgresql.bundled.enabled=true",
-                 "--set", f"postgresql.existingSecret={self.name}-postgresql"]  # fmt: skip
+        args += ["--set", f"instance.id=inst-{self.tier.lower()}-k8s-tests"]
+        if self.database is None:
+            args += ["--set", "postgresql.bundled.enabled=true",
+                     "--set", f"postgresql.existingSecret={self.name}-postgresql"]  # fmt: skip
+        elif self.tier == "L":  # Temporal's two databases on the same server, made by its Job
+            args += ["--set", f"temporal.server.sql.host={self.database.host}",
+                     "--set", "temporal.server.sql.user=postgres",
+                     "--set", f"temporal.server.sql.existingSecret={self.name}-postgresql"]  # fmt: skip
         for s in sets:
             args += ["--set", s]
         started = time.monotonic()
@@ -139,6 +147,60 @@ class Release:
                               timeout=timeout, env=env, check=False)  # fmt: skip
         assert done.returncode == 0, f"eventosctl {' '.join(args)}: {done.stdout}{done.stderr}"
         return done.stdout
+
+
+@dataclass(frozen=True)
+class ExternalDatabase:
+    """A PostgreSQL outside the release (what tier L expects): its host and superuser password."""
+
+    host: str
+    password: str = field(repr=False)
+
+
+def external_postgresql(cluster: Cluster, namespace: str, image: str) -> ExternalDatabase:
+    """PostgreSQL 16 (the image `make images` built) in its own namespace, data on an emptyDir:
+    the instance's database server as a platform team would run it beside the release."""
+    password = secrets.token_hex(16)
+    labels = {"app.kubernetes.io/name": "postgresql"}
+    pg_isready = {"exec": {"command": ["pg_isready", "-U", "postgres", "-h", "127.0.0.1"]},
+                  "periodSeconds": 2, "failureThreshold": 60}  # fmt: skip
+    container = {
+        "name": "postgresql", "image": image, "imagePullPolicy": "Never",
+        "env": [{"name": "POSTGRES_PASSWORD_FILE", "value": "/var/run/secrets/pg/password"},
+                {"name": "POSTGRES_DB", "value": "eventos"},
+                {"name": "PGDATA", "value": "/var/lib/postgresql/data/pgdata"}],
+        "ports": [{"name": "postgresql", "containerPort": 5432}],
+        "startupProbe": pg_isready, "readinessProbe": pg_isready,
+        "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/postgresql/data"},
+                         {"name": "password", "mountPath": "/var/run/secrets/pg"},
+                         {"name": "run", "mountPath": "/var/run/postgresql"},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+    }  # fmt: skip
+    objects = [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "postgresql"},
+         "stringData": {"password": password}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "postgresql"},
+         "spec": {"replicas": 1, "strategy": {"type": "Recreate"},
+                  "selector": {"matchLabels": labels},
+                  "template": {"metadata": {"labels": labels}, "spec": {
+                      "securityContext": {"runAsNonRoot": True, "runAsUser": 999,
+                                          "runAsGroup": 999, "fsGroup": 999},
+                      "containers": [container],
+                      "volumes": [{"name": "data", "emptyDir": {}},
+                                  {"name": "password", "secret": {"secretName": "postgresql",
+                                                                  "defaultMode": 0o440}},
+                                  {"name": "run", "emptyDir": {}},
+                                  {"name": "tmp", "emptyDir": {}}]}}}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "postgresql"},
+         "spec": {"selector": labels, "ports": [{"name": "postgresql", "port": 5432}]}},
+    ]  # fmt: skip
+    cluster.kubectl("create", "namespace", namespace)
+    items = {"apiVersion": "v1", "kind": "List", "items": objects}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(items))
+    cluster.kubectl("rollout", "status", "-n", namespace, "deployment/postgresql", "--timeout=180s")
+    return ExternalDatabase(f"postgresql.{namespace}.svc", password)
 
 
 def tour(release: Release) -> str:

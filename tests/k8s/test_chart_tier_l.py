@@ -1,7 +1,8 @@
 """Tier L installed by the chart on the suite's cluster and serving (issue 28, point 3): the open
-source Temporal server on the bundled PostgreSQL with its schema and namespace Jobs and 64
-history shards, the four class LLM Deployments, every pod Ready, `helm test`, and the same tour
-as tier S through the cluster."""
+source Temporal server with its schema and namespace Jobs and 64 history shards on an external
+PostgreSQL (what tier L expects: a database server beside the release, here in its own
+namespace), the four class LLM Deployments, every pod Ready, `helm test`, and the same tour as
+tier S through the cluster."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from k8s_release import Release, tour
+from k8s_release import Release, external_postgresql, tour
 
 if TYPE_CHECKING:
     from k8s_cluster import Cluster
@@ -20,23 +21,26 @@ pytest_plugins = ["k8s_cluster"]  # the session's `cluster` fixture, defined onc
 
 ROLES = ["ingress", "router", "relay", "workers-workflow", "egress"]
 CLASSES = ["llm-c1", "llm-c2", "llm-c3", "llm-c4"]
+DB_NAMESPACE = "eventos-tier-l-db"
 
 
 @pytest.fixture(scope="module")
 def tier_l(cluster: Cluster) -> Iterator[Release]:
     release = Release(cluster, "acme", "eventos-tier-l", "L")
+    release.database = external_postgresql(cluster, DB_NAMESPACE, release.image("postgres"))
     done = release.install()
     print(f"helm install (tier L): {release.install_s:.0f} s\n{done.stdout[-1500:]}")
     assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
     yield release
     release.uninstall()
+    cluster.kubectl("delete", "namespace", DB_NAMESPACE, "--wait=true", "--timeout=300s")
 
 
 def test_every_pod_is_ready_with_one_deployment_per_class(tier_l: Release) -> None:
     print(tier_l.pod_table())
     pods = tier_l.pods()
     components = {p["metadata"]["labels"].get("app.kubernetes.io/component") for p in pods}
-    assert components >= {*ROLES, *CLASSES, "temporal", "postgresql"}
+    assert components >= {*ROLES, *CLASSES, "temporal"}
     for pod in pods:
         name = pod["metadata"]["name"]
         conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
@@ -53,7 +57,8 @@ def test_temporal_runs_64_shards_on_postgresql_with_the_namespace(tier_l: Releas
     config = tier_l.kubectl("get", "configmap", f"{tier_l.prefix}-temporal-config",
                             "-o", "jsonpath={.data.server\\.yaml}")  # fmt: skip
     assert "numHistoryShards: 64" in config
-    # The schema Job made both databases and the namespace Job registered the namespace: ask
+    # The schema hook Job ran before the install (deleted once it succeeded; the server starts
+    # only on a schema of its version) and the namespace Job registered the namespace: ask
     # the server itself, with the admin tools image's CLI, through the frontend Service.
     out = tier_l.kubectl(
         "run", "temporal-ask", "--rm", "-i", "--restart=Never", "--quiet",
@@ -65,6 +70,12 @@ def test_temporal_runs_64_shards_on_postgresql_with_the_namespace(tier_l: Releas
     described = json.loads(out)
     assert described["namespaceInfo"]["name"] == "default"
     assert described["config"]["workflowExecutionRetentionTtl"] in ("604800s", "168h0m0s")
+
+
+def test_the_namespace_job_completed(tier_l: Release) -> None:
+    job = json.loads(tier_l.kubectl("get", "job", f"{tier_l.prefix}-temporal-namespace-1",
+                                    "-o", "json"))  # fmt: skip
+    assert job["status"].get("succeeded") == 1, job["status"]
 
 
 def test_helm_test_asks_every_service(tier_l: Release) -> None:
