@@ -344,6 +344,52 @@ $(K8S_IMAGES)/probe.tar: $(PROBE_SRC)/main.go $(PROBE_SRC)/go.mod deploy/cluster
 	cd $(PROBE_SRC) && $(K8S_GO) build -ldflags "-s -w" -o $(abspath $(TOOLS)/k8s/probe/probe) .
 	$(PYTHON) deploy/cluster/images.py $(TOOLS)/k8s/probe/probe localhost/eventos/k8s-probe:1 $@
 
+# KEDA (issue 28, point 4: the class workers scale on their queues' backlog): the operator and
+# its metrics apiserver from the published module github.com/kedacore/keda/v2, built through the
+# wrapper module deploy/cluster/keda (KEDA's go.mod has a replace directive, which `go install`
+# refuses; the wrapper carries the same one). KEDA v2.21.1 asks for Go 1.27.4; v2.21.0 builds
+# with Go 1.26. Its manifests are KEDA's own config/ from the same module zip, rendered by
+# kubectl's kustomize with deploy/cluster/keda/overlay (our images, no webhooks); the APIService
+# file is kept apart (deploy/cluster/keda.py applies it last). Not part of `make cluster`:
+# `make keda` installs it into the running cluster, the k8s suite's autoscaling test does too.
+KEDA_VERSION := v2.21.0
+KEDA_MODULE := deploy/cluster/keda
+KEDA_BUILD := $(TOOLS)/k8s/keda-$(KEDA_VERSION)
+KEDA_PACKAGE := github.com/kedacore/keda/v2
+
+$(KEDA_BUILD)/.built: $(KEDA_MODULE)/go.mod $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
+	rm -rf $(KEDA_BUILD) && mkdir -p $(KEDA_BUILD)/bin
+	cd $(KEDA_MODULE) && $(K8S_GO) build -ldflags "-s -w -X=$(KEDA_PACKAGE)/version.Version=$(KEDA_VERSION)" \
+	  -o $(abspath $(KEDA_BUILD)/bin)/ $(KEDA_PACKAGE)/cmd/operator $(KEDA_PACKAGE)/cmd/adapter
+	mv $(KEDA_BUILD)/bin/operator $(KEDA_BUILD)/bin/keda
+	mv $(KEDA_BUILD)/bin/adapter $(KEDA_BUILD)/bin/keda-adapter
+	@touch $@
+
+$(KEDA_BUILD)/keda.yaml: $(KEDA_BUILD)/.built $(K8S_BUILD)/.built $(KEDA_MODULE)/overlay/kustomization.yaml
+	rm -rf $(KEDA_BUILD)/config $(KEDA_BUILD)/eventos && mkdir -p $(KEDA_BUILD)/eventos
+	src=$$(cd $(KEDA_MODULE) && GOTOOLCHAIN=local $(GO) list -m -f '{{.Dir}}' $(KEDA_PACKAGE)) && \
+	  cp -R $$src/config $(KEDA_BUILD)/ && chmod -R u+w $(KEDA_BUILD)/config && \
+	  install -m 644 $$src/config/metrics-server/api_service.yaml $(KEDA_BUILD)/apiservice.yaml
+	cp $(KEDA_MODULE)/overlay/kustomization.yaml $(KEDA_BUILD)/eventos/
+	$(K8S_BUILD)/bin/kubectl kustomize $(KEDA_BUILD)/eventos > $@.tmp
+	mv $@.tmp $@
+
+$(K8S_IMAGES)/keda.tar: $(KEDA_BUILD)/.built deploy/cluster/images.py
+	mkdir -p $(K8S_IMAGES)
+	$(PYTHON) deploy/cluster/images.py $(KEDA_BUILD)/bin/keda localhost/eventos/keda:$(KEDA_VERSION) $@
+
+$(K8S_IMAGES)/keda-metrics-apiserver.tar: $(KEDA_BUILD)/.built deploy/cluster/images.py
+	mkdir -p $(K8S_IMAGES)
+	$(PYTHON) deploy/cluster/images.py $(KEDA_BUILD)/bin/keda-adapter localhost/eventos/keda-metrics-apiserver:$(KEDA_VERSION) $@
+
+keda-tools: $(KEDA_BUILD)/keda.yaml $(K8S_IMAGES)/keda.tar $(K8S_IMAGES)/keda-metrics-apiserver.tar ## build KEDA (operator, metrics apiserver, their images and manifests) into .tools/k8s (a warm run builds nothing)
+
+keda: install keda-tools ## install KEDA into the running local cluster (the class workers' autoscaler)
+	$(CLUSTER) keda
+
+keda-down: install ## remove KEDA from the running local cluster
+	$(CLUSTER) keda-down
+
 cluster-tools: cluster-packages $(K8S_BUILD)/.built $(K8S_IMAGES)/pause.tar $(K8S_IMAGES)/coredns.tar $(K8S_IMAGES)/metrics-server.tar $(KUBE_ROUTER_BUILD)/kube-router ## build the pinned Kubernetes, CoreDNS, metrics-server, kube-router and pause into .tools/k8s (a warm run builds nothing)
 
 cluster: install cluster-tools ## bring the local cluster up (kubeconfig: .eventos/k8s/kubeconfig; loads .eventos/images/images.json)
@@ -363,13 +409,15 @@ cluster-status: install ## the local cluster's processes, node and pods
 
 # The k8s tests bring their own cluster up and take it down (the last test checks the host);
 # the images' checks run the images `make images` built.
-test-k8s: install cluster-tools images $(HELM) $(K8S_IMAGES)/probe.tar ## build the images, run tests/k8s on a fresh local cluster, then take it down
+test-k8s: install cluster-tools keda-tools images $(HELM) $(K8S_IMAGES)/probe.tar ## build the images, run tests/k8s on a fresh local cluster, then take it down
 	$(VENV)/bin/pytest -q -m k8s -p no:xdist tests/k8s
 
-# Whether this machine's Go module cache already holds the cluster's Kubernetes module: then a
-# fresh clone's `make test-k8s` builds from warm caches in minutes; cold, its builds take about
-# 30 minutes on 2 cores (.ci/run skips the suite then, and says so).
+# Whether this machine's Go module cache already holds the cluster's Kubernetes and KEDA modules:
+# then a fresh clone's `make test-k8s` builds from warm caches in minutes; cold, its builds take
+# about 30 minutes on 2 cores, and KEDA's 15 more (.ci/run skips the suite then, and says so).
 k8s-cached:
-	@test -f "$$(GOTOOLCHAIN=local $(GO) env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$(K8S_VERSION).zip"
+	@cache="$$(GOTOOLCHAIN=local $(GO) env GOMODCACHE)/cache/download" && \
+	  test -f "$$cache/k8s.io/kubernetes/@v/$(K8S_VERSION).zip" && \
+	  test -f "$$cache/github.com/kedacore/keda/v2/@v/$(KEDA_VERSION).zip"
 
-.PHONY: cluster-packages cluster-tools cluster cluster-down cluster-load cluster-recycle cluster-status test-k8s k8s-cached
+.PHONY: cluster-packages cluster-tools cluster cluster-down cluster-load cluster-recycle cluster-status test-k8s k8s-cached keda-tools keda keda-down

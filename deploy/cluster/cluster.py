@@ -1,5 +1,6 @@
 """The local single-node Kubernetes cluster: `up`, `down`, `status`, `load` (the images again),
-`recycle` (released volumes emptied and available again), `import NAME ARCHIVE`.
+`recycle` (released volumes emptied and available again), `import NAME ARCHIVE`, and
+`keda`/`keda-down` (KEDA into or out of the running cluster, deploy/cluster/keda.py).
 
 Run with the project's Python: `.venv/bin/python deploy/cluster/cluster.py up` (what `make
 cluster` does). Everything lives under .eventos/k8s (component logs in .eventos/k8s/logs) and
@@ -24,6 +25,7 @@ import addons
 import components
 import host
 import images
+import keda
 import metrics_server
 import pki
 from dns import query_a
@@ -328,7 +330,8 @@ def status(layout: Layout) -> None:
 def main() -> int:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "status", "load", "recycle", "import"))
+    commands = ("up", "down", "status", "load", "recycle", "import", "keda", "keda-down")
+    parser.add_argument("command", choices=commands)
     parser.add_argument("args", nargs="*", help="import: NAME ARCHIVE")
     options = parser.parse_args()
     layout = Layout.default()
@@ -346,6 +349,12 @@ def main() -> int:
             load_images(layout)
         elif options.command == "recycle":
             recycle(layout)
+        elif options.command == "keda":
+            keda.install(layout)
+            say(f"KEDA up: {keda.APISERVICE} Available")
+        elif options.command == "keda-down":
+            keda.uninstall(layout)
+            say("KEDA removed")
         else:
             name, archive = options.args
             images.import_archive(layout, Path(archive), name)

@@ -14,6 +14,10 @@ COREDNS_IMAGE = f"localhost/eventos/coredns:{COREDNS_VERSION}"
 METRICS_SERVER_VERSION = "v0.8.0"
 KUBE_ROUTER_VERSION = "v2.1.0"
 METRICS_SERVER_IMAGE = f"localhost/eventos/metrics-server:{METRICS_SERVER_VERSION}"
+# KEDA (the class workers' autoscaler): installed by `cluster.py keda`, not by `up`.
+KEDA_VERSION = "v2.21.0"
+KEDA_IMAGE = f"localhost/eventos/keda:{KEDA_VERSION}"
+KEDA_METRICS_IMAGE = f"localhost/eventos/keda-metrics-apiserver:{KEDA_VERSION}"
 
 # A private pod range on a bridge routed nowhere (pods get no default route, ipMasq is off), and
 # a private Service range that exists only in kube-proxy's rules.
@@ -62,6 +66,11 @@ class Layout:
     def kube_router(self) -> Path:
         """kube-router, built by `make cluster-tools`."""
         return self.tools / "k8s" / f"kube-router-{KUBE_ROUTER_VERSION}" / "kube-router"
+
+    @property
+    def keda(self) -> Path:
+        """KEDA's binaries and rendered manifests, built by `make keda-tools`."""
+        return self.tools / "k8s" / f"keda-{KEDA_VERSION}"
 
     @property
     def images(self) -> Path:

@@ -82,6 +82,8 @@ def test_tier_l_with_keda_scales_each_class_with_the_temporal_scaler() -> None:
         assert spec["scaleTargetRef"]["name"] == f"{P}-llm-{c}"
         assert 0 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
         assert isinstance(spec["pollingInterval"], int)
+        scale_down = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+        assert scale_down == {"stabilizationWindowSeconds": 300}
         (trigger,) = spec["triggers"]
         assert trigger["type"] == "temporal"
         meta = trigger["metadata"]
@@ -527,6 +529,14 @@ def test_a_missing_instance_id_fails_the_render() -> None:
 def test_tier_l_without_a_temporal_database_host_fails_the_render() -> None:
     message = render_error(*charts.REQUIRED, tier_file="L")
     assert "temporal.server.sql.host is required" in message
+
+
+def test_a_class_at_zero_replicas_without_keda_fails_the_render() -> None:
+    # The apiserver refuses an HPA with minReplicas 0; only KEDA scales a class to zero.
+    sets = (*charts.REQUIRED, *charts.TIER_L_SQL, "llmClasses.c3.minReplicas=0")
+    message = render_error(*sets, tier_file="L")
+    assert "llmClasses.c3.minReplicas must be at least 1 without KEDA" in message
+    assert charts.instance("L", "llmClasses.c3.minReplicas=0", "autoscaling.keda.enabled=true")
 
 
 def test_bundled_postgresql_without_its_secret_fails_the_render() -> None:
