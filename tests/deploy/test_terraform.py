@@ -25,7 +25,9 @@ EXAMPLE = TF / "envs/example"
 CREDENTIALS = {
     "database_url",
     "admin_token",
+    "internal_token",
     "outbox_keys",
+    "grpc_tls_key",
     "temporal_sql_password",
     "employee_secrets",
 }
@@ -153,7 +155,7 @@ def test_the_example_provisions_every_instance_and_one_collector() -> None:
         assert passed <= set(variables), f"module {name} has no variables {passed - set(variables)}"
     instance = modules["instance"]
     assert instance["otlp_endpoint"] == "${module.collector.otlp_grpc_endpoint}"
-    for credential in ("database_url", "admin_token", "outbox_keys"):
+    for credential in ("database_url", "admin_token", "internal_token", "outbox_keys"):
         assert instance[credential].startswith("${var.instance_secrets[each.key]")
 
 
@@ -173,7 +175,7 @@ def test_outputs_give_each_instance_its_endpoints() -> None:
 def test_the_instance_module_installs_the_chart_at_the_chosen_tier() -> None:
     resources = load(MODULES["instance"])["resource"]
     kinds = {unquote(k) for block in resources for k in block}
-    assert {"kubernetes_namespace", "kubernetes_secret", "helm_release"} <= kinds
+    assert {"kubernetes_namespace_v1", "kubernetes_secret_v1", "helm_release"} <= kinds
     text = (MODULES["instance"] / "main.tf").read_text()
     assert "values-tier-${lower(var.tier)}.yaml" in text
     assert (ROOT / "deploy/helm/eventos/values-tier-s.yaml").is_file()
