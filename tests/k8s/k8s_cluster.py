@@ -4,11 +4,16 @@ Only `make test-k8s` runs the suite (`-m k8s`; pyproject's addopts deselect it o
 session brings a cluster up from empty folders (deploy/cluster/cluster.py) and takes it down at
 its end; test_teardown_host, collected last, takes it down itself and checks the host twice.
 Test modules load this module as a plugin (`pytest_plugins`), so the fixture exists once.
+
+EVENTOS_K8S_REUSE=<kubeconfig> runs the tests on a cluster that is already up (`make cluster`,
+maybe in another checkout) instead: no up, no down, no image import; the tests use a namespace
+of the session's own (`k8s-tests-<pid>`, deleted at the end), and test_teardown_host skips.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -26,6 +31,8 @@ STATE = REPO / ".eventos" / "k8s"
 KUBECTL = REPO / ".tools" / "k8s" / "v1.34.4" / "bin" / "kubectl"
 PROBE_IMAGE = "localhost/eventos/k8s-probe:1"
 PROBE_ARCHIVE = REPO / ".tools" / "k8s" / "images" / "probe.tar"
+REUSE = os.environ.get("EVENTOS_K8S_REUSE", "")  # the kubeconfig of a cluster already up
+KUBECONFIG = Path(REUSE) if REUSE else STATE / "kubeconfig"
 
 
 def host_snapshot() -> dict[str, Any]:
@@ -63,7 +70,7 @@ class Cluster:
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         """kubectl on the admin kubeconfig; fails the test with kubectl's message."""
-        argv = [str(KUBECTL), "--kubeconfig", str(STATE / "kubeconfig"), *args]
+        argv = [str(KUBECTL), "--kubeconfig", str(KUBECONFIG), *args]
         result = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=180)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
@@ -117,6 +124,12 @@ class Cluster:
         """A pod of the probe image (see probe_pod)."""
         return probe_pod(name, args, restart, **spec)
 
+    def get_in(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
+        """One object of another namespace (or, with "", a cluster-scoped one) as JSON."""
+        scope = ["-n", namespace] if namespace else []
+        data: dict[str, Any] = json.loads(self.kubectl("get", *scope, kind, name, "-o", "json"))
+        return data
+
     def host_differences(self) -> list[str]:
         """What differs on the host now from before the session's cluster."""
         return host_differences(self.host_before)
@@ -142,9 +155,21 @@ def probe_pod(name: str, args: list[str], restart: str = "Always", **spec: Any) 
     }  # fmt: skip
 
 
+def reused_cluster() -> Iterator[Cluster]:
+    """The cluster of EVENTOS_K8S_REUSE, left up; a test namespace of this session's own."""
+    session = Cluster({})
+    session.namespace = f"k8s-tests-{os.getpid()}"  # never another session's namespace
+    session.kubectl("create", "namespace", session.namespace)
+    yield session
+    session.kubectl("delete", "namespace", session.namespace, "--wait=false")
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     """A cluster brought up for the session with the probe image loaded; down at the end."""
+    if REUSE:
+        yield from reused_cluster()
+        return
     host_before = host_snapshot()
     up = subprocess.run([*CLUSTER, "up"], capture_output=True, text=True)
     print(up.stdout)
