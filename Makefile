@@ -357,7 +357,7 @@ cluster-status: install ## the local cluster's processes, node and pods
 
 # The k8s tests bring their own cluster up and take it down (the last test checks the host);
 # the images' checks run the images `make images` built.
-test-k8s: install cluster-tools images $(HELM) $(K8S_IMAGES)/probe.tar ## build the images, run tests/k8s on a fresh local cluster, then take it down
+test-k8s: install cluster-tools images $(HELM) $(K8S_IMAGES)/probe.tar terraform-tools ## build the images, run tests/k8s on a fresh local cluster, then take it down
 	$(VENV)/bin/pytest -q -m k8s -p no:xdist tests/k8s
 
 # Whether this machine's Go module cache already holds the cluster's Kubernetes module: then a
@@ -382,6 +382,9 @@ TOFU_VERSION := 1.12.6
 TOFU_MODULE := deploy/terraform/tofu
 TOFU_BUILD := $(TOOLS)/terraform/tofu-v$(TOFU_VERSION)
 TOFU := $(TOOLS)/bin/tofu
+# As OpenTofu's release build links it (its .goreleaser.yaml): without version.dev=no it reports
+# itself as "1.12.6-dev".
+TOFU_LDFLAGS := -s -w -X github.com/opentofu/opentofu/version.dev=no
 TF_MIRROR := $(TOOLS)/terraform/providers
 TF_CLI_CONFIG := $(TOOLS)/terraform/tofurc
 TF_REGISTRY := registry.opentofu.org/hashicorp
@@ -402,9 +405,9 @@ TF_PROVIDER_BINS := $(foreach p,$(TF_PROVIDERS),$(call tf_provider_bin,$(p)))
 
 $(TOFU_BUILD)/tofu: $(TOFU_MODULE)/go.mod $(TOFU_MODULE)/go.sum $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
 	rm -rf $(TOFU_BUILD) && mkdir -p $(TOFU_BUILD)
-	cd $(TOFU_MODULE) && $(TF_GO) build -ldflags "-s -w" -o $(abspath $@).tmp github.com/opentofu/opentofu/cmd/tofu
+	cd $(TOFU_MODULE) && $(TF_GO) build -ldflags "$(TOFU_LDFLAGS)" -o $(abspath $@).tmp github.com/opentofu/opentofu/cmd/tofu
 	mv $@.tmp $@
-	$@ version
+	TF_CLI_CONFIG_FILE=/dev/null $@ version
 
 $(TOFU): $(TOFU_BUILD)/tofu
 	mkdir -p $(TOOLS)/bin
