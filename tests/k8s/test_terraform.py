@@ -47,7 +47,16 @@ PROVIDERS = ("hashicorp/kubernetes", "hashicorp/helm", "hashicorp/random")
 LLM_ENDPOINTS = {"local-gw": {"base_url": "http://llm.example.internal/v1", "credentials": ["gw"]}}
 GENERATED = {"admin": "token", "internal": "token", "outbox": "keys", "postgresql": "password"}
 PLAN_LINE = re.compile(r"^Plan: (\d+) to add, (\d+) to change, (\d+) to destroy\.$", re.M)
+HELM_TIMEOUT_S = 420  # the release's hooks (the migration Job); tofu itself is given more
 TOFU_TIMEOUT_S = 900
+# The node's 2 cores are shared with other releases: tier S's CPU requests (about 1.5 cores with
+# the collector) would leave pods Pending, so this instance asks for little CPU.
+SHARED_NODE_SIZES = {
+    "small": {"requests": {"cpu": "10m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+    "medium": {"requests": {"cpu": "10m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+}
+SHARED_NODE_COLLECTOR = {"replicas": 1, "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}}}
+READY_TIMEOUT_S = 420
 
 
 class Tofu:
@@ -88,19 +97,11 @@ def grpc_tls_pair(folder: Path) -> tuple[str, str]:
 def environment(kubeconfig: Path, llm_endpoints: dict[str, Any], cert: str) -> dict[str, Any]:
     """The example's variables: one tier S instance with its own PostgreSQL, local images."""
     images = yaml.safe_load(IMAGE_VALUES.read_text())
-    extra = {
-        **images,
-        # The cluster's local volumes are 10Gi; the chart's default PostgreSQL claim is 20Gi.
-        "postgresql": {
-            "bundled": {**images["postgresql"]["bundled"], "persistence": {"size": "5Gi"}}
-        },
-        # The namespace Job needs a serving Temporal: the dev server image does not run yet.
-        "temporal": {**images["temporal"], "namespaceJob": {"enabled": False}},
-    }
+    collector = yaml.safe_load(COLLECTOR_IMAGE_VALUES.read_text())
     return {
         "kubeconfig": str(kubeconfig),
         "collector_namespace": COLLECTOR_NAMESPACE,
-        "collector_extra_values": yaml.safe_load(COLLECTOR_IMAGE_VALUES.read_text()),
+        "collector_extra_values": {**collector, **SHARED_NODE_COLLECTOR},
         "instances": {
             NAME: {
                 "tier": "S",
@@ -112,7 +113,10 @@ def environment(kubeconfig: Path, llm_endpoints: dict[str, Any], cert: str) -> d
         },
         "image_repository": images["image"]["repository"],
         "image_tag": images["image"]["tag"],
-        "extra_values": extra,
+        "extra_values": {**images, "sizes": SHARED_NODE_SIZES},
+        "helm_timeout_s": HELM_TIMEOUT_S,
+        # helm's wait would wait for the services before the post-install migration Job that
+        # the bundled PostgreSQL needs (they are unready until it ran): the test waits instead.
         "wait": False,
     }
 
@@ -137,7 +141,7 @@ def tofu(cluster: Cluster, tmp_path: Path) -> Iterator[Tofu]:
 
 def secret_data(cluster: Cluster, name: str) -> dict[str, str]:
     """A Secret's data, decoded."""
-    data = cluster.get_in(NAMESPACE, "secret", name)["data"] or {}
+    data = cluster.get_in(NAMESPACE, "secret", name).get("data", {})
     return {key: base64.b64decode(value).decode() for key, value in data.items()}
 
 
@@ -176,6 +180,8 @@ def test_the_example_is_planned_applied_kept_and_destroyed(
     assert f"Apply complete! Resources: {add} added, 0 changed, 0 destroyed." in out
 
     check_what_was_made(cluster, key, cert)
+    for namespace in (NAMESPACE, COLLECTOR_NAMESPACE):
+        wait_ready(cluster, namespace)
     kept = {name: secret_data(cluster, f"{NAME}-{name}") for name in GENERATED}
 
     code, out = tofu.run("plan", "-no-color", "-detailed-exitcode", var_file)
@@ -196,6 +202,24 @@ def test_the_example_is_planned_applied_kept_and_destroyed(
         wait_for_sync(lambda ns=namespace: not cluster.kubectl("get", "namespace", ns,
                                                                "--ignore-not-found"),
                       timeout=120, interval=1, what=f"namespace {namespace} gone")  # fmt: skip
+
+
+def wait_ready(cluster: Cluster, namespace: str) -> None:
+    """Wait until every Deployment and StatefulSet of the namespace has all its replicas Ready."""
+
+    def unready() -> list[str]:
+        out = cluster.kubectl("get", "deployments,statefulsets", "-n", namespace, "-o", "json")
+        items = json.loads(out)["items"]
+        if not items:
+            return ["no workload yet"]
+        return [i["metadata"]["name"] for i in items
+                if i["status"].get("readyReplicas", 0) < i["spec"]["replicas"]]  # fmt: skip
+
+    try:
+        wait_for_sync(lambda: not unready(), timeout=READY_TIMEOUT_S, interval=2,
+                      what=f"every workload of {namespace} Ready")  # fmt: skip
+    finally:
+        print(cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide"))
 
 
 def ingress_env(cluster: Cluster) -> dict[str, str]:

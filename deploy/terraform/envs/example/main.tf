@@ -36,5 +36,6 @@ module "instance" {
   image_repository      = var.image_repository
   image_tag             = var.image_tag
   wait                  = var.wait
+  timeout_s             = var.helm_timeout_s
   extra_values          = var.extra_values
 }

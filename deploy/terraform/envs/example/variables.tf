@@ -89,3 +89,9 @@ variable "wait" {
   type        = bool
   default     = true
 }
+
+variable "helm_timeout_s" {
+  description = "Seconds helm may take per instance release (its hooks and, with wait, its pods)."
+  type        = number
+  default     = 900
+}

@@ -22,22 +22,7 @@ locals {
       outbox    = { existingSecret = kubernetes_secret_v1.outbox.metadata[0].name, keysKey = "keys" }
       employees = { existingSecret = kubernetes_secret_v1.employees.metadata[0].name }
     }
-    llm = { endpoints = var.llm_endpoints }
-    postgresql = var.bundled_postgresql ? {
-      bundled        = { enabled = true }
-      existingSecret = kubernetes_secret_v1.postgresql[0].metadata[0].name
-      passwordKey    = "password"
-    } : {}
-    temporal = local.temporal_sql ? {
-      server = {
-        sql = {
-          host           = var.temporal_sql_host
-          user           = var.temporal_sql_user
-          existingSecret = kubernetes_secret_v1.temporal_sql[0].metadata[0].name
-          passwordKey    = "password"
-        }
-      }
-    } : {}
+    llm         = { endpoints = var.llm_endpoints }
     autoscaling = { keda = { enabled = var.keda_enabled } }
     ingress = {
       enabled   = var.ingress_host != ""
@@ -46,6 +31,18 @@ locals {
       grpc      = { tls = { secretName = local.grpc_tls ? kubernetes_secret_v1.grpc_tls[0].metadata[0].name : "" } }
     }
   }
+  # Optional parts as values documents of their own (helm merges them in order).
+  postgresql_values = [for s in kubernetes_secret_v1.postgresql : yamlencode({
+    postgresql = { bundled = { enabled = true }, existingSecret = s.metadata[0].name, passwordKey = "password" }
+  })]
+  temporal_sql_values = [for s in kubernetes_secret_v1.temporal_sql : yamlencode({
+    temporal = { server = { sql = {
+      host           = var.temporal_sql_host
+      user           = var.temporal_sql_user
+      existingSecret = s.metadata[0].name
+      passwordKey    = "password"
+    } } }
+  })]
 }
 
 resource "kubernetes_namespace_v1" "this" {
@@ -143,11 +140,12 @@ resource "helm_release" "instance" {
   name      = var.name
   namespace = local.namespace
   chart     = local.chart_path
-  values = [
-    file(local.tier_file),
-    yamlencode(local.instance_values),
-    yamlencode(var.extra_values),
-  ]
+  values = concat(
+    [file(local.tier_file), yamlencode(local.instance_values)],
+    local.postgresql_values,
+    local.temporal_sql_values,
+    [yamlencode(var.extra_values)],
+  )
   # The migration Job runs before install and upgrade (after install with the bundled
   # PostgreSQL); a failed one fails the release. `wait` also waits for every pod to be Ready.
   wait    = var.wait
