@@ -5,11 +5,11 @@ admin, internal and outbox credentials, the gRPC TLS Secret, the bundled Postgre
 and both releases. A second plan changes nothing; an upgrade (a new llm.endpoints) keeps the
 generated credentials; destroy removes the namespaces.
 
-The releases are applied with `wait = false` for now: the tier S pods are not all Ready on this
-cluster yet (the Temporal dev server image is being fixed), so the test checks what Terraform
-made through the API. helm waits for hooks even without `wait`: the release is `deployed` only
-once the migration Job (post-install with the bundled PostgreSQL) succeeded, reaching PostgreSQL
-with the generated password through the generated database URL.
+The instance runs the bundled PostgreSQL, so the module does not let helm wait for its pods (the
+migration Job runs post-install and the services are unready until it ran); helm still waits for
+that Job: the release is `deployed` only once the migration reached PostgreSQL with the generated
+password through the generated database URL. The test then waits for every workload to be Ready
+itself, with a deadline.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from eventos.testing import wait_for_sync
 if TYPE_CHECKING:
     from k8s_cluster import Cluster
 
-pytestmark = pytest.mark.k8s
+pytestmark = [pytest.mark.k8s, pytest.mark.timeout(1500)]  # apply's hook and the pods: minutes
 pytest_plugins = ["k8s_cluster"]  # the session's `cluster` fixture, defined once
 
 TOFU = Path(os.environ.get("EVENTOS_TOFU") or REPO / ".tools/bin/tofu")
@@ -55,6 +55,9 @@ SHARED_NODE_SIZES = {
     "small": {"requests": {"cpu": "10m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
     "medium": {"requests": {"cpu": "10m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
 }
+# The migration Job starts with PostgreSQL's first start (initdb) and does not wait for it: on
+# the loaded node, four attempts (the chart's backoffLimit 3) did not always outlast it.
+MIGRATIONS = {"backoffLimit": 10}
 SHARED_NODE_COLLECTOR = {"replicas": 1, "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}}}
 READY_TIMEOUT_S = 420
 
@@ -113,11 +116,8 @@ def environment(kubeconfig: Path, llm_endpoints: dict[str, Any], cert: str) -> d
         },
         "image_repository": images["image"]["repository"],
         "image_tag": images["image"]["tag"],
-        "extra_values": {**images, "sizes": SHARED_NODE_SIZES},
+        "extra_values": {**images, "sizes": SHARED_NODE_SIZES, "migrations": MIGRATIONS},
         "helm_timeout_s": HELM_TIMEOUT_S,
-        # helm's wait would wait for the services before the post-install migration Job that
-        # the bundled PostgreSQL needs (they are unready until it ran): the test waits instead.
-        "wait": False,
     }
 
 
@@ -133,6 +133,9 @@ def tofu(cluster: Cluster, tmp_path: Path) -> Iterator[Tofu]:
            "TF_INPUT": "0", "TF_PLUGIN_CACHE_DIR": "", "NO_COLOR": "1"}  # fmt: skip
     runner = Tofu(tmp_path / "deploy/terraform/envs/example", env)
     yield runner
+    print(cluster.kubectl("get", "pods,jobs", "-n", NAMESPACE, check=False))
+    print(cluster.kubectl("logs", "-n", NAMESPACE, f"job/{NAME}-eventos-migrate", "--tail=20",
+                          check=False))  # fmt: skip
     if (runner.workdir / "terraform.tfstate").exists() and runner.vars:
         runner.run("destroy", "-auto-approve", "-no-color", runner.vars, ok=(0, 1))
     for namespace in (NAMESPACE, COLLECTOR_NAMESPACE):

@@ -146,8 +146,10 @@ resource "helm_release" "instance" {
     local.temporal_sql_values,
     [yamlencode(var.extra_values)],
   )
-  # The migration Job runs before install and upgrade (after install with the bundled
-  # PostgreSQL); a failed one fails the release. `wait` also waits for every pod to be Ready.
-  wait    = var.wait
+  # helm waits for the migration Job (a hook) in any case; a failed one fails the release.
+  # With the bundled PostgreSQL the Job runs post-install, after the services started, and they
+  # stay unready until it ran; helm's wait would wait for them before it, until the timeout
+  # (seen on the local cluster: "context deadline exceeded"). So that release is not waited for.
+  wait    = var.wait && !var.bundled_postgresql
   timeout = var.timeout_s
 }

@@ -159,7 +159,7 @@ variable "chart_path" {
 }
 
 variable "wait" {
-  description = "Wait for every pod of the release to be Ready (helm --wait) before the apply succeeds."
+  description = "Wait for every pod of the release to be Ready (helm --wait) before the apply succeeds; never with bundled_postgresql (its migration runs after install, and the services are unready until then)."
   type        = bool
   default     = true
 }
