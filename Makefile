@@ -409,7 +409,7 @@ cluster-status: install ## the local cluster's processes, node and pods
 
 # The k8s tests bring their own cluster up and take it down (the last test checks the host);
 # the images' checks run the images `make images` built.
-test-k8s: install cluster-tools keda-tools images $(HELM) $(K8S_IMAGES)/probe.tar ## build the images, run tests/k8s on a fresh local cluster, then take it down
+test-k8s: install cluster-tools keda-tools images $(HELM) $(K8S_IMAGES)/probe.tar terraform-tools ## build the images, run tests/k8s on a fresh local cluster, then take it down
 	$(VENV)/bin/pytest -q -m k8s -p no:xdist tests/k8s
 
 # Whether this machine's Go module cache already holds the cluster's Kubernetes and KEDA modules:
@@ -421,3 +421,69 @@ k8s-cached:
 	  test -f "$$cache/github.com/kedacore/keda/v2/@v/$(KEDA_VERSION).zip"
 
 .PHONY: cluster-packages cluster-tools cluster cluster-down cluster-load cluster-recycle cluster-status test-k8s k8s-cached keda-tools keda keda-down
+
+# ---- Terraform: OpenTofu and the providers, no registry (issue 28, point 7; docs/deploy.md §9) ----
+# OpenTofu (MPL) from its published Go module through the wrapper module deploy/terraform/tofu
+# (`go install` refuses the module: its go.mod replaces hcl), and each provider the modules use
+# with `go install` from the Go module proxy into a filesystem provider mirror. The providers'
+# v2/v3 tags have no /vN module path, so the proxy knows them only by pseudo-version (the commit
+# the release tag, or the commit after it that the proxy serves, points at); each is pinned here
+# once: <type> <version in the mirror> <module>@<pseudo-version>. The CLI config TF_CLI_CONFIG
+# installs providers from the mirror only (`direct` excluded), so init never reaches a registry:
+# TF_CLI_CONFIG_FILE=.tools/terraform/tofurc. Every build lands in a path named after its
+# version, so a warm `make terraform-tools` builds nothing. Built niced (nice -n 19).
+TOFU_VERSION := 1.12.6
+TOFU_MODULE := deploy/terraform/tofu
+TOFU_BUILD := $(TOOLS)/terraform/tofu-v$(TOFU_VERSION)
+TOFU := $(TOOLS)/bin/tofu
+# As OpenTofu's release build links it (its .goreleaser.yaml): without version.dev=no it reports
+# itself as "1.12.6-dev".
+TOFU_LDFLAGS := -s -w -X github.com/opentofu/opentofu/version.dev=no
+TF_MIRROR := $(TOOLS)/terraform/providers
+TF_CLI_CONFIG := $(TOOLS)/terraform/tofurc
+TF_REGISTRY := registry.opentofu.org/hashicorp
+TF_PLATFORM = $(or $(TF_PLATFORM_$(shell uname -s)_$(shell uname -m)),unsupported)
+TF_PLATFORM_Linux_x86_64 := linux_amd64
+TF_PLATFORM_Linux_aarch64 := linux_arm64
+TF_PLATFORM_Darwin_arm64 := darwin_arm64
+# kubernetes 3.2.1: tag v3.2.1 is 28fb611cb6be; the proxy serves only 3a33fb6cc605, two commits
+# on (a CODEOWNERS line and the grpc security bump, #2959). helm 3.2.0: the proxy serves only
+# a4f1c1d8b008 (2026-06-29, its CHANGELOG's newest release 3.2.0). random 3.9.0: tag v3.9.0.
+TF_PROVIDERS := kubernetes helm random
+TF_PROVIDER_kubernetes := 3.2.1 github.com/hashicorp/terraform-provider-kubernetes@v1.13.4-0.20260821094251-3a33fb6cc605
+TF_PROVIDER_helm := 3.2.0 github.com/hashicorp/terraform-provider-helm@v1.3.3-0.20260629194918-a4f1c1d8b008
+TF_PROVIDER_random := 3.9.0 github.com/terraform-providers/terraform-provider-random@v1.3.2-0.20260513075824-f8d869dc98d9
+TF_GO := GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0 nice -n 19 $(GO)
+tf_provider_bin = $(TF_MIRROR)/$(TF_REGISTRY)/$(1)/$(word 1,$(TF_PROVIDER_$(1)))/$(TF_PLATFORM)/terraform-provider-$(1)_v$(word 1,$(TF_PROVIDER_$(1)))
+TF_PROVIDER_BINS := $(foreach p,$(TF_PROVIDERS),$(call tf_provider_bin,$(p)))
+
+$(TOFU_BUILD)/tofu: $(TOFU_MODULE)/go.mod $(TOFU_MODULE)/go.sum $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
+	rm -rf $(TOFU_BUILD) && mkdir -p $(TOFU_BUILD)
+	cd $(TOFU_MODULE) && $(TF_GO) build -ldflags "$(TOFU_LDFLAGS)" -o $(abspath $@).tmp github.com/opentofu/opentofu/cmd/tofu
+	mv $@.tmp $@
+	TF_CLI_CONFIG_FILE=/dev/null $@ version
+
+$(TOFU): $(TOFU_BUILD)/tofu
+	mkdir -p $(TOOLS)/bin
+	ln -sf ../terraform/tofu-v$(TOFU_VERSION)/tofu $@
+
+# One rule per provider: `go install <module>@<pseudo-version>`, the binary renamed into the
+# mirror's unpacked layout <host>/<namespace>/<type>/<version>/<os>_<arch>/.
+define TF_PROVIDER_RULE
+$(call tf_provider_bin,$(1)): $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
+	@test "$(TF_PLATFORM)" != unsupported || { echo "no provider platform for $$$$(uname -sm)" >&2; exit 1; }
+	rm -rf $$(@D) && mkdir -p $$(@D)/gobin
+	GOBIN=$$(abspath $$(@D)/gobin) $(TF_GO) install -ldflags "-s -w -X main.Version=$(word 1,$(TF_PROVIDER_$(1)))" $(word 2,$(TF_PROVIDER_$(1)))
+	mv $$(@D)/gobin/terraform-provider-$(1) $$@ && rmdir $$(@D)/gobin
+endef
+$(foreach p,$(TF_PROVIDERS),$(eval $(call TF_PROVIDER_RULE,$(p))))
+
+$(TF_CLI_CONFIG): Makefile
+	mkdir -p $(@D)
+	printf '%s\n' '# Written by make terraform-tools: providers from the local mirror only, never a registry.' \
+	  'provider_installation {' '  filesystem_mirror {' '    path    = "$(abspath $(TF_MIRROR))"' \
+	  '    include = ["$(TF_REGISTRY)/*"]' '  }' '  direct {' '    exclude = ["*/*/*"]' '  }' '}' > $@
+
+terraform-tools: $(TOFU) $(TF_PROVIDER_BINS) $(TF_CLI_CONFIG) ## build OpenTofu and the kubernetes, helm and random providers into .tools/terraform (a mirror; TF_CLI_CONFIG_FILE=.tools/terraform/tofurc)
+
+.PHONY: terraform-tools

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,13 @@ EXAMPLE = TF / "envs/example"
 CREDENTIALS = {
     "database_url",
     "admin_token",
+    "internal_token",
     "outbox_keys",
+    "grpc_tls_key",
     "temporal_sql_password",
     "employee_secrets",
 }
+LITERAL_DATABASE_PASSWORD = re.compile(r"postgres(ql)?://[^\s\"$@/]*:[^\s\"$@/]+@")
 # What `terraform fmt -recursive` formats, and the example tfvars beside them.
 HCL_SUFFIXES = (".tf", ".tfvars", ".tfvars.example")
 MISFORMATTED = """resource "kubernetes_namespace" "this" {
@@ -153,7 +157,7 @@ def test_the_example_provisions_every_instance_and_one_collector() -> None:
         assert passed <= set(variables), f"module {name} has no variables {passed - set(variables)}"
     instance = modules["instance"]
     assert instance["otlp_endpoint"] == "${module.collector.otlp_grpc_endpoint}"
-    for credential in ("database_url", "admin_token", "outbox_keys"):
+    for credential in ("database_url", "admin_token", "internal_token", "outbox_keys"):
         assert instance[credential].startswith("${var.instance_secrets[each.key]")
 
 
@@ -173,7 +177,7 @@ def test_outputs_give_each_instance_its_endpoints() -> None:
 def test_the_instance_module_installs_the_chart_at_the_chosen_tier() -> None:
     resources = load(MODULES["instance"])["resource"]
     kinds = {unquote(k) for block in resources for k in block}
-    assert {"kubernetes_namespace", "kubernetes_secret", "helm_release"} <= kinds
+    assert {"kubernetes_namespace_v1", "kubernetes_secret_v1", "helm_release"} <= kinds
     text = (MODULES["instance"] / "main.tf").read_text()
     assert "values-tier-${lower(var.tier)}.yaml" in text
     assert (ROOT / "deploy/helm/eventos/values-tier-s.yaml").is_file()
@@ -183,10 +187,34 @@ def test_the_instance_module_installs_the_chart_at_the_chosen_tier() -> None:
 def test_no_credential_is_written_in_a_tf_file() -> None:
     for path in TF.rglob("*.tf"):
         text = path.read_text()
-        assert "postgresql://" not in text and "BEGIN PRIVATE KEY" not in text, path
+        # A URL with a literal password; the bundled PostgreSQL's is built from a generated one.
+        assert not LITERAL_DATABASE_PASSWORD.search(text), path
+        assert "BEGIN PRIVATE KEY" not in text, path
         with path.open() as f:
             for block in hcl2.load(f).get("variable", []):
                 for name, spec in block.items():
                     if unquote(name) in CREDENTIALS:
                         default = spec.get("default")
                         assert default in (None, "", {}, '""'), f"{path}: {name} has a default"
+
+
+def test_the_instance_module_makes_every_secret_the_chart_names() -> None:
+    """What docs/deploy.md once had users make by hand: the internal token, the gRPC TLS Secret
+    and llm.endpoints; the admin, internal and outbox credentials generated once (random
+    resources, kept in the state) when not given."""
+    resources: dict[str, set[str]] = {}
+    for block in load(MODULES["instance"])["resource"]:
+        for kind, named in block.items():
+            resources.setdefault(unquote(kind), set()).update(unquote(n) for n in named)
+    assert resources["kubernetes_secret_v1"] == {
+        "database", "admin", "internal", "outbox", "employees", "grpc_tls", "postgresql",
+        "temporal_sql",
+    }  # fmt: skip
+    assert {"admin_token", "postgresql"} <= resources["random_password"]
+    assert {"internal_token", "outbox_key"} <= resources["random_bytes"]
+    values = load(MODULES["instance"])["locals"][0]["instance_values"]
+    assert values["llm"] == {"endpoints": "${var.llm_endpoints}"}
+    assert values["secrets"]["internal"]["existingSecret"] == (
+        "${kubernetes_secret_v1.internal.metadata[0].name}"
+    )
+    assert "kubernetes_secret_v1.grpc_tls[0]" in values["ingress"]["grpc"]["tls"]["secretName"]

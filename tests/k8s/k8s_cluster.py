@@ -28,6 +28,7 @@ STATE = REPO / ".eventos" / "k8s"
 KUBECTL = REPO / ".tools" / "k8s" / "v1.34.4" / "bin" / "kubectl"
 PROBE_IMAGE = "localhost/eventos/k8s-probe:1"
 PROBE_ARCHIVE = REPO / ".tools" / "k8s" / "images" / "probe.tar"
+KUBECONFIG = STATE / "kubeconfig"
 
 
 def host_snapshot() -> dict[str, Any]:
@@ -66,7 +67,7 @@ class Cluster:
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         """kubectl on the admin kubeconfig; fails the test with kubectl's message."""
-        argv = [str(KUBECTL), "--kubeconfig", str(STATE / "kubeconfig"), *args]
+        argv = [str(KUBECTL), "--kubeconfig", str(KUBECONFIG), *args]
         result = subprocess.run(argv, capture_output=True, text=True, input=input, timeout=180)
         if check and result.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
@@ -119,6 +120,12 @@ class Cluster:
     def probe_pod(self, name: str, args: list[str], restart: str = "Always", **spec: Any) -> Any:
         """A pod of the probe image (see probe_pod)."""
         return probe_pod(name, args, restart, **spec)
+
+    def get_in(self, namespace: str, kind: str, name: str) -> dict[str, Any]:
+        """One object of another namespace (or, with "", a cluster-scoped one) as JSON."""
+        scope = ["-n", namespace] if namespace else []
+        data: dict[str, Any] = json.loads(self.kubectl("get", *scope, kind, name, "-o", "json"))
+        return data
 
     def host_differences(self) -> list[str]:
         """What differs on the host now from before the session's cluster."""

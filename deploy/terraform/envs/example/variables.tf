@@ -11,23 +11,31 @@ variable "kube_context" {
 }
 
 variable "instances" {
-  description = "The fleet: release name => tier, opaque instance id and optional public host (no credentials here)."
+  description = "The fleet: release name => tier, opaque instance id, optional public host, bundled PostgreSQL, LLM endpoint allowlist and gRPC TLS certificate (no credentials here)."
   type = map(object({
-    tier              = string
-    instance_id       = string
-    ingress_host      = optional(string, "")
-    temporal_sql_host = optional(string, "")
-    keda_enabled      = optional(bool, false)
+    tier               = string
+    instance_id        = string
+    ingress_host       = optional(string, "")
+    temporal_sql_host  = optional(string, "")
+    keda_enabled       = optional(bool, false)
+    bundled_postgresql = optional(bool, false)
+    grpc_tls_cert      = optional(string, "")
+    llm_endpoints = optional(map(object({
+      base_url    = string
+      credentials = optional(list(string), [])
+    })), {})
   }))
 }
 
 variable "instance_secrets" {
-  description = "Per instance (same keys as instances): database URL, admin token, outbox keys, Tier L Temporal database password and the employees' secrets. Pass it from a secret store (e.g. TF_VAR_instance_secrets), never from a committed file."
+  description = "Per instance (an entry for each key of instances, {} at least): database URL (unless bundled_postgresql), admin token, internal token and outbox keys (each generated once when left out), Tier L Temporal database password, gRPC TLS key and the employees' secrets. Pass it from a secret store (e.g. TF_VAR_instance_secrets), never from a committed file."
   type = map(object({
-    database_url          = string
-    admin_token           = string
-    outbox_keys           = string
+    database_url          = optional(string, "")
+    admin_token           = optional(string, "")
+    internal_token        = optional(string, "")
+    outbox_keys           = optional(string, "")
     temporal_sql_password = optional(string, "")
+    grpc_tls_key          = optional(string, "")
     employee_secrets      = optional(map(string), {})
   }))
   sensitive = true
@@ -56,4 +64,34 @@ variable "collector_exporter_env" {
   type        = map(string)
   sensitive   = true
   default     = {}
+}
+
+variable "collector_namespace" {
+  description = "Namespace created for the central collector."
+  type        = string
+  default     = "eventos-telemetry"
+}
+
+variable "collector_extra_values" {
+  description = "More values of the collector chart (e.g. a locally built image); never credentials."
+  type        = any
+  default     = {}
+}
+
+variable "extra_values" {
+  description = "More values of every instance's chart (e.g. locally built images, sizes); never credentials."
+  type        = any
+  default     = {}
+}
+
+variable "wait" {
+  description = "Wait for every release's pods to be Ready before the apply succeeds."
+  type        = bool
+  default     = true
+}
+
+variable "helm_timeout_s" {
+  description = "Seconds helm may take per instance release (its hooks and, with wait, its pods)."
+  type        = number
+  default     = 900
 }

@@ -1,11 +1,11 @@
 locals {
   fullname = strcontains(var.name, "eventos-collector") ? var.name : "${var.name}-eventos-collector"
-  host     = "${local.fullname}.${kubernetes_namespace.this.metadata[0].name}.svc"
+  host     = "${local.fullname}.${kubernetes_namespace_v1.this.metadata[0].name}.svc"
 }
 
 output "namespace" {
   description = "Namespace of the collector."
-  value       = kubernetes_namespace.this.metadata[0].name
+  value       = kubernetes_namespace_v1.this.metadata[0].name
 }
 
 output "otlp_grpc_endpoint" {

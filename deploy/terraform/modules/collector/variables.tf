@@ -48,3 +48,15 @@ variable "chart_path" {
   type        = string
   default     = ""
 }
+
+variable "wait" {
+  description = "Wait for the collector's pods to be Ready (helm --wait) before the apply succeeds."
+  type        = bool
+  default     = true
+}
+
+variable "extra_values" {
+  description = "More chart values (merged last), e.g. the image; never credentials."
+  type        = any
+  default     = {}
+}

@@ -1,11 +1,11 @@
 locals {
   fullname = strcontains(var.name, "eventos") ? var.name : "${var.name}-eventos"
-  svc      = "${kubernetes_namespace.this.metadata[0].name}.svc"
+  svc      = "${kubernetes_namespace_v1.this.metadata[0].name}.svc"
 }
 
 output "namespace" {
   description = "Namespace of the instance."
-  value       = kubernetes_namespace.this.metadata[0].name
+  value       = kubernetes_namespace_v1.this.metadata[0].name
 }
 
 output "http_endpoint" {
@@ -31,4 +31,20 @@ output "temporal_address" {
 output "release" {
   description = "Name of the Helm release."
   value       = helm_release.instance.name
+}
+
+output "secret_names" {
+  description = "Names of the Secrets the module created in the namespace, by the chart value they fill (database, admin, internal, outbox, employees, grpc_tls, postgresql, temporal_sql)."
+  value = merge(
+    {
+      database  = kubernetes_secret_v1.database.metadata[0].name
+      admin     = kubernetes_secret_v1.admin.metadata[0].name
+      internal  = kubernetes_secret_v1.internal.metadata[0].name
+      outbox    = kubernetes_secret_v1.outbox.metadata[0].name
+      employees = kubernetes_secret_v1.employees.metadata[0].name
+    },
+    { for s in kubernetes_secret_v1.grpc_tls : "grpc_tls" => s.metadata[0].name },
+    { for s in kubernetes_secret_v1.postgresql : "postgresql" => s.metadata[0].name },
+    { for s in kubernetes_secret_v1.temporal_sql : "temporal_sql" => s.metadata[0].name },
+  )
 }

@@ -27,29 +27,67 @@ variable "instance_id" {
 }
 
 variable "database_url" {
-  description = "PostgreSQL URL of the instance's database (user, password, host, port and database eventos); stored in a Secret."
+  description = "PostgreSQL URL of the instance's database (user, password, host, port and database eventos); stored in a Secret. Required unless bundled_postgresql."
   type        = string
   sensitive   = true
+  default     = ""
+}
+
+variable "bundled_postgresql" {
+  description = "Run PostgreSQL in the release (the chart's postgresql.bundled, small installs): its password is generated once and the database URL built from it."
+  type        = bool
+  default     = false
 }
 
 variable "admin_token" {
-  description = "Bearer token of the owner API (at least 16 characters); stored in a Secret."
+  description = "Bearer token of the owner API (at least 16 characters); stored in a Secret. Empty: 48 characters generated once and kept (secrets.tf)."
   type        = string
   sensitive   = true
+  default     = ""
   validation {
-    condition     = length(var.admin_token) >= 16
+    condition     = var.admin_token == "" || length(var.admin_token) >= 16
     error_message = "The admin token must be at least 16 characters."
   }
 }
 
-variable "outbox_keys" {
-  description = "Keys sealing outbox recipients at rest: comma-separated <key id>:<base64 of 32 bytes>, the first encrypts (e.g. k1:$(openssl rand -base64 32)); stored in a Secret."
+variable "internal_token" {
+  description = "The internal producers' token (secrets.internal: ingress checks it on the unary Append; relay, workers-workflow and egress send it); stored in a Secret. Empty: 32 random bytes in hex, generated once and kept."
   type        = string
   sensitive   = true
+  default     = ""
+}
+
+variable "outbox_keys" {
+  description = "Keys sealing outbox recipients at rest: comma-separated <key id>:<base64 of 32 bytes>, the first encrypts (e.g. k1:$(openssl rand -base64 32)); stored in a Secret. Empty: one key k1 generated once and kept."
+  type        = string
+  sensitive   = true
+  default     = ""
   validation {
-    condition     = can(regex("^[A-Za-z0-9_.-]{1,32}:[A-Za-z0-9+/]{43}=", var.outbox_keys))
+    condition     = var.outbox_keys == "" || can(regex("^[A-Za-z0-9_.-]{1,32}:[A-Za-z0-9+/]{43}=", var.outbox_keys))
     error_message = "The outbox keys must start with <key id>:<base64 of 32 bytes>."
   }
+}
+
+variable "grpc_tls_cert" {
+  description = "PEM certificate (chain) of ingress's gRPC port; with grpc_tls_key it becomes the kubernetes.io/tls Secret of ingress.grpc.tls. Empty: plaintext gRPC, guarded only by the NetworkPolicy (docs/deploy.md section 7)."
+  type        = string
+  default     = ""
+}
+
+variable "grpc_tls_key" {
+  description = "PEM private key of grpc_tls_cert; stored in that Secret."
+  type        = string
+  sensitive   = true
+  default     = ""
+}
+
+variable "llm_endpoints" {
+  description = "The operator's allowlist of LLM endpoints (the chart's llm.endpoints): endpoint name => base_url and the secret references a spec may use with it. Empty: only provider local."
+  type = map(object({
+    base_url    = string
+    credentials = optional(list(string), [])
+  }))
+  default = {}
 }
 
 variable "employee_secrets" {
@@ -118,6 +156,18 @@ variable "chart_path" {
   description = "Path of the instance chart (deploy/helm/eventos)."
   type        = string
   default     = ""
+}
+
+variable "wait" {
+  description = "Wait for every pod of the release to be Ready (helm --wait) before the apply succeeds; never with bundled_postgresql (its migration runs after install, and the services are unready until then)."
+  type        = bool
+  default     = true
+}
+
+variable "timeout_s" {
+  description = "Seconds helm may take for the release's hooks (the migration Job) and, with wait, for its pods."
+  type        = number
+  default     = 900
 }
 
 variable "extra_values" {
