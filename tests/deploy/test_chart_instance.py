@@ -606,3 +606,12 @@ def test_helm_test_leaves_out_the_tls_only_ingress_grpc_port() -> None:
     docs = charts.instance("S", "ingress.grpc.tls.secretName=acme-grpc-tls")
     args = args_of(named(docs, "Pod", f"{P}-test-readiness"))
     assert [t.split("=")[0] for t in flag_values(args, "--grpc")] == ["router", "relay"]
+
+
+def test_the_dev_servers_web_ui_is_a_port_of_the_temporal_service_when_served() -> None:
+    def ports(tier: str, *sets: str) -> dict[str, int]:
+        service = named(charts.instance(tier, *sets), "Service", f"{P}-temporal")
+        return {p["name"]: p["targetPort"] for p in service["spec"]["ports"]}
+
+    assert ports("S", "temporal.dev.ui=true")["ui"] == "ui"
+    assert "ui" not in ports("S") and "ui" not in ports("L", "temporal.dev.ui=true")

@@ -58,6 +58,7 @@ class Release:
     admin_token: str = field(default="", repr=False)
     # An external PostgreSQL (external_postgresql) instead of the chart's bundled one.
     database: ExternalDatabase | None = None
+    notes: str = ""  # what `helm install` printed under NOTES
 
     @property
     def prefix(self) -> str:

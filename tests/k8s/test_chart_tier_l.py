@@ -31,9 +31,16 @@ def tier_l(cluster: Cluster) -> Iterator[Release]:
     done = release.install()
     print(f"helm install (tier L): {release.install_s:.0f} s\n{done.stdout[-1500:]}")
     assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
+    release.notes = done.stdout.partition("NOTES:\n")[2]
     yield release
     release.uninstall()
     cluster.kubectl("delete", "namespace", DB_NAMESPACE, "--wait=true", "--timeout=300s")
+
+
+def test_the_notes_send_temporal_users_to_the_cli(tier_l: Release) -> None:
+    print(tier_l.notes)
+    assert "Web UI: none in this chart" in tier_l.notes
+    assert f"port-forward svc/{tier_l.prefix}-temporal 7233:7233" in tier_l.notes
 
 
 def test_every_pod_is_ready_with_one_deployment_per_class(tier_l: Release) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -27,6 +28,7 @@ NAMESPACE = "eventos-tier-s"
 TELEMETRY = "eventos-telemetry"
 COLLECTOR = "eventos-collector"  # release and Service name
 CHAT_CANARY = "canary-chat-K8s71"
+FORWARD_NOTE = re.compile(r"port-forward svc/(\S+) \d+:(\d+)")
 
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -56,10 +58,11 @@ def collector(cluster: Cluster) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def tier_s(cluster: Cluster, collector: str) -> Iterator[Release]:
     release = Release(cluster, "acme", NAMESPACE, "S")
-    done = release.install(f"telemetry.otlpEndpoint={collector}",
+    done = release.install(f"telemetry.otlpEndpoint={collector}", "temporal.dev.ui=true",
                            "defaults.env.OTEL_METRIC_EXPORT_INTERVAL=5000")  # fmt: skip
-    print(f"helm install (tier S): {release.install_s:.0f} s\n{done.stdout[-1500:]}")
+    print(f"helm install (tier S): {release.install_s:.0f} s\n{done.stdout[-2500:]}")
     assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
+    release.notes = done.stdout.partition("NOTES:\n")[2]
     yield release
     release.uninstall()
 
@@ -81,6 +84,22 @@ def test_helm_test_asks_every_service(tier_s: Release) -> None:
     print(done.stdout)
     assert done.returncode == 0, f"{done.stdout}{done.stderr}"
     assert "9 of 9 ready" in done.stdout
+
+
+def test_the_notes_port_forwards_reach_the_console_and_the_temporal_ui(tier_s: Release) -> None:
+    """What NOTES.txt tells the user to run: each port-forward it prints answers (the owner
+    API's console, the dev server's Web UI), with the admin token from the Secret it names."""
+    forwards = {name: int(port) for name, port in FORWARD_NOTE.findall(tier_s.notes)}
+    assert set(forwards) == {f"{tier_s.prefix}-ingress", f"{tier_s.prefix}-temporal"}, tier_s.notes
+    assert f"get secret {tier_s.name}-admin" in tier_s.notes
+    for service, port in forwards.items():
+        path = "/console" if service.endswith("-ingress") else "/"
+        with tier_s.forward(service.removeprefix(f"{tier_s.prefix}-"), port) as local:
+            page = subprocess.run(["curl", "-sS", "-w", "\n%{http_code}", f"http://127.0.0.1:{local}{path}"],
+                                  capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        body, _, code = page.stdout.rpartition("\n")
+        print(f"NOTES' port-forward to {service}:{port}{path} -> {code}, {len(body)} bytes")
+        assert code == "200" and "<html" in body.lower(), page.stdout[-500:]
 
 
 def test_the_tour_passes_through_the_cluster(tier_s: Release) -> None:

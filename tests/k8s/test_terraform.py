@@ -205,6 +205,7 @@ def test_the_example_is_planned_applied_kept_and_destroyed(
         wait_for_sync(lambda ns=namespace: not cluster.kubectl("get", "namespace", ns,
                                                                "--ignore-not-found"),
                       timeout=120, interval=1, what=f"namespace {namespace} gone")  # fmt: skip
+    cluster.run_cluster("recycle")  # the bundled PostgreSQL's volume, released with its claim
 
 
 def wait_ready(cluster: Cluster, namespace: str) -> None:
