@@ -2,15 +2,26 @@
 source Temporal server with its schema and namespace Jobs and 64 history shards on an external
 PostgreSQL (what tier L expects: a database server beside the release, here in its own
 namespace), the four class LLM Deployments, every pod Ready, `helm test`, and the same tour as
-tier S through the cluster."""
+tier S through the cluster. Then KEDA (installed into the cluster first, `cluster.py keda`)
+scales llm-c1 out on its queue's backlog and back in (point 4; k8s_backlog.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+from k8s_backlog import (
+    MAX_REPLICAS,
+    MIN_REPLICAS,
+    STEP_SLEEP_S,
+    STEPS,
+    TARGET_BACKLOG,
+    keda_values,
+    run_load,
+)
 from k8s_release import Release, external_postgresql, tour
 
 if TYPE_CHECKING:
@@ -25,13 +36,23 @@ DB_NAMESPACE = "eventos-tier-l-db"
 
 
 @pytest.fixture(scope="module")
-def tier_l(cluster: Cluster) -> Iterator[Release]:
+def keda(cluster: Cluster) -> Iterator[None]:
+    """KEDA installed into the cluster for this module, removed after it."""
+    cluster.run_cluster("keda")
+    yield
+    cluster.run_cluster("keda-down")
+
+
+@pytest.fixture(scope="module")
+def tier_l(cluster: Cluster, keda: None) -> Iterator[Release]:
     release = Release(cluster, "acme", "eventos-tier-l", "L")
     release.database = external_postgresql(cluster, DB_NAMESPACE, release.image("postgres"))
-    done = release.install()
+    done = release.install(*keda_values())
     print(f"helm install (tier L): {release.install_s:.0f} s\n{done.stdout[-1500:]}")
     assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
     release.notes = done.stdout.partition("NOTES:\n")[2]
+    release.kubectl("wait", f"scaledobject/{release.prefix}-llm-c1", "--for=condition=Ready",
+                    "--timeout=120s")  # fmt: skip
     yield release
     release.uninstall()
     cluster.kubectl("delete", "namespace", DB_NAMESPACE, "--wait=true", "--timeout=300s")
@@ -94,3 +115,20 @@ def test_helm_test_asks_every_service(tier_l: Release) -> None:
 
 def test_the_tour_passes_through_the_cluster(tier_l: Release) -> None:
     print(tour(tier_l))
+
+
+@pytest.mark.timeout(1200)  # the load, the scale-out, the drain, the scale-in
+def test_keda_scales_the_class_worker_out_on_backlog_and_back_in(tier_l: Release) -> None:
+    with tier_l.forward("temporal", 7233) as port:
+        outcome = asyncio.run(run_load(tier_l, f"127.0.0.1:{port}"))
+    samples = outcome.sampler.samples
+    print(
+        f"\n{outcome.sampler.deployment}: {STEPS} steps of {STEP_SLEEP_S} s, one slot a pod, "
+        f"targetBacklog {TARGET_BACKLOG}, replicas {MIN_REPLICAS}..{MAX_REPLICAS}\n"
+        f"{outcome.sampler.table()}"
+    )
+    print(f"steps run by {len(outcome.workers)} workers: {sorted(outcome.workers)}")
+    assert outcome.answers == [f"[local] you said: step {i}" for i in range(STEPS)]
+    assert max(s.backlog for s in samples[: samples.index(outcome.peak) + 1]) > TARGET_BACKLOG
+    assert len(outcome.workers) > 1, "the pods KEDA added ran steps too"
+    assert samples[-1].replicas == MIN_REPLICAS and samples[-1].backlog == 0

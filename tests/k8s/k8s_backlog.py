@@ -1,14 +1,7 @@
-"""KEDA scales a tier L class worker on its queue's backlog, out under load and back in.
-
-The chart installed at tier L with `autoscaling.keda.enabled` (its bundled PostgreSQL, the
-Temporal server with its schema and namespace Jobs, the four class Deployments and their
-ScaledObjects; the other roles at 0 replicas, since only the LLM workers take part) on a cluster
-with KEDA (`cluster.py keda`). The load is real LLM steps: `llm_step` activities on `llm-c1`,
-started by a workflow this test runs through a port-forward, each run by the chart's llm-c1
-pods on the local model, which sleeps as the step's script says. One slot per pod keeps the
-workers few and slow, so the queue's backlog grows; KEDA's Temporal scaler reads it from the
-frontend and its HPA adds pods; once the steps are done the backlog is gone and the HPA goes
-back to minReplicas after the (lowered) scale-down stabilization window.
+"""A backlog on a tier L class queue, for KEDA's scale-out test: real `llm_step` activities on
+`llm-c1`, started by a workflow the test runs through a port-forward to Temporal, each run by
+the chart's llm-c1 pods on the local model, which sleeps as the step's script says; and a
+sampler of the class Deployment's replicas, KEDA's HPA and the queue's backlog over time.
 """
 
 from __future__ import annotations
@@ -16,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import pytest
 from k8s_release import Release
 from temporalio import workflow
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
@@ -36,16 +28,6 @@ from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ModelRef
 from eventos.runtime.payload_guard import connect
 from eventos.testing import wait_for
 
-if TYPE_CHECKING:
-    from k8s_cluster import Cluster
-
-pytestmark = pytest.mark.k8s
-pytest_plugins = ["k8s_cluster"]  # the session's `cluster` fixture, defined once
-
-NAMESPACE = "eventos-keda-test"
-RELEASE = "kt"
-DEPLOYMENT = f"{RELEASE}-eventos-llm-c1"
-HPA = f"keda-hpa-{DEPLOYMENT}"  # the HPA KEDA makes for the ScaledObject of the same name
 TEMPORAL_NAMESPACE = "default"
 LOAD_QUEUE = "keda-backlog-load"  # the test's own workflow queue; the steps go to llm-c1
 QUEUE = names.LLM_QUEUES[1]
@@ -56,48 +38,17 @@ STABILIZATION_S = 20
 POLL_S = 2.0
 
 
-def overrides() -> list[str]:
-    """Only the LLM workers run (the other roles at 0); llm-c1 with one slot a pod and a short
-    stabilization window; c2..c4 may go to zero (KEDA allows it, an HPA would not)."""
-    sets = [
-        f"roles.{role}.replicas=0"
-        for role in ("ingress", "router", "relay", "workersWorkflow", "egress")
-    ]
-    c1 = {
-        "minReplicas": MIN_REPLICAS,
-        "maxReplicas": MAX_REPLICAS,
-        "targetBacklog": TARGET_BACKLOG,
-        "slots": 1,
-    }
-    idle = {"minReplicas": 0, "maxReplicas": 1, "targetBacklog": 4, "slots": 1}
-    for klass, limits in {"c1": c1, "c2": idle, "c3": idle, "c4": idle}.items():
-        sets += [f"llmClasses.{klass}.{key}={value}" for key, value in limits.items()]
-    keda = ["autoscaling.keda.enabled=true", "autoscaling.keda.pollingInterval=5",
+def keda_values() -> list[str]:
+    """llm-c1 with one slot a pod, scaled by KEDA between MIN and MAX_REPLICAS at
+    TARGET_BACKLOG a replica with a short stabilization window; the other classes at one pod."""
+    c1 = {"minReplicas": MIN_REPLICAS, "maxReplicas": MAX_REPLICAS,
+          "targetBacklog": TARGET_BACKLOG, "slots": 1}  # fmt: skip
+    one = {"minReplicas": 1, "maxReplicas": 1}
+    sets = [f"llmClasses.{klass}.{key}={value}"
+            for klass, limits in {"c1": c1, "c2": one, "c3": one, "c4": one}.items()
+            for key, value in limits.items()]  # fmt: skip
+    return [*sets, "autoscaling.keda.enabled=true", "autoscaling.keda.pollingInterval=5",
             f"autoscaling.keda.scaleDownStabilizationSeconds={STABILIZATION_S}"]  # fmt: skip
-    return [*sets, *keda, "temporal.server.numHistoryShards=4"]
-
-
-@pytest.fixture(scope="module")
-def keda(cluster: Cluster) -> Iterator[None]:
-    """KEDA installed into the cluster for this module, removed after it."""
-    cluster.run_cluster("keda")
-    yield
-    cluster.run_cluster("keda-down")
-
-
-@pytest.fixture(scope="module")
-def tier_l(cluster: Cluster, keda: None) -> Iterator[Release]:
-    """The chart at tier L with KEDA in its own namespace, llm-c1's ScaledObject ready."""
-    release = Release(cluster, RELEASE, NAMESPACE, "L")
-    try:
-        done = release.install(*overrides())
-        print(f"helm install (tier L, KEDA): {release.install_s:.0f} s")
-        assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
-        release.kubectl("wait", f"scaledobject/{DEPLOYMENT}", "--for=condition=Ready",
-                        "--timeout=120s")  # fmt: skip
-        yield release
-    finally:
-        release.uninstall()
 
 
 @workflow.defn(name="KedaBacklogLoad", sandboxed=False)
@@ -140,6 +91,8 @@ class Sampler:
 
     def __init__(self, release: Release, client: Client) -> None:
         self.release, self.client = release, client
+        self.deployment = f"{release.prefix}-llm-c1"
+        self.hpa = f"keda-hpa-{self.deployment}"  # the HPA KEDA makes for the ScaledObject
         self.began, self.samples = time.monotonic(), list[Sample]()
 
     async def get(self, kind: str, name: str) -> Any:
@@ -148,7 +101,8 @@ class Sampler:
 
     async def sample(self) -> Sample:
         """One reading, kept."""
-        deployment, hpa = await self.get("deployment", DEPLOYMENT), await self.get("hpa", HPA)
+        deployment = await self.get("deployment", self.deployment)
+        hpa = await self.get("hpa", self.hpa)
         current = hpa.get("status", {}).get("currentMetrics") or [{}]
         metric = current[0].get("external", {}).get("current", {}).get("averageValue", "-")
         found = Sample(round(time.monotonic() - self.began, 1),
@@ -206,7 +160,7 @@ async def run_load(release: Release, address: str) -> Outcome:
         handles = [await client.start_workflow(BacklogLoad.run, step(i), id=f"keda-load-{i}",
                                                task_queue=LOAD_QUEUE) for i in range(STEPS)]  # fmt: skip
         peak = await sampler.until(lambda s: s.replicas >= MAX_REPLICAS, timeout=240,
-                                   what=f"{DEPLOYMENT} scaled out to {MAX_REPLICAS}")  # fmt: skip
+                                   what=f"{sampler.deployment} scaled out to {MAX_REPLICAS}")  # fmt: skip
         done = asyncio.gather(*(h.result() for h in handles))
         while not done.done():  # keep sampling while the pods drain the queue
             await asyncio.wait({done}, timeout=POLL_S)
@@ -214,7 +168,7 @@ async def run_load(release: Release, address: str) -> Outcome:
         outputs = done.result()
     await sampler.until(lambda s: s.replicas == MIN_REPLICAS and s.backlog == 0,
                         timeout=STABILIZATION_S + 180,
-                        what=f"{DEPLOYMENT} back to {MIN_REPLICAS} once drained")  # fmt: skip
+                        what=f"{sampler.deployment} back to {MIN_REPLICAS} once drained")  # fmt: skip
     answers = [output.message.content for output in outputs]
     return Outcome(sampler, peak, answers, await step_workers(client))
 
@@ -227,19 +181,3 @@ async def step_workers(client: Client) -> set[str]:
         identities |= {e.activity_task_started_event_attributes.identity for e in history.events
                        if e.HasField("activity_task_started_event_attributes")}  # fmt: skip
     return identities
-
-
-@pytest.mark.timeout(1200)  # the install (about 3 min here), the load, the scale-in
-def test_keda_scales_the_class_worker_out_on_backlog_and_back_in(tier_l: Release) -> None:
-    with tier_l.forward("temporal", 7233) as port:
-        outcome = asyncio.run(run_load(tier_l, f"127.0.0.1:{port}"))
-    samples = outcome.sampler.samples
-    print(
-        f"\n{DEPLOYMENT}: {STEPS} steps of {STEP_SLEEP_S} s, one slot a pod, targetBacklog "
-        f"{TARGET_BACKLOG}, replicas {MIN_REPLICAS}..{MAX_REPLICAS}\n{outcome.sampler.table()}"
-    )
-    print(f"steps run by {len(outcome.workers)} workers: {sorted(outcome.workers)}")
-    assert outcome.answers == [f"[local] you said: step {i}" for i in range(STEPS)]
-    assert max(s.backlog for s in samples[: samples.index(outcome.peak) + 1]) > TARGET_BACKLOG
-    assert len(outcome.workers) > 1, "the pods KEDA added ran steps too"
-    assert samples[-1].replicas == MIN_REPLICAS and samples[-1].backlog == 0
