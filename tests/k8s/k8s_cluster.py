@@ -73,6 +73,12 @@ class Cluster:
             raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
         return result.stdout
 
+    def attempt(self, *args: str, timeout: float = 180) -> tuple[int, str]:
+        """kubectl whose failure is an answer: its exit code and everything it printed."""
+        argv = [str(KUBECTL), "--kubeconfig", str(KUBECONFIG), *args]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return result.returncode, result.stdout + result.stderr
+
     def run_cluster(self, *args: str) -> str:
         """deploy/cluster/cluster.py with these arguments."""
         result = subprocess.run([*CLUSTER, *args], capture_output=True, text=True)

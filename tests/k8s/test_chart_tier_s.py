@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
@@ -28,6 +29,7 @@ NAMESPACE = "eventos-tier-s"
 TELEMETRY = "eventos-telemetry"
 COLLECTOR = "eventos-collector"  # release and Service name
 CHAT_CANARY = "canary-chat-K8s71"
+NAME_LABEL = "kubernetes.io/metadata.name"
 FORWARD_NOTE = re.compile(r"port-forward svc/(\S+) \d+:(\d+)")
 
 
@@ -41,7 +43,7 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
 def collector(cluster: Cluster) -> Iterator[str]:
     """The central collector, one replica, printing what it exports (the debug exporter at
     `detailed`), taking OTLP only from the tier S namespace (its NetworkPolicy)."""
-    senders = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}}}]
+    senders = [{"namespaceSelector": {"matchLabels": {NAME_LABEL: NAMESPACE}}}]
     done = helm(
         "install", COLLECTOR, str(COLLECTOR_CHART), "-n", TELEMETRY, "--create-namespace",
         "-f", str(COLLECTOR_IMAGE_VALUES), "--set", "replicas=1",
@@ -58,8 +60,11 @@ def collector(cluster: Cluster) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def tier_s(cluster: Cluster, collector: str) -> Iterator[Release]:
     release = Release(cluster, "acme", NAMESPACE, "S")
+    # The suite's namespace stands in for an Ingress controller's (ingress.networkPolicy.httpFrom).
+    outside = [{"namespaceSelector": {"matchLabels": {NAME_LABEL: cluster.namespace}}}]
     done = release.install(f"telemetry.otlpEndpoint={collector}", "temporal.dev.ui=true",
-                           "defaults.env.OTEL_METRIC_EXPORT_INTERVAL=5000")  # fmt: skip
+                           "defaults.env.OTEL_METRIC_EXPORT_INTERVAL=5000",
+                           f"ingress.networkPolicy.httpFrom={json.dumps(outside)}")  # fmt: skip
     print(f"helm install (tier S): {release.install_s:.0f} s\n{done.stdout[-2500:]}")
     assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
     release.notes = done.stdout.partition("NOTES:\n")[2]
@@ -123,3 +128,78 @@ def test_the_collector_receives_every_service_and_exports_no_canary(
     print(f"collector export: {len(log.splitlines())} lines, services: {sorted(names)}")
     for canary in (CHAT_CANARY, tier_s.admin_token):
         assert canary not in log, f"{canary!r} left the instance"
+
+
+@dataclass(frozen=True)
+class Path:
+    """One network path the chart's NetworkPolicies decide: from a pod to a Service's port."""
+
+    source: str  # "outside" (the Ingress controller's stand-in), "stranger", or a role's pod
+    target: str  # a component of the release
+    port: str  # the Service's port name
+    open: bool  # what the policies should do
+
+
+PATHS = [
+    Path("outside", "ingress", "http", True),
+    Path("outside", "ingress", "grpc", False),
+    Path("outside", "postgresql", "postgresql", False),
+    Path("outside", "temporal", "grpc", False),
+    Path("outside", "relay", "grpc", False),
+    Path("outside", "router", "metrics", False),
+    Path("stranger", "ingress", "http", True),
+    Path("stranger", "router", "metrics", True),
+    Path("stranger", "postgresql", "postgresql", False),
+    Path("stranger", "temporal", "grpc", False),
+    Path("stranger", "relay", "grpc", False),
+    Path("relay", "temporal", "grpc", True),
+    Path("workers-workflow", "temporal", "grpc", True),
+    Path("workers-workflow", "postgresql", "postgresql", True),
+    Path("llm", "temporal", "grpc", True),
+    Path("ingress", "postgresql", "postgresql", True),
+    Path("egress", "postgresql", "postgresql", True),
+]
+CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 5)"
+DENIED_WITHIN_S = 3  # a closed path: no connection in this long
+OPEN_WITHIN_S = 60  # an open one from a new pod: kube-router lets it through a moment after start
+
+
+def test_the_charts_network_policies_are_enforced(tier_s: Release, cluster: Cluster) -> None:
+    """Point 5: each path the chart's policies close is closed and each one the instance needs
+    is open (kube-router enforces them). Sources: a pod of the suite's namespace (allowed by
+    ingress.networkPolicy.httpFrom, as an Ingress controller would be), a pod of the release's
+    namespace that is not the release's, and the release's own pods (python in their image)."""
+    strangers = {"outside": cluster.namespace, "stranger": tier_s.namespace}
+    for name, namespace in strangers.items():
+        pod = cluster.probe_pod(f"policy-{name}", ["log", "up"], labels={"app": f"policy-{name}"})
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
+    for name, namespace in strangers.items():
+        cluster.kubectl("wait", "-n", namespace, f"pod/policy-{name}", "--for=condition=Ready",
+                        "--timeout=90s")  # fmt: skip
+    ports = {svc["metadata"]["labels"]["app.kubernetes.io/component"]:
+             {p["name"]: p["port"] for p in svc["spec"]["ports"]}
+             for svc in json.loads(tier_s.kubectl("get", "services", "-o", "json"))["items"]}  # fmt: skip
+    rows, wrong = [], []
+    # Open paths first: they also show each source pod's network is up before a closed path
+    # is believed closed.
+    for path in sorted(PATHS, key=lambda p: not p.open):
+        address = f"{tier_s.prefix}-{path.target}.{tier_s.namespace}.svc"
+        port = ports[path.target][path.port]
+        within = OPEN_WITHIN_S if path.open else DENIED_WITHIN_S
+        if path.source in strangers:
+            argv = ["exec", "-n", strangers[path.source], f"policy-{path.source}", "--",
+                    "/probe", "connect", f"{address}:{port}", str(within)]  # fmt: skip
+        else:
+            argv = ["exec", "-n", tier_s.namespace, f"deployment/{tier_s.prefix}-{path.source}",
+                    "--", "python", "-c", CONNECT, address, str(port)]  # fmt: skip
+        code, said = cluster.attempt(*argv)
+        connected = code == 0
+        observed = "open" if connected else "closed"
+        rows.append(f"{path.source:<17} {path.target + ':' + path.port:<22} "
+                    f"{'open' if path.open else 'closed':<8} {observed}")  # fmt: skip
+        if connected != path.open:
+            wrong.append(f"{path}: {said.strip()}")
+    for name, namespace in strangers.items():
+        cluster.kubectl("delete", "pod", "-n", namespace, f"policy-{name}", "--wait=false")
+    print("\n".join([f"{'from':<17} {'to':<22} {'expected':<8} observed", *rows]))
+    assert wrong == []

@@ -15,7 +15,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fail("usage: probe log|serve|get|poll|lookup|write|cat ARGS")
+		fail("usage: probe log|serve|get|poll|connect|lookup|write|cat ARGS")
 	}
 	args := os.Args[2:]
 	switch os.Args[1] {
@@ -45,6 +45,21 @@ func main() {
 			if err == nil {
 				body, _ := io.ReadAll(resp.Body)
 				fmt.Print(string(body))
+				return
+			}
+			if time.Now().After(deadline) {
+				fail(err.Error())
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	case "connect": // a TCP connection to HOST:PORT within SECONDS, tried again until then
+		seconds, _ := strconv.Atoi(args[1])
+		deadline := time.Now().Add(time.Duration(seconds) * time.Second)
+		for {
+			conn, err := net.DialTimeout("tcp", args[0], 2*time.Second)
+			if err == nil {
+				conn.Close()
+				fmt.Println("connected")
 				return
 			}
 			if time.Now().After(deadline) {
