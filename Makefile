@@ -412,13 +412,14 @@ cluster-status: install ## the local cluster's processes, node and pods
 test-k8s: install cluster-tools keda-tools images $(HELM) $(K8S_IMAGES)/probe.tar terraform-tools ## build the images, run tests/k8s on a fresh local cluster, then take it down
 	$(VENV)/bin/pytest -q -m k8s -p no:xdist tests/k8s
 
-# Whether this machine's Go module cache already holds the cluster's Kubernetes and KEDA modules:
+# Whether this machine's Go module cache already holds the Kubernetes, KEDA and OpenTofu modules:
 # then a fresh clone's `make test-k8s` builds from warm caches in minutes; cold, its builds take
 # about 30 minutes on 2 cores, and KEDA's 15 more (.ci/run skips the suite then, and says so).
 k8s-cached:
 	@cache="$$(GOTOOLCHAIN=local $(GO) env GOMODCACHE)/cache/download" && \
 	  test -f "$$cache/k8s.io/kubernetes/@v/$(K8S_VERSION).zip" && \
-	  test -f "$$cache/github.com/kedacore/keda/v2/@v/$(KEDA_VERSION).zip"
+	  test -f "$$cache/github.com/kedacore/keda/v2/@v/$(KEDA_VERSION).zip" && \
+	  test -f "$$cache/github.com/opentofu/opentofu/@v/v$(TOFU_VERSION).zip"
 
 .PHONY: cluster-packages cluster-tools cluster cluster-down cluster-load cluster-recycle cluster-status test-k8s k8s-cached keda-tools keda keda-down
 
