@@ -38,24 +38,29 @@ DB_NAMESPACE = "eventos-tier-l-db"
 @pytest.fixture(scope="module")
 def keda(cluster: Cluster) -> Iterator[None]:
     """KEDA installed into the cluster for this module, removed after it."""
-    cluster.run_cluster("keda")
-    yield
-    cluster.run_cluster("keda-down")
+    try:
+        cluster.run_cluster("keda")
+        yield
+    finally:
+        cluster.run_cluster("keda-down")
 
 
 @pytest.fixture(scope="module")
 def tier_l(cluster: Cluster, keda: None) -> Iterator[Release]:
     release = Release(cluster, "acme", "eventos-tier-l", "L")
-    release.database = external_postgresql(cluster, DB_NAMESPACE, release.image("postgres"))
-    done = release.install(*keda_values())
-    print(f"helm install (tier L): {release.install_s:.0f} s\n{done.stdout[-1500:]}")
-    assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
-    release.notes = done.stdout.partition("NOTES:\n")[2]
-    release.kubectl("wait", f"scaledobject/{release.prefix}-llm-c1", "--for=condition=Ready",
-                    "--timeout=120s")  # fmt: skip
-    yield release
-    release.uninstall()
-    cluster.kubectl("delete", "namespace", DB_NAMESPACE, "--wait=true", "--timeout=300s")
+    try:
+        release.database = external_postgresql(cluster, DB_NAMESPACE, release.image("postgres"))
+        done = release.install(*keda_values())
+        print(f"helm install (tier L): {release.install_s:.0f} s\n{done.stdout[-1500:]}")
+        assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
+        release.notes = done.stdout.partition("NOTES:\n")[2]
+        release.kubectl("wait", f"scaledobject/{release.prefix}-llm-c1", "--for=condition=Ready",
+                        "--timeout=120s")  # fmt: skip
+        yield release
+    finally:
+        release.uninstall()
+        cluster.kubectl("delete", "namespace", DB_NAMESPACE, "--ignore-not-found", "--wait=true",
+                        "--timeout=300s")  # fmt: skip
 
 
 def test_the_notes_send_temporal_users_to_the_cli(tier_l: Release) -> None:
