@@ -85,8 +85,10 @@ def test_every_pod_is_ready_with_one_deployment_per_class(tier_l: Release) -> No
 
 def psql(release: Release, database: str, query: str) -> list[str]:
     """A query on the external PostgreSQL, through its pod (no policy or port-forward between)."""
+    assert release.database is not None
     out = release.cluster.kubectl(
-        "exec", "-n", DB_NAMESPACE, "deployment/postgresql", "--",
+        "exec", "-n", DB_NAMESPACE, "deployment/postgresql", "--", "env",
+        f"PGPASSWORD={release.database.password}",
         "psql", "-U", "postgres", "-h", "127.0.0.1", "-d", database, "-tAc", query,
     )  # fmt: skip
     return out.split()
