@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -24,6 +24,8 @@ TIMEOUT_S = 5.0
 WAIT_S = 60.0
 RETRY_S = 1.0
 MAX_BODY = 2048  # of a /readyz answer shown when it is not ready
+
+Check = Callable[[str, float], tuple[bool, str]]  # an address and a timeout -> ready, detail
 
 
 def http_ready(url: str, timeout_s: float) -> tuple[bool, str]:
@@ -75,7 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.http and not args.grpc:
         parser.error("name at least one --http or --grpc target")
-    checks = [("http", name, addr, http_ready) for name, addr in args.http]
+    checks: list[tuple[str, str, str, Check]] = [
+        ("http", name, addr, http_ready) for name, addr in args.http
+    ]
     checks += [("grpc", name, addr, grpc_ready) for name, addr in args.grpc]
     deadline = time.monotonic() + args.wait
     failed = 0
