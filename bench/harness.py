@@ -31,7 +31,8 @@ from psycopg import sql
 
 from eventos.db import connect
 from eventos.db.migrate import migrate
-from eventos.local.embedded_pg import EmbeddedPostgres, free_port
+from eventos.local.embedded_pg import EmbeddedPostgres
+from eventos.local.ports import free_port
 from eventos.settings import DatabaseSettings, TemporalSettings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import yaml
 
-from eventos.local.embedded_pg import free_port
+from eventos.local.ports import free_port
 from eventos.testing import wait_for_sync
 
 ROOT = Path(__file__).resolve().parents[1]

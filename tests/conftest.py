@@ -38,6 +38,9 @@ TESTS = Path(__file__).resolve().parent
 for _folder in sorted({p.parent for p in TESTS.rglob("*.py")}):
     if str(_folder) not in sys.path:
         sys.path.append(str(_folder))
+# The k8s suite's helper modules say what differed in their asserts too (the test modules import
+# them before their `pytest_plugins` would load them).
+pytest.register_assert_rewrite("k8s_cluster", "k8s_release", "k8s_backlog", "k8s_faults")
 
 # The outside world of these tests (HTTP servers that tools call and polls read) is on
 # loopback; services started in-process and as processes read this from the environment.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from eventos.local.embedded_pg import free_port
+from eventos.local.ports import free_port
 from eventos.local.service_process import ServiceProcess
 from eventos.runtime.service import READYZ_PROBE_TIMEOUT_S
 from eventos.testing import wait_for_sync

@@ -16,7 +16,7 @@ from test_attention_api import Items, items  # noqa: F401 (a fixture)
 
 from eventos import names
 from eventos.cli import main
-from eventos.local.embedded_pg import free_port
+from eventos.local.ports import free_port
 
 
 @pytest.fixture(autouse=True)

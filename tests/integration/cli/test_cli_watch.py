@@ -22,7 +22,7 @@ from eventos import names
 from eventos.cli import main, watch
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.local.embedded_pg import free_port
+from eventos.local.ports import free_port
 from eventos.runtime.service import Service
 from eventos.settings import DatabaseSettings, ServiceSettings
 from eventos.testing import wait_for

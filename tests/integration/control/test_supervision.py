@@ -40,7 +40,7 @@ from eventos.contracts import (
 )
 from eventos.control.intent_deliverer import rearm
 from eventos.employees import intents
-from eventos.local.embedded_pg import free_port
+from eventos.local.ports import free_port
 from eventos.runtime.temporal import TemporalConnection
 from eventos.scheduling import admission
 from eventos.scheduling.policy import SchedConfig

@@ -22,7 +22,7 @@ from eventos.delivery.relay import Relay
 from eventos.employees import intents
 from eventos.health.loop import supervise_once
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.local.embedded_pg import free_port
+from eventos.local.ports import free_port
 from eventos.outbox.keys import OutboxKeys
 from eventos.runtime.payload_guard import connect
 from eventos.runtime.temporal import TemporalConnection

@@ -21,7 +21,7 @@ from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.delivery.relay import Breaker, Relay, StaleLease
 from eventos.employees import lifecycle
-from eventos.local.embedded_pg import free_port
+from eventos.local.ports import free_port
 from eventos.outbox.keys import OutboxKeys
 from eventos.owner import chat
 from eventos.runtime.metrics import BREAKERS_OPEN, DEAD_LETTERS, RELAY_LAG

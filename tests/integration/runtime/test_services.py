@@ -8,7 +8,7 @@ import httpx
 import pytest
 from conftest import run_service
 
-from eventos.local.embedded_pg import free_port
+from eventos.local.ports import free_port
 from eventos.runtime.wiring import ConnectedConfig, build_connected
 from eventos.settings import DatabaseSettings, ServiceSettings, TemporalSettings
 from eventos.v1 import wake_pb2, wake_pb2_grpc

@@ -33,7 +33,7 @@ from eventos import names
 from eventos.cli import main
 from eventos.db import Conn
 from eventos.delivery.relay import Relay
-from eventos.local.embedded_pg import free_port
+from eventos.local.ports import free_port
 from eventos.runtime.temporal import TemporalConnection
 from eventos.scheduling import ledger
 from eventos.scheduling.policy import SchedConfig

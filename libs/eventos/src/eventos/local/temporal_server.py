@@ -23,9 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -46,6 +44,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from eventos.errors import EventOSError
 from eventos.local import processes
+from eventos.local.ports import free_port
 from eventos.local.temporal_dev import RETENTION, retention_of, run_in_thread, set_retention
 from eventos.settings import ServerTools
 
@@ -76,10 +75,6 @@ INTERNAL_PORTS = (
     "worker",
     "workerMembership",
 )
-# The server records its services' ports in a smallint column (cluster_membership), so they are
-# picked below 32768, under the usual ephemeral range.
-PORT_RANGE = (20000, 32767)
-PORT_TRIES = 500
 TOOL_TIMEOUT_S = 120.0
 READY_QUEUE = "eventos-readiness"
 _POLL_INTERVAL = 0.2
@@ -168,7 +163,7 @@ class TemporalServer:
         taken = {self.port, self.http_port, self.metrics_port, *self.internal_ports.values()}
 
         def pick() -> int:
-            port = low_free_port(self.host, taken)
+            port = free_port(self.host, taken)
             taken.add(port)
             return port
 
@@ -376,18 +371,3 @@ async def _namespace_ready(client: Client, namespace: str) -> bool:
     probe = DescribeTaskQueueRequest(namespace=namespace, task_queue=TaskQueue(name=READY_QUEUE))
     await service.describe_task_queue(probe)
     return True
-
-
-def low_free_port(host: str, taken: set[int]) -> int:
-    """A port in PORT_RANGE that is free on `host` now and not in `taken`."""
-    for _ in range(PORT_TRIES):
-        port = random.randint(*PORT_RANGE)
-        if port in taken:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                continue
-        return port
-    raise ServerError(f"no free port in {PORT_RANGE} on {host} after {PORT_TRIES} tries")

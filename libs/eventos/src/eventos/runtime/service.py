@@ -141,6 +141,10 @@ class LoopFailed(RuntimeError):
     """A service stopped because one of its background loops failed or ended on its own."""
 
 
+class ListenFailed(RuntimeError):
+    """A service could not listen on one of its ports (taken, or an address it cannot bind)."""
+
+
 @dataclass
 class Service:
     """One running service: its HTTP app (Starlette `routes`, and `raw_routes` by path prefix),
@@ -182,8 +186,17 @@ class Service:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
-        grpc_server = await self._start_grpc()
-        sock = bind(self.host, self.http_port)
+        grpc_server, port = None, self.grpc_port
+        try:
+            grpc_server = await self._start_grpc()
+            port = self.http_port
+            sock = bind(self.host, self.http_port)
+        except (OSError, RuntimeError) as exc:  # grpc says RuntimeError, socket OSError
+            if grpc_server is not None:
+                await grpc_server.stop(grace=None)
+            for fn in self.on_stop:  # what the service opened before (pools, clients)
+                await fn()
+            raise ListenFailed(f"{self.name}: cannot listen on {self.host}:{port}: {exc}") from exc
         self.bound_http_port = sock.getsockname()[1]
         b = self.http_bounds
         config = uvicorn.Config(
@@ -252,7 +265,7 @@ def run_main(service: str, main: Coroutine[Any, Any, None]) -> None:
     with telemetry.started(service):
         try:
             uvloop.run(main)
-        except LoopFailed as exc:
+        except (LoopFailed, ListenFailed) as exc:
             # Exit non-zero: a supervisor (kubelet, systemd, `eventos.local`) sees a failure
             # and restarts the service, never a clean stop.
             log.error("%s", exc)

@@ -1,0 +1,49 @@
+"""Ports for the local servers (`make run`, the tests' stacks): picked now, bound moments later."""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Collection
+from pathlib import Path
+
+# The kernel hands outgoing connections local ports from this range (Linux's default when the
+# file cannot be read). A port picked here is bound by a server seconds later (a service
+# starting on a loaded machine): picked from the ephemeral range, it could meanwhile become
+# some connection's local port, and the server would fail to bind ("Address already in use").
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+DEFAULT_EPHEMERAL = (32768, 60999)
+LISTEN_FLOOR = 10000  # above the well-known and registered ports servers here use
+LISTEN_CEILING = 32767  # the Temporal server keeps its members' ports in a smallint column
+PICK_ATTEMPTS = 64
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections."""
+    try:
+        low, high = (int(n) for n in EPHEMERAL_RANGE_FILE.read_text().split())
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL
+    return low, high
+
+
+def free_port(host: str = "127.0.0.1", taken: Collection[int] = ()) -> int:
+    """A TCP port free right now on `host` and not in `taken`, below the kernel's ephemeral
+    range (so no outgoing connection takes it before the server that was given it binds it) and
+    below 32768; a random one, so that processes picking at once rarely pick the same. Where no
+    such range is left, any free port."""
+    highest = min(ephemeral_range()[0] - 1, LISTEN_CEILING)
+    if highest > LISTEN_FLOOR:
+        for _ in range(PICK_ATTEMPTS):
+            port = random.randint(LISTEN_FLOOR, highest)
+            if port in taken:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
