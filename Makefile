@@ -413,8 +413,8 @@ test-k8s: install cluster-tools keda-tools images $(HELM) $(K8S_IMAGES)/probe.ta
 	$(VENV)/bin/pytest -q -m k8s -p no:xdist tests/k8s
 
 # Whether this machine's Go module cache already holds the Kubernetes, KEDA and OpenTofu modules:
-# then a fresh clone's `make test-k8s` builds from warm caches in minutes; cold, its builds take
-# about 30 minutes on 2 cores, and KEDA's 15 more (.ci/run skips the suite then, and says so).
+# then a fresh clone's `make test-k8s` builds from warm caches in minutes; cold, its builds took
+# 37 minutes on 2 cores (.ci/run skips the suite then, and says so).
 k8s-cached:
 	@cache="$$(GOTOOLCHAIN=local $(GO) env GOMODCACHE)/cache/download" && \
 	  test -f "$$cache/k8s.io/kubernetes/@v/$(K8S_VERSION).zip" && \
