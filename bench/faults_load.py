@@ -481,8 +481,10 @@ class EffectTarget:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                # A worker killed during the pause has gone: there is no one to answer.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.end_headers()
+                    self.wfile.write(body)
 
         return Handler
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +35,8 @@ WHOLE = (*names.SERVICES, TEMPORAL, POSTGRES)  # each has a Ready pod when the r
 GONE_S = 60.0  # a deleted pod's containers are stopped by then
 BACK_S = 300.0  # a deleted server's new pod has started by then
 CONNECT_S = 1.0
+# The bundled server's first log line (its log_timezone is UTC).
+PG_STARTING = re.compile(r"^(\S+ \S+) UTC \[1\] LOG:  starting PostgreSQL", re.MULTILINE)
 
 
 def component(target: str) -> str:
@@ -92,7 +95,8 @@ class ClusterTarget:
         assert _connects(old["status"]["podIP"], _first_port(old)), f"{target} unreachable"
         self._delete([old])
         down(self._gone([old]))
-        up(self._started(component(target), old["metadata"]["uid"]))
+        new = self._replaced(component(target), old["metadata"]["uid"])
+        up(self._postgres_started(new) if target == POSTGRES else self._container_started(new))
 
     def _all_pods(self) -> list[dict[str, Any]]:
         out = self.release.kubectl("get", "pods", "-l",
@@ -122,21 +126,39 @@ class ClusterTarget:
                       interval=0.2, what=f"deleted pods {addresses} stop taking connections")  # fmt: skip
         return time.time()
 
-    def _started(self, label: str, old_uid: str) -> float:
-        """When the container of the pod that replaced `old_uid` started (the kubelet's clock,
-        this machine's; whole seconds, rounded down)."""
+    def _replaced(self, label: str, old_uid: str) -> str:
+        """The name of the pod that replaced `old_uid`, once its container runs."""
 
-        def started() -> float | None:
+        def running() -> str | None:
             for pod in self._pods_of(label):
                 if pod["metadata"]["uid"] == old_uid:
                     continue  # the deleted pod, still listed for a moment
-                for status in pod["status"].get("containerStatuses", []):
-                    running = status.get("state", {}).get("running")
-                    if running:
-                        return datetime.fromisoformat(running["startedAt"]).timestamp()
+                if any("running" in s.get("state", {})
+                       for s in pod["status"].get("containerStatuses", [])):  # fmt: skip
+                    return str(pod["metadata"]["name"])
             return None
 
-        at = wait_for_sync(started, timeout=BACK_S, interval=0.5, what=f"a new {label} pod started")
+        name = wait_for_sync(running, timeout=BACK_S, interval=0.5, what=f"a new {label} pod")
+        assert name is not None  # wait_for_sync returns only what holds
+        return name
+
+    def _container_started(self, pod: str) -> float:
+        """When the pod's container started (the kubelet's clock, this machine's; whole seconds,
+        rounded down)."""
+        status = json.loads(self.release.kubectl("get", "pod", pod, "-o", "json"))["status"]
+        started = status["containerStatuses"][0]["state"]["running"]["startedAt"]
+        return datetime.fromisoformat(started).timestamp()
+
+    def _postgres_started(self, pod: str) -> float:
+        """When the new server started, from its log (its entrypoint may first wait for the old
+        server to exit, so the container's start says nothing)."""
+
+        def started() -> float | None:
+            log = self.release.kubectl("logs", pod, check=False)
+            found = PG_STARTING.search(log)
+            return datetime.fromisoformat(found.group(1) + "+00:00").timestamp() if found else None
+
+        at = wait_for_sync(started, timeout=BACK_S, interval=0.5, what=f"{pod}: server started")
         assert at is not None  # wait_for_sync returns only what holds
         return at
 
