@@ -34,9 +34,11 @@ COMPONENTS = {"workers-llm": "llm", POSTGRES: "postgresql", TEMPORAL: "temporal"
 WHOLE = (*names.SERVICES, TEMPORAL, POSTGRES)  # each has a Ready pod when the release is whole
 GONE_S = 60.0  # a deleted pod's containers are stopped by then
 BACK_S = 300.0  # a deleted server's new pod has started by then
-CONNECT_S = 1.0
-# The bundled server's first log line (its log_timezone is UTC).
-PG_STARTING = re.compile(r"^(\S+ \S+) UTC \[1\] LOG:  starting PostgreSQL", re.MULTILINE)
+CONNECT_S = 0.5
+# The bundled server's log line once it takes sessions again (its log_timezone is UTC).
+PG_READY = re.compile(
+    r"^(\S+ \S+) UTC \[1\] LOG:  database system is ready to accept connections", re.MULTILINE
+)
 
 
 def component(target: str) -> str:
@@ -60,7 +62,7 @@ class ClusterTarget:
     def lose_postgres(self, seconds: float, down: Callable[..., None],
                       up: Callable[..., None]) -> None:  # fmt: skip
         """Delete PostgreSQL's pod (its StatefulSet makes it again on the same volume: crash
-        recovery); `up` with the moment the new pod's container started. `seconds` is not
+        recovery); `up` with the moment the new server took sessions again. `seconds` is not
         used: the outage lasts as long as the new pod takes."""
         self._lose(POSTGRES, down, up)
 
@@ -96,7 +98,7 @@ class ClusterTarget:
         self._delete([old])
         down(self._gone([old]))
         new = self._replaced(component(target), old["metadata"]["uid"])
-        up(self._postgres_started(new) if target == POSTGRES else self._container_started(new))
+        up(self._postgres_ready(new) if target == POSTGRES else self._container_started(new))
 
     def _all_pods(self) -> list[dict[str, Any]]:
         out = self.release.kubectl("get", "pods", "-l",
@@ -120,11 +122,19 @@ class ClusterTarget:
                              "--wait=false")  # fmt: skip
 
     def _gone(self, pods: list[dict[str, Any]]) -> float:
-        """The moment no deleted pod takes connections on its first port any more."""
+        """The moment no deleted pod took connections on its first port any more: when the
+        first round of attempts that all failed began (an attempt to an address whose pod is
+        gone waits out its timeout: the end of the round is late)."""
         addresses = [(p["status"]["podIP"], _first_port(p)) for p in pods]
-        wait_for_sync(lambda: not any(_connects(*a) for a in addresses), timeout=GONE_S,
-                      interval=0.2, what=f"deleted pods {addresses} stop taking connections")  # fmt: skip
-        return time.time()
+
+        def gone_since() -> float | None:
+            began = time.time()
+            return None if any(_connects(*a) for a in addresses) else began
+
+        at = wait_for_sync(gone_since, timeout=GONE_S, interval=0.1,
+                           what=f"deleted pods {addresses} stop taking connections")  # fmt: skip
+        assert at is not None  # wait_for_sync returns only what holds
+        return at
 
     def _replaced(self, label: str, old_uid: str) -> str:
         """The name of the pod that replaced `old_uid`, once its container runs."""
@@ -149,16 +159,17 @@ class ClusterTarget:
         started = status["containerStatuses"][0]["state"]["running"]["startedAt"]
         return datetime.fromisoformat(started).timestamp()
 
-    def _postgres_started(self, pod: str) -> float:
-        """When the new server started, from its log (its entrypoint may first wait for the old
-        server to exit, so the container's start says nothing)."""
+    def _postgres_ready(self, pod: str) -> float:
+        """When the new server took sessions again (after its crash recovery), from its log: no
+        commit can happen before. (Its container's start says nothing: the entrypoint first
+        waits for the old server to exit.)"""
 
-        def started() -> float | None:
+        def ready() -> float | None:
             log = self.release.kubectl("logs", pod, check=False)
-            found = PG_STARTING.search(log)
+            found = PG_READY.search(log)
             return datetime.fromisoformat(found.group(1) + "+00:00").timestamp() if found else None
 
-        at = wait_for_sync(started, timeout=BACK_S, interval=0.5, what=f"{pod}: server started")
+        at = wait_for_sync(ready, timeout=BACK_S, interval=0.5, what=f"{pod}: server ready")
         assert at is not None  # wait_for_sync returns only what holds
         return at
 

@@ -97,7 +97,7 @@ def test_deleting_every_roles_pods_and_the_database_loses_nothing_and_does_nothi
     print(f"seed {SEED}: {len(result.done)} faults, {time.monotonic() - started:.0f} s in all "
           f"(install {release.install_s:.0f} s)")  # fmt: skip
     for done in result.done:
-        up = f", started again after {done.up - done.began:4.1f} s" if done.up else ""
+        up = f", serving again after {done.up - done.began:4.1f} s" if done.up else ""
         print(f"  {done.fault}  gone after {done.down - done.began:4.1f} s{up}, whole again "
               f"after {done.back - done.began:4.1f} s")  # fmt: skip
     restart = ClusterTarget(release).logs(POSTGRES).split("ready to accept connections")[0]
