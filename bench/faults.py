@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,13 +32,14 @@ from faults_book import Book
 from faults_instance import TEMPORAL, Instance
 from faults_ledger import Ledger, Line, Receivers, account
 from faults_load import TELEGRAM_LATENCY_S, TESTS, EffectTarget, Load, Rates, secret_env, specs
-from faults_schedule import TAIL_S, Done, Executor, Fault, Profile, plan
+from faults_schedule import TAIL_S, Done, Executor, Fault, FaultTarget, Profile, plan
 from harness import exit_on_signals, progress
 
 sys.path.insert(0, str(TESTS))
 from fake_telegram import FakeTelegram
 
 PROGRESS_S = 30.0
+LATE_TASK = "Task not found when completing"  # a worker's log line
 QUIET = """SELECT
   (SELECT count(*) FROM bus_ingress WHERE status = 'accepted')
   + (SELECT count(*) FROM bus_deliveries WHERE status IN ('pending', 'held', 'delivered'))
@@ -81,6 +85,39 @@ class Result:
     acked: dict[str, int]
 
 
+@dataclass
+class Stage:
+    """Where the load goes and what the faults hit: the local instance here, a release on a
+    cluster in tests/k8s/test_faults.py."""
+
+    ingress_url: str
+    ingress_grpc: str
+    admin_token: str
+    target: FaultTarget
+    victims: list[str]  # what the plan kills, each `kills_each` times
+    # The database's URL, asked for once the faults are done (a cluster's port-forward to
+    # PostgreSQL would not outlive the loss of its pod).
+    database: Callable[[], AbstractContextManager[str]]
+    late_tasks: Callable[[], dict[str, int]]  # per service: LATE_TASK lines in its logs
+
+
+def local_stage(instance: Instance) -> Stage:
+    """The local instance as a stage: every service and the Temporal server are killed."""
+    return Stage(instance.ingress_url, instance.ingress_grpc, instance.admin_token, instance,
+                 [*instance.services(), TEMPORAL],
+                 lambda: contextlib.nullcontext(instance.database_url),
+                 lambda: _late_tasks(instance))  # fmt: skip
+
+
+def service_env(telegram_api: str) -> dict[str, str]:
+    """The services' settings of a run besides the secrets: Telegram at the fake, channels
+    that notice a stopped reader within seconds, tools allowed to reach the effect server on a
+    private address."""
+    return {"EVENTOS_CHANNELS_TELEGRAM_API": telegram_api, "EVENTOS_CHANNELS_POLL_TIMEOUT_S": "5",
+            "EVENTOS_CHANNELS_REFRESH_S": "1", "EVENTOS_CHANNELS_LEASE_TTL_S": "5",
+            "EVENTOS_OUTBOUND_ALLOW_PRIVATE": "true"}  # fmt: skip
+
+
 def run(config: Config, workdir: Path) -> Result:
     """One fault run in `workdir` (the instance's state and logs stay there)."""
     return asyncio.run(_run(config, workdir))
@@ -97,57 +134,50 @@ async def _run(config: Config, workdir: Path) -> Result:
             specs_dir.mkdir(parents=True, exist_ok=True)
             for name, text in specs().items():
                 (specs_dir / f"{name}.yaml").write_text(text)
-            env = {**secret_env(bot), "EVENTOS_CHANNELS_TELEGRAM_API": fake.base_url,
-                   "EVENTOS_CHANNELS_POLL_TIMEOUT_S": "5", "EVENTOS_CHANNELS_REFRESH_S": "1",
-                   "EVENTOS_CHANNELS_LEASE_TTL_S": "5",
-                   "EVENTOS_OUTBOUND_ALLOW_PRIVATE": "true"}  # fmt: skip
+            env = {**secret_env(bot), **service_env(fake.base_url)}
             instance = Instance(workdir, specs_dir, env, config.tier, say=progress)
             await asyncio.to_thread(instance.start)
             try:
-                return await _load_and_faults(config, workdir, instance, fake, bot, target)
+                return await load_and_faults(config, local_stage(instance), fake, bot, target,
+                                             workdir)  # fmt: skip
             finally:
                 await asyncio.to_thread(instance.stop)
     finally:
         await fake.stop()
 
 
-async def _load_and_faults(
-    config: Config, workdir: Path, instance: Instance, fake: FakeTelegram, bot: str,
-    target: EffectTarget,
+async def load_and_faults(
+    config: Config, stage: Stage, fake: FakeTelegram, bot: str, target: EffectTarget,
+    workdir: Path,
 ) -> Result:  # fmt: skip
+    """The load through the planned faults, the drain, and the ledger."""
     book = Book()
-    load = Load(
-        book,
-        random.Random(config.seed),
-        config.rates,
-        instance.ingress_url,
-        instance.ingress_grpc,
-        instance.admin_token,
-        fake,
-        bot,
-        target,
-        workdir,
-    )
-    faults = plan(config.seed, [*instance.services(), TEMPORAL], config.profile)
-    executor = Executor(instance, faults, progress)
+    load = Load(book, random.Random(config.seed), config.rates, stage.ingress_url,
+                stage.ingress_grpc, stage.admin_token, fake, bot, target, workdir)  # fmt: skip
+    faults = plan(config.seed, stage.victims, config.profile)
+    executor = Executor(stage.target, faults, progress)
     try:
         await load.setup()
         load.start()
         executor.start(time.time())
         await _until_faults_done(executor, load, len(faults))
         await load.stop_sending()
-        drained = await _drain(load, instance.database_url, config.drain_s)
-        progress(
-            f"drained in {drained:.0f} s"
-            if drained >= 0
-            else f"not drained after {config.drain_s:g} s: the ledger names what is left"
-        )
-        receivers = Receivers(
-            fake.sent(bot), {tag: target.reached(f"/effect/{tag}") for tag in book.tools}
-        )
-        ledger = await asyncio.to_thread(account, config.seed, instance.database_url, book,
-                                         receivers, executor.done)  # fmt: skip
-        ledger.lines.append(_late_tasks(instance))
+        with stage.database() as url:
+            drained = await _drain(load, url, config.drain_s)
+            progress(
+                f"drained in {drained:.0f} s"
+                if drained >= 0
+                else f"not drained after {config.drain_s:g} s: the ledger names what is left"
+            )
+            receivers = Receivers(
+                fake.sent(bot), {tag: target.reached(f"/effect/{tag}") for tag in book.tools}
+            )
+            ledger = await asyncio.to_thread(account, config.seed, url, book, receivers,
+                                             executor.done)  # fmt: skip
+        late = await asyncio.to_thread(stage.late_tasks)
+        ledger.lines.append(Line("workflow tasks finished past their timeout",
+                                 ", ".join(f"{n} {c}" for n, c in late.items() if c) or "0",
+                                 checked=False))  # fmt: skip
         ledger.lines.append(
             Line(
                 "the harness itself",
@@ -161,18 +191,15 @@ async def _load_and_faults(
         await load.close()
 
 
-def _late_tasks(instance: Instance) -> Line:
+def _late_tasks(instance: Instance) -> dict[str, int]:
     """Workflow tasks a worker finished after Temporal had timed them out (their work is done
     again), from the workers' logs: a figure of how the instance coped."""
-    counts = []
+    counts = {}
     for name, svc in instance.stack.services.items():
         if svc.log_path.exists():
             with svc.log_path.open(errors="replace") as log:
-                n = sum("Task not found when completing" in line for line in log)
-            if n:
-                counts.append(f"{name} {n}")
-    return Line("workflow tasks finished past their timeout", ", ".join(counts) or "0",
-                checked=False)  # fmt: skip
+                counts[name] = sum(LATE_TASK in line for line in log)
+    return counts
 
 
 async def _until_faults_done(executor: Executor, load: Load, planned: int) -> None:

@@ -100,7 +100,7 @@ class Instance:
         with httpx.Client(timeout=READY_PROBE_S) as client:
             return [n for n, s in self.stack.services.items() if not _answers(client, s)]
 
-    def kill(self, target: str, down: Callable[[], None]) -> None:
+    def kill(self, target: str, down: Callable[..., None]) -> None:
         """SIGKILL `target` (a service or Temporal); `down` is called once it is gone. The
         instance's supervision restarts a service; Temporal is restarted here at once on the
         same state, as its pod would be."""
@@ -117,8 +117,8 @@ class Instance:
             process.wait(EXIT_WAIT_S)
             down()
 
-    def lose_temporal(self, seconds: float, down: Callable[[], None],
-                      up: Callable[[], None]) -> None:  # fmt: skip
+    def lose_temporal(self, seconds: float, down: Callable[..., None],
+                      up: Callable[..., None]) -> None:  # fmt: skip
         """SIGKILL Temporal, keep it down `seconds`, start it again on the same state; `down`
         is called once it is gone, `up` just before it starts."""
         with self._lock:
@@ -128,8 +128,8 @@ class Instance:
             up()
             self._start_temporal()
 
-    def lose_postgres(self, seconds: float, down: Callable[[], None],
-                      up: Callable[[], None]) -> None:  # fmt: skip
+    def lose_postgres(self, seconds: float, down: Callable[..., None],
+                      up: Callable[..., None]) -> None:  # fmt: skip
         """Stop PostgreSQL the hard way (immediate shutdown: no checkpoint, crash recovery on
         the next start), keep it down `seconds`, start it again on the same data and port."""
         pg = self.stack.postgres

@@ -347,9 +347,10 @@ def outage_lines(conn: psycopg.Connection[Any], attempts: list[Attempt],
         if d in tp and 1 in per_class:
             late += owner_behind(conn, d)
     counted = sum(1 for d in pg + tp for _ in during(attempts, d))
+    answered_pg = sum(len(during(attempts, d)) for d in pg)
     return [
-        Line("2xx while PostgreSQL was down", f"{len(yes)} of the answers in {len(pg)} outages",
-             yes),
+        Line("2xx while PostgreSQL was down", f"{len(yes)} of the {answered_pg} answers in "
+             f"{len(pg)} outages", yes),
         Line("not 2xx while Temporal was down", f"{len(no)} ({counted} answers during all "
              "outages)", no),
         Line("owner's backlog taken first after Temporal", f"{len(late)}", late),

@@ -82,8 +82,9 @@ class Rates:
         return self.webhooks + self.driver + 3 * self.chat + self.telegram
 
 
-def specs() -> dict[str, str]:
-    """The employees of the run, as YAML specs by name."""
+def specs(effect_host: str = "127.0.0.1") -> dict[str, str]:
+    """The employees of the run, as YAML specs by name (`fx-front`'s http_request may reach
+    the effect server's host)."""
     docs = {}
     for name in EMPLOYEES:
         triggers = [
@@ -99,7 +100,7 @@ def specs() -> dict[str, str]:
         if name == FRONT:
             triggers += ["{kind: chat}", f"{{kind: telegram, account: {ACCOUNT}}}"]
             agent = ("{name: main, model: {provider: local, name: scripted}, system: You help.,"
-                     " tools: [http_request], http_hosts: [127.0.0.1]}")  # fmt: skip
+                     f" tools: [http_request], http_hosts: [{effect_host}]}}")  # fmt: skip
         lines = "\n".join(f"    - {t}" for t in triggers)
         docs[name] = (f"apiVersion: eventos/v1\nkind: Employee\nmetadata: {{name: {name}}}\n"
                       f"spec:\n  agents:\n    - {agent}\n  triggers:\n{lines}\n")  # fmt: skip
@@ -437,17 +438,18 @@ class EffectTarget:
     """The outside world of `http_request`: a loopback server counting what reaches each
     path, answering after a pause (so a worker killed meanwhile never hears back)."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, host: str = "127.0.0.1") -> None:
         self.arrivals: collections.Counter[str] = collections.Counter()
         self.lock = threading.Lock()
         self.rng = random.Random(seed)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingHTTPServer((host, 0), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}"
 
     def __enter__(self) -> EffectTarget:
         self.thread.start()
@@ -479,8 +481,10 @@ class EffectTarget:
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                # A worker killed during the pause has gone: there is no one to answer.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.end_headers()
+                    self.wfile.write(body)
 
         return Handler
 

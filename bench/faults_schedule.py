@@ -16,8 +16,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from faults_instance import POSTGRES, TEMPORAL, Instance
+from faults_instance import POSTGRES, TEMPORAL
 
 KILL = "kill"
 LOSE = "lose"
@@ -60,7 +61,7 @@ class Fault:
     seconds: float = 0.0
 
     def __str__(self) -> str:
-        lost = f" for {self.seconds:g} s" if self.kind == LOSE else ""
+        lost = f" for {self.seconds:g} s" if self.kind == LOSE and self.seconds else ""
         return f"{self.at_s:7.1f} s  {self.kind} {self.target}{lost}"
 
 
@@ -103,11 +104,38 @@ class Done:
         return f"{self.fault.kind} {self.fault.target}"
 
 
+Moment = Callable[[float | None], None]  # when something happened (None: now)
+
+
+class FaultTarget(Protocol):
+    """What a plan is carried out against: a local instance (faults_instance.Instance) or a
+    release on a cluster (tests/k8s/k8s_faults.py). Each fault call returns once the target is
+    gone (and, for a loss, started again), calling `down` and `up` with the moments."""
+
+    def kill(self, target: str, down: Moment) -> None: ...
+
+    def lose_postgres(self, seconds: float, down: Moment, up: Moment) -> None: ...
+
+    def lose_temporal(self, seconds: float, down: Moment, up: Moment) -> None: ...
+
+    def ready(self) -> bool:
+        """Whole: every service ready, both servers up."""
+        ...
+
+    def not_ready(self) -> list[str]:
+        """What is not ready (for a progress line)."""
+        ...
+
+    def revive(self) -> None:
+        """Start a server that exited by itself (where nothing else would)."""
+        ...
+
+
 @dataclass
 class Executor:
-    """Carries out a plan against an instance, in a thread, one fault at a time."""
+    """Carries out a plan against a target, in a thread, one fault at a time."""
 
-    instance: Instance
+    instance: FaultTarget
     faults: list[Fault]
     say: Callable[[str], None]
     done: list[Done] = field(default_factory=list)
@@ -147,11 +175,11 @@ class Executor:
     def _apply(self, fault: Fault) -> Done:
         done = Done(fault, time.time(), 0.0)
 
-        def gone() -> None:
-            done.down = time.time()
+        def gone(at: float | None = None) -> None:
+            done.down = at or time.time()
 
-        def starting() -> None:
-            done.up = time.time()
+        def starting(at: float | None = None) -> None:
+            done.up = at or time.time()
 
         if fault.kind == KILL:
             self.instance.kill(fault.target, gone)
@@ -170,6 +198,6 @@ class Executor:
             if self.instance.ready() or self._stop.is_set():
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the instance was not whole {RECOVERY_S:g} s {when}: "
+                raise RuntimeError(f"the target was not whole {RECOVERY_S:g} s {when}: "
                                    f"not ready: {self.instance.not_ready()}")  # fmt: skip
             time.sleep(0.5)  # a readiness poll, between probes

@@ -123,6 +123,7 @@ class LoopbackFake:
     what = "a fake provider"
 
     def __init__(self) -> None:
+        self.host = "127.0.0.1"  # set before `start` to serve on another address
         self.port = 0
         self.skew = 0.0
         self.faults: dict[object, deque[Fault]] = {}
@@ -132,7 +133,7 @@ class LoopbackFake:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def now(self) -> float:
         """The fake's clock: wall time plus what `advance` added."""
@@ -147,7 +148,7 @@ class LoopbackFake:
 
     async def start(self) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((self.host, 0))
         sock.listen(128)
         self.port = sock.getsockname()[1]
         app = Starlette(routes=self.routes())

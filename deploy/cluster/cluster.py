@@ -189,7 +189,7 @@ def recycle(layout: Layout) -> int:
         if pv["status"].get("phase") != "Released" or spec.get("storageClassName") != "local":
             continue
         folder = Path(spec["local"]["path"])
-        if folder.parent != layout.volumes:  # only the folders `up` made
+        if folder.parent.resolve() != layout.volumes.resolve():  # only the folders `up` made
             continue
         for child in folder.iterdir():
             if child.is_dir() and not child.is_symlink():

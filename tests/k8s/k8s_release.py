@@ -16,7 +16,7 @@ import re
 import secrets
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,16 +89,25 @@ class Release:
             self.kubectl("create", "secret", "generic", f"{self.name}-{name}",
                          f"--from-literal={key}={value}")  # fmt: skip
 
-    def install(self, *sets: str, **json_sets: Any) -> subprocess.CompletedProcess[str]:
-        """`helm install --wait` with the tier's values, the images and the Secrets; `sets` as
-        --set, `json_sets` (dotted keys spelled with __) as --set-json."""
+    def install(
+        self, *sets: str, values: Sequence[Path] = (),
+        employee_secrets: Mapping[str, str] | None = None, **json_sets: Any,
+    ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """`helm install --wait` with the tier's values, the images and the Secrets; `values`
+        files go last, `employee_secrets` (reference → value) become the employees' Secret;
+        `sets` as --set, `json_sets` (dotted keys spelled with __) as --set-json."""
         self.cluster.kubectl("create", "namespace", self.namespace)
         self.create_secrets()
-        values = [f"values-tier-{self.tier.lower()}.yaml"]
+        keys = ["database", "admin", "internal", "outbox"]
+        if employee_secrets is not None:
+            literals = [f"--from-literal={k}={v}" for k, v in employee_secrets.items()]
+            self.kubectl("create", "secret", "generic", f"{self.name}-employees", *literals)
+            keys.append("employees")
+        tier_values = [f"values-tier-{self.tier.lower()}.yaml"]
         args = ["install", self.name, str(CHART), "--wait", "--timeout", INSTALL_TIMEOUT]
-        for path in [CHART / v for v in values] + [IMAGE_VALUES, SINGLE_NODE]:
+        for path in [CHART / v for v in tier_values] + [IMAGE_VALUES, SINGLE_NODE, *values]:
             args += ["-f", str(path)]
-        for key in ["database", "admin", "internal", "outbox"]:
+        for key in keys:
             args += ["--set", f"secrets.{key}.existingSecret={self.name}-{key}"]
         args += ["--set", f"instance.id=inst-{self.tier.lower()}-k8s-tests"]
         if self.database is None:
@@ -141,6 +150,17 @@ class Release:
             if not ok:
                 found.append(f"{pod['metadata']['name']}: {pod['status']}")
         return found
+
+    def secret(self, name: str, key: str) -> str:
+        """One value of one of the release's Secrets (`{release}-{name}`)."""
+        encoded = self.kubectl("get", "secret", f"{self.name}-{name}",
+                               "-o", f"jsonpath={{.data.{key}}}")  # fmt: skip
+        return base64.b64decode(encoded).decode()
+
+    def service_ip(self, service: str) -> str:
+        """The ClusterIP of one of the release's Services."""
+        return self.kubectl("get", "service", f"{self.prefix}-{service}",
+                            "-o", "jsonpath={.spec.clusterIP}").strip()  # fmt: skip
 
     def pod_table(self) -> str:
         return self.kubectl("get", "pods", "-o", "wide")

@@ -246,6 +246,43 @@ def test_postgresql_initialises_starts_and_answers_as_its_user(postgres: str) ->
     assert wrong.returncode != 0 and "password authentication failed" in wrong.stderr
 
 
+def test_a_second_postgresql_on_the_same_data_waits_until_the_first_has_exited(
+    images: dict[str, str], postgres: str, tmp_path: Path
+) -> None:
+    """A StatefulSet makes a force-deleted pod again at once, while the old pod's server may
+    still run and commit: the new server must not start on the data directory before the old
+    one has exited, or the commits only the old one's WAL holds are lost (what the cluster's
+    fault run found, docs/faults.md). Here two containers share the data volume, as the two
+    pods share the claim."""
+    second = f"{postgres}-second"
+    try:
+        started = podman("run", "-d", "--name", second, "--network", "none",
+                         "--user", "999:999", *limits(), *AS_THE_CHART,
+                         "-v", f"{tmp_path / 'data'}:/var/lib/postgresql/data",
+                         "-v", f"{volume(tmp_path / 'run2', 999)}:/var/run/postgresql",
+                         "-v", f"{tmp_path / 'password'}:/var/run/secrets/postgresql/password:ro",
+                         "-e", "POSTGRES_PASSWORD_FILE=/var/run/secrets/postgresql/password",
+                         "-e", "PGDATA=/var/lib/postgresql/data/pgdata",
+                         images["postgres"])  # fmt: skip
+        assert started.returncode == 0, started.stderr
+
+        def log(name: str) -> str:
+            done = podman("logs", name)
+            return done.stdout + done.stderr
+
+        wait_for_sync(lambda: "another server holds" in log(second), timeout=30, interval=0.5,
+                      what="the second server waiting for the first")  # fmt: skip
+        assert psql(postgres, "CREATE TABLE last_words AS SELECT 1 AS n").returncode == 0
+        ready = ["exec", second, "pg_isready", "-U", "postgres", "-h", "127.0.0.1"]
+        assert podman(*ready).returncode != 0, log(second)  # not serving beside the first
+        podman("kill", "--signal", "KILL", postgres)  # no shutdown checkpoint: crash recovery
+        wait_for_sync(lambda: psql(second, "SELECT n FROM last_words").stdout.strip() == "1",
+                      timeout=60, interval=0.5, what="the first server's last commit served")  # fmt: skip
+        print(log(second))
+    finally:
+        podman("rm", "--force", "--time", "2", second)
+
+
 # Tier L with the bundled PostgreSQL, but every address is the pod's loopback: here the Job and
 # server containers join the PostgreSQL container's network namespace instead of a Service.
 TIER_L_HERE = (*REQUIRED, "postgresql.bundled.enabled=true", "postgresql.existingSecret=acme-pg",

@@ -8,6 +8,21 @@ set -eu
 user=${POSTGRES_USER:-postgres}
 sockets=/var/run/postgresql
 
+# One server on the data directory at a time, whatever the pods. A StatefulSet makes its pod
+# again as soon as the old one leaves the API, and a forced deletion (--grace-period=0 --force)
+# does not wait for the old containers to stop: the new server started on the volume while the
+# old one still committed, and the commits only the old one's WAL held were lost (the cluster's
+# fault run, docs/faults.md). postmaster.pid cannot tell: the old server lives in another PID
+# namespace. So the server holds a lock on a file beside PGDATA, taken here and kept across
+# `exec` (fd 9, inherited by every server process), and the next server waits for it: it is
+# released when the old server's last process has exited.
+lock="$(dirname "$PGDATA")/.postgres-server.lock"
+exec 9>>"$lock"
+if ! flock --nonblock 9; then
+  echo "postgres-entrypoint: another server holds $lock; waiting until it has exited" >&2
+  flock 9
+fi
+
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
   pwfile=${POSTGRES_PASSWORD_FILE:-}
   if [ -z "$pwfile" ]; then
