@@ -57,7 +57,7 @@ KUBE_ROUTER_IPSETS = ("KUBE-", "kube-router")
 IMAGE_BUILDER_MOUNTS = ("/var/lib/containers/", "/run/containers/")
 IMAGE_BUILDER_CGROUPS = ("buildah-", "libpod")
 IMAGE_BUILDER_NETNS = ("netns-",)
-IMAGE_BUILDER_LINKS = ("podman",)
+IMAGE_BUILDER_LINKS = ("podman", "cni-podman")  # cni-podman0: the bridge of buildah's RUN steps
 COUNTER = re.compile(r"counter packets \d+ bytes \d+")
 
 
