@@ -88,7 +88,7 @@ class Result:
 @dataclass
 class Stage:
     """Where the load goes and what the faults hit: the local instance here, a release on a
-    cluster in tests/k8s/test_faults.py."""
+    cluster in tests/k8s/test_faults_on_cluster.py."""
 
     ingress_url: str
     ingress_grpc: str

@@ -14,7 +14,7 @@ Telegram Bot API fake and the tool calls' effect server listen on the host's bri
 which the pods reach. The ledger reads the database through a port-forward opened after the
 faults. Printed (read with -rP): the plan, the faults as done, the ledger, the durations.
 
-    EVENTOS_K8S_REUSE=1 .venv/bin/pytest -q -m k8s -p no:xdist tests/k8s/test_faults.py -rP
+    EVENTOS_K8S_REUSE=1 .venv/bin/pytest -q -m k8s -p no:xdist tests/k8s/test_faults_on_cluster.py -rP
     EVENTOS_FAULT_SEED=<n> …   # another schedule and load
     EVENTOS_FAULT_KEEP=1 …      # leave the release up when the ledger does not add up
 
