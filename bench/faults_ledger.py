@@ -361,18 +361,28 @@ def outage_lines(conn: psycopg.Connection[Any], attempts: list[Attempt],
 def owner_behind(conn: psycopg.Connection[Any], d: Done) -> list[str]:
     """Once Temporal is back every waiting entity asks for a slot at once: the owner's
     first turn must be in the first wave of its employee's turns (the employee's cap of
-    lower-class turns may start beside it), not queued behind the lower-class backlog. (Its
-    backlog may still end later: a conversation runs one turn at a time, and a step lost
-    with the server waits for its heartbeat timeout.)"""
-    after = rows(conn, "SELECT employee, class, started_at FROM turns WHERE started_at > "
-                       "to_timestamp(%(up)s) AND employee IN (SELECT employee FROM turns "
-                       "WHERE class = 1) ORDER BY started_at", {"up": d.up})  # fmt: skip
+    lower-class turns may start beside it), not queued behind the lower-class backlog. An
+    owner turn under way when Temporal went is finished first (a conversation runs one turn at
+    a time, and a step lost with the server waits for its timeout): the wave is then counted
+    from that turn's end. (The owner's backlog may still end later.)"""
+    busy = {r["employee"]: r["ended"] for r in rows(
+        conn, "SELECT employee, extract(epoch FROM max(coalesce(ended_at, now())))::float8 "
+              "AS ended FROM turns WHERE class = 1 AND started_at < to_timestamp(%(down)s) "
+              "AND (ended_at IS NULL OR ended_at > to_timestamp(%(down)s)) GROUP BY employee",
+        {"down": d.down})}  # fmt: skip
+    after = rows(conn, "SELECT employee, class, extract(epoch FROM started_at)::float8 AS t "
+                       "FROM turns WHERE started_at > to_timestamp(%(up)s) AND employee IN "
+                       "(SELECT employee FROM turns WHERE class = 1) ORDER BY started_at",
+                 {"up": d.up})  # fmt: skip
     wrong = []
     for employee in sorted({r["employee"] for r in after}):
-        order = [r["class"] for r in after if r["employee"] == employee]
+        since = max(d.up, busy.get(employee, 0.0))
+        order = [r["class"] for r in after if r["employee"] == employee and r["t"] > since]
         if 1 in order and order.index(1) > names.EMPLOYEE_TURN_CAP:
             wrong.append(f"Temporal back at {_clock(d.up)}: {employee}'s first owner turn "
-                         f"came after {order.index(1)} others: {order[:12]}")  # fmt: skip
+                         f"came after {order.index(1)} others"
+                         + (f" (counted from its owner turn's end at {_clock(since)})"
+                            if since > d.up else "") + f": {order[:12]}")  # fmt: skip
     return wrong
 
 

@@ -9,13 +9,16 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
+from psycopg.rows import dict_row
+
 from eventos.bus.inbox import IngressRecord, append
 from eventos.db import Conn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 from faults_book import CHAT, TELEGRAM, WEBHOOK, Acked, Attempt, Book
 from faults_instance import POSTGRES, TEMPORAL
-from faults_ledger import Receivers, account
+from faults_ledger import Receivers, account, owner_behind
 from faults_schedule import LOSE, Done, Fault
 
 from eventos.settings import DatabaseSettings
@@ -86,3 +89,28 @@ async def test_answers_during_the_outages_are_checked(db_settings: DatabaseSetti
     assert yes.startswith("telegram fx-telegram-1 answered confirmed")
     (no,) = ledger.line("not 2xx while Temporal was down").wrong
     assert no.startswith("webhook fx-webhook-2 answered 503")
+
+
+async def test_an_owner_turn_behind_the_lower_classes_after_temporal_is_named(
+    conn: Conn, db_settings: DatabaseSettings
+) -> None:
+    """fx-ops's first owner turn after Temporal came back started behind six lower-class ones;
+    fx-front's owner conversation was still finishing the turn Temporal's loss caught (its
+    lost step waits for a timeout), so its wave counts from that turn's end."""
+    t = time.time() - 600
+    tp = Done(Fault(0, LOSE, TEMPORAL, 10), began=t + 9, down=t + 10, up=t + 20, back=t + 21)
+    turns = [("fx-front", 1, t + 5, t + 60)]  # in flight when Temporal went
+    for employee, owner_at in (("fx-front", t + 61), ("fx-ops", t + 40)):
+        turns += [(employee, 2, t + 21 + k, t + 30 + k) for k in range(6)]
+        turns.append((employee, 1, owner_at, owner_at + 1))
+    async with conn.transaction():
+        for n, (employee, klass, started, ended) in enumerate(turns):
+            await conn.execute(
+                "INSERT INTO turns (id, employee, generation, agent, thread, n, class, stream_key,"
+                " status, started_at, ended_at) VALUES (%s, %s, 1, 'main', %s, %s, %s, 'k', 'done',"
+                " to_timestamp(%s), to_timestamp(%s))",
+                (f"turn-{n}", employee, f"t{n}", n, klass, started, ended),
+            )
+    with psycopg.connect(db_settings.url, row_factory=dict_row) as sync:
+        (late,) = owner_behind(sync, tp)
+    assert "fx-ops's first owner turn came after 6 others: [2, 2, 2, 2, 2, 2, 1]" in late
