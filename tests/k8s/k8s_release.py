@@ -126,6 +126,12 @@ class Release:
         self.install_s = time.monotonic() - started
         return done
 
+    def wait_for_jobs(self, timeout_s: int = 180) -> None:
+        """Every Job of the release complete: `helm install --wait` returns once the Deployments
+        are Ready, and the Temporal namespace Job may still be registering search attributes."""
+        self.kubectl("wait", "--for=condition=complete", "job", "--all",
+                     f"--timeout={timeout_s}s")  # fmt: skip
+
     def image(self, name: str) -> str:
         """The reference of one of the images `make images` built (images.json)."""
         listed: dict[str, str] = json.loads((IMAGE_VALUES.parent / "images.json").read_text())

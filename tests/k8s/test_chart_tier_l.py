@@ -54,6 +54,7 @@ def tier_l(cluster: Cluster, keda: None) -> Iterator[Release]:
         print(f"helm install (tier L): {release.install_s:.0f} s\n{done.stdout[-1500:]}")
         assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
         release.notes = done.stdout.partition("NOTES:\n")[2]
+        release.wait_for_jobs()
         release.kubectl("wait", f"scaledobject/{release.prefix}-llm-c1", "--for=condition=Ready",
                         "--timeout=120s")  # fmt: skip
         yield release

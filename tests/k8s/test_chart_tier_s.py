@@ -84,6 +84,7 @@ def tier_s(cluster: Cluster, collector: str) -> Iterator[Release]:
         print(f"helm install (tier S): {release.install_s:.0f} s\n{done.stdout[-2500:]}")
         assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
         release.notes = done.stdout.partition("NOTES:\n")[2]
+        release.wait_for_jobs()
         yield release
     finally:
         release.uninstall()
