@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from charts import INSTANCE_CHART, REQUIRED, TIER_FILES, of_kind, pod_spec, render
+from charts import INSTANCE_CHART, REQUIRED, TIER_FILES, named, of_kind, pod_spec, render
 
 from eventos.testing import ConditionTimeout, wait_for_sync
 
@@ -314,7 +314,7 @@ def run_like_the_chart(image: str, container: dict[str, Any], network: str,
 def test_tier_l_schema_job_server_and_namespace_job_run_on_the_bundled_postgresql(
     images: dict[str, str], postgres: str, tmp_path: Path
 ) -> None:
-    """The tier L pods' own commands (rendered by helm) in these images: the schema Job creates
+    """The tier L pods' own commands (rendered by helm) in these images: the schema step creates
     both databases and brings both schemas to their newest version (visibility needs btree_gin),
     the server starts on them with the chart's config, and the namespace Job creates the
     namespace and search attributes through it with the `temporal` CLI."""
@@ -325,7 +325,9 @@ def test_tier_l_schema_job_server_and_namespace_job_run_on_the_bundled_postgresq
     (secrets / "password").chmod(0o444)
     password = {"/var/run/secrets/temporal": secrets}
 
-    schema = chart_container(docs, "Job", "temporal-schema")
+    # With the bundled PostgreSQL the schema step is the server Deployment's init container.
+    server_doc = named(docs, "Deployment", "acme-eventos-temporal")
+    (schema,) = pod_spec(server_doc)["initContainers"]
     done = run_like_the_chart(images["temporal-admin-tools"], schema, postgres, password, {})
     assert done.returncode == 0, done.stderr[-3000:]
     for database in ("temporal", "temporal_visibility"):
@@ -349,7 +351,7 @@ def test_tier_l_schema_job_server_and_namespace_job_run_on_the_bundled_postgresq
                                      {**password, config_dir: config}, {"POD_IP": "127.0.0.1"},
                                      detach=name)  # fmt: skip
         assert started.returncode == 0, started.stderr
-        namespace = chart_container(docs, "Job", "temporal-namespace")
+        namespace = chart_container(docs, "Job", "temporal-namespace-1")  # of revision 1
         done = run_like_the_chart(images["temporal-admin-tools"], namespace, postgres, {},
                                   {"TEMPORAL_ADDRESS": "127.0.0.1:7233"}, timeout=240)  # fmt: skip
         logs = podman("logs", name)
