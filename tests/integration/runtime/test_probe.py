@@ -81,12 +81,17 @@ async def test_no_target_is_a_usage_error() -> None:
 async def test_a_target_ready_a_moment_later_passes() -> None:
     late = Service("egress", http_port=0, checks={"db": always_ready})
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))  # refused until the service listens on it
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        s.setblocking(False)
         port = s.getsockname()[1]
         running = asyncio.create_task(
             probe("--wait", "60", "--http", f"egress=http://127.0.0.1:{port}")
         )
-        await asyncio.sleep(3)  # the scenario: the port refuses for the probe's first seconds
+        # The scenario: the probe's first attempt fails (accepted, then closed unanswered);
+        # only then does the service listen on the port.
+        first, _ = await asyncio.wait_for(asyncio.get_running_loop().sock_accept(s), 60)
+        first.close()
     late.http_port = port
     task = asyncio.create_task(late.run(install_signals=False))
     try:

@@ -16,12 +16,11 @@ from eventos.runtime.service import ListenFailed, LoopFailed, Service
 
 
 async def broken_loop() -> None:
-    await asyncio.sleep(0.05)
     raise ConnectionError("the database does not answer")
 
 
 async def short_loop() -> None:
-    await asyncio.sleep(0.05)
+    return None
 
 
 async def endless_loop() -> None:
