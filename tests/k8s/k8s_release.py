@@ -39,6 +39,7 @@ EVENTOSCTL = REPO / ".venv" / "bin" / "eventosctl"
 EXAMPLE = REPO / "examples" / "hello.yaml"
 KUBECONFIG = STATE / "kubeconfig"
 INSTALL_TIMEOUT = "15m"
+JOBS_TIMEOUT_S = 180
 # Tier L's 18 service pods (a pool of up to 10 each) and its Temporal server (two pools of 40):
 # PostgreSQL's default 100 refuses some ("too many clients already"); the chart's bundled
 # server has the same setting (postgresql.bundled.maxConnections).
@@ -92,10 +93,13 @@ class Release:
     def install(
         self, *sets: str, values: Sequence[Path] = (),
         employee_secrets: Mapping[str, str] | None = None, **json_sets: Any,
-    ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    ) -> str:  # fmt: skip
         """`helm install --wait` with the tier's values, the images and the Secrets; `values`
         files go last, `employee_secrets` (reference → value) become the employees' Secret;
-        `sets` as --set, `json_sets` (dotted keys spelled with __) as --set-json."""
+        `sets` as --set, `json_sets` (dotted keys spelled with __) as --set-json. Fails unless
+        it succeeded; then waits for the release's Jobs (`helm install --wait` returns once the
+        Deployments are Ready, and the Temporal namespace Job may still be registering search
+        attributes) and keeps the NOTES. Returns what helm printed."""
         self.cluster.kubectl("create", "namespace", self.namespace)
         self.create_secrets()
         keys = ["database", "admin", "internal", "outbox"]
@@ -124,13 +128,17 @@ class Release:
         started = time.monotonic()
         done = self.helm(*args)
         self.install_s = time.monotonic() - started
-        return done
-
-    def wait_for_jobs(self, timeout_s: int = 180) -> None:
-        """Every Job of the release complete: `helm install --wait` returns once the Deployments
-        are Ready, and the Temporal namespace Job may still be registering search attributes."""
+        assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{self.pod_table()}"
+        self.notes = done.stdout.partition("NOTES:\n")[2]
         self.kubectl("wait", "--for=condition=complete", "job", "--all",
-                     f"--timeout={timeout_s}s")  # fmt: skip
+                     f"--timeout={JOBS_TIMEOUT_S}s")  # fmt: skip
+        return done.stdout
+
+    def helm_test(self) -> str:
+        """`helm test --logs`: the readiness pod's lines; fails unless every target was ready."""
+        done = self.helm("test", self.name, "--logs", "--timeout", "5m")
+        assert done.returncode == 0, f"{done.stdout}{done.stderr}"
+        return done.stdout
 
     def image(self, name: str) -> str:
         """The reference of one of the images `make images` built (images.json)."""

@@ -139,8 +139,7 @@ def install(release: Release, telegram_api: str, bot: str, workdir: Path) -> Non
     values = workdir / "values-faults.yaml"  # JSON is YAML: every value stays a string
     values.write_text(json.dumps({"defaults": {"env": faults.service_env(telegram_api)}}))
     progress(f"installing tier S in {release.namespace}")
-    done = release.install(values=[values], employee_secrets={**SECRETS, ACCOUNT: bot})
-    assert done.returncode == 0, f"{done.stdout}{done.stderr}\n{release.pod_table()}"
+    release.install(values=[values], employee_secrets={**SECRETS, ACCOUNT: bot})
     progress(f"installed in {release.install_s:.0f} s")
 
 

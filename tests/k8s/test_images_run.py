@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from charts import INSTANCE_CHART, REQUIRED, TIER_FILES, named, of_kind, pod_spec, render
 
+from eventos.local.ports import free_port
 from eventos.testing import ConditionTimeout, wait_for_sync
 
 pytestmark = pytest.mark.k8s
@@ -149,15 +150,9 @@ def test_the_collector_prints_its_version(images: dict[str, str]) -> None:
 
 def volume(path: Path, uid: int) -> str:
     """A host folder owned by `uid`, as the chart's volumes are for the pod's user (fsGroup)."""
-    path.mkdir(mode=0o700)
+    path.mkdir(mode=0o700, exist_ok=True)
     os.chown(path, uid, uid)
     return str(path)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def port_open(port: int) -> bool:
@@ -208,21 +203,29 @@ def psql(container: str, sql: str, password: str = PASSWORD, database: str = "ev
                   "-U", "postgres", "-d", database, "-Atc", sql)  # fmt: skip
 
 
+def start_postgres(image: str, name: str, tmp_path: Path,
+                   sockets: Path) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """A detached PostgreSQL container as the chart's StatefulSet runs it, its data in
+    tmp_path/data (shared by every container of the test, as pods share the claim), the
+    password file tmp_path/password."""
+    return podman("run", "-d", "--name", name, "--network", "none",
+                  "--user", "999:999", *limits(), *AS_THE_CHART,
+                  "-v", f"{volume(tmp_path / 'data', 999)}:/var/lib/postgresql/data",
+                  "-v", f"{volume(sockets, 999)}:/var/run/postgresql",
+                  "-v", f"{tmp_path / 'password'}:/var/run/secrets/postgresql/password:ro",
+                  "-e", "POSTGRES_PASSWORD_FILE=/var/run/secrets/postgresql/password",
+                  "-e", "POSTGRES_DB=eventos",
+                  "-e", "PGDATA=/var/lib/postgresql/data/pgdata",
+                  image)  # fmt: skip
+
+
 @pytest.fixture
 def postgres(images: dict[str, str], container_name: str, tmp_path: Path) -> Iterator[str]:
     """The bundled PostgreSQL started as the chart's StatefulSet starts it; its container name."""
     secret = tmp_path / "password"
     secret.write_text(PASSWORD + "\n")
     secret.chmod(0o444)
-    started = podman("run", "-d", "--name", container_name, "--network", "none",
-                     "--user", "999:999", *limits(), *AS_THE_CHART,
-                     "-v", f"{volume(tmp_path / 'data', 999)}:/var/lib/postgresql/data",
-                     "-v", f"{volume(tmp_path / 'run', 999)}:/var/run/postgresql",
-                     "-v", f"{secret}:/var/run/secrets/postgresql/password:ro",
-                     "-e", "POSTGRES_PASSWORD_FILE=/var/run/secrets/postgresql/password",
-                     "-e", "POSTGRES_DB=eventos",
-                     "-e", "PGDATA=/var/lib/postgresql/data/pgdata",
-                     images["postgres"])  # fmt: skip
+    started = start_postgres(images["postgres"], container_name, tmp_path, tmp_path / "run")
     assert started.returncode == 0, started.stderr
     probe = ["exec", container_name, "pg_isready", "-U", "postgres", "-h", "127.0.0.1"]
     try:  # the chart's probe
@@ -256,14 +259,7 @@ def test_a_second_postgresql_on_the_same_data_waits_until_the_first_has_exited(
     pods share the claim."""
     second = f"{postgres}-second"
     try:
-        started = podman("run", "-d", "--name", second, "--network", "none",
-                         "--user", "999:999", *limits(), *AS_THE_CHART,
-                         "-v", f"{tmp_path / 'data'}:/var/lib/postgresql/data",
-                         "-v", f"{volume(tmp_path / 'run2', 999)}:/var/run/postgresql",
-                         "-v", f"{tmp_path / 'password'}:/var/run/secrets/postgresql/password:ro",
-                         "-e", "POSTGRES_PASSWORD_FILE=/var/run/secrets/postgresql/password",
-                         "-e", "PGDATA=/var/lib/postgresql/data/pgdata",
-                         images["postgres"])  # fmt: skip
+        started = start_postgres(images["postgres"], second, tmp_path, tmp_path / "run2")
         assert started.returncode == 0, started.stderr
 
         def log(name: str) -> str:
