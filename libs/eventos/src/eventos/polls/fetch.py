@@ -18,7 +18,7 @@ import httpx
 
 from eventos import names
 from eventos.errors import PollFailed, SecretUnavailable
-from eventos.runtime.outbound import client
+from eventos.runtime.outbound import Resolver, client
 from eventos.settings import OutboundSettings, SecretStore
 from eventos.spec.model import Trigger
 
@@ -36,10 +36,11 @@ class Page:
     cursor: str | None
 
 
-def http_client(outbound: OutboundSettings) -> httpx.AsyncClient:
-    """The client polls share: public addresses only unless the operator allows private ones,
-    no proxies from the environment, no automatic redirects (each hop is checked)."""
-    return client(outbound, TIMEOUT)
+def http_client(outbound: OutboundSettings, resolver: Resolver | None = None) -> httpx.AsyncClient:
+    """The client polls share: public addresses only unless the operator allows private ones
+    (each connection to an address its one resolution checked), no proxies from the
+    environment, no automatic redirects (each hop is checked)."""
+    return client(outbound, TIMEOUT, resolver)
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

@@ -26,6 +26,7 @@ from eventos.tools.base import Effect, Tool, ToolContext, ToolMisconfigured, Too
 
 SETTINGS_KEY = "http"
 OUTBOUND_KEY = "outbound"
+RESOLVER_KEY = "resolver"  # an outbound.Resolver in place of the system's (tests' own DNS)
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 SAFE_METHODS = ("GET", "HEAD")
 IDEMPOTENCY_HEADER = "idempotency-key"
@@ -116,7 +117,7 @@ async def http_request(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
     timeout = httpx.Timeout(settings.timeout_s)
     try:
         async with (
-            client(outbound, timeout) as http,
+            client(outbound, timeout, ctx.extras.get(RESOLVER_KEY)) as http,
             asyncio.timeout(settings.timeout_s * 2),
             http.stream(method, url, headers=headers, content=content) as response,
         ):
