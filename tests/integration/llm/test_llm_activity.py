@@ -3,6 +3,7 @@ queues of a real LLM worker; retries, cancellation and metrics as a user of the 
 
 from __future__ import annotations
 
+from conftest import PURPOSES, PURPOSES_VAR
 import asyncio
 import time
 import uuid
@@ -130,7 +131,7 @@ async def stack(
     fake_server.reset()
     client = await Client.connect(temporal_settings.address, namespace=temporal_settings.namespace)
     queue = f"test-{uuid.uuid4()}"
-    secrets = SecretStore(env={"EVENTOS_SECRET_FAKE_OPENAI": KEY})
+    secrets = SecretStore(env={PURPOSES_VAR: PURPOSES, "EVENTOS_SECRET_FAKE_OPENAI": KEY})
     async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as http:
         allowed = LlmEndpoints((Endpoint("fake", fake_server.base_url, ("fake-openai",)),))
         activities = LlmActivities(http, secrets, pool, PRICES, endpoints=allowed)

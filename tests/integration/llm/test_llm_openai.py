@@ -3,6 +3,7 @@ and how every kind of failure is classified for Temporal."""
 
 from __future__ import annotations
 
+from conftest import PURPOSES, PURPOSES_VAR
 import email.utils
 import socket
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ from eventos.llm.endpoints import Endpoint, LlmEndpoints
 from eventos.settings import SecretStore
 
 PROMPT = "my parcel 7731-zebra never arrived"
-SECRETS = SecretStore(env={"EVENTOS_SECRET_FAKE_OPENAI": KEY})
+SECRETS = SecretStore(env={PURPOSES_VAR: PURPOSES, "EVENTOS_SECRET_FAKE_OPENAI": KEY})
 LOOKUP = ToolSpec(
     "lookup_order",
     "Find an order by number.",
@@ -67,7 +68,7 @@ def step_of(
 
 
 def provider(fake: FakeOpenAI, http: httpx.AsyncClient, key: str = KEY) -> OpenAIChatProvider:
-    secrets = SecretStore(env={"EVENTOS_SECRET_FAKE_OPENAI": key})
+    secrets = SecretStore(env={PURPOSES_VAR: PURPOSES, "EVENTOS_SECRET_FAKE_OPENAI": key})
     chosen = provider_for(model_at(fake.base_url), allowing(fake.base_url), secrets, http)
     assert isinstance(chosen, OpenAIChatProvider)
     return chosen

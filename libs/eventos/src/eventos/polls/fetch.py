@@ -17,6 +17,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from eventos import names
+from eventos import secret_purposes as purposes
 from eventos.errors import PollFailed, SecretUnavailable
 from eventos.runtime.outbound import Resolver, client
 from eventos.settings import OutboundSettings, SecretStore
@@ -53,7 +54,9 @@ def request_headers(trigger: Trigger, secrets: SecretStore) -> dict[str, str]:
     headers = {"Accept": "application/json"}
     if trigger.auth is not None:
         try:
-            value = secrets.resolve(trigger.auth.secret).decode()
+            assert trigger.url is not None  # a poll trigger has one (the spec checks)
+            host = urlsplit(trigger.url).hostname or ""
+            value = secrets.resolve(trigger.auth.secret, purposes.poll_purpose(host)).decode()
         except SecretUnavailable as exc:
             raise PollFailed(str(exc)) from exc
         if trigger.auth.scheme == "bearer":

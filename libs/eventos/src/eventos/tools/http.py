@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from eventos.runtime.outbound import OutboundRefused, client
+from eventos.secret_purposes import http_purpose
 from eventos.settings import HttpToolSettings, OutboundSettings
 from eventos.spec.model import HttpHost
 from eventos.tools.base import Effect, Tool, ToolContext, ToolMisconfigured, ToolRefused, obj
@@ -74,7 +75,7 @@ def _request_headers(ctx: ToolContext, entry: HttpHost, given: dict[str, str]) -
         headers[name] = value
     if entry.auth is not None:
         try:
-            secret = ctx.secrets.resolve(entry.auth.secret).decode()
+            secret = ctx.secrets.resolve(entry.auth.secret, http_purpose(entry.host)).decode()
         except Exception as exc:  # SecretUnavailable, or bytes that are not text
             raise ToolMisconfigured(f"credential of host {entry.host}: {exc}") from None
         if entry.auth.scheme == "bearer":
