@@ -90,11 +90,37 @@ def test_cluster_cidrs_and_extra_peers_come_from_the_values() -> None:
     assert not reachable(public_block(policy, "0.0.0.0/0"), "34.118.230.1")
     assert not reachable(public_block(policy, "::/0"), "2600:1900:4000::1")
     assert policy["spec"]["egress"][-1] == {
-        "to": [{"ipBlock": {"cidr": "10.0.5.10/32"}}], "ports": [{"port": 5432}]
+        "to": [{"ipBlock": {"cidr": "10.0.5.10/32"}}],
+        "ports": [{"port": 5432}],
     }
 
 
 def test_the_egress_policy_can_be_turned_off() -> None:
     for off in ("networkPolicy.egress.enabled=false", "networkPolicy.enabled=false"):
         docs = charts.instance("S", off)
-        assert f"{P}-outbound" not in [p["metadata"]["name"] for p in of_kind(docs, "NetworkPolicy")]
+        assert f"{P}-outbound" not in [
+            p["metadata"]["name"] for p in of_kind(docs, "NetworkPolicy")
+        ]
+
+
+@pytest.mark.parametrize("tier", ["S", "L"])
+def test_secret_purposes_reach_every_role_that_uses_a_secret(tier: str) -> None:
+    docs = charts.instance(tier, "secrets.employees.purposes.openai-main=llm",
+                           "secrets.employees.purposes.tg-\\*=channel",
+                           "secrets.employees.purposes.orders=http:api.orders.example")  # fmt: skip
+    held = {}
+    for d in of_kind(docs, "Deployment"):
+        env = charts.env_of(charts.pod_spec(d)["containers"][0])
+        if "EVENTOS_SECRETS_PURPOSES" in env:
+            held[d["metadata"]["name"].removeprefix(f"{P}-")] = env["EVENTOS_SECRETS_PURPOSES"][
+                "value"
+            ]
+    assert set(held) == CALLERS[tier], "ingress (apply) and every role that resolves a secret"
+    assert set(held.values()) == {"openai-main=llm orders=http:api.orders.example tg-*=channel"}
+
+
+def test_a_bad_secret_purpose_fails_the_render() -> None:
+    with pytest.raises(charts.RenderError) as caught:
+        charts.render(charts.INSTANCE_CHART, (charts.TIER_FILES["S"],),
+                      (*charts.REQUIRED, "secrets.employees.purposes.openai-main=anything"))  # fmt: skip
+    assert "secrets.employees.purposes.openai-main" in str(caught.value)

@@ -289,7 +289,9 @@ async def test_an_account_that_cannot_log_in_is_down_with_the_reason(
     name = f"m{uuid.uuid4().hex[:8]}"
     user, customer = mail.new_user("em"), mail.new_user("cust")
     wrong = json.loads(credential(mail, user)) | {"password": "not-the-password"}
-    secrets = SecretStore(env={PURPOSES_VAR: PURPOSES, f"EVENTOS_SECRET_EM_{name.upper()}": json.dumps(wrong)})
+    secrets = SecretStore(
+        env={PURPOSES_VAR: PURPOSES, f"EVENTOS_SECRET_EM_{name.upper()}": json.dumps(wrong)}
+    )
     await apply_and_start(pool, email_spec(name))
     a = Account(name, pool, mail, user, customer, secrets)
 

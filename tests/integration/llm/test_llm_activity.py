@@ -3,7 +3,6 @@ queues of a real LLM worker; retries, cancellation and metrics as a user of the 
 
 from __future__ import annotations
 
-from conftest import PURPOSES, PURPOSES_VAR
 import asyncio
 import time
 import uuid
@@ -14,6 +13,7 @@ from decimal import Decimal
 
 import httpx
 import pytest
+from conftest import PURPOSES, PURPOSES_VAR
 from fake_openai import KEY, Answer, FakeOpenAI
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families

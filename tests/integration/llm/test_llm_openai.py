@@ -3,7 +3,6 @@ and how every kind of failure is classified for Temporal."""
 
 from __future__ import annotations
 
-from conftest import PURPOSES, PURPOSES_VAR
 import email.utils
 import socket
 from collections.abc import AsyncIterator
@@ -12,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import PURPOSES, PURPOSES_VAR
 from fake_openai import KEY, Answer, FakeOpenAI
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 

@@ -47,7 +47,9 @@ async def employee(pool: AsyncConnectionPool[Conn]) -> str:
     return name
 
 
-def runner(pool: AsyncConnectionPool[Conn], dns: DnsServer, outbound: OutboundSettings) -> ToolRunner:
+def runner(
+    pool: AsyncConnectionPool[Conn], dns: DnsServer, outbound: OutboundSettings
+) -> ToolRunner:
     resolver = functools.partial(resolve_with, dns.resolver())
     extras = {http.SETTINGS_KEY: SETTINGS, http.OUTBOUND_KEY: outbound, http.RESOLVER_KEY: resolver}
     return ToolRunner(pool, SecretStore(env={}), extras)
@@ -75,8 +77,15 @@ async def test_a_name_rebinding_to_loopback_never_reaches_it(
 
 @pytest.mark.parametrize(
     "address",
-    ["::ffff:127.0.0.1", "::127.0.0.1", "64:ff9b::7f00:1", "64:ff9b:1:7f00:0:100::",
-     "2002:7f00:1::1", "64:ff9b::a9fe:a9fe", "2002:a01:203::"],  # fmt: skip
+    [
+        "::ffff:127.0.0.1",
+        "::127.0.0.1",
+        "64:ff9b::7f00:1",
+        "64:ff9b:1:7f00:0:100::",
+        "2002:7f00:1::1",
+        "64:ff9b::a9fe:a9fe",
+        "2002:a01:203::",
+    ],
 )
 async def test_an_address_embedding_a_private_ipv4_is_refused(
     pool: AsyncConnectionPool[Conn], employee: str, dns: DnsServer, address: str

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from conftest import PURPOSES, PURPOSES_VAR
 import asyncio
 import json
 import time
@@ -10,6 +9,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from conftest import PURPOSES, PURPOSES_VAR
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from eventos.contracts import ChatMessage, LlmStepInput, ModelRef, ToolCall

@@ -225,6 +225,16 @@ ingress itself. Arguments: root and the flags admin, internal, outbox, grpcTls. 
 {{- toYaml $files -}}
 {{- end -}}
 
+{{/* What each employee secret is for, as the services read it (EVENTOS_SECRETS_PURPOSES):
+`name=purpose` entries separated by spaces, in name order. */}}
+{{- define "eventos.secretPurposes" -}}
+{{- $entries := list -}}
+{{- range $name, $purpose := .Values.secrets.employees.purposes -}}
+{{- $entries = append $entries (printf "%s=%s" $name $purpose) -}}
+{{- end -}}
+{{- join " " $entries -}}
+{{- end -}}
+
 {{/* The operator's allowlist of LLM endpoints as the JSON the services read
 (EVENTOS_LLM_ENDPOINTS); `{}` when none is listed, which allows none. */}}
 {{- define "eventos.llmEndpoints" -}}
@@ -307,6 +317,9 @@ spec:
             {{- if .employeeSecrets }}
             {{- if $v.secrets.employees.existingSecret }}
             - {name: EVENTOS_SECRETS_DIR, value: {{ printf "%s/employees" $secrets | quote }}}
+            {{- end }}
+            {{- with $v.secrets.employees.purposes }}
+            - {name: EVENTOS_SECRETS_PURPOSES, value: {{ include "eventos.secretPurposes" $root | quote }}}
             {{- end }}
             {{- end }}
             {{- range $files }}
