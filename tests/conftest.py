@@ -58,9 +58,9 @@ E2E_TIMEOUT_S = 900  # hang limit of an end-to-end test (pyproject's default is 
 PURPOSES = " ".join([
     "stripe-whsec=webhook", "github-hook=webhook", "std-hook=webhook", "meta-app=webhook",
     "deploy-hook=webhook", "plain-token=webhook", "courier-driver=driver",
-    "tg-*=channel", "wa-*=channel", "em-*=channel", "dc-*=channel",
+    "not-configured=webhook", "tg*=channel", "wa-*=channel", "em-*=channel", "dc-*=channel",
     "fake-openai=llm", "openai-main=llm", "key-*=llm",
-    "orders-api=http:127.0.0.1", "feed-token=poll:127.0.0.1",
+    "orders-api=http:127.0.0.1", "feed-token=poll:127.0.0.1", "not-there=poll:127.0.0.1",
 ])  # fmt: skip
 TEST_PURPOSES = SecretPurposes.parse(PURPOSES)
 SECRETS = {
