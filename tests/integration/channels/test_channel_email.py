@@ -329,7 +329,7 @@ async def test_a_claim_whose_worker_died_after_calling_is_sent_once_by_its_messa
     egress = Egress(a.pool, outbox_keys, {"email": EmailSender(5)}, a.secrets, CHANNELS)
     went_out, key = await queue_reply(a, outbox_keys, "this one went out")
     never, _ = await queue_reply(a, outbox_keys, "this one never left")
-    cred = a.secrets.resolve(f"em-{a.name}")
+    cred = a.secrets.resolve(f"em-{a.name}", "channel")
     earlier = Outgoing(went_out, key, f"em-{a.name}", cred, a.customer.address, "this one went out")
     assert isinstance(await EmailSender(5).send(earlier), Delivered)  # the attempt that died
     async with a.pool.connection() as conn:  # both attempts called SMTP and were never heard of
