@@ -154,6 +154,7 @@ class Hooks:
     async def _accept(self, request: HookRequest, endpoint: Endpoint) -> Answer:
         headers = request.headers
         declared = headers.get("content-length")
+        # The server refused any other form of it (eventos.runtime.http_bounds).
         if declared is not None and declared.isdigit() and int(declared) > endpoint.max_body:
             return _answer(413, {"error": f"body over {endpoint.max_body} bytes"})
         try:
