@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import ADMIN_TOKEN, ingress_config, run_service
 from eventos_ingress.app import build
 
 from eventos.runtime.service import Service
 from eventos.settings import DatabaseSettings, HttpBounds
+from eventos.testing import ConditionTimeout, wait_for
 
 DEADLINE_S = 10.0
 
@@ -127,9 +130,71 @@ async def test_a_body_under_the_minimum_rate_is_cut_before_its_deadline(
     service = await build(ingress_config(db_settings, tmp_path, http_bounds=bounds))
     task = await run_service(service)
     try:
-        code, sent = await trickle(service.bound_http_port, "/hooks/internal", 2000, 0.2)
+        code, sent = await trickle(service.bound_http_port, "/hooks/internal", 400, 0.2)
     finally:
         service.stop()
         await asyncio.wait_for(task, 15)
     assert code == 408
-    assert sent < 2000
+    assert sent < 400
+
+
+@contextlib.asynccontextmanager
+async def ingress_with(
+    db_settings: DatabaseSettings, tmp_path: Path, bounds: HttpBounds
+) -> AsyncIterator[Service]:
+    service = await build(ingress_config(db_settings, tmp_path, http_bounds=bounds))
+    task = await run_service(service)
+    try:
+        yield service
+    finally:
+        service.stop()
+        await asyncio.wait_for(task, 15)
+
+
+async def test_slow_webhook_senders_fill_only_their_own_cap(
+    db_settings: DatabaseSettings, tmp_path: Path, started: str
+) -> None:
+    """Slow senders are added until webhooks answer 503: the owner API and an event stream
+    still answer; then streams fill theirs, and the owner API still answers."""
+    patient = replace(BOUNDS, body_timeout_s=600.0, body_idle_timeout_s=600.0,
+                      body_rate_grace_s=600.0)  # fmt: skip
+    async with ingress_with(db_settings, tmp_path, patient) as service:
+        port = service.bound_http_port
+        url = f"http://127.0.0.1:{port}"
+        auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        head = (b"POST /hooks/big HTTP/1.1\r\nHost: x\r\nX-Event-Id: slow\r\n"
+                b"Content-Length: 1000\r\n\r\n{")  # fmt: skip
+        held: list[asyncio.StreamWriter] = []
+        async with contextlib.AsyncExitStack() as exits:
+            client = await exits.enter_async_context(
+                httpx.AsyncClient(base_url=url, timeout=DEADLINE_S)
+            )
+            hook = None
+            while len(held) < 50:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                exits.callback(writer.close)
+                writer.write(head)
+                await writer.drain()
+                held.append(writer)
+
+                async def refused() -> httpx.Response | None:
+                    r = await client.post("/hooks/internal", content=b"{}",
+                                          headers={"X-Event-Id": f"n{len(held)}"})  # fmt: skip
+                    return r if r.status_code == 503 else None
+
+                with contextlib.suppress(ConditionTimeout):
+                    hook = await wait_for(refused, timeout=1.0, interval=0.05, what="503")
+                    break
+            assert hook is not None and hook.status_code == 503  # webhooks are at their cap
+            assert (await client.get("/v1/employees", headers=auth)).status_code == 200
+            streams = []
+            for _ in range(BOUNDS.streams_max_in_flight):
+                stream = await exits.enter_async_context(
+                    client.stream("GET", "/v1/events", headers=auth)
+                )
+                assert stream.status_code == 200
+                assert stream.headers["content-type"].startswith("text/event-stream")
+                streams.append(stream)
+            one_more = await client.get("/v1/events", headers=auth)
+            assert one_more.status_code == 503  # streams are at theirs
+            assert (await client.get("/v1/employees", headers=auth)).status_code == 200
