@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ADMIN_TOKEN, ingress_config, run_service
-from eventos_ingress.app import build
+from conftest import ADMIN_TOKEN, SECRETS, apply_and_start, ingress_config, run_service
+from eventos_ingress.app import IngressConfig, build
+from psycopg_pool import AsyncConnectionPool
+from test_turns import local_spec
 
+from eventos.db import Conn
 from eventos.runtime.service import Service
-from eventos.settings import DatabaseSettings, HttpBounds
+from eventos.settings import DatabaseSettings, HttpBounds, SecretStore
 from eventos.testing import ConditionTimeout, wait_for
 
 DEADLINE_S = 10.0
@@ -140,9 +145,11 @@ async def test_a_body_under_the_minimum_rate_is_cut_before_its_deadline(
 
 @contextlib.asynccontextmanager
 async def ingress_with(
-    db_settings: DatabaseSettings, tmp_path: Path, bounds: HttpBounds
-) -> AsyncIterator[Service]:
-    service = await build(ingress_config(db_settings, tmp_path, http_bounds=bounds))
+    db_settings: DatabaseSettings, tmp_path: Path, bounds: HttpBounds,
+    cfg: IngressConfig | None = None,
+) -> AsyncIterator[Service]:  # fmt: skip
+    cfg = cfg or ingress_config(db_settings, tmp_path)
+    service = await build(replace(cfg, http_bounds=bounds))
     task = await run_service(service)
     try:
         yield service
@@ -198,3 +205,52 @@ async def test_slow_webhook_senders_fill_only_their_own_cap(
             one_more = await client.get("/v1/events", headers=auth)
             assert one_more.status_code == 503  # streams are at theirs
             assert (await client.get("/v1/employees", headers=auth)).status_code == 200
+
+
+class WatchedSecrets(dict[str, str]):
+    """The secret store's environment, noting every name the store looks up."""
+
+    def __init__(self, values: dict[str, str]) -> None:
+        super().__init__(values)
+        self.asked: list[str] = []
+
+    def __contains__(self, key: object) -> bool:
+        self.asked.append(str(key))
+        return super().__contains__(key)
+
+
+INTERACTION_HEADERS = {"X-Signature-Ed25519": "00" * 64, "X-Signature-Timestamp": "1",
+                       "Content-Type": "application/json"}  # fmt: skip
+
+
+async def test_the_discord_endpoint_tells_no_secret_names(
+    db_settings: DatabaseSettings, tmp_path: Path, pool: AsyncConnectionPool[Conn],
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """A secret's name that is not a read Discord account and a name nothing has are the same
+    404, and the secret store is never asked; an account that is read but whose secret is not
+    a Discord credential is 503, logged once however often it is called."""
+    name = f"d{uuid.uuid4().hex[:8]}"
+    watched = WatchedSecrets({**SECRETS, f"EVENTOS_SECRET_DC_{name.upper()}": "not a credential"})
+    await apply_and_start(pool, local_spec(name, f"    - {{kind: discord, account: dc-{name}}}\n"))
+    cfg = ingress_config(db_settings, tmp_path, secrets=SecretStore(env=watched))
+    caplog.set_level(logging.INFO)
+    async with (
+        ingress_with(db_settings, tmp_path, HttpBounds(), cfg) as service,
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{service.bound_http_port}") as client,
+    ):
+        answers = []
+        for account in ("github-hook", "stripe-whsec", "no-such-name"):
+            r = await client.post(f"/channels/discord/{account}", content=b'{"type": 1}',
+                                  headers=INTERACTION_HEADERS)  # fmt: skip
+            answers.append((r.status_code, r.content))
+        assert answers == [(404, b'{"error":"unknown account"}')] * 3
+        looked_up = [k for k in watched.asked if "GITHUB" in k or "STRIPE" in k or "SUCH" in k]
+        assert looked_up == []
+        for _ in range(3):
+            r = await client.post(f"/channels/discord/dc-{name}", content=b'{"type": 1}',
+                                  headers=INTERACTION_HEADERS)  # fmt: skip
+            assert r.status_code == 503 and r.headers["retry-after"]
+    told = [r for r in caplog.records
+            if r.name == "eventos_ingress.discord" and r.levelno >= logging.WARNING]  # fmt: skip
+    assert len(told) == 1 and f"dc-{name}" in told[0].getMessage()
