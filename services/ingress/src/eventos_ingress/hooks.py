@@ -298,7 +298,7 @@ class Hooks:
     ) -> tuple[str, int]:
         """Provider id, else the configured header, else a body hash for 10 minutes."""
         week = names.DEDUPE_TTL_DAYS * 86400
-        key = provider_dedupe_key(endpoint.scheme, headers, body)
+        key = provider_dedupe_key(endpoint.scheme, headers, body, digest)
         if key:
             return key, week
         if endpoint.dedupe_header:
