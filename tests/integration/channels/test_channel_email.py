@@ -434,7 +434,7 @@ async def test_an_auto_reply_is_never_answered_and_a_reply_says_it_is_one(stack:
     reason and starts no turn; the customer's mail after it is answered, once, and the answer
     that went through the SMTP server says `Auto-Submitted: auto-replied`."""
     s, a = stack, stack.account
-    auto_id, _ = a.mail.deliver_inbound(a.user, a.customer.address, "Out of office",
+    a.mail.deliver_inbound(a.user, a.customer.address, "Out of office",
                                         "I am away until Monday.",
                                         headers={"X-Autoreply": "yes"})  # fmt: skip
     asked_id, _ = a.mail.deliver_inbound(a.user, a.customer.address, "Order 7",
@@ -442,7 +442,9 @@ async def test_an_auto_reply_is_never_answered_and_a_reply_says_it_is_one(stack:
     row = await s.one_outbox("sent")
     auto_row, asked_row = await a.rows(2)
     assert (auto_row["status"], auto_row["error"]) == (
-        names.INGRESS_DEAD, "an automatic mail (X-Autoreply: yes), not answered")
+        names.INGRESS_DEAD,
+        "an automatic mail (X-Autoreply: yes), not answered",
+    )
     assert asked_row["status"] != names.INGRESS_DEAD
     (reply,) = s.replies()
     assert f"In-Reply-To: {asked_id}" in reply.content.decode()

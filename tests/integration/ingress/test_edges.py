@@ -95,9 +95,11 @@ async def test_malformed_framing_is_a_4xx_never_a_5xx(edges: Service) -> None:
 async def trickle(port: int, path: str, total: int, every_s: float) -> tuple[int, int]:
     """Send a `total`-byte JSON body one byte every `every_s` (well within the idle bound),
     until answered: the answer's status and how many body bytes were sent by then."""
-    head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nX-Event-Id: trickle-{path}\r\n"
-            f"Content-Type: application/json\r\nConnection: close\r\n"
-            f"Authorization: Bearer {ADMIN_TOKEN}\r\nContent-Length: {total}\r\n\r\n")
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nX-Event-Id: trickle-{path}\r\n"
+        f"Content-Type: application/json\r\nConnection: close\r\n"
+        f"Authorization: Bearer {ADMIN_TOKEN}\r\nContent-Length: {total}\r\n\r\n"
+    )
     body = b"[" + b" " * (total - 2) + b"]"
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     sent = 0

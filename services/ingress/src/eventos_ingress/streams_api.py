@@ -46,6 +46,7 @@ def is_stream(scope: Scope) -> bool:
     """Whether a request is for one of the event streams."""
     return STREAM_PATH.fullmatch(scope["path"]) is not None
 
+
 # One read of a stream: the frames to send, the place it is at after them, whether to read
 # again at once.
 Reading = tuple[list[str], int, bool]

@@ -149,8 +149,8 @@ def bounded_protocol(bounds: HttpBounds) -> type[HttpToolsProtocol]:
         def _body_wait(self) -> float:
             """Seconds until the body is late: its total deadline, or the moment the bytes
             so far fall under the minimum rate, whichever comes first."""
-            due = min(bounds.body_timeout_s,
-                      bounds.body_rate_grace_s + self._body_bytes / bounds.body_min_rate)  # fmt: skip
+            by_rate = bounds.body_rate_grace_s + self._body_bytes / bounds.body_min_rate
+            due = min(bounds.body_timeout_s, by_rate)
             return max(0.0, self._body_started + due - self.loop.time())
 
         def _body_done(self) -> None:
