@@ -250,6 +250,23 @@ def hostile_mails(sender: str, to: str) -> dict[str, bytes]:
             body=b"no boundary anywhere"),
         "an automatic mail (Auto-Submitted: auto-replied), not answered": raw(
             f"From: {sender}", mid(), "Auto-Submitted: auto-replied"),
+        # What responders that say no Auto-Submitted put on their mail (issue 25 point 7).
+        "an automatic mail (X-Autoreply: yes), not answered": raw(
+            f"From: {sender}", mid(), "X-Autoreply: yes"),
+        "an automatic mail (X-Autorespond: Out of office), not answered": raw(
+            f"From: {sender}", mid(), "X-Autorespond: Out of office"),
+        "an automatic mail (X-Auto-Response-Suppress: All), not answered": raw(
+            f"From: {sender}", mid(), "X-Auto-Response-Suppress: All"),
+        "a bulk mail (Precedence: bulk), not answered": raw(
+            f"From: {sender}", mid(), "Precedence: bulk"),
+        "a bulk mail (Precedence: junk), not answered": raw(
+            f"From: {sender}", mid(), "Precedence: junk"),
+        "a bulk mail (Precedence: list), not answered": raw(
+            f"From: {sender}", mid(), "Precedence: list"),
+        "a list's mail (List-Id: Announcements <news.example.test>), not answered": raw(
+            f"From: {sender}", mid(), "List-Id: Announcements <news.example.test>"),
+        "a mail with no return path (Return-Path: <>), not answered": raw(
+            "Return-Path: <>", f"From: {sender}", mid()),
         "an encoded From name posing as an address": raw(
             f"From: =?utf-8?q?boss=40example.test?= <{sender}>", mid()),
         f"mail of {HUGE_BYTES + 400} bytes, over the bound": b"",  # filled in below
@@ -401,6 +418,7 @@ async def test_a_mail_in_is_one_input_and_one_reply_to_its_sender(stack: Stack) 
     assert reply.message_id == message_id == row["provider_message_id"]
     assert reply.subject == "Re: Order 12" and "where is my order?" in sent
     assert f"In-Reply-To: {asked_id}" in sent and f"From: {a.user.address}" in sent
+    assert "Auto-Submitted: auto-replied" in sent  # no other responder answers it (RFC 3834)
     assert [m.message_id for m in a.mail.messages(a.user, "Sent")] == [message_id]
     (accepted,) = a.mail.accepted(a.customer)
     assert accepted.auth_login == a.user.address
@@ -411,6 +429,33 @@ async def test_a_mail_in_is_one_input_and_one_reply_to_its_sender(stack: Stack) 
     thread = inbound["envelope"]["subject"]
     assert thread.startswith("t_") and "cust" not in thread
     await wait_for(lambda: asyncio.sleep(0, a.seen(asked)), timeout=10, what="marked read")
+
+
+async def test_an_auto_reply_is_never_answered_and_a_reply_says_it_is_one(stack: Stack) -> None:
+    """Another responder's mail (no Auto-Submitted, but X-Autoreply) is a dead row with its
+    reason and starts no turn; the customer's mail after it is answered, once, and the answer
+    that went through the SMTP server says `Auto-Submitted: auto-replied`."""
+    s, a = stack, stack.account
+    a.mail.deliver_inbound(a.user, a.customer.address, "Out of office",
+                                        "I am away until Monday.",
+                                        headers={"X-Autoreply": "yes"})  # fmt: skip
+    asked_id, _ = a.mail.deliver_inbound(a.user, a.customer.address, "Order 7",
+                                         "where is order 7?")  # fmt: skip
+    row = await s.one_outbox("sent")
+    auto_row, asked_row = await a.rows(2)
+    assert (auto_row["status"], auto_row["error"]) == (
+        names.INGRESS_DEAD,
+        "an automatic mail (X-Autoreply: yes), not answered",
+    )
+    assert asked_row["status"] != names.INGRESS_DEAD
+    (reply,) = s.replies()
+    assert f"In-Reply-To: {asked_id}" in reply.content.decode()
+    assert "Auto-Submitted: auto-replied" in reply.content.decode()
+    (accepted,) = a.mail.accepted(a.customer)  # what the SMTP server took
+    assert b"Auto-Submitted: auto-replied" in accepted.content
+    assert [r["id"] for r in await s.outbox()] == [row["id"]]  # the auto-reply: no turn
+    turns = await query(a.pool, f"SELECT count(*) AS n FROM turns WHERE employee = '{a.name}'")
+    assert turns[0]["n"] == 1  # the customer's mail's
 
 
 async def test_a_send_cut_off_after_data_is_found_in_sent_when_called_again_never_mailed_twice(

@@ -76,6 +76,32 @@ async def test_standard_webhooks_stale_timestamp_is_401(client: httpx.AsyncClien
     assert r.status_code == 401
 
 
+async def test_a_replayed_github_body_under_a_new_delivery_id_is_a_duplicate(
+    client: httpx.AsyncClient, pool: AsyncConnectionPool[Conn]
+) -> None:
+    """A captured signed delivery sent again under a new X-GitHub-Delivery is a duplicate
+    (200, the first row's id); GitHub's own redelivery (same id, same body) is one as well;
+    a new body is a new event."""
+    body = event_body()
+    first = await client.post("/hooks/github", content=body,
+                              headers=signing.github(body, "d-original"))  # fmt: skip
+    replayed = await client.post("/hooks/github", content=body,
+                                 headers=signing.github(body, "d-forged"))  # fmt: skip
+    redelivered = await client.post("/hooks/github", content=body,
+                                    headers=signing.github(body, "d-original"))  # fmt: skip
+    other = event_body()
+    fresh = await client.post("/hooks/github", content=other,
+                              headers=signing.github(other, "d-forged"))  # fmt: skip
+    assert first.status_code == 200 and first.json()["status"] == "accepted"
+    for again in (replayed, redelivered):
+        assert again.status_code == 200
+        assert again.json() == {"status": "duplicate", "id": first.json()["id"]}
+    assert fresh.status_code == 200 and fresh.json()["status"] == "accepted"
+    stored = await rows(pool, "webhook:github")
+    assert [r["id"] for r in stored] == [first.json()["id"], fresh.json()["id"]]
+    assert stored[0]["dup_count"] == 2
+
+
 async def test_dedupe_uses_each_providers_id(
     client: httpx.AsyncClient, pool: AsyncConnectionPool[Conn]
 ) -> None:
@@ -83,9 +109,10 @@ async def test_dedupe_uses_each_providers_id(
     body = event_body()
     for ts in (int(time.time()), int(time.time()) - 5):
         await client.post("/hooks/stripe", content=body, headers=signing.stripe(body, ts=ts))
-    # GitHub: X-GitHub-Delivery, even for different bodies.
-    for b in (event_body(), event_body()):
-        await client.post("/hooks/github", content=b, headers=signing.github(b, "delivery-1"))
+    # GitHub: the signed body (X-GitHub-Delivery is not signed), whatever the delivery id.
+    gh = event_body()
+    for delivery in ("delivery-1", "delivery-2"):
+        await client.post("/hooks/github", content=gh, headers=signing.github(gh, delivery))
     # Standard Webhooks: webhook-id.
     for b in (event_body(), event_body()):
         await client.post("/hooks/std", content=b, headers=signing.standard(b, "msg_same"))
@@ -102,7 +129,7 @@ async def test_dedupe_uses_each_providers_id(
         )
     expected = {
         "webhook:stripe": [json.loads(body)["id"]],
-        "webhook:github": ["delivery-1"],
+        "webhook:github": ["body:" + hashlib.sha256(gh).hexdigest()],
         "webhook:std": ["msg_same"],
         "webhook:meta": ["wamid.SAME"],
         "webhook:plain": ["h:r-1"],

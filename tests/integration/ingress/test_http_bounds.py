@@ -17,7 +17,7 @@ from eventos.runtime.service import Service
 from eventos.settings import DatabaseSettings, HttpBounds, IngressBuffers
 
 BOUNDS = HttpBounds(max_header_bytes=8 * 1024, header_timeout_s=1.0, body_idle_timeout_s=1.0,
-                    max_in_flight=3, max_connections=64)  # fmt: skip
+                    max_in_flight=3, max_connections=64, hooks_max_in_flight=3)  # fmt: skip
 DEADLINE_S = 10.0
 
 
@@ -162,8 +162,10 @@ async def test_ordinary_requests_pass_untouched(bounded: Service) -> None:
 def test_every_bound_is_a_setting() -> None:
     env = {"EVENTOS_HTTP_MAX_HEADER_BYTES": "4096", "EVENTOS_HTTP_HEADER_TIMEOUT_S": "2.5",
            "EVENTOS_HTTP_BODY_IDLE_TIMEOUT_S": "7", "EVENTOS_HTTP_MAX_IN_FLIGHT": "9",
-           "EVENTOS_HTTP_MAX_CONNECTIONS": "99"}  # fmt: skip
-    assert HttpBounds.from_env(env) == HttpBounds(4096, 2.5, 7.0, 9, 99)
+           "EVENTOS_HTTP_MAX_CONNECTIONS": "99", "EVENTOS_HTTP_BODY_TIMEOUT_S": "60",
+           "EVENTOS_HTTP_BODY_MIN_RATE": "512", "EVENTOS_HTTP_BODY_RATE_GRACE_S": "5",
+           "EVENTOS_HTTP_HOOKS_MAX_IN_FLIGHT": "7", "EVENTOS_HTTP_STREAMS_MAX_IN_FLIGHT": "8"}  # fmt: skip
+    assert HttpBounds.from_env(env) == HttpBounds(4096, 2.5, 7.0, 9, 99, 60.0, 512, 5.0, 7, 8)
     assert HttpBounds.from_env({}) == HttpBounds()
     from eventos.errors import ConfigError
 

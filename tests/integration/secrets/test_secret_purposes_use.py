@@ -220,7 +220,4 @@ async def test_a_webhook_verifies_only_with_a_webhook_secret(
             "/hooks/github", content=other, headers=signing.github(other, uuid.uuid4().hex)
         )
         assert right.status_code == 200, right.text
-    assert (
-        await query(pool, "SELECT * FROM bus_ingress WHERE source_key = 'webhook:stripe'")
-        == []
-    )
+    assert await query(pool, "SELECT * FROM bus_ingress WHERE source_key = 'webhook:stripe'") == []

@@ -392,10 +392,13 @@ def test_stripe_dedupe_key_is_none_without_an_id(body: bytes) -> None:
     assert provider_dedupe_key("stripe", {}, body) is None
 
 
-def test_github_dedupe_key_is_the_delivery_header() -> None:
-    headers = {"x-github-delivery": "72d3162e-cc78-11e3-81ab-4c9367dc0958"}
-    assert provider_dedupe_key("github", headers, BODY) == "72d3162e-cc78-11e3-81ab-4c9367dc0958"
-    assert provider_dedupe_key("github", {}, BODY) is None
+def test_github_dedupe_key_is_the_signed_body_not_the_delivery_header() -> None:
+    """X-GitHub-Delivery is not signed: a captured body under a new id has the same key."""
+    key = "body:" + hashlib.sha256(BODY).hexdigest()
+    for delivery in ("72d3162e-cc78-11e3-81ab-4c9367dc0958", "new-id"):
+        assert provider_dedupe_key("github", {"x-github-delivery": delivery}, BODY) == key
+    assert provider_dedupe_key("github", {}, BODY) == key
+    assert provider_dedupe_key("github", {}, BODY + b" ") != key
 
 
 def test_standard_webhooks_dedupe_key_is_the_webhook_id() -> None:

@@ -477,14 +477,29 @@ class AlarmSettings:
 @dataclass(frozen=True)
 class HttpBounds:
     """Defaults pass real traffic untouched: headers of 32 KiB (providers send a few KiB),
-    10 s for them, 30 s of silence within a body, 512 requests in flight (300 slow 10 MiB
-    uploads and normal traffic beside them: bench/soak.py), 1,024 connections."""
+    10 s for them, 30 s of silence within a body, 1,024 connections.
+
+    A body also has a total deadline (120 s: bench/soak.py's 10 MiB uploads take 60 s) and a
+    minimum rate (1 KiB/s on average once 10 s have passed), so a body trickled a byte at a
+    time holds its request for seconds, not for ever.
+
+    Requests in flight are capped per class of caller, so one class filling its cap never
+    refuses another: webhooks and channel hooks (`hooks_max_in_flight`, 512: 300 slow 10 MiB
+    uploads and normal traffic beside them), event streams (`streams_max_in_flight`, 256, each
+    open for as long as its client reads) and everything else, the owner API among it
+    (`max_in_flight`, 256). A service declares which of its paths are hooks and streams
+    (`eventos.runtime.http_bounds.CapClass`); in the others every request is of the last."""
 
     max_header_bytes: int = 32 * 1024
     header_timeout_s: float = 10.0
     body_idle_timeout_s: float = 30.0
-    max_in_flight: int = 512
+    max_in_flight: int = 256
     max_connections: int = 1024
+    body_timeout_s: float = 120.0
+    body_min_rate: int = 1024  # bytes per second, averaged over the body so far
+    body_rate_grace_s: float = 10.0  # the rate is not asked for before this
+    hooks_max_in_flight: int = 512
+    streams_max_in_flight: int = 256
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> HttpBounds:

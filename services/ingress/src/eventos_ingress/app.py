@@ -20,6 +20,7 @@ from eventos.console.assets import Assets
 from eventos.db import Conn, open_pool
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.owner.wakeups import StreamWakeups
+from eventos.runtime.http_bounds import CapClass, under
 from eventos.runtime.service import GrpcServerOptions, Service
 from eventos.runtime.wake import Kicker
 from eventos.scheduling.policy import SchedConfig
@@ -43,11 +44,23 @@ from eventos_ingress.owner_api import OwnerApi
 from eventos_ingress.publish import EventIngressServicer
 from eventos_ingress.raw_http import hook_app
 from eventos_ingress.routes import RouteTable
+from eventos_ingress.streams_api import is_stream
 from eventos_ingress.whatsapp_hook import PREFIX as WHATSAPP_PREFIX
 from eventos_ingress.whatsapp_hook import WhatsAppHook
 
 NAME = "ingress"
 HOOKS_PREFIX = "/hooks/"
+CHANNELS_PREFIX = "/channels/"  # the channels' own hooks (WhatsApp, Discord interactions)
+
+
+def in_flight_classes(bounds: HttpBounds) -> list[CapClass]:
+    """Webhooks (anyone on the internet may call them), event streams (each open for long)
+    and the owner API (all else) each have their own cap: a class at its cap refuses only
+    its own callers."""
+    return [
+        CapClass("hooks", bounds.hooks_max_in_flight, under(HOOKS_PREFIX, CHANNELS_PREFIX)),
+        CapClass("streams", bounds.streams_max_in_flight, is_stream),
+    ]
 
 
 @dataclass
@@ -174,4 +187,5 @@ async def build(cfg: IngressConfig) -> Service:
         loops=[routes.refresh_loop, drivers.refresh_loop, wakeups.run, readers.run],
         on_stop=[stop],
         http_bounds=cfg.http_bounds,
+        in_flight_classes=in_flight_classes(cfg.http_bounds),
     )

@@ -6,6 +6,12 @@ wrong: Discord itself probes the endpoint with bad signatures), a PING answered 
 application command appended under a statement timeout before "deferred" (type 5) is answered.
 Anything that keeps the append from committing answers 500 ("This interaction failed" for the
 user), never a deferral that no reply would follow.
+
+`{account}` is looked up first among the Discord accounts the routing generations read, and
+anything else is 404 before a byte of the body is read or the secret store is asked: the
+endpoint is unauthenticated, and must not tell which secret names exist. An account that is
+read but whose secret is missing or not a Discord credential is the operator's to fix: 503,
+logged once (again only after it worked in between), not on every request.
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ PONG, DEFERRED, MESSAGE = 1, 5, 4
 EPHEMERAL = 1 << 6
 UNREADABLE = "This command could not be read."
 UNANSWERED = "No one answers commands here right now."
+RETRY_AFTER = "30"
+# The one answer for every name that is not a read account, whether or not a secret has it.
+UNKNOWN = Answer(404, {"error": "unknown account"})
 
 
 class BodyRefused(Exception):
@@ -97,13 +106,23 @@ class DiscordInteractions:
                  kicker: Kicker | None) -> None:  # fmt: skip
         self.pool, self.secrets, self.kicker = pool, secrets, kicker
         self.salt: bytes | None = None
+        self.misconfigured: set[str] = set()  # accounts logged as such (logged once)
 
     async def handle(self, request: HookRequest) -> Answer:
         if request.method != "POST":
             return Answer(405, {"error": "POST only"}, {"Allow": "POST"})
         account = request.path
         if not ACCOUNT.fullmatch(account):
-            return Answer(404, {"error": "unknown account"})
+            return UNKNOWN
+        try:
+            if not await self._read_by_an_employee(account):
+                return UNKNOWN
+        except (DatabaseUnavailable, psycopg.Error, TimeoutError, OSError) as exc:
+            log.warning("discord account lookup failed: %s", exc)
+            return Answer(503, {"error": "database unavailable"}, {"Retry-After": RETRY_AFTER})
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > BODY_MAX:  # the server checked its form
+            return Answer(413, {"error": f"body over {BODY_MAX} bytes"})
         try:
             body = await read_body(request)
         except BodyRefused as exc:
@@ -112,11 +131,12 @@ class DiscordInteractions:
             return Answer(400, {"error": "client went away"})
         try:
             cred = parse_credential(self.secrets.resolve(account, purposes.CHANNEL))
-        except SecretUnavailable:
-            return Answer(404, {"error": "unknown account"})
-        except DiscordCredentialError as exc:
-            log.error("discord account %s: %s", account, exc)
-            return Answer(500, {"error": "account misconfigured"})
+        except (SecretUnavailable, DiscordCredentialError) as exc:
+            if account not in self.misconfigured:
+                self.misconfigured.add(account)
+                log.error("discord account %s: %s (logged once until it works)", account, exc)
+            return Answer(503, {"error": "account misconfigured"}, {"Retry-After": RETRY_AFTER})
+        self.misconfigured.discard(account)
         headers = request.headers
         stamp = headers.get("x-signature-timestamp")
         if not fresh(stamp) or not verify(cred.public_key, headers.get("x-signature-ed25519"),
@@ -142,6 +162,19 @@ class DiscordInteractions:
             return Answer(200, {"type": MESSAGE, "data": {"content": stored,
                                                           "flags": EPHEMERAL}})  # fmt: skip
         return Answer(200, {"type": DEFERRED})
+
+    async def _read_by_an_employee(self, account: str) -> bool:
+        """Whether a generation that routes events (starting, running, paused) reads the
+        account: one indexed lookup, under the same bounds as the append."""
+        states = list(names.ROUTABLE_GENERATION_STATES)
+        async with (
+            asyncio.timeout(APPEND_TIMEOUT_S),
+            self.pool.connection(timeout=POOL_TIMEOUT_S) as conn,
+        ):
+            cur = await conn.execute(
+                Q["channel_account_routable"], {"id": f"{DRIVER}:{account}", "states": states}
+            )
+            return bool((await cur.fetchone() or {}).get("routable"))
 
     async def _append(self, account: str, cred: DiscordCredential,
                       doc: dict[str, Any]) -> str | None:  # fmt: skip

@@ -155,6 +155,7 @@ class Hooks:
     async def _accept(self, request: HookRequest, endpoint: Endpoint) -> Answer:
         headers = request.headers
         declared = headers.get("content-length")
+        # The server refused any other form of it (eventos.runtime.http_bounds).
         if declared is not None and declared.isdigit() and int(declared) > endpoint.max_body:
             return _answer(413, {"error": f"body over {endpoint.max_body} bytes"})
         try:
@@ -299,7 +300,7 @@ class Hooks:
     ) -> tuple[str, int]:
         """Provider id, else the configured header, else a body hash for 10 minutes."""
         week = names.DEDUPE_TTL_DAYS * 86400
-        key = provider_dedupe_key(endpoint.scheme, headers, body)
+        key = provider_dedupe_key(endpoint.scheme, headers, body, digest)
         if key:
             return key, week
         if endpoint.dedupe_header:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 
@@ -179,6 +179,10 @@ class OwnerApi:
                     return await handler(request, caller)
             except EventOSError as exc:
                 return problems.from_error(exc)
+            except ClientDisconnect:
+                # The client went, or its body was cut for being too slow (408 answered by
+                # the server): nothing to answer and nothing unexpected.
+                return Response(status_code=400)
             except Exception:
                 log.exception("unexpected error on %s %s", method, path)
                 return problems.problem(problems.INTERNAL, "unexpected error; see the ingress log")

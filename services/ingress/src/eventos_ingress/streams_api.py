@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Scope
 
 from eventos import names
 from eventos.db import Conn, translate
@@ -36,6 +38,14 @@ SSE_POLL_S = 0.25  # while no listener hears placed events
 SSE_RECHECK_S = 5.0  # while one does (its wake-ups are hints)
 SSE_KEEPALIVE_S = 15.0
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+# The streams' paths: their requests have their own in-flight cap (each stays open).
+STREAM_PATH = re.compile(r"/v1/events|/v1/employees/[^/]+/chat/events")
+
+
+def is_stream(scope: Scope) -> bool:
+    """Whether a request is for one of the event streams."""
+    return STREAM_PATH.fullmatch(scope["path"]) is not None
+
 
 # One read of a stream: the frames to send, the place it is at after them, whether to read
 # again at once.

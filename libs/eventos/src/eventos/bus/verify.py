@@ -73,14 +73,25 @@ def verify(cfg: VerifyConfig, headers: Mapping[str, str], body: bytes, now: floa
     check.finish()
 
 
-def provider_dedupe_key(scheme: str, headers: Mapping[str, str], body: bytes) -> str | None:
-    """The provider's own event id used as dedupe key, or None when the provider gives none."""
+GITHUB_BODY_KEY = "body:"  # a GitHub delivery's dedupe key: this and its body's sha256
+
+
+def provider_dedupe_key(
+    scheme: str, headers: Mapping[str, str], body: bytes, digest: str | None = None
+) -> str | None:
+    """The provider's own event id used as dedupe key, or None when the provider gives none.
+
+    Every key is one the signature covers, so a captured request sent again is a duplicate
+    whatever its unsigned headers say. GitHub signs the body alone (its `X-GitHub-Delivery`
+    is not signed, and no time is), so its key is the body's sha256 (`digest` when the
+    caller has it): GitHub's own redelivery (same id, same body) is a duplicate as before, and
+    so is a replay of the body under a new delivery id."""
     if scheme not in _VERIFIERS:
         raise ValueError(f"unknown verification scheme {scheme!r}")
     if scheme == "stripe":
         return _stripe_event_id(body)
     if scheme == "github":
-        return headers.get("x-github-delivery") or None
+        return GITHUB_BODY_KEY + (digest or hashlib.sha256(body).hexdigest())
     if scheme == "standard-webhooks":
         return headers.get("webhook-id") or None
     if scheme == "whatsapp-business":

@@ -7,7 +7,8 @@ that cannot be read is deduplicated), and once with `policy.default` for what th
 Whatever that second parse cannot stand behind — no From, several, one that is not a plain
 mailbox, NUL bytes in the headers, a multipart without parts, a mail over the size bound, any
 error of the parser itself — makes a dead row with the reason, never a crash; so does a mail
-that must not be answered (an auto-reply, a bounce, bulk mail, the account's own: `automatic`).
+that must not be answered (an auto-reply, a bounce, bulk or list mail, the account's own:
+`automatic`). Every mail the channel sends says `Auto-Submitted: auto-replied`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ MESSAGE_ID_MAX_CHARS = 250  # longer ids are hashed
 REFERENCES_MAX = 20  # the last ids of a thread's References kept
 HASH_HEX = 32
 BOUNCE_SENDERS = frozenset({"mailer-daemon", "postmaster"})
+AUTO_SUBMITTED = "auto-replied"  # on every mail the channel sends (RFC 3834 §5)
 _ADDRESS = re.compile(r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253})")
 _ID = re.compile(r"<([^<>\s]{1,1000})>")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # keeps \t and \n
@@ -193,15 +195,36 @@ def _when(mail: EmailMessage) -> str | None:
     return None
 
 
+# Headers that only responders put on a mail (vacation programs, Exchange, ticket systems),
+# whatever their value.
+AUTOREPLY_HEADERS = ("X-Autoreply", "X-Autorespond", "X-Auto-Response-Suppress")
+LIST_HEADERS = ("List-Id",)  # a mailing list's: its mail is for the list, not for us to answer
+
+
+def _header(mail: EmailMessage, name: str) -> str:
+    return " ".join(str(mail[name] or "").split())
+
+
 def automatic(mail: EmailMessage, address: str, own: str | None) -> str | None:
-    """Why a mail must not be answered (RFC 3834: an auto-reply, a bounce, a list's bulk, the
-    account's own mail), or None. Answering one could start a mail loop with a responder."""
-    auto = " ".join(str(mail["Auto-Submitted"] or "").split()).lower()
+    """Why a mail must not be answered (RFC 3834: an auto-reply, a bounce, a list's mail or
+    bulk, the account's own mail), or None. Answering one could start a mail loop with a
+    responder (which, like ours, answers every mail it gets)."""
+    auto = _header(mail, "Auto-Submitted").lower()
     if auto and not auto.startswith("no"):
         return f"an automatic mail (Auto-Submitted: {auto[:40]}), not answered"
-    precedence = str(mail["Precedence"] or "").strip().lower()
+    for name in AUTOREPLY_HEADERS:
+        if mail[name] is not None:
+            return f"an automatic mail ({name}: {_header(mail, name)[:40]}), not answered"
+    precedence = _header(mail, "Precedence").lower()
     if precedence in ("bulk", "junk", "list", "auto_reply"):
         return f"a bulk mail (Precedence: {precedence}), not answered"
+    for name in LIST_HEADERS:
+        if mail[name] is not None:
+            return f"a list's mail ({name}: {_header(mail, name)[:60]}), not answered"
+    # The null reverse path: what bounces and auto-replies are sent with (RFC 3834 §3.3),
+    # as the delivering server records it.
+    if any(_CONTROL.sub("", str(v)).strip() == "<>" for v in mail.get_all("Return-Path") or []):
+        return "a mail with no return path (Return-Path: <>), not answered"
     local = address.partition("@")[0]
     if local in BOUNCE_SENDERS or mail.get_content_type() == "multipart/report":
         return "a delivery report (bounce), not answered"
@@ -311,12 +334,15 @@ def answered_by(head: bytes, sender: str) -> Answered | None:
 def build_reply(sender: str, recipient: str, body: str, message_id: str,
                 answered: Answered | None, now: datetime) -> EmailMessage:  # fmt: skip
     """The mail of one send: from the account to the recipient, threaded under the mail it
-    answers (its Subject, In-Reply-To and References) when one is known."""
+    answers (its Subject, In-Reply-To and References) when one is known. It says it was
+    written by a program (`Auto-Submitted: auto-replied`, RFC 3834), so another responder
+    does not answer it and two of them never loop."""
     mail = EmailMessage()
     mail["From"] = sender
     mail["To"] = recipient
     mail["Date"] = format_datetime(now)
     mail["Message-ID"] = message_id
+    mail["Auto-Submitted"] = AUTO_SUBMITTED
     mail["Subject"] = reply_subject(answered.subject if answered else None, body)
     if answered is not None:
         mail["In-Reply-To"] = f"<{answered.message_id}>"

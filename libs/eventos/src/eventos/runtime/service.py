@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from eventos import telemetry
 from eventos.runtime import metrics
-from eventos.runtime.http_bounds import InFlightCap, bounded_protocol
+from eventos.runtime.http_bounds import CapClass, InFlightCap, bounded_protocol
 from eventos.settings import HttpBounds
 
 log = logging.getLogger(__name__)
@@ -162,6 +162,8 @@ class Service:
     loops: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     http_bounds: HttpBounds = field(default_factory=HttpBounds)
+    # Classes of callers with their own in-flight caps (the rest share `max_in_flight`).
+    in_flight_classes: list[CapClass] = field(default_factory=list)
     bound_http_port: int = 0
     bound_grpc_port: int = 0
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -200,7 +202,7 @@ class Service:
         self.bound_http_port = sock.getsockname()[1]
         b = self.http_bounds
         config = uvicorn.Config(
-            InFlightCap(self.app(), b.max_in_flight),
+            InFlightCap(self.app(), b.max_in_flight, self.in_flight_classes),
             http=bounded_protocol(b),
             limit_concurrency=b.max_connections,
             log_level="warning",
