@@ -44,6 +44,7 @@ from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.outbox.keys import OutboxKeys, new_key_entry
 from eventos.runtime.payload_guard import connect as temporal_connect
+from eventos.secret_purposes import SecretPurposes
 from eventos.settings import AlarmSettings, DatabaseSettings, SecretStore, TemporalSettings
 from eventos.spec.model import load_specs
 from eventos.tools import alarms as alarm_tools
@@ -119,7 +120,7 @@ async def run(n_employees: int, n_alarms: int, window_s: float, lead_s: float,
             await migrate(conn)
             for name in names_:
                 (s,) = load_specs(spec(name))
-                await lifecycle.apply(conn, s, LlmEndpoints())
+                await lifecycle.apply(conn, s, LlmEndpoints(), SecretPurposes())
                 await lifecycle.start(conn, name)
         await measure(db, temporal, names_, n_alarms, window_s, lead_s)
 

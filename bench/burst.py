@@ -43,6 +43,7 @@ from eventos.llm.worker import llm_worker
 from eventos.outbox.keys import OutboxKeys, new_key_entry
 from eventos.runtime.payload_guard import connect as temporal_connect
 from eventos.runtime.temporal import TemporalConnection
+from eventos.secret_purposes import SecretPurposes
 from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
 from eventos.spec.model import load_specs
 from eventos.workers.activities import DbActivities
@@ -73,7 +74,7 @@ async def run(messages: int, folder: Path) -> None:
         async with await connect(db) as conn:
             await migrate(conn)
             (spec,) = load_specs(SPEC)
-            await lifecycle.apply(conn, spec, LlmEndpoints())
+            await lifecycle.apply(conn, spec, LlmEndpoints(), SecretPurposes())
             await lifecycle.start(conn, "burst")
             await lifecycle.activate(conn, "burst")
             t0 = time.perf_counter()

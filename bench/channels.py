@@ -52,6 +52,7 @@ from eventos.outbox.egress import Egress
 from eventos.outbox.keys import OutboxKeys, new_key_entry
 from eventos.runtime.payload_guard import connect as temporal_connect
 from eventos.runtime.temporal import TemporalConnection
+from eventos.secret_purposes import SecretPurposes
 from eventos.settings import (
     AdminSettings,
     DatabaseSettings,
@@ -137,7 +138,8 @@ async def run(args: argparse.Namespace, folder: Path) -> None:
         async with await connect(db) as conn:
             await migrate(conn)
             (spec,) = load_specs(SPEC)
-            await lifecycle.apply(conn, spec, LlmEndpoints())
+            purposes = SecretPurposes.parse("tg-bench=channel")  # the account's credential
+            await lifecycle.apply(conn, spec, LlmEndpoints(), purposes)
             await lifecycle.start(conn, "shop")
             await lifecycle.activate(conn, "shop")
         sys.path.insert(0, str(TESTS))
@@ -154,7 +156,9 @@ async def run(args: argparse.Namespace, folder: Path) -> None:
 async def measure(args: argparse.Namespace, folder: Path, db: DatabaseSettings, ts: Any,
                   fake: Any) -> None:  # fmt: skip
     token = fake.add_bot("shop_bot")
-    secrets = SecretStore(env={"EVENTOS_SECRET_TG_BENCH": token})
+    secrets = SecretStore(
+        env={"EVENTOS_SECRET_TG_BENCH": token, "EVENTOS_SECRETS_PURPOSES": "tg-bench=channel"}
+    )
     buckets = {**DEFAULT_BUCKETS,
                "telegram": {**DEFAULT_BUCKETS["telegram"],
                             "account": Bucket(args.account_rate, args.account_rate)}}  # fmt: skip

@@ -44,6 +44,7 @@ from eventos.delivery.routing import route_pass
 from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.owner import chat
+from eventos.secret_purposes import SecretPurposes
 from eventos.settings import DatabaseSettings
 from eventos.spec.model import load_specs
 from eventos.testing.timeline import bulk_timeline
@@ -83,7 +84,7 @@ async def seed_employees(conn: Conn, names: list[str]) -> None:
     """Applied, started and running; today's budget and spend; messages waiting; attention."""
     for name in names:
         (s,) = load_specs(spec(name))
-        await lifecycle.apply(conn, s, LlmEndpoints())
+        await lifecycle.apply(conn, s, LlmEndpoints(), SecretPurposes())
         await lifecycle.start(conn, name)
         await lifecycle.activate(conn, name)
         for i in range(MESSAGES_EACH):

@@ -57,6 +57,7 @@ from eventos.owner import chat
 from eventos.runtime.payload_guard import connect as temporal_connect
 from eventos.runtime.temporal import TemporalConnection
 from eventos.scheduling.policy import DEFAULT_CLASS_MAX, SchedConfig
+from eventos.secret_purposes import SecretPurposes
 from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
 from eventos.spec.model import load_specs
 from eventos.workers.activities import DbActivities
@@ -102,7 +103,7 @@ async def run(folder: Path, args: argparse.Namespace) -> None:
         async with await connect(db) as conn:
             await migrate(conn)
             for spec_doc in load_specs("---".join(spec(e) for e in EMPLOYEES)):
-                await lifecycle.apply(conn, spec_doc, LlmEndpoints())
+                await lifecycle.apply(conn, spec_doc, LlmEndpoints(), SecretPurposes())
                 await lifecycle.start(conn, spec_doc.name)
                 await lifecycle.activate(conn, spec_doc.name)
         await measure(db, ts, args)

@@ -31,7 +31,16 @@ import psycopg
 from faults_book import Book
 from faults_instance import TEMPORAL, Instance
 from faults_ledger import Ledger, Line, Receivers, account
-from faults_load import TELEGRAM_LATENCY_S, TESTS, EffectTarget, Load, Rates, secret_env, specs
+from faults_load import (
+    PURPOSES,
+    TELEGRAM_LATENCY_S,
+    TESTS,
+    EffectTarget,
+    Load,
+    Rates,
+    secret_env,
+    specs,
+)
 from faults_schedule import TAIL_S, Done, Executor, Fault, FaultTarget, Profile, plan
 from harness import exit_on_signals, progress
 
@@ -115,7 +124,8 @@ def service_env(telegram_api: str) -> dict[str, str]:
     private address."""
     return {"EVENTOS_CHANNELS_TELEGRAM_API": telegram_api, "EVENTOS_CHANNELS_POLL_TIMEOUT_S": "5",
             "EVENTOS_CHANNELS_REFRESH_S": "1", "EVENTOS_CHANNELS_LEASE_TTL_S": "5",
-            "EVENTOS_OUTBOUND_ALLOW_PRIVATE": "true"}  # fmt: skip
+            "EVENTOS_OUTBOUND_ALLOW_PRIVATE": "true",
+            "EVENTOS_SECRETS_PURPOSES": PURPOSES}  # fmt: skip
 
 
 def run(config: Config, workdir: Path) -> Result:

@@ -57,6 +57,8 @@ SUBJECTS = 6  # driver event subjects (threads)
 CHATS = 8  # Telegram customers
 SECRETS = {"fx-stripe": "whsec_fault_run_stripe", "fx-hmac": "fault-run-hmac",
            "driver-drv-1": "fault-run-driver-token-0123"}  # fmt: skip
+# What each is for, as the run's operator declares it (driver-drv-1 is `driver` by default).
+PURPOSES = f"fx-stripe=webhook fx-hmac=webhook {ACCOUNT}=channel"
 SEND_TIMEOUT_S = 10.0
 RETRY_S = (1.0, 2.0, 4.0, 8.0, 15.0)  # then every 15 s, as long as the run lasts
 RESEND_SHARE = 0.05  # answered webhooks sent again later (a provider's duplicate)
@@ -109,7 +111,11 @@ def specs(effect_host: str = "127.0.0.1") -> dict[str, str]:
 
 def secret_env(bot_token: str) -> dict[str, str]:
     env = {f"EVENTOS_SECRET_{k.upper().replace('-', '_')}": v for k, v in SECRETS.items()}
-    return {**env, f"EVENTOS_SECRET_{ACCOUNT.upper().replace('-', '_')}": bot_token}
+    return {
+        **env,
+        f"EVENTOS_SECRET_{ACCOUNT.upper().replace('-', '_')}": bot_token,
+        "EVENTOS_SECRETS_PURPOSES": PURPOSES,
+    }
 
 
 def _hex(secret: str, message: bytes) -> str:

@@ -165,7 +165,10 @@ class Bench:
         self.url = self.stack.database()
         if not self.args.no_router:
             self.router = start_router(self.stack, self.url, wait=False)
-        env = {"EVENTOS_SECRET_" + SECRET_REF.upper().replace("-", "_"): SECRET_VALUE}
+        env = {
+            "EVENTOS_SECRET_" + SECRET_REF.upper().replace("-", "_"): SECRET_VALUE,
+            "EVENTOS_SECRETS_PURPOSES": f"{SECRET_REF}=webhook",
+        }
         if self.args.lift_limits:
             env |= {"EVENTOS_HOOKS_GENERIC_RATE": "1000000", "EVENTOS_HOOKS_GENERIC_HIGH_WATER":
                     "1000000000"}  # fmt: skip

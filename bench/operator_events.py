@@ -37,6 +37,7 @@ from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.operator import events
 from eventos.owner import event_positions
+from eventos.secret_purposes import SecretPurposes
 from eventos.settings import DatabaseSettings
 from eventos.spec.model import load_specs
 
@@ -72,7 +73,7 @@ async def write_costs(conn: Conn, inputs: int) -> None:
     names = [f"w{i}" for i in range(4)]
     for name in names:
         (s,) = load_specs(spec(name))
-        await lifecycle.apply(conn, s, LlmEndpoints())
+        await lifecycle.apply(conn, s, LlmEndpoints(), SecretPurposes())
         await lifecycle.start(conn, name)
         await lifecycle.activate(conn, name)
     results: dict[bool, list[list[float]]] = {True: [], False: []}

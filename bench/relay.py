@@ -40,6 +40,7 @@ from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.runtime.payload_guard import connect as temporal_connect
 from eventos.runtime.temporal import TemporalConnection
+from eventos.secret_purposes import SecretPurposes
 from eventos.settings import DatabaseSettings, TemporalSettings
 from eventos.spec.model import load_specs
 
@@ -113,7 +114,7 @@ async def run(args: argparse.Namespace, folder: Path) -> None:
         async with await connect(db) as conn:
             await migrate(conn)
             (spec,) = load_specs(SPEC)
-            await lifecycle.apply(conn, spec, LlmEndpoints())
+            await lifecycle.apply(conn, spec, LlmEndpoints(), SecretPurposes())
             await lifecycle.start(conn, "relaybench")
             await lifecycle.activate(conn, "relaybench")
             for n in range(args.per_stream):

@@ -136,6 +136,7 @@ def run(args: argparse.Namespace, stack: Stack) -> None:
     url = stack.database()
     tag = "d" + secrets.token_hex(3)
     env = {"EVENTOS_SECRET_" + SECRET_REF.upper().replace("-", "_"): SECRET_VALUE,
+           "EVENTOS_SECRETS_PURPOSES": f"{SECRET_REF}=webhook",
            "EVENTOS_HOOKS_GENERIC_RATE": "1000000",
            "EVENTOS_HOOKS_GENERIC_HIGH_WATER": "1000000000"}  # fmt: skip
     ingress = start_ingress(stack, url, router=None, env=env)

@@ -137,7 +137,10 @@ def main() -> None:
     with Stack() as stack, interrupt_guard():
         url = stack.database()
         router = start_router(stack, url, wait=False)
-        env = {"EVENTOS_SECRET_" + SECRET_REF.upper().replace("-", "_"): SECRET_VALUE}
+        env = {
+            "EVENTOS_SECRET_" + SECRET_REF.upper().replace("-", "_"): SECRET_VALUE,
+            "EVENTOS_SECRETS_PURPOSES": f"{SECRET_REF}=webhook",
+        }
         ingress = start_ingress(stack, url, router=router, env=env, wait=False)
         stack.wait_ready(router, ingress)
         normal: list[str] = []

@@ -40,6 +40,7 @@ from eventos.delivery.routing import route_pass
 from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.messaging.storm import flush_due
+from eventos.secret_purposes import SecretPurposes
 from eventos.settings import DatabaseSettings, SecretStore
 from eventos.spec.model import load_specs
 from eventos.tools.runner import ToolRunner
@@ -249,7 +250,7 @@ async def run(folder: Path, minutes: int, tick_s: float, kick_every_s: float) ->
         async with await connect(db) as conn:
             await migrate(conn)
             for doc in load_specs("---".join(spec(e) for e in (A, B))):
-                await lifecycle.apply(conn, doc, LlmEndpoints())
+                await lifecycle.apply(conn, doc, LlmEndpoints(), SecretPurposes())
                 await lifecycle.start(conn, doc.name)
                 await lifecycle.activate(conn, doc.name)
         await storm(db, minutes, tick_s, kick_every_s)

@@ -36,6 +36,7 @@ from eventos.db.sql import Q
 from eventos.delivery.routing import route_pass
 from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
+from eventos.secret_purposes import SecretPurposes
 from eventos.settings import DatabaseSettings
 from eventos.spec.model import load_specs
 from eventos.testing.timeline import bulk_timeline
@@ -137,7 +138,7 @@ async def run(args: argparse.Namespace, folder: Path) -> None:
             names = [f"w{i}" for i in range(4)]
             for name in names:
                 (s,) = load_specs(spec(name))
-                await lifecycle.apply(conn, s, LlmEndpoints())
+                await lifecycle.apply(conn, s, LlmEndpoints(), SecretPurposes())
                 await lifecycle.start(conn, name)
                 await lifecycle.activate(conn, name)
             results: dict[bool, list[list[float]]] = {True: [], False: []}

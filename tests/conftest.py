@@ -18,6 +18,8 @@ from eventos.db import Conn
 from eventos.employees import lifecycle
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.runtime.service import Service
+from eventos.secret_purposes import VAR as PURPOSES_VAR
+from eventos.secret_purposes import SecretPurposes
 from eventos.settings import (
     AdminSettings,
     DatabaseSettings,
@@ -51,7 +53,18 @@ DRIVER_TOKEN = "test-driver-drv-1-token-0123"  # drv-1's token, by its default r
 INTERNAL_TOKEN = "test-internal-token-0123456789"
 COURIER_DRIVER_TOKEN = "test-driver-drv-2-token-0123"  # drv-2's, by its `token:` reference
 E2E_TIMEOUT_S = 900  # hang limit of an end-to-end test (pyproject's default is 300 s)
+# The tests' operator declares what each of the suite's secrets is for (docs/security.md,
+# "Secrets keep to their purpose"): channel accounts by their prefix, the rest by name.
+PURPOSES = " ".join([
+    "stripe-whsec=webhook", "github-hook=webhook", "std-hook=webhook", "meta-app=webhook",
+    "deploy-hook=webhook", "plain-token=webhook", "courier-driver=driver",
+    "not-configured=webhook", "tg*=channel", "wa-*=channel", "em-*=channel", "dc-*=channel",
+    "fake-openai=llm", "openai-main=llm", "key-*=llm",
+    "orders-api=http:127.0.0.1", "feed-token=poll:127.0.0.1", "not-there=poll:127.0.0.1",
+])  # fmt: skip
+TEST_PURPOSES = SecretPurposes.parse(PURPOSES)
 SECRETS = {
+    PURPOSES_VAR: PURPOSES,
     "EVENTOS_SECRET_STRIPE_WHSEC": "whsec_test_stripe",
     "EVENTOS_SECRET_GITHUB_HOOK": "github-secret",
     "EVENTOS_SECRET_STD_HOOK": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
@@ -102,11 +115,12 @@ async def apply_and_start(
     *,
     activate: bool = True,
     endpoints: LlmEndpoints | None = None,
+    purposes: SecretPurposes = TEST_PURPOSES,
 ) -> None:
     """Apply every spec in `text` and start each (running unless activate=False)."""
     async with pool.connection() as conn:
         for spec in load_specs(text):
-            await lifecycle.apply(conn, spec, endpoints or LlmEndpoints())
+            await lifecycle.apply(conn, spec, endpoints or LlmEndpoints(), purposes)
             await lifecycle.start(conn, spec.name)
             if activate:
                 await lifecycle.activate(conn, spec.name)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import httpx
 import psycopg
-from conftest import ADMIN_TOKEN
+from conftest import ADMIN_TOKEN, PURPOSES
 from processes import Running
 from psycopg.rows import dict_row
 
@@ -115,6 +115,7 @@ def base_env(database_url: str, address: str, namespace: str, blobs: Path) -> di
         "EVENTOS_ADMIN_TOKEN": ADMIN_TOKEN,
         "EVENTOS_INGRESS_SPOOL_DIR": str(blobs),
         "EVENTOS_OUTBOX_KEYS": OUTBOX_KEYS,
+        "EVENTOS_SECRETS_PURPOSES": PURPOSES,
         "PYTHONUNBUFFERED": "1",
     }
 

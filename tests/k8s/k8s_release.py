@@ -123,6 +123,10 @@ class Release:
                      "--set", f"temporal.server.sql.existingSecret={self.name}-postgresql"]  # fmt: skip
         for s in sets:
             args += ["--set", s]
+        if self.database is not None:  # its own namespace: a private address the roles need
+            db_namespace = self.database.host.split(".")[1]
+            json_sets.setdefault("networkPolicy__egress__to", [{"to": [{"namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": db_namespace}}}]}])  # fmt: skip
         for key, value in json_sets.items():
             args += ["--set-json", f"{key.replace('__', '.')}={json.dumps(value)}"]
         started = time.monotonic()

@@ -77,10 +77,14 @@ def tier_s(cluster: Cluster, collector: str) -> Iterator[Release]:
     release = Release(cluster, "acme", NAMESPACE, "S")
     # The suite's namespace stands in for an Ingress controller's (ingress.networkPolicy.httpFrom).
     outside = [{"namespaceSelector": {"matchLabels": {NAME_LABEL: cluster.namespace}}}]
+    # The collector is in the cluster, a private address the egress policy lets through only
+    # when the operator lists it (networkPolicy.egress.to).
+    to_collector = [{"to": [{"namespaceSelector": {"matchLabels": {NAME_LABEL: TELEMETRY}}}]}]
     try:
         out = release.install(f"telemetry.otlpEndpoint={collector}", "temporal.dev.ui=true",
                                "defaults.env.OTEL_METRIC_EXPORT_INTERVAL=5000",
-                               ingress__networkPolicy__httpFrom=outside)  # fmt: skip
+                               ingress__networkPolicy__httpFrom=outside,
+                               networkPolicy__egress__to=to_collector)  # fmt: skip
         print(f"helm install (tier S): {release.install_s:.0f} s\n{out[-2500:]}")
         yield release
     finally:
@@ -149,11 +153,13 @@ class Path:
     """One network path the chart's NetworkPolicies decide: from a pod to a Service's port."""
 
     source: str  # "outside" (the Ingress controller's stand-in), "stranger", or a role's pod
-    target: str  # a component of the release
+    target: str  # a component of the release, or LISTENER (a pod outside it)
     port: str  # the Service's port name
     open: bool  # what the policies should do
 
 
+LISTENER = "listener"  # a probe pod serving HTTP on LISTENER_PORT in the suite's namespace
+LISTENER_PORT = 8080
 PATHS = [
     Path("outside", "ingress", "http", True),
     Path("outside", "ingress", "grpc", False),
@@ -172,6 +178,14 @@ PATHS = [
     Path("llm", "temporal", "grpc", True),
     Path("ingress", "postgresql", "postgresql", True),
     Path("egress", "postgresql", "postgresql", True),
+    # The egress policy (issue 25 point 5): the roles that call out reach no private address
+    # outside the release (the listener is a pod of the suite's namespace); the others do.
+    Path("workers-workflow", LISTENER, "http", False),
+    Path("llm", LISTENER, "http", False),
+    Path("egress", LISTENER, "http", False),
+    Path("ingress", LISTENER, "http", False),
+    Path("router", LISTENER, "http", True),
+    Path("relay", LISTENER, "http", True),
 ]
 CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 5)"
 DENIED_WITHIN_S = 3  # a closed path: no connection in this long
@@ -187,9 +201,14 @@ def test_the_charts_network_policies_are_enforced(tier_s: Release, cluster: Clus
     for name, namespace in strangers.items():
         pod = cluster.probe_pod(f"policy-{name}", ["log", "up"], labels={"app": f"policy-{name}"})
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
-    for name, namespace in strangers.items():
+    listener = cluster.probe_pod(f"policy-{LISTENER}", ["serve", str(LISTENER_PORT)],
+                                 labels={"app": f"policy-{LISTENER}"})  # fmt: skip
+    cluster.kubectl("apply", "-n", cluster.namespace, "-f", "-", input=json.dumps(listener))
+    for name, namespace in [*strangers.items(), (LISTENER, cluster.namespace)]:
         cluster.kubectl("wait", "-n", namespace, f"pod/policy-{name}", "--for=condition=Ready",
                         "--timeout=90s")  # fmt: skip
+    listener_ip = cluster.kubectl("get", "-n", cluster.namespace, f"pod/policy-{LISTENER}",
+                                  "-o", "jsonpath={.status.podIP}").strip()  # fmt: skip
     ports = {svc["metadata"]["labels"]["app.kubernetes.io/component"]:
              {p["name"]: p["port"] for p in svc["spec"]["ports"]}
              for svc in json.loads(tier_s.kubectl("get", "services", "-o", "json"))["items"]}  # fmt: skip
@@ -197,8 +216,11 @@ def test_the_charts_network_policies_are_enforced(tier_s: Release, cluster: Clus
     # Open paths first: they also show each source pod's network is up before a closed path
     # is believed closed.
     for path in sorted(PATHS, key=lambda p: not p.open):
-        address = f"{tier_s.prefix}-{path.target}.{tier_s.namespace}.svc"
-        port = ports[path.target][path.port]
+        if path.target == LISTENER:
+            address, port = listener_ip, LISTENER_PORT
+        else:
+            address = f"{tier_s.prefix}-{path.target}.{tier_s.namespace}.svc"
+            port = ports[path.target][path.port]
         within = OPEN_WITHIN_S if path.open else DENIED_WITHIN_S
         if path.source in strangers:
             argv = ["exec", "-n", strangers[path.source], f"policy-{path.source}", "--",
@@ -213,7 +235,7 @@ def test_the_charts_network_policies_are_enforced(tier_s: Release, cluster: Clus
                     f"{'open' if path.open else 'closed':<8} {observed}")  # fmt: skip
         if connected != path.open:
             wrong.append(f"{path}: {said.strip()}")
-    for name, namespace in strangers.items():
+    for name, namespace in [*strangers.items(), (LISTENER, cluster.namespace)]:
         cluster.kubectl("delete", "pod", "-n", namespace, f"policy-{name}", "--wait=false")
     print("\n".join([f"{'from':<17} {'to':<22} {'expected':<8} observed", *rows]))
     assert wrong == []

@@ -137,7 +137,11 @@ async def run_on_cluster(config: faults.Config, release: Release, workdir: Path)
 def install(release: Release, telegram_api: str, bot: str, workdir: Path) -> None:
     """Tier S with the run's settings in every service and its secrets as the employees'."""
     values = workdir / "values-faults.yaml"  # JSON is YAML: every value stays a string
-    values.write_text(json.dumps({"defaults": {"env": faults.service_env(telegram_api)}}))
+    # The fakes listen on the bridge, a private address: the egress policy lets the roles reach
+    # it only as an operator's listed peer (networkPolicy.egress.to).
+    bridge = {"to": [{"ipBlock": {"cidr": f"{BRIDGE}/32"}}]}
+    values.write_text(json.dumps({"defaults": {"env": faults.service_env(telegram_api)},
+                                  "networkPolicy": {"egress": {"to": [bridge]}}}))  # fmt: skip
     progress(f"installing tier S in {release.namespace}")
     release.install(values=[values], employee_secrets={**SECRETS, ACCOUNT: bot})
     progress(f"installed in {release.install_s:.0f} s")

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from channel_stack import STOP_S, channel_services, egress_running
-from conftest import SECRETS, apply_and_start
+from conftest import PURPOSES, PURPOSES_VAR, SECRETS, apply_and_start
 from mail_servers import MailServers, MailUser
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
@@ -306,7 +306,9 @@ async def test_an_account_that_cannot_log_in_is_down_with_the_reason(
     name = f"m{uuid.uuid4().hex[:8]}"
     user, customer = mail.new_user("em"), mail.new_user("cust")
     wrong = json.loads(credential(mail, user)) | {"password": "not-the-password"}
-    secrets = SecretStore(env={f"EVENTOS_SECRET_EM_{name.upper()}": json.dumps(wrong)})
+    secrets = SecretStore(
+        env={PURPOSES_VAR: PURPOSES, f"EVENTOS_SECRET_EM_{name.upper()}": json.dumps(wrong)}
+    )
     await apply_and_start(pool, email_spec(name))
     a = Account(name, pool, mail, user, customer, secrets)
 
@@ -344,7 +346,7 @@ async def test_a_claim_whose_worker_died_after_calling_is_sent_once_by_its_messa
     egress = Egress(a.pool, outbox_keys, {"email": EmailSender(5)}, a.secrets, CHANNELS)
     went_out, key = await queue_reply(a, outbox_keys, "this one went out")
     never, _ = await queue_reply(a, outbox_keys, "this one never left")
-    cred = a.secrets.resolve(f"em-{a.name}")
+    cred = a.secrets.resolve(f"em-{a.name}", "channel")
     earlier = Outgoing(went_out, key, f"em-{a.name}", cred, a.customer.address, "this one went out")
     assert isinstance(await EmailSender(5).send(earlier), Delivered)  # the attempt that died
     async with a.pool.connection() as conn:  # both attempts called SMTP and were never heard of

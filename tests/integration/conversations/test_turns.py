@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ADMIN_TOKEN, apply_and_start
+from conftest import ADMIN_TOKEN, PURPOSES, PURPOSES_VAR, apply_and_start
 from metrics_table import sample
 from psycopg_pool import AsyncConnectionPool
 from temporalio.api.enums.v1 import EventType, PendingActivityState
@@ -149,7 +149,9 @@ async def instance(
     queue = f"wf-{uuid.uuid4().hex[:8]}"
     db = DbActivities(pool, outbox=outbox_keys, supervision=supervision_settings)
     async with httpx.AsyncClient() as http:
-        llm = LlmActivities(http, SecretStore(env={}), pool, PRICES, endpoints=llm_endpoints)
+        # The test operator's purposes; a test adds its keys to this env later.
+        secrets = SecretStore(env={PURPOSES_VAR: PURPOSES})
+        llm = LlmActivities(http, secrets, pool, PRICES, endpoints=llm_endpoints)
         workers = [workflow_worker(client, queue, db), egress_worker(client, db, queue)]
         workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
         relay = Relay(pool, TemporalConnection(temporal_settings), "relay-t", task_queue=queue,

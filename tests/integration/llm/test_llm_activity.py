@@ -13,6 +13,7 @@ from decimal import Decimal
 
 import httpx
 import pytest
+from conftest import PURPOSES, PURPOSES_VAR
 from fake_openai import KEY, Answer, FakeOpenAI
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -130,7 +131,7 @@ async def stack(
     fake_server.reset()
     client = await Client.connect(temporal_settings.address, namespace=temporal_settings.namespace)
     queue = f"test-{uuid.uuid4()}"
-    secrets = SecretStore(env={"EVENTOS_SECRET_FAKE_OPENAI": KEY})
+    secrets = SecretStore(env={PURPOSES_VAR: PURPOSES, "EVENTOS_SECRET_FAKE_OPENAI": KEY})
     async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as http:
         allowed = LlmEndpoints((Endpoint("fake", fake_server.base_url, ("fake-openai",)),))
         activities = LlmActivities(http, secrets, pool, PRICES, endpoints=allowed)

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import PURPOSES, PURPOSES_VAR
 from fake_openai import KEY, Answer, FakeOpenAI
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
@@ -20,7 +21,7 @@ from eventos.llm.endpoints import Endpoint, LlmEndpoints
 from eventos.settings import SecretStore
 
 PROMPT = "my parcel 7731-zebra never arrived"
-SECRETS = SecretStore(env={"EVENTOS_SECRET_FAKE_OPENAI": KEY})
+SECRETS = SecretStore(env={PURPOSES_VAR: PURPOSES, "EVENTOS_SECRET_FAKE_OPENAI": KEY})
 LOOKUP = ToolSpec(
     "lookup_order",
     "Find an order by number.",
@@ -67,7 +68,7 @@ def step_of(
 
 
 def provider(fake: FakeOpenAI, http: httpx.AsyncClient, key: str = KEY) -> OpenAIChatProvider:
-    secrets = SecretStore(env={"EVENTOS_SECRET_FAKE_OPENAI": key})
+    secrets = SecretStore(env={PURPOSES_VAR: PURPOSES, "EVENTOS_SECRET_FAKE_OPENAI": key})
     chosen = provider_for(model_at(fake.base_url), allowing(fake.base_url), secrets, http)
     assert isinstance(chosen, OpenAIChatProvider)
     return chosen

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from conftest import apply_and_start
+from conftest import PURPOSES, PURPOSES_VAR, apply_and_start
 from poll_endpoint import PollEndpoint, items, page_body
 from psycopg_pool import AsyncConnectionPool
 from test_router import query, route_until_done
@@ -24,7 +24,7 @@ from eventos.polls.fetch import http_client
 from eventos.settings import OutboundSettings, SecretStore
 
 INTERVAL_S = 30
-SECRETS = SecretStore(env={"EVENTOS_SECRET_FEED_TOKEN": "feed-token-value"})
+SECRETS = SecretStore(env={PURPOSES_VAR: PURPOSES, "EVENTOS_SECRET_FEED_TOKEN": "feed-token-value"})
 
 
 def poll_spec(name: str, url: str, extra: str = "") -> str:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import apply_and_start
+from conftest import PURPOSES, PURPOSES_VAR, apply_and_start
 from loopback_http import Answer, Loopback, http_employee, loopback
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
@@ -26,7 +26,7 @@ from eventos.testing import wait_for
 from eventos.tools import http
 from eventos.tools.runner import ToolRunner
 
-SECRETS = SecretStore(env={"EVENTOS_SECRET_ORDERS_API": "orders-token-123"})
+SECRETS = SecretStore(env={PURPOSES_VAR: PURPOSES, "EVENTOS_SECRET_ORDERS_API": "orders-token-123"})
 LOOPBACK_OK = OutboundSettings(allow_private=True)  # the test's servers are on loopback
 SETTINGS = HttpToolSettings(timeout_s=5, max_response_bytes=64 * 1024, max_body_shown=1024)
 

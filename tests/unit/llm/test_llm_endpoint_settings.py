@@ -22,12 +22,15 @@ def endpoints() -> LlmEndpoints:
     return LlmEndpoints.from_env({VAR: json.dumps(CONFIGURED)})
 
 
-def test_unset_allows_only_the_official_openai_endpoint_with_any_credential() -> None:
+def test_unset_allows_only_the_official_openai_endpoint_with_no_credential() -> None:
     default = LlmEndpoints.from_env({})
     assert default == LlmEndpoints.from_env({VAR: " "})
-    assert default.endpoints == (Endpoint("openai", OPENAI_BASE_URL, ("*",)),)
-    chosen = default.resolve(ModelRef("openai", "gpt-4.1-mini", "openai-main"))
+    assert default.endpoints == (Endpoint("openai", OPENAI_BASE_URL, ()),)
+    chosen = default.resolve(ModelRef("openai", "gpt-4.1-mini"))
     assert chosen is not None and chosen.base_url == OPENAI_BASE_URL
+    with pytest.raises(EndpointNotAllowed) as refused:  # which key goes there is the operator's
+        default.resolve(ModelRef("openai", "gpt-4.1-mini", "openai-main"))
+    assert refused.value.field == "credential"
     with pytest.raises(EndpointNotAllowed) as caught:
         default.resolve(ModelRef("openai", "m", "openai-main", "https://evil.example/v1"))
     assert caught.value.field == "base_url"

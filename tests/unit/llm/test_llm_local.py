@@ -9,11 +9,12 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from conftest import PURPOSES, PURPOSES_VAR
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from eventos.contracts import ChatMessage, LlmStepInput, ModelRef, ToolCall
 from eventos.llm import LocalProvider, OpenAIChatProvider, provider_for, status_error
-from eventos.llm.endpoints import Endpoint, LlmEndpoints
+from eventos.llm.endpoints import OPENAI_BASE_URL, Endpoint, LlmEndpoints
 from eventos.settings import SecretStore
 
 LOCAL = ModelRef(provider="local", name="scripted")
@@ -157,9 +158,9 @@ async def test_a_sleeping_step_is_cancelled_promptly() -> None:
 
 
 async def test_provider_for_picks_by_provider_name() -> None:
-    secrets = SecretStore(env={"EVENTOS_SECRET_OPENAI_MAIN": "sk-test"})
+    secrets = SecretStore(env={PURPOSES_VAR: PURPOSES, "EVENTOS_SECRET_OPENAI_MAIN": "sk-test"})
     async with httpx.AsyncClient() as http:
-        default = LlmEndpoints()  # EVENTOS_LLM_ENDPOINTS unset
+        default = LlmEndpoints((Endpoint("openai", OPENAI_BASE_URL, ("openai-main",)),))
         assert isinstance(provider_for(LOCAL, LlmEndpoints(()), secrets, http), LocalProvider)
         model = ModelRef("openai", "gpt-4o-mini", "openai-main")
         openai = provider_for(model, default, secrets, http)
@@ -175,7 +176,8 @@ async def test_provider_for_picks_by_provider_name() -> None:
         )
         assert isinstance(gateway, OpenAIChatProvider) and gateway.key is None
         with pytest.raises(ApplicationError) as missing:
-            provider_for(ModelRef("openai", "gpt-4o", "not-there"), default, secrets, http)
+            anyone = LlmEndpoints((Endpoint("openai", OPENAI_BASE_URL, ("*",)),))
+            provider_for(ModelRef("openai", "gpt-4o", "not-there"), anyone, secrets, http)
         assert (missing.value.type, missing.value.non_retryable) == (
             "ProviderCredentialMissing",
             True,

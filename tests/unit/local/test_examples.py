@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eventos.local.examples import ExampleOutcome, missing_secrets, secret_refs
+from eventos.local.examples import (
+    EXAMPLE_OPERATOR_ENV,
+    ExampleOutcome,
+    missing_secrets,
+    secret_refs,
+)
 from eventos.settings import SecretStore
 from eventos.spec.model import EmployeeSpec, load_specs
 
@@ -30,9 +35,16 @@ def test_support_needs_its_credential_webhook_secrets_and_channel_account() -> N
 
 def test_secrets_resolve_from_the_environment_or_the_secrets_directory(tmp_path: Path) -> None:
     (tmp_path / "openai-main").write_text("sk-test\n")
-    env = {"EVENTOS_SECRET_STRIPE_WHSEC": "whsec_x"}
+    env = {**EXAMPLE_OPERATOR_ENV, "EVENTOS_SECRET_STRIPE_WHSEC": "whsec_x"}
     store = SecretStore(env=env, directory=tmp_path)
     assert missing_secrets(example("support.yaml"), store) == ["deploy-hook"]
+
+
+def test_a_secret_declared_for_another_purpose_is_missing_for_this_one(tmp_path: Path) -> None:
+    env = {"EVENTOS_SECRETS_PURPOSES": "openai-main=webhook stripe-whsec=webhook "
+           "deploy-hook=webhook", "EVENTOS_SECRET_OPENAI_MAIN": "sk-test",
+           "EVENTOS_SECRET_STRIPE_WHSEC": "whsec_x", "EVENTOS_SECRET_DEPLOY_HOOK": "d"}  # fmt: skip
+    assert missing_secrets(example("support.yaml"), SecretStore(env=env)) == ["openai-main"]
 
 
 def test_chat_is_offered_for_a_running_or_starting_employee_with_a_chat_trigger() -> None:

@@ -225,6 +225,16 @@ ingress itself. Arguments: root and the flags admin, internal, outbox, grpcTls. 
 {{- toYaml $files -}}
 {{- end -}}
 
+{{/* What each employee secret is for, as the services read it (EVENTOS_SECRETS_PURPOSES):
+`name=purpose` entries separated by spaces, in name order. */}}
+{{- define "eventos.secretPurposes" -}}
+{{- $entries := list -}}
+{{- range $name, $purpose := .Values.secrets.employees.purposes -}}
+{{- $entries = append $entries (printf "%s=%s" $name $purpose) -}}
+{{- end -}}
+{{- join " " $entries -}}
+{{- end -}}
+
 {{/* The operator's allowlist of LLM endpoints as the JSON the services read
 (EVENTOS_LLM_ENDPOINTS); `{}` when none is listed, which allows none. */}}
 {{- define "eventos.llmEndpoints" -}}
@@ -307,6 +317,9 @@ spec:
             {{- if .employeeSecrets }}
             {{- if $v.secrets.employees.existingSecret }}
             - {name: EVENTOS_SECRETS_DIR, value: {{ printf "%s/employees" $secrets | quote }}}
+            {{- end }}
+            {{- with $v.secrets.employees.purposes }}
+            - {name: EVENTOS_SECRETS_PURPOSES, value: {{ include "eventos.secretPurposes" $root | quote }}}
             {{- end }}
             {{- end }}
             {{- range $files }}
@@ -501,3 +514,39 @@ pod has too (eventos.temporalSchemaVolumes makes them for the Job). */}}
 - name: tmp
   emptyDir: {sizeLimit: 64Mi}
 {{- end -}}
+
+{{/*
+The addresses the egress NetworkPolicy never lets the calling roles reach (besides
+networkPolicy.egress.clusterCIDRs): IPv4 private, shared, loopback, link-local (the cloud
+metadata address 169.254.169.254 is in it), documentation, benchmarking, multicast and
+reserved ranges; IPv6 (when networkPolicy.egress.ipv6) loopback and IPv4-compatible, the forms
+that carry an IPv4 address (IPv4-mapped, NAT64 and its local-use prefix, 6to4), Teredo and
+other protocol assignments, documentation, unique-local, link-local and multicast.
+*/}}
+{{- define "eventos.egressDenied" -}}
+- 0.0.0.0/8
+- 10.0.0.0/8
+- 100.64.0.0/10
+- 127.0.0.0/8
+- 169.254.0.0/16
+- 172.16.0.0/12
+- 192.0.0.0/24
+- 192.0.2.0/24
+- 192.168.0.0/16
+- 198.18.0.0/15
+- 198.51.100.0/24
+- 203.0.113.0/24
+- 224.0.0.0/4
+- 240.0.0.0/4
+- ::/96
+- ::ffff:0:0/96
+- 64:ff9b::/96
+- 64:ff9b:1::/48
+- 100::/64
+- 2001::/23
+- 2001:db8::/32
+- 2002::/16
+- fc00::/7
+- fe80::/10
+- ff00::/8
+{{- end }}

@@ -33,9 +33,17 @@ module "instance" {
   keda_enabled          = each.value.keda_enabled
   ingress_host          = each.value.ingress_host
   otlp_endpoint         = module.collector.otlp_grpc_endpoint
+  secret_purposes       = each.value.secret_purposes
   image_repository      = var.image_repository
   image_tag             = var.image_tag
   wait                  = var.wait
   timeout_s             = var.helm_timeout_s
   extra_values          = var.extra_values
+
+  # The collector and egress_cidrs are private addresses the calling roles' egress policy must
+  # let through.
+  egress_to = concat(
+    [{ to = [{ namespaceSelector = { matchLabels = { "kubernetes.io/metadata.name" = var.collector_namespace } } }] }],
+    [for cidr in each.value.egress_cidrs : { to = [{ ipBlock = { cidr = cidr } }] }],
+  )
 }

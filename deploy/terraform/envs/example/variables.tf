@@ -11,7 +11,7 @@ variable "kube_context" {
 }
 
 variable "instances" {
-  description = "The fleet: release name => tier, opaque instance id, optional public host, bundled PostgreSQL, LLM endpoint allowlist and gRPC TLS certificate (no credentials here)."
+  description = "The fleet: release name => tier, opaque instance id, optional public host, bundled PostgreSQL, LLM endpoint allowlist, the purposes of the employees' secrets, the private addresses its roles may reach besides the collector (egress_cidrs: an external database) and gRPC TLS certificate (no credentials here)."
   type = map(object({
     tier               = string
     instance_id        = string
@@ -20,6 +20,8 @@ variable "instances" {
     keda_enabled       = optional(bool, false)
     bundled_postgresql = optional(bool, false)
     grpc_tls_cert      = optional(string, "")
+    secret_purposes    = optional(map(string), {})
+    egress_cidrs       = optional(list(string), [])
     llm_endpoints = optional(map(object({
       base_url    = string
       credentials = optional(list(string), [])

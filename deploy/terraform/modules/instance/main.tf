@@ -20,10 +20,11 @@ locals {
       admin     = { existingSecret = kubernetes_secret_v1.admin.metadata[0].name, tokenKey = "token" }
       internal  = { existingSecret = kubernetes_secret_v1.internal.metadata[0].name, tokenKey = "token" }
       outbox    = { existingSecret = kubernetes_secret_v1.outbox.metadata[0].name, keysKey = "keys" }
-      employees = { existingSecret = kubernetes_secret_v1.employees.metadata[0].name }
+      employees = { existingSecret = kubernetes_secret_v1.employees.metadata[0].name, purposes = var.secret_purposes }
     }
-    llm         = { endpoints = var.llm_endpoints }
-    autoscaling = { keda = { enabled = var.keda_enabled } }
+    networkPolicy = { egress = { to = var.egress_to } }
+    llm           = { endpoints = var.llm_endpoints }
+    autoscaling   = { keda = { enabled = var.keda_enabled } }
     ingress = {
       enabled   = var.ingress_host != ""
       host      = var.ingress_host

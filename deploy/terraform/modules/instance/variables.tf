@@ -97,6 +97,18 @@ variable "employee_secrets" {
   default     = {}
 }
 
+variable "secret_purposes" {
+  description = "What each employee secret is for (the chart's secrets.employees.purposes): secret name or prefix* => llm, http:<host>, poll:<host>, driver, channel or webhook."
+  type        = map(string)
+  default     = {}
+}
+
+variable "egress_to" {
+  description = "Egress rules for private destinations the calling roles need (the chart's networkPolicy.egress.to): e.g. the collector's namespace, an external database."
+  type        = any
+  default     = []
+}
+
 variable "temporal_sql_host" {
   description = "Tier L: PostgreSQL host of the temporal and temporal_visibility databases."
   type        = string

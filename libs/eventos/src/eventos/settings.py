@@ -14,6 +14,7 @@ from typing import Any
 
 from eventos import names
 from eventos.errors import ConfigError, SecretUnavailable
+from eventos.secret_purposes import SecretPurposes
 
 
 def _get(env: Mapping[str, str], name: str, default: str | None = None) -> str:
@@ -227,10 +228,15 @@ class ServiceSettings:
 
 @dataclass(frozen=True)
 class SecretStore:
-    """Resolves secret references: `EVENTOS_SECRET_<NAME>` or a file in the secrets directory."""
+    """Resolves secret references: `EVENTOS_SECRET_<NAME>` or a file in the secrets directory,
+    each only for the purpose the operator declared for it (EVENTOS_SECRETS_PURPOSES)."""
 
     env: Mapping[str, str] = field(repr=False)
     directory: Path | None = None
+    purposes: SecretPurposes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "purposes", SecretPurposes.from_env(self.env))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SecretStore:
@@ -238,8 +244,10 @@ class SecretStore:
         directory = env.get("EVENTOS_SECRETS_DIR")
         return cls(env=dict(env), directory=Path(directory) if directory else None)
 
-    def resolve(self, ref: str) -> bytes:
-        """The secret named `ref`, or SecretUnavailable."""
+    def resolve(self, ref: str, purpose: str) -> bytes:
+        """The secret named `ref` for `purpose`, or SecretUnavailable (SecretOutsidePurpose
+        when the operator declared it for another use: it is not read at all)."""
+        self.purposes.check(ref, purpose)
         var = "EVENTOS_SECRET_" + ref.upper().replace("-", "_").replace(".", "_")
         if var in self.env:
             return self.env[var].encode()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
+from eventos import secret_purposes as purposes
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import DatabaseUnavailable, SecretUnavailable
@@ -99,7 +100,7 @@ class DriverTable:
 
     def _token(self, ref: str) -> bytes | None:
         try:
-            token = self.secrets.resolve(ref)
+            token = self.secrets.resolve(ref, purposes.DRIVER)
         except SecretUnavailable:
             if ref not in self._unresolved:
                 log.warning("driver token %r is not available; that driver cannot publish", ref)

@@ -27,6 +27,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
+from eventos import secret_purposes as purposes
 from eventos.bus.inbox import Accepted, Duplicate, Rejected, append, append_isolated
 from eventos.channels.discord import (
     DRIVER,
@@ -129,7 +130,7 @@ class DiscordInteractions:
         except ClientDisconnect:
             return Answer(400, {"error": "client went away"})
         try:
-            cred = parse_credential(self.secrets.resolve(account))
+            cred = parse_credential(self.secrets.resolve(account, purposes.CHANNEL))
         except (SecretUnavailable, DiscordCredentialError) as exc:
             if account not in self.misconfigured:
                 self.misconfigured.add(account)

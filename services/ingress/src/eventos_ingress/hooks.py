@@ -19,6 +19,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
+from eventos import secret_purposes as purposes
 from eventos.bus import blobs
 from eventos.bus.blobs import Spool
 from eventos.bus.envelope import (
@@ -158,7 +159,8 @@ class Hooks:
         if declared is not None and declared.isdigit() and int(declared) > endpoint.max_body:
             return _answer(413, {"error": f"body over {endpoint.max_body} bytes"})
         try:
-            secret = self.secrets.resolve(endpoint.secret_ref) if endpoint.secret_ref else None
+            ref = endpoint.secret_ref
+            secret = self.secrets.resolve(ref, purposes.WEBHOOK) if ref else None
             cfg = VerifyConfig(endpoint.scheme, secret, endpoint.header, endpoint.tolerance_s)
             check = start_check(cfg, headers, time.time())
         except SecretUnavailable:

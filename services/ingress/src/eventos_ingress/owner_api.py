@@ -39,6 +39,7 @@ from eventos.owner import chat, users
 from eventos.owner.wakeups import StreamWakeups
 from eventos.runtime.wake import Kicker
 from eventos.scheduling.policy import SchedConfig
+from eventos.secret_purposes import SecretPurposes
 from eventos.spec.model import parse_specs, yaml_documents
 from eventos_ingress import bodies, openapi, problems
 from eventos_ingress.approvals_api import ApprovalsApi
@@ -132,6 +133,7 @@ class OwnerApi:
     kicker: Kicker | None = None
     endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)  # what apply allows models
     sched: SchedConfig = field(default_factory=SchedConfig)  # admission's, to explain waits
+    purposes: SecretPurposes = field(default_factory=SecretPurposes)  # what apply allows refs
 
     def __post_init__(self) -> None:
         self.outbox = OutboxApi(self.pool)
@@ -264,7 +266,7 @@ class OwnerApi:
         applied = []
         async with self.pool.connection() as conn:
             for spec in specs:
-                a = await lifecycle.apply(conn, spec, self.endpoints)
+                a = await lifecycle.apply(conn, spec, self.endpoints, self.purposes)
                 applied.append({"name": a.name, "created": a.created, "changed": a.changed})
         return JSONResponse({"applied": applied})
 

@@ -25,6 +25,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
+from eventos import secret_purposes as purposes
 from eventos.bus.blobs import Spool
 from eventos.bus.inbox import Accepted, Duplicate, Rejected, append, append_isolated
 from eventos.bus.verify import VerifyConfig, start_check
@@ -85,7 +86,9 @@ class WhatsAppHook:
         if not subscribed:
             return Answer(404, {"error": f"no running employee reads WhatsApp account {account}"})
         try:
-            cred = whatsapp.parse_credential(self.secrets.resolve(account), account)
+            cred = whatsapp.parse_credential(
+                self.secrets.resolve(account, purposes.CHANNEL), account
+            )
         except SecretUnavailable as exc:  # CredentialInvalid too: says what is wrong, no value
             log.error("whatsapp %s: %s", account, exc)
             return Answer(503, {"error": "the account's credential is unavailable"}, RETRY_AFTER)

@@ -32,6 +32,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
+from eventos import secret_purposes as purposes
 from eventos.bus.envelope import encoded_size
 from eventos.bus.inbox import IngressRecord, Rejected, append, append_isolated
 from eventos.channels.backlog import Gate, account_backlog, raise_pause, resolve_pause
@@ -181,7 +182,7 @@ class ChannelReaders:
                 if room == 0:  # past the bound: the provider keeps the rest; asked again later
                     await asyncio.sleep(self.settings.refresh_s)
                     continue
-                token = self.secrets.resolve(lease.credential_ref)
+                token = self.secrets.resolve(lease.credential_ref, purposes.CHANNEL)
                 items, after = await reader.read(token, cursor, room)
                 appended = await self._commit(lease, reader, items, after)
             except LeaseLost:

@@ -19,7 +19,9 @@ from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import Conflict, EndpointNotAllowed, NotFound, SpecInvalid
 from eventos.runtime.metrics import DEAD_RESET, count_dead
+from eventos.secret_purposes import SecretPurposes
 from eventos.spec.model import CHANNEL_KINDS, EmployeeSpec, Trigger, parse_spec
+from eventos.spec.secret_uses import purpose_errors
 
 if TYPE_CHECKING:  # eventos.llm imports the ledger, which imports this module
     from eventos.llm.endpoints import LlmEndpoints
@@ -141,10 +143,20 @@ def check_endpoints(spec: EmployeeSpec, endpoints: LlmEndpoints) -> None:
         raise SpecInvalid(errors)
 
 
-async def apply(conn: Conn, spec: EmployeeSpec, endpoints: LlmEndpoints) -> Applied:
-    """Store a spec; refuses a model endpoint off the operator's list, and a webhook path
-    another employee holds (paths are per instance)."""
+def check_purposes(spec: EmployeeSpec, declared: SecretPurposes) -> None:
+    """SpecInvalid naming each secret reference outside the purpose its operator declared."""
+    errors = purpose_errors(spec, declared)
+    if errors:
+        raise SpecInvalid(errors)
+
+
+async def apply(conn: Conn, spec: EmployeeSpec, endpoints: LlmEndpoints,
+                declared: SecretPurposes) -> Applied:  # fmt: skip
+    """Store a spec; refuses a model endpoint off the operator's list, a secret reference
+    outside its declared purpose, and a webhook path another employee holds (paths are per
+    instance)."""
     check_endpoints(spec, endpoints)
+    check_purposes(spec, declared)
     doc, sha = spec_digest(spec)
     paths = spec.webhook_paths()
     async with conn.transaction():

@@ -1,7 +1,9 @@
 """The LLM endpoints the operator allows (`EVENTOS_LLM_ENDPOINTS`): where a model may be called
 and which credentials may be sent there.
 
-A spec never decides alone where a credential goes: its `model` names a configured endpoint
+A spec never decides alone where a credential goes: a credential must be listed for the
+endpoint (or the operator lists `*`: any secret declared for `llm`; SecretStore checks the
+purpose at every use), and its `model` names a configured endpoint
 (`endpoint: openai`) or gives a `base_url` equal to a configured endpoint's. `apply` refuses
 anything else (SpecInvalid, by field path), and the LLM worker checks again at call time (the
 list may have changed since), so a key is only ever sent to an address on the operator's list.
@@ -70,7 +72,9 @@ class Endpoint:
         )
 
 
-DEFAULT_ENDPOINTS = (Endpoint("openai", OPENAI_BASE_URL, (ANY_CREDENTIAL,)),)
+# Unset, the official endpoint may be called but is given no credential: which key goes to a
+# host is the operator's word (`credentials`), never a spec's alone (docs/security.md).
+DEFAULT_ENDPOINTS = (Endpoint("openai", OPENAI_BASE_URL, ()),)
 
 
 def _endpoint(name: object, doc: object, var: str) -> Endpoint:
@@ -94,7 +98,7 @@ def _endpoint(name: object, doc: object, var: str) -> Endpoint:
 
 @dataclass(frozen=True)
 class LlmEndpoints:
-    """The allowed endpoints. Unset: the official OpenAI endpoint, any credential."""
+    """The allowed endpoints. Unset: the official OpenAI endpoint, no credential."""
 
     endpoints: tuple[Endpoint, ...] = DEFAULT_ENDPOINTS
     _by_name: dict[str, Endpoint] = field(init=False, repr=False, compare=False)

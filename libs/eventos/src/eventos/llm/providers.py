@@ -8,6 +8,7 @@ import httpx
 from temporalio.exceptions import ApplicationError
 
 from eventos import names
+from eventos import secret_purposes as purposes
 from eventos.contracts import LlmStepInput, LlmStepOutput, ModelRef
 from eventos.errors import EndpointNotAllowed, SecretUnavailable
 from eventos.llm.endpoints import LlmEndpoints
@@ -56,10 +57,10 @@ def _resolve_key(credential: str | None, secrets: SecretStore) -> str | None:
     if credential is None:
         return None  # a local gateway (Ollama, vLLM) without a key
     try:
-        return secrets.resolve(credential).decode().strip()
-    except SecretUnavailable:
+        return secrets.resolve(credential, purposes.LLM).decode().strip()
+    except SecretUnavailable as exc:  # missing, or declared for another purpose
         raise ApplicationError(
-            f"credential {credential!r} is not available",
+            f"credential {credential!r} is not available: {exc}",
             type="ProviderCredentialMissing",
             non_retryable=True,
         ) from None

@@ -18,7 +18,17 @@ import yaml
 from eventos.client.owner_api import OwnerApiError, OwnerClient
 from eventos.errors import SecretUnavailable, SpecInvalid
 from eventos.settings import SecretStore
-from eventos.spec.model import CHANNEL_KINDS, EmployeeSpec, parse_spec
+from eventos.spec.model import EmployeeSpec, parse_spec
+from eventos.spec.secret_uses import secret_uses
+
+# What the examples' secrets are for, and the credential the official OpenAI endpoint may get:
+# `make run` is the operator of its instance and declares them when its environment does not
+# (EVENTOS_SECRETS_PURPOSES, EVENTOS_LLM_ENDPOINTS; docs/security.md).
+EXAMPLE_OPERATOR_ENV = {
+    "EVENTOS_SECRETS_PURPOSES": "openai-main=llm stripe-whsec=webhook deploy-hook=webhook",
+    "EVENTOS_LLM_ENDPOINTS": '{"openai": {"base_url": "https://api.openai.com/v1", '
+    '"credentials": ["openai-main"]}}',
+}
 
 START_WAIT_S = 30.0  # how long a start waits for its intent (the supervisor activates it)
 
@@ -45,24 +55,19 @@ class ExampleOutcome:
 
 def secret_refs(spec: EmployeeSpec) -> list[str]:
     """Every secret the spec references, in order, once each."""
-    refs: list[str] = [a.model.credential for a in spec.spec.agents if a.model.credential]
-    for t in spec.spec.triggers:
-        if t.verify is not None and t.verify.secret:
-            refs.append(t.verify.secret)
-        if t.kind in CHANNEL_KINDS and t.account:
-            refs.append(t.account)
-    return list(dict.fromkeys(refs))
+    return list(dict.fromkeys(u.ref for u in secret_uses(spec)))
 
 
 def missing_secrets(spec: EmployeeSpec, store: SecretStore) -> list[str]:
-    """The referenced secrets `store` cannot resolve."""
+    """The referenced secrets `store` cannot resolve for their use (missing, or declared for
+    another purpose)."""
     missing: list[str] = []
-    for ref in secret_refs(spec):
+    for use in secret_uses(spec):
         try:
-            store.resolve(ref)
+            store.resolve(use.ref, use.purpose)
         except SecretUnavailable:
-            missing.append(ref)
-    return missing
+            missing.append(use.ref)
+    return list(dict.fromkeys(missing))
 
 
 @dataclass

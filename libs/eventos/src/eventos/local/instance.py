@@ -42,7 +42,7 @@ from eventos.db import connect
 from eventos.db.migrate import Migration, migrate
 from eventos.errors import EventOSError
 from eventos.local.embedded_pg import EmbeddedPostgres
-from eventos.local.examples import ExampleOutcome, apply_examples
+from eventos.local.examples import EXAMPLE_OPERATOR_ENV, ExampleOutcome, apply_examples
 from eventos.local.ports import free_port
 from eventos.local.processes import LockHeld, PidLock, Recorded, stop_groups
 from eventos.local.service_process import HOST, ServiceProcess
@@ -331,6 +331,8 @@ class LocalStack:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        for var, value in EXAMPLE_OPERATOR_ENV.items():
+            env.setdefault(var, value)
         if self.outbox_keys_file is not None:
             env[OUTBOX_KEYS_FILE_VAR] = str(self.outbox_keys_file)
         for svc in self.services.values():

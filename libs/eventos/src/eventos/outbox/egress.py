@@ -29,6 +29,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
+from eventos import secret_purposes as purposes
 from eventos.channels import buckets
 from eventos.channels.senders import (
     Deferred,
@@ -247,7 +248,7 @@ class Egress:
         try:
             if self.secrets is None:
                 raise SecretUnavailable(f"no secret store to resolve {ref!r}")
-            credential = self.secrets.resolve(ref)
+            credential = self.secrets.resolve(ref, purposes.CHANNEL)
         except SecretUnavailable as exc:
             return await self._settle(conn, row, token, Refused(str(exc)))
         return Outgoing(int(row["id"]), str(row["idempotency_key"]), ref, credential,

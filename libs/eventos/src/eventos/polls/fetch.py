@@ -17,8 +17,9 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from eventos import names
+from eventos import secret_purposes as purposes
 from eventos.errors import PollFailed, SecretUnavailable
-from eventos.runtime.outbound import client
+from eventos.runtime.outbound import Resolver, client
 from eventos.settings import OutboundSettings, SecretStore
 from eventos.spec.model import Trigger
 
@@ -36,10 +37,11 @@ class Page:
     cursor: str | None
 
 
-def http_client(outbound: OutboundSettings) -> httpx.AsyncClient:
-    """The client polls share: public addresses only unless the operator allows private ones,
-    no proxies from the environment, no automatic redirects (each hop is checked)."""
-    return client(outbound, TIMEOUT)
+def http_client(outbound: OutboundSettings, resolver: Resolver | None = None) -> httpx.AsyncClient:
+    """The client polls share: public addresses only unless the operator allows private ones
+    (each connection to an address its one resolution checked), no proxies from the
+    environment, no automatic redirects (each hop is checked)."""
+    return client(outbound, TIMEOUT, resolver)
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
@@ -52,7 +54,9 @@ def request_headers(trigger: Trigger, secrets: SecretStore) -> dict[str, str]:
     headers = {"Accept": "application/json"}
     if trigger.auth is not None:
         try:
-            value = secrets.resolve(trigger.auth.secret).decode()
+            assert trigger.url is not None  # a poll trigger has one (the spec checks)
+            host = urlsplit(trigger.url).hostname or ""
+            value = secrets.resolve(trigger.auth.secret, purposes.poll_purpose(host)).decode()
         except SecretUnavailable as exc:
             raise PollFailed(str(exc)) from exc
         if trigger.auth.scheme == "bearer":

@@ -20,12 +20,14 @@ from urllib.parse import urlsplit
 import httpx
 
 from eventos.runtime.outbound import OutboundRefused, client
+from eventos.secret_purposes import http_purpose
 from eventos.settings import HttpToolSettings, OutboundSettings
 from eventos.spec.model import HttpHost
 from eventos.tools.base import Effect, Tool, ToolContext, ToolMisconfigured, ToolRefused, obj
 
 SETTINGS_KEY = "http"
 OUTBOUND_KEY = "outbound"
+RESOLVER_KEY = "resolver"  # an outbound.Resolver in place of the system's (tests' own DNS)
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 SAFE_METHODS = ("GET", "HEAD")
 IDEMPOTENCY_HEADER = "idempotency-key"
@@ -73,7 +75,7 @@ def _request_headers(ctx: ToolContext, entry: HttpHost, given: dict[str, str]) -
         headers[name] = value
     if entry.auth is not None:
         try:
-            secret = ctx.secrets.resolve(entry.auth.secret).decode()
+            secret = ctx.secrets.resolve(entry.auth.secret, http_purpose(entry.host)).decode()
         except Exception as exc:  # SecretUnavailable, or bytes that are not text
             raise ToolMisconfigured(f"credential of host {entry.host}: {exc}") from None
         if entry.auth.scheme == "bearer":
@@ -116,7 +118,7 @@ async def http_request(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
     timeout = httpx.Timeout(settings.timeout_s)
     try:
         async with (
-            client(outbound, timeout) as http,
+            client(outbound, timeout, ctx.extras.get(RESOLVER_KEY)) as http,
             asyncio.timeout(settings.timeout_s * 2),
             http.stream(method, url, headers=headers, content=content) as response,
         ):
