@@ -49,6 +49,7 @@ from eventos.local.service_process import HOST, ServiceProcess
 from eventos.local.temporal_dev import TemporalDevServer
 from eventos.local.temporal_server import TemporalServer
 from eventos.outbox.keys import FILE_VAR as OUTBOX_KEYS_FILE_VAR
+from eventos.telemetry.redact import protect_logs
 from eventos.outbox.keys import VAR as OUTBOX_KEYS_VAR
 from eventos.outbox.keys import new_key_entry
 from eventos.runtime.service import READYZ_PROBE_TIMEOUT_S
@@ -534,6 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    protect_logs()
     stack = LocalStack(
         Path.cwd(), examples_dir=args.examples, ready_timeout_s=args.ready_timeout, tier=args.tier
     )
