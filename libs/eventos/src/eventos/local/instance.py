@@ -49,11 +49,11 @@ from eventos.local.service_process import HOST, ServiceProcess
 from eventos.local.temporal_dev import TemporalDevServer
 from eventos.local.temporal_server import TemporalServer
 from eventos.outbox.keys import FILE_VAR as OUTBOX_KEYS_FILE_VAR
-from eventos.telemetry.redact import protect_logs
 from eventos.outbox.keys import VAR as OUTBOX_KEYS_VAR
 from eventos.outbox.keys import new_key_entry
 from eventos.runtime.service import READYZ_PROBE_TIMEOUT_S
 from eventos.settings import DatabaseSettings, SecretStore, ServerTools
+from eventos.telemetry.redact import protect_logs
 
 STATE_DIR = ".eventos"
 DATABASE = "eventos"

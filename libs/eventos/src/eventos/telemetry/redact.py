@@ -29,16 +29,24 @@ REDACTED = "REDACTED"
 
 # Loggers of client libraries that write URLs, headers or frames below WARNING.
 CLIENT_LOGGERS = (
-    "httpx", "httpcore", "h11", "h2", "hpack", "urllib3", "websockets", "aiosmtplib",
-    "aioimaplib", "openai",
-)  # fmt: skip
+    "httpx",
+    "httpcore",
+    "h11",
+    "h2",
+    "hpack",
+    "urllib3",
+    "websockets",
+    "aiosmtplib",
+    "aioimaplib",
+    "openai",
+)
 
 _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # Telegram: /bot<token>/method and /file/bot<token>/path (the token may be percent-encoded).
     (
         re.compile(r"(?i)(/(?:file/)?bot)(?=[^/\s?#\"'<>]*(?::|%3a))[^/\s?#\"'<>]+"),
         rf"\1{REDACTED}",
-    ),  # fmt: skip
+    ),
     # A bot token on its own: digits, a colon, 30+ URL-safe characters.
     (re.compile(r"\b\d{5,}:[A-Za-z0-9_-]{30,}"), REDACTED),
     # Discord: /webhooks/<id>/<token> and /interactions/<id>/<token>/callback.
@@ -50,7 +58,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
             r"[^\s\"',;}\])]+"
         ),
         rf"\1{REDACTED}",
-    ),  # fmt: skip
+    ),
     # A credential after its scheme: 8+ characters, one at least a digit or a symbol (so "the
     # bot answered" stays as written).
     (
@@ -59,7 +67,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
             r"[A-Za-z0-9._~+/=-]{8,}"
         ),
         rf"\1\2{REDACTED}",
-    ),  # fmt: skip
+    ),
     # key=value credentials: query strings, conninfo, form bodies.
     (
         re.compile(
@@ -67,7 +75,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
             r"api_?key|apikey|secret|client_secret|sig|signature|auth)=)[^&\s#\"',;]+"
         ),
         rf"\1{REDACTED}",
-    ),  # fmt: skip
+    ),
     # The same keys as JSON or a dict: "token": "…" (the Discord gateway's IDENTIFY).
     (
         re.compile(
@@ -75,7 +83,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
             r"[\"'])[^\"']+"
         ),
         rf"\1{REDACTED}",
-    ),  # fmt: skip
+    ),
     # A Discord bot token or a JWT on its own: three dot-separated base64url parts.
     (re.compile(r"\b[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{20,}"), REDACTED),
     # URL userinfo: scheme://user[:password]@host
