@@ -117,7 +117,8 @@ def run_after(pending: list[DeliveryItem], head: DeliveryItem, after: int,
 def failure_reason(exc: BaseException) -> str:
     """Why a turn failed: the innermost application error's message (a refused record, a
     model's status), else what the nearest cause says (the wrappers only say "failed")."""
-    found, seen = None, exc
+    found: ApplicationError | None = None
+    seen: BaseException | None = exc
     while isinstance(seen, FailureError):
         if isinstance(seen, ApplicationError):
             found = seen
