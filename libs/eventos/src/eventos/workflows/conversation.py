@@ -115,16 +115,14 @@ def run_after(pending: list[DeliveryItem], head: DeliveryItem, after: int,
 
 
 def failure_reason(exc: BaseException) -> str:
-    """Why a turn failed: the innermost application error's message (a refused record, a
-    model's status), else what the nearest cause says (the wrappers only say "failed")."""
-    found: ApplicationError | None = None
+    """Why a turn failed: a refused record's reason (its SQLSTATE, never the row) when that is
+    the cause, else what the nearest cause says, as before (an error's own text may quote a
+    message, so only the reasons this code writes are lifted from deeper down)."""
     seen: BaseException | None = exc
     while isinstance(seen, FailureError):
-        if isinstance(seen, ApplicationError):
-            found = seen
+        if isinstance(seen, ApplicationError) and seen.type == names.RECORD_REFUSED:
+            return seen.message
         seen = seen.cause
-    if found is not None:
-        return found.message
     return str(getattr(exc, "cause", None) or exc)
 
 
