@@ -185,3 +185,10 @@ async def test_provider_for_picks_by_provider_name() -> None:
         with pytest.raises(ApplicationError) as unknown:
             provider_for(ModelRef("anthropic", "claude"), default, secrets, http)
         assert (unknown.value.type, unknown.value.non_retryable) == ("ProviderUnknown", True)
+
+
+async def test_a_say_line_is_the_reply_verbatim_once_decoded() -> None:
+    out = await LocalProvider().complete(step_of(ChatMessage("user", 'x\nsay: "a\\u0000b"')))
+    assert out.message.content == "[local] a\x00b"
+    bad = await LocalProvider().complete(step_of(ChatMessage("user", "say: not json")))
+    assert "say: not json" in bad.message.content  # not a string: quoted like any text

@@ -333,3 +333,55 @@ def test_the_largest_domain_rule_compiles() -> None:
     rules = compiled(f"{{id: many, kind: domain, domains: [{domains}]}}")
     assert held(rules, f"https://www.d042{'Ü' * 50}.{tail}/") == ["many"]
     assert held(rules, f"https://d042{'ü' * 49}.{tail}/") == []
+
+
+REFUND = compiled("{id: refunds, kind: keyword, words: [refund, 'money back']}")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "I want a r\u0435fund",  # Cyrillic ie
+        "R\u0415FUND please",  # Cyrillic capital ie
+        "\U0001d42b\U0001d41e\U0001d41f\U0001d42e\U0001d427\U0001d41d",  # mathematical bold
+        "r\u0435f\u057dnd",  # Cyrillic ie and Armenian seh
+        "r-e-f-u-n-d",
+        "r.e.f.u.n.d now",
+        "r e f u n d",
+        "r_e_f_u_n_d",
+        "r - e - f - u - n - d",
+        "re-fund",
+        "re..fund!",
+        "r-e-fund",
+        "r-\u0435-f-u-n-d",  # both at once
+        "give me a r-e-f-u-n-d",  # a one-letter word just before it
+        "give me a r e f u n d",
+        "m\u043eney back",  # a phrase's words fold too
+    ],
+)
+def test_a_keyword_matches_confusables_and_separators_inside_the_word(text: str) -> None:
+    assert held(REFUND, text) == ["refunds"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "are fun day",  # white space between longer words is never dropped
+        "re fund",
+        "prer-e-f-u-n-d",  # the joined word still needs its boundaries
+        "a refunder",
+        "we are fun, d",
+        "money-back",
+        "RE: fund transfer",
+    ],
+)
+def test_separators_between_words_are_not_dropped(text: str) -> None:
+    assert held(REFUND, text) == []
+
+
+def test_digits_fold_as_their_look_alikes_in_keywords_only() -> None:
+    rules = compiled("{id: drugs, kind: keyword, words: [cocaine]}")
+    assert held(rules, "c0caine for sale") == ["drugs"]
+    assert held(rules, "c0c4ine") == []  # 4 looks like no letter
+    regex = compiled("{id: pins, kind: regex, pattern: '[0-9]{4}'}")
+    assert held(regex, "pin 1234") == ["pins"]  # regexes see the text as written

@@ -271,6 +271,21 @@ TOOL_DONE: Final = "done"
 TOOL_RESULT_MAX_BYTES: Final = 16 * 1024  # what a tool result may put into the transcript
 TOOL_ARGUMENTS_MAX_BYTES: Final = 32 * 1024  # a call's input stays under the 64 KB bound (I7)
 ATTENTION_TOOL_UNKNOWN: Final = "tool_unknown"
+# Why a tool call failed, as the model reads it: a short fixed reason per error type, never a
+# database's or an exception's text (it may quote rows, parameters or credentials). The
+# activity raises these types; any other failure reads as TOOL_REASON_INTERNAL.
+RECORD_REFUSED: Final = "RecordRefused"  # a database activity's record, refused (bounded)
+TOOL_ERROR_DATA: Final = "ToolDataRefused"
+TOOL_ERROR_DATABASE: Final = "ToolDatabaseUnavailable"
+TOOL_ERROR_INTERNAL: Final = "ToolInternalError"
+TOOL_REASON_DATA: Final = "the database refused the call's data"
+TOOL_REASON_DATABASE: Final = "the database was unavailable"
+TOOL_REASON_INTERNAL: Final = "an internal error"
+TOOL_REASON_TIMEOUT: Final = "the call timed out"
+TOOL_REASONS: Final = {
+    TOOL_ERROR_DATA: TOOL_REASON_DATA, TOOL_ERROR_DATABASE: TOOL_REASON_DATABASE,
+    TOOL_ERROR_INTERNAL: TOOL_REASON_INTERNAL,
+}  # fmt: skip
 ACTION_RETRY: Final = "retry"  # an attention item's action: run the call once more
 # Internal events placed in a named stream: the producer names lane, thread and reply route
 # (CloudEvents extension attributes; only internal producers write these sources).

@@ -99,13 +99,22 @@ def _redact_url(url: str) -> str:
 
 @dataclass(frozen=True)
 class DatabaseSettings:
-    """Where PostgreSQL is and how every connection is bounded."""
+    """Where PostgreSQL is and how every connection is bounded: each statement has a deadline
+    (`statement_timeout`), an idle transaction too, a connection attempt and a pool checkout
+    wait at most their timeouts, and TCP keepalives notice a peer that vanished without
+    closing (a crashed host, a dropped NAT entry) within idle + interval * count seconds
+    (60 s by default) instead of the kernel's two hours."""
 
     url: str = field(repr=False)
     statement_timeout_ms: int = 5000
     idle_in_transaction_timeout_ms: int = 10000
     pool_min: int = 1
     pool_max: int = 10
+    pool_timeout_s: float = 5.0  # a checkout waits at most this (then DatabaseUnavailable)
+    connect_timeout_s: int = 5
+    keepalives_idle_s: int = 30  # silence before the first probe
+    keepalives_interval_s: int = 10  # between probes
+    keepalives_count: int = 3  # unanswered probes before the connection is dropped
 
     def __repr__(self) -> str:
         return (
@@ -122,7 +131,18 @@ class DatabaseSettings:
             idle_in_transaction_timeout_ms=_int(env, "EVENTOS_DB_IDLE_TX_TIMEOUT_MS", 10000),
             pool_min=_int(env, "EVENTOS_DB_POOL_MIN", 1),
             pool_max=_int(env, "EVENTOS_DB_POOL_MAX", 10),
+            pool_timeout_s=_float(env, "EVENTOS_DB_POOL_TIMEOUT_S", cls.pool_timeout_s),
+            connect_timeout_s=env_int(env, "EVENTOS_DB_CONNECT_TIMEOUT_S", cls.connect_timeout_s),
+            keepalives_idle_s=env_int(env, "EVENTOS_DB_KEEPALIVES_IDLE_S", cls.keepalives_idle_s),
+            keepalives_interval_s=env_int(
+                env, "EVENTOS_DB_KEEPALIVES_INTERVAL_S", cls.keepalives_interval_s
+            ),
+            keepalives_count=env_int(env, "EVENTOS_DB_KEEPALIVES_COUNT", cls.keepalives_count),
         )
+
+    def __post_init__(self) -> None:
+        _bounded("EVENTOS_DB_POOL_TIMEOUT_S", self.pool_timeout_s, 0.1, 600)
+        _bounded("EVENTOS_DB_STATEMENT_TIMEOUT_MS", self.statement_timeout_ms, 1, 3_600_000)
 
 
 @dataclass(frozen=True)

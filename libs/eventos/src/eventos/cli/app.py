@@ -22,6 +22,7 @@ from eventos.client.owner_api import (
     StreamDropped,
 )
 from eventos.errors import EventOSError
+from eventos.telemetry.redact import protect_logs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_UNAUTHORIZED, EXIT_UNREACHABLE = range(6)
 Command = Callable[[argparse.Namespace], int]
@@ -214,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code."""
+    protect_logs()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -20,6 +20,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from eventos import names
+from eventos.bus.jsonsafe import storable_text
 from eventos.contracts import (
     ChatMessage,
     LlmStepInput,
@@ -38,6 +39,18 @@ def message_of(doc: dict[str, Any]) -> ChatMessage:
     calls = [ToolCall(**c) for c in doc.get("tool_calls") or []]
     return ChatMessage(doc["role"], doc.get("content") or "", calls, doc.get("tool_call_id"),
                        doc.get("name"))  # fmt: skip
+
+
+def storable(message: ChatMessage) -> ChatMessage:
+    """The message with text PostgreSQL cannot store (NUL) replaced by U+FFFD: model output
+    may hold anything, and a save that fails on every attempt would wedge the turn."""
+    calls = [ToolCall(storable_text(c.id), storable_text(c.name), storable_text(c.arguments))
+             for c in message.tool_calls]  # fmt: skip
+    return dataclasses.replace(
+        message, content=storable_text(message.content), tool_calls=calls,
+        tool_call_id=None if message.tool_call_id is None else storable_text(message.tool_call_id),
+        name=None if message.name is None else storable_text(message.name),
+    )  # fmt: skip
 
 
 def _key(employee: str, ref: TranscriptRef) -> dict[str, object]:

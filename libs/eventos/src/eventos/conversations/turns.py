@@ -11,11 +11,13 @@ event stream.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from typing import Any
 
 from eventos import names, timeline
+from eventos.bus.jsonsafe import storable_text
 from eventos.contracts import (
     ConversationContext,
     DeadLetter,
@@ -130,8 +132,17 @@ def _outbound_row(turn: TurnInput, req: SaveTurn, keys: OutboxKeys) -> dict[str,
     }  # fmt: skip
 
 
+def storable_save(req: SaveTurn) -> SaveTurn:
+    """The save with the model's text made storable (NUL → U+FFFD) in the transcript, the
+    reply's outbox body and so the timeline's entries written from them."""
+    reply = None if req.reply is None else storable_text(req.reply)
+    messages = [transcripts.storable(m) for m in req.new_messages]
+    return dataclasses.replace(req, new_messages=messages, reply=reply)
+
+
 async def save(conn: Conn, req: SaveTurn, keys: OutboxKeys) -> Saved:
     """The consuming save; idempotent for a retried step (same turn, same inputs)."""
+    req = storable_save(req)
     turn = req.turn
     async with conn.transaction():
         cur = await conn.execute(Q["turn_lock"], {"turn_id": turn.turn_id})

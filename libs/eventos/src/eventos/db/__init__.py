@@ -15,7 +15,15 @@ from eventos.db.sql import Queries, load_queries
 from eventos.errors import DatabaseUnavailable, RecordInvalid
 from eventos.settings import DatabaseSettings
 
-__all__ = ["Queries", "connect", "connection_options", "load_queries", "open_pool", "translate"]
+__all__ = [
+    "Queries",
+    "connect",
+    "connection_kwargs",
+    "connection_options",
+    "load_queries",
+    "open_pool",
+    "translate",
+]
 
 Conn = psycopg.AsyncConnection[dict[str, Any]]
 
@@ -28,15 +36,28 @@ def connection_options(settings: DatabaseSettings) -> str:
     )
 
 
+def connection_kwargs(settings: DatabaseSettings) -> dict[str, Any]:
+    """libpq parameters of every connection: the server options (both timeouts), the
+    connect timeout and TCP keepalives (a vanished server is noticed in about a minute, not
+    the kernel's two hours, and a statement waiting on it fails instead of hanging)."""
+    return {
+        "options": connection_options(settings),
+        "connect_timeout": settings.connect_timeout_s,
+        "keepalives": 1,
+        "keepalives_idle": settings.keepalives_idle_s,
+        "keepalives_interval": settings.keepalives_interval_s,
+        "keepalives_count": settings.keepalives_count,
+    }
+
+
 async def connect(settings: DatabaseSettings, *, autocommit: bool = False) -> Conn:
     """One connection with the instance's timeouts and dict rows."""
     try:
         return await psycopg.AsyncConnection.connect(
             settings.url,
-            options=connection_options(settings),
             autocommit=autocommit,
             row_factory=dict_row,
-            connect_timeout=5,
+            **connection_kwargs(settings),
         )
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(str(exc).strip()) from exc
@@ -52,14 +73,9 @@ async def open_pool(
         settings.url,
         min_size=settings.pool_min,
         max_size=settings.pool_max,
-        kwargs={
-            "options": connection_options(settings),
-            "row_factory": dict_row,
-            "connect_timeout": 5,
-            "autocommit": autocommit,
-        },
+        kwargs={**connection_kwargs(settings), "row_factory": dict_row, "autocommit": autocommit},
         open=False,
-        timeout=5.0,
+        timeout=settings.pool_timeout_s,
         reconnect_timeout=0,
     )
     await pool.open(wait=wait, timeout=10.0)

@@ -33,6 +33,7 @@ import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from psycopg_pool import AsyncConnectionPool
@@ -52,6 +53,12 @@ from eventos.runtime.wake import WakeSignal
 log = logging.getLogger(__name__)
 
 LEASE_TTL_S = 30.0
+# A Signal-With-Start's deadline: a frontend that stopped answering on a live connection (a
+# half-open TCP path, a stuck proxy) fails the call as DEADLINE_EXCEEDED, which opens the
+# breaker, instead of holding the stream's lease and a serving slot until TCP gives up. Well
+# under the lease's 30 s; a call that took effect meanwhile is delivered again and dropped by
+# the entity (seq <= applied).
+SIGNAL_WITH_START_TIMEOUT_S = 10.0
 CLAIM_LIMIT = 256  # streams claimed per pass
 STREAMS_AT_ONCE = 64  # of those, served at once (each with one call in flight); also the most
 # calls per pass while pushback shapes the passes
@@ -258,6 +265,7 @@ class Relay:
     entity_roll_after: int = names.ENTITY_ROLL_AFTER
     entity_idle_s: float | None = None  # None: the lane's default (SPEC §7)
     entity_cancel_grace_s: float = names.TURN_CANCEL_GRACE_S
+    call_timeout_s: float = SIGNAL_WITH_START_TIMEOUT_S  # each Signal-With-Start's rpc_timeout
     breaker: Breaker = field(default_factory=Breaker)
     pauses: Pushback = field(default_factory=Pushback)
     clock: Callable[[], float] = time.monotonic  # of the per-entity rate; tests move it by hand
@@ -485,6 +493,7 @@ class Relay:
                     priority_key=names.LANE_PRIORITY.get(stream["lane"], names.C3_INTERNAL),
                     fairness_key=stream["employee"],
                 ),
+                rpc_timeout=timedelta(seconds=self.call_timeout_s),
             )
         except RPCError as exc:
             return await self._refused(stream["stream_key"], batch, exc)

@@ -1,13 +1,16 @@
 """The local provider (`provider: local`, SPEC §17): deterministic, offline, labelled, scripted.
 
 Scripts are lines in the last user message: `call: <tool> <json-args>` (several lines make one
-batch), `sleep: <seconds>`, `fail: <status> [<first N attempts>] [retry-after=<s>]`.
+batch), `sleep: <seconds>`, `fail: <status> [<first N attempts>] [retry-after=<s>]`, and
+`say: <JSON string>`: the reply is that string, decoded (so a test can make the model answer
+anything, a NUL `"\u0000"` included, which no owner message may carry).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -17,6 +20,7 @@ from eventos.llm.openai import status_error
 LOCAL_LABEL = "[local]"
 QUOTE_MAX = 200
 _CALL = re.compile(r"^\s*call:\s*(?P<name>[A-Za-z0-9_.\-]+)\s*(?P<args>.*?)\s*$")
+_SAY = re.compile(r'^\s*say:\s*(?P<text>".*")\s*$')
 _SLEEP = re.compile(r"^\s*sleep:\s*(?P<seconds>\d+(?:\.\d+)?)\s*$")
 _FAIL = re.compile(
     r"^\s*fail:\s*(?P<status>\d{3})(?:\s+(?P<times>\d+))?(?:\s+retry-after=(?P<after>\S+))?\s*$"
@@ -33,15 +37,18 @@ class LocalScript:
     fail_times: int | None = None  # fail the first N attempts; None: every attempt
     fail_retry_after: str | None = None
     text: str = ""
+    say: str | None = None  # the reply, verbatim
 
 
 def parse_script(content: str) -> LocalScript:
     """The directives (`call:`, `sleep:`, `fail:`) and the remaining text of a message."""
     calls: list[tuple[str, str]] = []
-    sleep_s, fail, rest = 0.0, None, []
+    sleep_s, fail, rest, say = 0.0, None, [], None
     for line in content.splitlines():
         if m := _CALL.match(line):
             calls.append((m["name"], m["args"] or "{}"))
+        elif (m := _SAY.match(line)) and isinstance(said := _json_string(m["text"]), str):
+            say = said
         elif m := _SLEEP.match(line):
             sleep_s += float(m["seconds"])
         elif m := _FAIL.match(line):
@@ -55,7 +62,16 @@ def parse_script(content: str) -> LocalScript:
         fail_times=int(fail["times"]) if fail and fail["times"] else None,
         fail_retry_after=fail["after"] if fail else None,
         text=" ".join(rest),
+        say=say,
     )
+
+
+def _json_string(text: str) -> str | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
 
 
 @dataclass
@@ -79,6 +95,8 @@ class LocalProvider:
             raise status_error(script.fail_status, headers, model=step.model.name)
         if script.calls:
             return self._call_tools(step, script.calls)
+        if script.say is not None:
+            return self._answer(step, f"{LOCAL_LABEL} {script.say}")
         quote = _clip(script.text) if script.text else "(nothing)"
         return self._answer(step, f"{LOCAL_LABEL} you said: {quote}")
 

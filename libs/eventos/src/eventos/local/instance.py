@@ -53,6 +53,7 @@ from eventos.outbox.keys import VAR as OUTBOX_KEYS_VAR
 from eventos.outbox.keys import new_key_entry
 from eventos.runtime.service import READYZ_PROBE_TIMEOUT_S
 from eventos.settings import DatabaseSettings, SecretStore, ServerTools
+from eventos.telemetry.redact import protect_logs
 
 STATE_DIR = ".eventos"
 DATABASE = "eventos"
@@ -536,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    protect_logs()
     stack = LocalStack(
         Path.cwd(), examples_dir=args.examples, ready_timeout_s=args.ready_timeout, tier=args.tier
     )

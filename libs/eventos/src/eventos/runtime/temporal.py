@@ -30,6 +30,7 @@ from eventos.settings import TemporalSettings
 
 log = logging.getLogger(__name__)
 WAKE_TIMEOUT = timedelta(seconds=5)
+HEALTH_TIMEOUT = timedelta(seconds=5)  # a frontend that stopped answering is not ready
 
 
 @dataclass
@@ -49,7 +50,7 @@ class TemporalConnection:
     async def ready(self) -> None:
         """Raise unless the frontend answers a health check."""
         client = await self.get()
-        ok = await client.service_client.check_health()
+        ok = await client.service_client.check_health(timeout=HEALTH_TIMEOUT)
         if not ok:
             raise RuntimeError("Temporal frontend is not serving")
 

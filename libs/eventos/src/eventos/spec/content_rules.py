@@ -12,20 +12,37 @@ pattern, so no crafted message makes a send hang on backtracking; at most
 Before matching, a message is NFKC-normalised (full-width and compatibility forms become the
 plain ones) and its invisible format characters (zero-width spaces, soft hyphens, direction
 marks) are removed, so `re\u200bfund` is the word `refund`. Keywords compare casefolded.
+
+Keywords also match after two foldings a sender could use to slip past them (issue 25):
+- confusables: the message and the keyword are compared as UTS #39 skeletons (`disarm`'s
+  `skeleton_key`, Unicode's confusables.txt; digits fold too, `0` as `o` and `1` as `l`), so a
+  Cyrillic `\u0435` in `r\u0435fund`, or `refund` in mathematical bold letters, is the
+  word `refund`;
+- separators inside a word: up to three punctuation or symbol characters between two runs of
+  letters are dropped (`re-fund`, `re..fund`), and a one-word keyword of three or more letters
+  also matches spelled out, one letter at a time with up to three separators (white space
+  included) between them (`r-e-f-u-n-d`, `r.e.f.u.n.d`, `r e f u n d`, `a r e f u n d`).
+  White space between longer words is never dropped, so `are fun day` or `re fund` stay
+  separate words, and a spelled-out word needs a word boundary at both ends
+  (`prer-e-f-u-n-d` does not hold `refund`; `r e f u n d s` does, as `refund s` would).
+Regex rules see the NFKC text only (their patterns are the owner's); domain rules look for
+hosts as written.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import unicodedata
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from encodings import idna
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import re2
+from disarm import skeleton_key
 
 from eventos import names
 
@@ -76,6 +93,55 @@ def normalise_text(text: str) -> str:
     return str(_FORMAT_CHARS.sub("", unicodedata.normalize("NFKC", text)))
 
 
+def skeleton(text: str) -> str:
+    """The casefolded UTS #39 skeleton of NFKC text (confusables folded, digits included)."""
+    return str(skeleton_key(text, digit_policy="tr39")).casefold()
+
+
+SEPARATOR_RUN_MAX = 3  # separator characters between two letters of one word
+SPELLED_MIN = 3  # letters written one by one before they are joined into a word
+
+
+def _is_letter(char: str) -> bool:
+    return unicodedata.category(char)[0] in "LNM"
+
+
+def _runs(text: str) -> Iterator[tuple[bool, str]]:
+    """The text as alternating runs of letters (letters, digits, marks) and of separators."""
+    for letters, run in itertools.groupby(text, _is_letter):
+        yield letters, "".join(run)
+
+
+def joined(text: str) -> str:
+    """The text with separators inside words normalised: letters spelled one by one with up to
+    SEPARATOR_RUN_MAX separators between them (`r-e-f-u-n-d`, `r  e  f`) written one space
+    apart (a keyword's spelled form matches them: `a r e f u n d` cannot tell the article from
+    the word), and short punctuation between longer runs of letters (`re-fund`) dropped. One
+    pass over the text (no backtracking)."""
+    runs = list(_runs(text))
+    out: list[str] = []
+    i = 0
+    while i < len(runs):
+        letters, run = runs[i]
+        if letters and len(run) == 1:
+            j, spelled = i, [run]
+            while (j + 2 < len(runs) and len(runs[j + 1][1]) <= SEPARATOR_RUN_MAX
+                   and len(runs[j + 2][1]) == 1):  # fmt: skip
+                spelled.append(runs[j + 2][1])
+                j += 2
+            if len(spelled) >= SPELLED_MIN:
+                out.append(" ".join(spelled))
+                i = j + 1
+                continue
+        inside = 0 < i < len(runs) - 1 and len(run) <= SEPARATOR_RUN_MAX
+        if not letters and inside and not any(c.isspace() for c in run):
+            i += 1  # punctuation between two runs of letters: the word goes on
+            continue
+        out.append(run)
+        i += 1
+    return "".join(out)
+
+
 def _needs_boundary(char: str) -> bool:
     word = unicodedata.category(char)[0] in "LNM" or char == "_"
     return word and _UNSPACED_CHAR.fullmatch(char) is None
@@ -88,10 +154,7 @@ def keyword_regex(words: Sequence[str]) -> Any:
     script written without spaces (Chinese, Japanese, Thai …), needs no word boundary there.
     """
     groups: dict[tuple[bool, bool], list[str]] = {}
-    for word in words:
-        parts = normalise_text(word).casefold().split()
-        if not parts:
-            raise ValueError("a keyword is blank")
+    for parts in _forms(words):
         edges = (_needs_boundary(parts[0][0]), _needs_boundary(parts[-1][-1]))
         groups.setdefault(edges, []).append(_SPACE.join(re2.escape(p) for p in parts))
     alternatives = [
@@ -104,6 +167,24 @@ def keyword_regex(words: Sequence[str]) -> Any:
         return compile_regex("|".join(alternatives))
     except ValueError:
         raise ValueError("the words make too large a pattern: use fewer or shorter ones") from None
+
+
+def _forms(words: Sequence[str]) -> list[tuple[str, ...]]:
+    """Each keyword as the parts (words) of its forms, once each: casefolded, as its skeleton,
+    and a one-word keyword of SPELLED_MIN or more letters also spelled out letter by letter as
+    `joined` writes a spelled word (one part: its letters one space apart, matched as is)."""
+    forms: dict[tuple[str, ...], None] = {}
+    for word in words:
+        folded = normalise_text(word).casefold()
+        if not folded.split():
+            raise ValueError("a keyword is blank")
+        forms[tuple(folded.split())] = None
+        skel = skeleton(folded).split()
+        if skel:
+            forms[tuple(skel)] = None
+        if len(skel) == 1 and len(skel[0]) >= SPELLED_MIN and all(map(_is_letter, skel[0])):
+            forms[(" ".join(skel[0]),)] = None
+    return list(forms)
 
 
 def _labels(name: str) -> list[str]:
@@ -189,6 +270,13 @@ class _Message:
         return self.normal.casefold()
 
     @functools.cached_property
+    def keyword_texts(self) -> tuple[str, ...]:
+        """Where keywords look: the folded text, its skeleton, and the skeleton with
+        separators inside words dropped."""
+        skel = skeleton(self.normal)
+        return self.folded, skel, joined(skel)
+
+    @functools.cached_property
     def hosts(self) -> list[str]:
         """The folded text with IDNA's full stops as dots, and percent-decoded if it has a `%`:
         where domain rules look for hosts."""
@@ -212,7 +300,7 @@ class _Keyword(_Rule):
     regex: Any
 
     def matches(self, message: _Message) -> bool:
-        return self.regex.search(message.folded) is not None
+        return any(self.regex.search(text) is not None for text in message.keyword_texts)
 
 
 @dataclass(frozen=True)

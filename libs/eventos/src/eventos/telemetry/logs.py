@@ -3,7 +3,9 @@
 
 At INFO and above a record's exception is shown as its type and frames only: an exception's
 message may quote a message, a prompt or a credential (a database driver's error quotes the
-row). At DEBUG the full traceback is shown, for a developer on their own instance.
+row). At DEBUG the full traceback is shown, for a developer on their own instance, redacted
+like every record (eventos.telemetry.redact): the handler's filter removes tokens and
+credentials, and the client libraries log at WARNING at most.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import logging
 import sys
 import traceback
 from datetime import UTC, datetime
+from typing import TextIO
 
 from eventos.telemetry.errors import frames_of, type_name
+from eventos.telemetry.redact import RedactingFilter, quiet_client_loggers, redact
 from eventos.telemetry.settings import LogSettings
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -26,7 +30,7 @@ def exception_text(record: logging.LogRecord) -> str:
         return ""
     exc_type, exc, tb = record.exc_info
     if record.levelno <= logging.DEBUG:
-        return "".join(traceback.format_exception(exc_type, exc, tb)).rstrip()
+        return redact("".join(traceback.format_exception(exc_type, exc, tb)).rstrip())
     lines = [f"  {path}:{line} in {function}" for path, line, function in frames_of(tb)]
     return "\n".join([f"{type_name(exc_type)} (message not shown)", *lines])
 
@@ -41,7 +45,13 @@ class TextFormatter(logging.Formatter):
         return ""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record).rstrip()
+        # The filter leaves the full (redacted) traceback in `exc_text` for other formatters;
+        # this one shows the exception as `exception_text` says, by level.
+        saved, record.exc_text = record.exc_text, None
+        try:
+            line = super().format(record).rstrip()
+        finally:
+            record.exc_text = saved
         extra = exception_text(record)
         return f"{line}\n{extra}" if extra else line
 
@@ -67,10 +77,13 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, ensure_ascii=False, default=str)
 
 
-def configure_logging(settings: LogSettings) -> None:
-    """Replace the root logger's handlers with one stderr handler of the chosen format."""
-    handler = logging.StreamHandler(sys.stderr)
+def configure_logging(settings: LogSettings, stream: TextIO | None = None) -> None:
+    """Replace the root logger's handlers with one stderr handler of the chosen format, its
+    records redacted; the client libraries log at WARNING at most."""
+    handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if settings.format == "json" else TextFormatter())
+    handler.addFilter(RedactingFilter())
+    quiet_client_loggers()
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
+from eventos.bus.jsonsafe import storable_text, storable_value
 from eventos.contracts import ToolCallInput, ToolResult
 from eventos.db import Conn
 from eventos.db.sql import Q
@@ -78,7 +79,7 @@ def parse_arguments(tool: Tool, text: str) -> dict[str, Any]:
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "(arguments)"
         raise ToolRefused(f"invalid arguments at {where}: {error.message}")
-    return args
+    return dict(storable_value(args))  # stored with the call: no NUL (it would be refused)
 
 
 class ToolRunner:
@@ -141,6 +142,7 @@ class ToolRunner:
 
     async def _finish(self, conn: Conn, call: ToolCallInput, result: ToolResult,
                       status: str = names.TOOL_DONE) -> ToolResult:  # fmt: skip
+        result = replace(result, content=storable_text(result.content))  # an outside answer's NUL
         await conn.execute(Q["tool_call_finish"], {"id": call.key, "status": status,
                                                    "outcome": result.outcome,
                                                    "result": result.content})  # fmt: skip

@@ -1,11 +1,15 @@
 """Database-bound activities (workers-workflow and egress), methods of classes that hold the pool.
 
 Domain errors become non-retryable ApplicationErrors here, once; database outages stay
-retryable.
+retryable. A record the database refuses (a data or integrity error: the record's own fault,
+eventos.db.is_record_error) is tried RECORD_ERROR_ATTEMPTS times in all, then fails for good
+with its reason (its SQLSTATE, never the database's text), so the turn fails instead of
+retrying a save without limit.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TypeVar
@@ -37,8 +41,8 @@ from eventos.contracts import (
     UpgradeLease,
 )
 from eventos.conversations import turns
-from eventos.db import Conn
-from eventos.errors import Conflict, NotFound
+from eventos.db import Conn, translate
+from eventos.errors import Conflict, NotFound, RecordInvalid
 from eventos.health import intensity
 from eventos.outbox import approvals
 from eventos.outbox.egress import Egress, SendWait
@@ -50,6 +54,20 @@ from eventos.scheduling.policy import SchedConfig
 from eventos.settings import SupervisionSettings
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+# Attempts of a database activity whose record the database refuses: a race (a unique
+# violation a concurrent writer caused) may pass on a second try; a bad record never does.
+RECORD_ERROR_ATTEMPTS = 3
+
+
+def record_refused(exc: RecordInvalid) -> ApplicationError:
+    """A refused record's failure: retryable until RECORD_ERROR_ATTEMPTS, then final."""
+    info = activity.info()
+    final = info.attempt >= RECORD_ERROR_ATTEMPTS
+    log.warning("%s: the database refused a record (%s), attempt %d of %d", info.activity_type,
+                exc, info.attempt, RECORD_ERROR_ATTEMPTS)  # fmt: skip
+    return ApplicationError(f"the database refused a record: {exc}", type=names.RECORD_REFUSED,
+                            non_retryable=final)  # fmt: skip
 
 
 class DbActivities:
@@ -72,10 +90,12 @@ class DbActivities:
 
     async def _run(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
         try:
-            async with self.pool.connection() as conn:
+            async with translate(), self.pool.connection() as conn:
                 return await fn(conn)
         except (Conflict, NotFound) as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+        except RecordInvalid as exc:
+            raise record_refused(exc) from None  # the driver's text stays out of the history
 
     @activity.defn(name=names.ACT_ADMIT)
     async def admit_turn(self, req: AdmitRequest) -> Admission:

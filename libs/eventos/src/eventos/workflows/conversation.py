@@ -24,7 +24,13 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError, FailureError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+)
 from temporalio.workflow import (
     ChildWorkflowCancellationType,
     ChildWorkflowHandle,
@@ -106,6 +112,18 @@ def run_after(pending: list[DeliveryItem], head: DeliveryItem, after: int,
         out.append(item)
         size += item.size
     return out
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Why a turn failed: a refused record's reason (its SQLSTATE, never the row) when that is
+    the cause, else what the nearest cause says, as before (an error's own text may quote a
+    message, so only the reasons this code writes are lifted from deeper down)."""
+    seen: BaseException | None = exc
+    while isinstance(seen, FailureError):
+        if isinstance(seen, ApplicationError) and seen.type == names.RECORD_REFUSED:
+            return seen.message
+        seen = seen.cause
+    return str(getattr(exc, "cause", None) or exc)
 
 
 @workflow.defn(name=names.WF_CONVERSATION)
@@ -309,9 +327,9 @@ class ConversationWorkflow:
             if isinstance(exc.cause, CancelledError):
                 status = names.TURN_CANCELLED
             else:
-                status, error = names.TURN_FAILED, str(exc.cause or exc)[:500]
+                status, error = names.TURN_FAILED, failure_reason(exc)[:500]
         except ActivityError as exc:
-            status, error = names.TURN_FAILED, str(exc.cause or exc)[:500]
+            status, error = names.TURN_FAILED, failure_reason(exc)[:500]
         held = await self._turn_ended(turn_id, status, error, consumed)
         if status == names.TURN_FAILED:
             left = {i.seq for i in self.pending}  # inputs a save consumed are not retried

@@ -106,6 +106,19 @@ def b2_note(count: int) -> ChatMessage:
                                "it was not sent. Reply once, covering everything.]")  # fmt: skip
 
 
+def tool_failure_reason(exc: ActivityError) -> str:
+    """What the model reads of a failed call: the activity's fixed reason (or a missing
+    generation's), never an error's own text; a time-out as such."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        if cause.type == "NotFound":
+            return cause.message
+        return names.TOOL_REASONS.get(cause.type or "", names.TOOL_REASON_INTERNAL)
+    if isinstance(cause, ActivityTimeout):
+        return names.TOOL_REASON_TIMEOUT
+    return names.TOOL_REASON_INTERNAL
+
+
 def tool_unavailable(call: ToolCall) -> ChatMessage:
     return ChatMessage("tool", f"error: tool {call.name!r} is not available", tool_call_id=call.id)
 
@@ -345,8 +358,7 @@ class TurnWorkflow:
                     heartbeat_timeout=policies.TOOL_HEARTBEAT, retry_policy=policies.TOOL_RETRY,
                 )  # fmt: skip
             except ActivityError as exc:
-                cause = exc.cause.message if isinstance(exc.cause, ApplicationError) else exc
-                text = json.dumps({"error": f"the tool failed: {cause}"})
+                text = json.dumps({"error": f"the tool failed: {tool_failure_reason(exc)}"})
                 result = ToolResult(text, names.TOOL_FAILED)
             out.append(tool_message(call, result))
         return out
