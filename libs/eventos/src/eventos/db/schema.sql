@@ -1189,3 +1189,10 @@ CREATE INDEX bus_ingress_dead_body_ref ON bus_ingress (body_ref)
 -- days, through bus_deliveries_dead).
 CREATE INDEX bus_deliveries_finished ON bus_deliveries (updated_at)
     WHERE status IN ('done', 'failed');
+
+-- Users are the owner's guests: their own id, class and daily cap; see 0027_user_guests.sql.
+ALTER TABLE users ADD COLUMN id uuid NOT NULL DEFAULT gen_random_uuid() UNIQUE;
+ALTER TABLE users ADD COLUMN class smallint NOT NULL DEFAULT 2 CHECK (class IN (1, 2));
+ALTER TABLE users ADD COLUMN daily_usd numeric(12, 4) CHECK (daily_usd > 0);
+CREATE INDEX spend_events_period ON spend_events (employee, period_start);
+CREATE INDEX outbound_messages_turn ON outbound_messages (turn_id);

@@ -56,16 +56,18 @@ def tool_approval_id(employee: str, turn_id: str, call_id: str) -> str:
 
 
 async def hold_tool(conn: Conn, req: HoldToolCall) -> str:
-    """The approval a tool call waits on; a retried activity finds the first one."""
+    """The approval a tool call waits on; a retried activity finds the first one. It is the
+    admin's unless `approvals.decided_by: user` hands it to the user whose chat made the call."""
     ident = tool_approval_id(req.employee, req.turn_id, req.call_id)
     pol = await policy(conn, req.employee, req.generation)
     audience = req.route.get("audience") if req.route.get("kind") == names.KIND_CHAT else None
+    user = None if audience in (None, OWNER) else str(audience)
     await conn.execute(Q["approval_insert_tool"], {
         "id": ident, "employee": req.employee, "generation": req.generation,
         "thread": req.stream_key, "turn_id": req.turn_id,
         "tool_call": f"{req.turn_id}:{req.call_id}",
         "draft": f"{req.name} {req.arguments}"[:4000],
-        "audience": None if audience in (None, OWNER) else str(audience),
+        "audience": user if pol.approvals_by_user else None,
         "expire_after_h": pol.expire_after_h,
     })  # fmt: skip
     return ident
@@ -74,11 +76,14 @@ async def hold_tool(conn: Conn, req: HoldToolCall) -> str:
 @dataclass(frozen=True)
 class EgressPolicy:
     """A generation's rules for what leaves (its frozen spec): the channel kinds whose sends
-    need approval, the time to decide, the compiled content rules."""
+    need approval, the time to decide, the compiled content rules, and which holds a user may
+    decide in its own chat (`decided_by: user`; every other hold is the admin's alone)."""
 
     approve: frozenset[str]
     expire_after_h: int
     rules: Rules
+    user_rules: frozenset[str] = frozenset()  # ids of the rules that say `decided_by: user`
+    approvals_by_user: bool = False  # `approvals.decided_by: user`
 
     def holds(self, kind: str, text: str, recipient: str | None) -> list[str]:
         """Why a reply is held (rule ids, then `approval`); empty: it goes out."""
@@ -87,6 +92,14 @@ class EgressPolicy:
         if kind in self.approve:
             held.append(names.APPROVAL_HELD)
         return held
+
+    def decider(self, held: list[str], user: str | None) -> str | None:
+        """The user who may decide a hold besides the admin: the chat's user, only when every
+        reason for it hands it to users (a built-in rule never does); else None (the admin's)."""
+        if user is None or user == OWNER:
+            return None
+        by_user = self.user_rules | ({names.APPROVAL_HELD} if self.approvals_by_user else set())
+        return user if held and set(held) <= by_user else None
 
 
 _RULES: dict[str, Rules] = {}  # compiled rules by spec digest (a generation's spec is frozen)
@@ -108,7 +121,10 @@ async def policy(conn: Conn, employee: str, generation: int) -> EgressPolicy:
             _RULES.clear()
         _RULES[sha] = compiled
     hours = int(doc.get("expire_after_h") or names.APPROVAL_EXPIRE_AFTER_H)
-    return EgressPolicy(frozenset(doc.get("sends") or []), hours, compiled)
+    user_rules = frozenset(str(r["id"]) for r in (row or {}).get("rules") or []
+                           if r.get("decided_by") == names.DECIDED_BY_USER)  # fmt: skip
+    by_user = doc.get("decided_by") == names.DECIDED_BY_USER
+    return EgressPolicy(frozenset(doc.get("sends") or []), hours, compiled, user_rules, by_user)
 
 
 async def hold(conn: Conn, *, outbound_id: int, employee: str, generation: int, thread: str,

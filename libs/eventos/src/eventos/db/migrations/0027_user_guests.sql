@@ -1,0 +1,12 @@
+-- Users are the owner's guests (SPEC §17, issue 25): each user record has its own id, and its
+-- owner-chat thread derives from that id (a name removed and created again starts a new
+-- conversation; existing users keep the thread they have). A user's chat runs at class C2
+-- unless the admin granted C1, and spends at most `daily_usd` a day per employee (NULL: the
+-- documented share of the employee's daily budget, eventos.names.USER_DAILY_SHARE).
+ALTER TABLE users ADD COLUMN id uuid NOT NULL DEFAULT gen_random_uuid() UNIQUE;
+ALTER TABLE users ADD COLUMN class smallint NOT NULL DEFAULT 2 CHECK (class IN (1, 2));
+ALTER TABLE users ADD COLUMN daily_usd numeric(12, 4) CHECK (daily_usd > 0);
+-- A user's spend today: the period's spend events, joined to their turns' threads.
+CREATE INDEX spend_events_period ON spend_events (employee, period_start);
+-- Whether a chat message's reply is held for review (the message's status read).
+CREATE INDEX outbound_messages_turn ON outbound_messages (turn_id);
