@@ -66,6 +66,7 @@ OWNER_CHAT_PENDING_MAX: Final = 100  # per session for the admin; per user, all 
 # A user is the owner's guest (SPEC §17): its daily spend cap, per employee, is this share of the
 # employee's daily budget unless the admin set one (`POST /v1/users` `daily_usd`).
 USER_DAILY_SHARE: Final = 0.25
+CHAT_RETRY_AFTER_S: Final = 5  # a chat refused for its pending bound: try again after this
 PUBLISH_IN_FLIGHT_MAX: Final = 1000
 DEDUPE_TTL_DAYS: Final = 7
 BODY_HASH_DEDUPE_SECONDS: Final = 600
@@ -326,6 +327,7 @@ APPROVAL_EXPIRE_AFTER_H: Final = 72  # an approval's default time to decide
 DECIDED_BY_ADMIN: Final = "admin"
 DECIDED_BY_USER: Final = "user"
 HELD_FOR_REVIEW: Final = "held for review"  # all a user is told of a reply the admin holds
+REPLY_HELD: Final = "held_for_review"  # a chat message's `reply_status` while its reply is held
 APPROVAL_RENUDGE_S: Final = 10  # SPEC §11: a decided row not taken after 10 s is nudged again
 ATTENTION_APPROVAL_EXPIRING: Final = "approval_expiring"
 ATTENTION_APPROVAL_EXPIRED: Final = "approval_expired"

@@ -17,6 +17,8 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
 
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
@@ -31,6 +33,14 @@ from eventos.operator.attention import Caller
 from eventos.owner import chat
 from eventos.owner.wakeups import OPERATOR, StreamWakeups
 from eventos_ingress import problems
+
+
+class ChatCaller(Caller, Protocol):
+    """A chat stream's caller: a user's reads start at its record's creation (`since`)."""
+
+    @property
+    def since(self) -> datetime | None: ...
+
 
 SSE_POLL_S = 0.25  # while no listener hears placed events
 SSE_RECHECK_S = 5.0  # while one does (its wake-ups are hints)
@@ -77,7 +87,7 @@ class StreamsApi:
 
         return self._respond(request, OPERATOR, after, read)
 
-    async def chat(self, request: Request, caller: Caller) -> Response:
+    async def chat(self, request: Request, caller: ChatCaller) -> Response:
         """Server-sent events of one chat session (its audience's content only)."""
         name = request.path_params["name"]
         session = request.query_params.get("session", names.DEFAULT_SESSION)
@@ -86,7 +96,8 @@ class StreamsApi:
             await lifecycle.get(conn, name)  # 404 before the stream starts
 
         async def read(conn: Conn, after: int) -> Reading:
-            rows = await chat.events_after(conn, name, session, after, caller.audience)
+            rows = await chat.events_after(conn, name, session, after, caller.audience,
+                                           caller.since or chat.EPOCH)  # fmt: skip
             frames = []
             for row in rows:
                 after = int(row["pos"])

@@ -175,42 +175,56 @@ async def take(conn: Conn, ident: str, *, to_egress: bool = False) -> str | None
     return None if row is None else str(row["state"])
 
 
-async def decide(conn: Conn, ident: str, state: str, *, by: str, admin: bool) -> dict[str, Any]:
-    """The owner's decision, then an intent that nudges the workflow (one transaction)."""
+async def decide(conn: Conn, ident: str, state: str, *, by: str, admin: bool,
+                 since: datetime | None = None) -> dict[str, Any]:  # fmt: skip
+    """The decision of the admin, or of the user a hold was handed to, then an intent that
+    nudges the workflow (one transaction); NotFound for an approval the caller may not decide
+    (the admin's: a user learns nothing of it)."""
     async with conn.transaction():
         cur = await conn.execute(Q["approval_decide"], {
             "id": ident, "state": state, "by": by, "admin": admin, "audience": by,
+            "since": since,
         })  # fmt: skip
         row = await cur.fetchone()
         if row is None:
-            current = await get(conn, ident, audience=by, admin=admin)
+            current = await get(conn, ident, audience=by, admin=admin, since=since)
             raise Conflict(f"approval {ident} is {current['state']}, not pending")
         await conn.execute(Q["intent_insert"], {
             "employee": row["employee"], "generation": row["generation"],
             "kind": names.INTENT_APPROVAL, "revision": None,
             "payload": Jsonb({"approval": ident}),
         })  # fmt: skip
-    return await get(conn, ident, audience=by, admin=admin)
+    return await get(conn, ident, audience=by, admin=admin, since=since)
 
 
 def view(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
 
 
-async def get(conn: Conn, ident: str, *, audience: str, admin: bool) -> dict[str, Any]:
+def _visible(row: dict[str, Any], audience: str, admin: bool, since: datetime | None) -> bool:
+    """The admin sees every approval; a user only those handed to it (`decided_by: user`,
+    raised in its own chat since its record was made)."""
+    if admin:
+        return True
+    return row["audience"] == audience and (since is None or row["created_at"] >= since)
+
+
+async def get(conn: Conn, ident: str, *, audience: str, admin: bool,
+              since: datetime | None = None) -> dict[str, Any]:  # fmt: skip
     """One approval with its held draft; NotFound for one the caller may not see."""
     cur = await conn.execute(Q["approval_get"], {"id": ident})
     row = await cur.fetchone()
-    if row is None or not (admin or row["audience"] == audience):
+    if row is None or not _visible(row, audience, admin, since):
         raise NotFound(f"no approval {ident}")
     return view(dict(row))
 
 
 async def listed(conn: Conn, *, audience: str, admin: bool, state: str | None,
-                 employee: str | None, limit: int) -> list[dict[str, Any]]:  # fmt: skip
+                 employee: str | None, limit: int,
+                 since: datetime | None = None) -> list[dict[str, Any]]:  # fmt: skip
     cur = await conn.execute(Q["approvals_list"], {
         "audience": audience, "admin": admin, "state": state, "employee": employee,
-        "limit": limit,
+        "limit": limit, "since": since,
     })  # fmt: skip
     return [view(dict(r)) for r in await cur.fetchall()]
 

@@ -35,7 +35,8 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 TOKEN_PREFIX = "eos_u_"  # tells a user token from the admin's without a database call
 TOKEN_BYTES = 32
 THREAD_PREFIX = names.USER_THREAD_PREFIX
-THREAD_SALT = b"eventos.user:"
+THREAD_SALT = b"eventos.user-id:"
+LEGACY_THREAD_SALT = b"eventos.user:"  # threads of users made before records had ids (0027)
 CLASSES = {"c1": names.C1_OWNER, "c2": names.C2_CUSTOMER}  # what the admin may grant
 DAILY_USD_MAX = Decimal(100_000)
 
@@ -66,6 +67,11 @@ def thread_of(user_id: str) -> str:
     """A user's owner-chat thread: `u_` and 16 hex of a salted hash of its record's id (no
     name in ids, and a re-created name gets a new one)."""
     return THREAD_PREFIX + hashlib.sha256(THREAD_SALT + user_id.encode()).hexdigest()[:16]
+
+
+def legacy_thread_of(name: str) -> str:
+    """The thread a user's name gave before records had ids (a message accepted then)."""
+    return THREAD_PREFIX + hashlib.sha256(LEGACY_THREAD_SALT + name.encode()).hexdigest()[:16]
 
 
 def token_digest(token: str) -> str:
@@ -111,8 +117,8 @@ async def create(conn: Conn, name: str, klass: int = names.C2_CUSTOMER,
         raise Conflict(f"{OWNER!r} is the admin's audience")
     token = TOKEN_PREFIX + secrets.token_urlsafe(TOKEN_BYTES)
     user_id = str(uuid.uuid4())
-    params = {"id": user_id, "name": name, "thread": thread_of(user_id),
-              "token_sha256": token_digest(token), "class": klass, "daily_usd": daily_usd}  # fmt: skip
+    params = {"id": user_id, "name": name, "thread": thread_of(user_id), "class": klass,
+              "token_sha256": token_digest(token), "daily_usd": daily_usd}  # fmt: skip
     cur = await conn.execute(Q["user_insert"], params)
     if await cur.fetchone() is None:
         raise Conflict(f"a user {name!r} exists")

@@ -9,15 +9,18 @@ ORDER BY s.generation DESC
 LIMIT 1;
 
 -- name: chat_session_lock
--- Serialize the pending check of one chat session (of one audience).
+-- Serialize the pending check of one chat session of the admin, or of a user's every session
+-- (its `lock_session` is empty).
 SELECT pg_advisory_xact_lock(hashtextextended(
-    'eventos.chat:' || %(employee)s || '/' || %(audience)s || '/' || %(session)s, 0));
+    'eventos.chat:' || %(employee)s || '/' || %(audience)s || '/' || %(lock_session)s, 0));
 
 -- name: chat_pending_count
--- Queued owner messages of one session, up to the bound.
+-- Queued owner messages, up to the bound: of one session for the admin, of every session of
+-- the audience for a user (`per_session` false).
 SELECT count(*) AS n FROM (
     SELECT 1 FROM chat_messages
-    WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(session)s
+    WHERE employee = %(employee)s AND audience = %(audience)s
+      AND (NOT %(per_session)s OR session = %(session)s)
       AND status = 'queued'
     LIMIT %(cap)s
 ) t;

@@ -152,7 +152,7 @@ ON CONFLICT (dedupe_key) DO NOTHING;
 -- stream's poll; by place, not id: see migration 0024).
 SELECT id, pos, kind, turn_id, message_ids, text, created_at FROM chat_events
 WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(session)s
-  AND pos > %(after)s
+  AND pos > %(after)s AND created_at >= %(since)s
 ORDER BY pos LIMIT 100;
 
 -- name: outbound_fail
