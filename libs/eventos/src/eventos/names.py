@@ -216,6 +216,7 @@ TURN_INTERRUPTED: Final = "interrupted"
 RUN_START: Final = "run.start"
 RUN_INPUT_MERGED: Final = "run.input_merged"
 RUN_REPLY: Final = "reply"
+RUN_NOTICE: Final = "notice"  # a notice in the chat (the budget paused it, a reply is held)
 ENTITY_ROLL_AFTER: Final = 4000  # continue-as-new past this many events or Signals (SPEC §7)
 
 # Supervision (SPEC §7, I2): owner intents, the supervisor, start-once and cron.

@@ -102,7 +102,7 @@ class StreamsApi:
             for row in rows:
                 after = int(row["pos"])
                 doc: dict[str, object] = {"id": row["id"], "turn_id": row["turn_id"]}
-                if row["kind"] == names.RUN_REPLY:
+                if row["kind"] in (names.RUN_REPLY, names.RUN_NOTICE):
                     doc["text"] = row["text"]
                 else:
                     doc["message_ids"] = list(row["message_ids"])
