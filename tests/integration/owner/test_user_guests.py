@@ -260,12 +260,33 @@ async def test_a_user_past_its_daily_cap_gets_429_while_the_owner_is_answered(
         assert 0 < int(r.headers["Retry-After"]) <= 25 * 3600
         # Fay's own cap (0.50 USD) is not reached; the owner chats and is answered.
         await replied(fay, emp.name, await say(fay, emp.name, "fay here"))
-    assert "owner here" in await emp.reply(await emp.chat("owner here"))
+        assert "owner here" in await emp.reply(await emp.chat("owner here"))
+        (gen,) = await query(emp.pool, "SELECT state FROM generations WHERE employee = %s",
+                             emp.name)  # fmt: skip
+        assert gen["state"] == names.GEN_RUNNING
+        q = "SELECT 1 FROM chat_messages WHERE client_message_id = 'over'"
+        assert await query(emp.pool, q) == []
+
+        # A user's step that would pass the employee's budget waits; it never pauses the
+        # employee (the owner's step would: that is the owner's to spend).
+        async with emp.pool.connection() as conn:
+            await conn.execute("UPDATE employee_spend SET spent_usd = %s WHERE employee = %s",
+                               (Decimal("0.995"), emp.name))  # fmt: skip
+        await say(fay, emp.name, "one more from fay")
+        fay_thread = await user_thread(emp.pool, "fay")
+
+        async def suspended() -> bool:
+            q = ("SELECT l.state FROM sched_leases l JOIN turns t ON t.id = l.turn_id "
+                 "WHERE t.thread = %s")  # fmt: skip
+            return await query(emp.pool, q, fay_thread) == [{"state": "suspended"}]
+
+        await wait_for(suspended, timeout=30, what="fay's turn waiting for the budget")
     (gen,) = await query(emp.pool, "SELECT state FROM generations WHERE employee = %s", emp.name)
     assert gen["state"] == names.GEN_RUNNING
-    assert (
-        await query(emp.pool, "SELECT 1 FROM chat_messages WHERE client_message_id = 'over'") == []
-    )
+    q = "SELECT state FROM employee_budgets WHERE employee = %s"
+    assert (await query(emp.pool, q, emp.name))[0]["state"] != names.BUDGET_MAX
+    q = "SELECT 1 FROM intents WHERE employee = %s AND kind = 'stop'"
+    assert await query(emp.pool, q, emp.name) == []
 
 
 async def test_the_pending_bound_counts_every_session_of_a_user(
