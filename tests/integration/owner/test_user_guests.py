@@ -21,6 +21,8 @@ from test_turns import Instance, instance, local_spec, read_events  # noqa: F401
 from test_users import add_user, admin, as_user, user_thread  # noqa: F401 (a fixture)
 
 from eventos import names
+from eventos.contracts import DeadLetter
+from eventos.conversations import turns
 from eventos.db import Conn
 from eventos.testing import wait_for
 
@@ -320,6 +322,12 @@ async def test_a_recreated_name_starts_a_new_conversation(
         said = await say(old, emp.name, "my locker code is 4711")
         assert "4711" in await replied(old, emp.name, said)
     old_thread = await user_thread(emp.pool, "ivy")
+    # An attention item about the old holder's chat (its turn failed twice).
+    stream = names.stream_key(emp.name, 1, names.LANE_TALK, old_thread)
+    async with emp.pool.connection() as conn:
+        await turns.dead_letter(conn, DeadLetter(emp.name, stream, "turn-x", [1], [0], "boom"))
+    (item,) = await query(emp.pool, "SELECT id, audience FROM attention_items")
+    assert item["audience"] == "ivy"
     assert (await emp.api.delete("/v1/users/ivy")).status_code == 204
     async with as_user(ingress_url, await add_user(emp.api, "ivy")) as new:
         new_thread = await user_thread(emp.pool, "ivy")
@@ -327,6 +335,8 @@ async def test_a_recreated_name_starts_a_new_conversation(
         problem_of(await new.get(f"/v1/employees/{emp.name}/chat/{said}"), 404, "not-found")
         history = (await new.get(f"/v1/employees/{emp.name}/chat")).json()["messages"]
         assert history == []
+        assert (await new.get("/v1/attention")).json()["attention"] == []
+        problem_of(await new.get(f"/v1/attention/{item['id']}"), 404, "not-found")
         asked = await say(new, emp.name, "what did I tell you?")
         await replied(new, emp.name, asked)
         events = await read_events(emp, until=names.RUN_REPLY, api=new)

@@ -17,8 +17,6 @@ import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Protocol
 
 from psycopg_pool import AsyncConnectionPool
 from starlette.requests import Request
@@ -33,14 +31,6 @@ from eventos.operator.attention import Caller
 from eventos.owner import chat
 from eventos.owner.wakeups import OPERATOR, StreamWakeups
 from eventos_ingress import problems
-
-
-class ChatCaller(Caller, Protocol):
-    """A chat stream's caller: a user's reads start at its record's creation (`since`)."""
-
-    @property
-    def since(self) -> datetime | None: ...
-
 
 SSE_POLL_S = 0.25  # while no listener hears placed events
 SSE_RECHECK_S = 5.0  # while one does (its wake-ups are hints)
@@ -74,7 +64,8 @@ class StreamsApi:
         """State changes of the caller's audience (admin: all) as server-sent events."""
         reader = events.Reader(caller.audience, caller.admin,
                                request.query_params.get("employee") or None,
-                               events.parse_kinds(request.query_params.get("kind")))  # fmt: skip
+                               events.parse_kinds(request.query_params.get("kind")),
+                               caller.since)  # fmt: skip
         raw = _after(request)
         given = None if raw is None else events.parse_place(raw, "Last-Event-ID")
         async with self.pool.connection() as conn:
@@ -87,7 +78,7 @@ class StreamsApi:
 
         return self._respond(request, OPERATOR, after, read)
 
-    async def chat(self, request: Request, caller: ChatCaller) -> Response:
+    async def chat(self, request: Request, caller: Caller) -> Response:
         """Server-sent events of one chat session (its audience's content only)."""
         name = request.path_params["name"]
         session = request.query_params.get("session", names.DEFAULT_SESSION)

@@ -9,7 +9,7 @@ index each time, and its place moves past what it did not match.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from eventos import names
@@ -27,13 +27,14 @@ MAX_PLACE = 2**63 - 1
 
 @dataclass(frozen=True)
 class Reader:
-    """Whose events a stream shows: the caller's audience (all for the admin), optionally one
-    employee's, optionally some kinds or families."""
+    """Whose events a stream shows: the caller's audience (all for the admin; a user's since
+    its record was made), optionally one employee's, optionally some kinds or families."""
 
     audience: str
     admin: bool
     employee: str | None = None
     kinds: tuple[str, ...] = ()
+    since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ async def read(conn: Conn, reader: Reader, after: int) -> Read:
     through = min(after + SPAN, last)
     params = {"after": after, "through": through, "admin": reader.admin,
               "audience": reader.audience, "employee": reader.employee,
-              "kinds": list(reader.kinds), "limit": READ_LIMIT}  # fmt: skip
+              "kinds": list(reader.kinds), "limit": READ_LIMIT, "since": reader.since}  # fmt: skip
     cur = await conn.execute(Q["operator_events_after"], params)
     rows = await cur.fetchall()
     if len(rows) == READ_LIMIT:
