@@ -319,7 +319,9 @@ async def test_a_recreated_name_starts_a_new_conversation(
 ) -> None:
     emp = instance
     async with as_user(ingress_url, await add_user(emp.api, "ivy")) as old:
-        said = await say(old, emp.name, "my locker code is 4711")
+        r = await old.post(f"/v1/employees/{emp.name}/chat",
+                           json={"client_message_id": "c-1", "text": "my locker code is 4711"})  # fmt: skip
+        said = int(r.json()["message_id"])
         assert "4711" in await replied(old, emp.name, said)
     old_thread = await user_thread(emp.pool, "ivy")
     # An attention item about the old holder's chat (its turn failed twice).
@@ -337,7 +339,12 @@ async def test_a_recreated_name_starts_a_new_conversation(
         assert history == []
         assert (await new.get("/v1/attention")).json()["attention"] == []
         problem_of(await new.get(f"/v1/attention/{item['id']}"), 404, "not-found")
-        asked = await say(new, emp.name, "what did I tell you?")
+        # The same client id is the new holder's own message, not the old holder's.
+        r = await new.post(f"/v1/employees/{emp.name}/chat",
+                           json={"client_message_id": "c-1", "text": "what did I tell you?"})  # fmt: skip
+        assert r.status_code == 202, r.text
+        assert r.json()["duplicate"] is False and r.json()["message_id"] != said
+        asked = int(r.json()["message_id"])
         await replied(new, emp.name, asked)
         events = await read_events(emp, until=names.RUN_REPLY, api=new)
         assert "4711" not in json.dumps(events)

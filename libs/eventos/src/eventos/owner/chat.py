@@ -65,12 +65,16 @@ def chat_envelope(
     }
 
 
-def dedupe_key(audience: str, session: str, client_message_id: str) -> str:
+def dedupe_key(audience: str, session: str, client_message_id: str,
+               user_id: str | None = None) -> str:  # fmt: skip
     """The message's ingress key: the admin's as before users existed; a user's under its name
-    (which holds no `/`), so no user's key meets another user's."""
+    (which holds no `/`) and its record's id, so no user's key meets another user's, nor a
+    re-created name's the old holder's."""
     if audience == OWNER:
         return f"{session}:{client_message_id}"
-    return f"@{audience}/{session}:{client_message_id}"
+    if user_id is None:
+        return f"@{audience}/{session}:{client_message_id}"
+    return f"@{audience}#{user_id}/{session}:{client_message_id}"
 
 
 async def send(
@@ -95,6 +99,7 @@ async def send(
     if row["state"] not in names.ROUTABLE_GENERATION_STATES:
         raise Conflict(f"{employee!r} is not started")
     audience = OWNER if user is None else user.name
+    user_id = None if user is None else user.id
     params = {
         "employee": employee,
         "audience": audience,
@@ -102,6 +107,7 @@ async def send(
         "client_message_id": client_message_id,
         "lock_session": session if user is None else "",
         "per_session": user is None,
+        "user_id": user_id,
     }
     async with conn.transaction():
         await conn.execute(Q["chat_session_lock"], params)
@@ -124,7 +130,7 @@ async def send(
                                  user)  # fmt: skip
         record = IngressRecord(
             source_key=names.source_key(names.SOURCE_CHAT, employee),
-            dedupe_key=dedupe_key(audience, session, client_message_id),
+            dedupe_key=dedupe_key(audience, session, client_message_id, user_id),
             type=names.TYPE_CHAT_MESSAGE,
             chain_id=event_id,
             envelope=envelope,

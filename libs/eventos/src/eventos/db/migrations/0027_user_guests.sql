@@ -10,3 +10,9 @@ ALTER TABLE users ADD COLUMN daily_usd numeric(12, 4) CHECK (daily_usd > 0);
 CREATE INDEX spend_events_period ON spend_events (employee, period_start);
 -- Whether a chat message's reply is held for review (the message's status read).
 CREATE INDEX outbound_messages_turn ON outbound_messages (turn_id);
+-- A chat message's user record (NULL: the admin's, or a user's from before records had ids): a
+-- re-created name's client ids never meet the old holder's.
+ALTER TABLE chat_messages ADD COLUMN user_id uuid;
+ALTER TABLE chat_messages DROP CONSTRAINT chat_messages_client_id;
+CREATE UNIQUE INDEX chat_messages_client_id ON chat_messages (employee, audience, session,
+    client_message_id, coalesce(user_id, '00000000-0000-0000-0000-000000000000'::uuid));

@@ -26,15 +26,19 @@ SELECT count(*) AS n FROM (
 ) t;
 
 -- name: chat_existing
--- A message already sent with this client id.
+-- A message already sent with this client id (by this user record, for a user).
 SELECT id, status FROM chat_messages
 WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(session)s
-  AND client_message_id = %(client_message_id)s;
+  AND client_message_id = %(client_message_id)s
+  AND coalesce(user_id, '00000000-0000-0000-0000-000000000000'::uuid)
+      = coalesce(%(user_id)s::uuid, '00000000-0000-0000-0000-000000000000'::uuid);
 
 -- name: chat_insert
 -- The owner's message; its ingress row is appended in the same transaction.
-INSERT INTO chat_messages (employee, audience, session, client_message_id, text, ingress_id)
-VALUES (%(employee)s, %(audience)s, %(session)s, %(client_message_id)s, %(text)s, %(ingress_id)s)
+INSERT INTO chat_messages (employee, audience, session, client_message_id, text, ingress_id,
+    user_id)
+VALUES (%(employee)s, %(audience)s, %(session)s, %(client_message_id)s, %(text)s, %(ingress_id)s,
+    %(user_id)s)
 RETURNING id, status;
 
 -- name: webhook_endpoints
