@@ -135,7 +135,7 @@ async def send(
             chain_id=event_id,
             envelope=envelope,
             size=encoded_size(envelope),
-            klass=names.C1_OWNER,
+            klass=names.C1_OWNER if user is None else user.klass,
         )
         (outcome,) = await append(conn, [record])
         if not isinstance(outcome, Accepted):

@@ -8,6 +8,10 @@ refused (`BudgetExceeded`): the state becomes `max` and the employee is paused w
 `pause_reason=budget` through an intent, with an attention item and a notice in the owner's
 chat. States only rise within a period; `refresh` lowers them, at the period's end (the
 owner's midnight plus a stable offset of 0-10 minutes) or after a top-up.
+
+A user's chat (SPEC §17: the owner's guest) spends within its own daily cap with the employee
+(`allowance`): past it, and whenever its step would pass the employee's budget, the step is
+held (`BudgetHeld`: the turn suspends until a refresh) and the employee is never paused for it.
 """
 
 from __future__ import annotations
