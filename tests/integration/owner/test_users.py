@@ -68,6 +68,7 @@ async def test_users_are_created_listed_and_removed_by_the_admin_only(
     assert row["thread"] == users.thread_of(str(row["id"])) and row["thread"].startswith("u_")
     listed = (await admin.get("/v1/users")).json()["users"]
     assert [u["name"] for u in listed] == ["alice"] and "token" not in listed[0]
+    assert listed[0]["id"] == str(row["id"])
     problem_of(await admin.post("/v1/users", json={"name": "alice"}), 409, "conflict")
     problem_of(await admin.post("/v1/users", json={"name": "owner"}), 409, "conflict")
     for bad in ({"name": "Alice!"}, {"name": ""}, {"name": 3}, {}):

@@ -132,6 +132,7 @@ SCHEMAS: dict[str, Schema] = {
     "UserCreated": obj(
         {
             "name": STR,
+            "id": {**STR, "description": "the user record's id (a re-created name gets a new one)"},
             "token": {**STR, "description": "shown once"},
             "class": STR,
             "daily_usd": nullable({"type": "number"}),
@@ -140,6 +141,7 @@ SCHEMAS: dict[str, Schema] = {
     "User": obj(
         {
             "name": STR,
+            "id": STR,
             "class": STR,
             "daily_usd": nullable({"type": "number"}),
             "created_at": {"type": "string", "format": "date-time"},

@@ -361,7 +361,7 @@ class OwnerApi:
         daily_usd = users.daily_usd_of(body.get("daily_usd"))
         async with self.pool.connection() as conn:
             created = await users.create(conn, name, klass, daily_usd)
-        return JSONResponse({"name": created.name, "token": created.token,
+        return JSONResponse({"name": created.name, "id": created.id, "token": created.token,
                              **_user_terms(created.klass, created.daily_usd)},
                             status_code=201)  # fmt: skip
 
@@ -369,7 +369,8 @@ class OwnerApi:
         """Every user (never a token)."""
         async with self.pool.connection() as conn:
             rows = await users.list_all(conn)
-        listed = [{"name": r["name"], **_user_terms(int(r["class"]), r["daily_usd"]),
+        listed = [{"name": r["name"], "id": str(r["id"]),
+                   **_user_terms(int(r["class"]), r["daily_usd"]),
                    "created_at": r["created_at"].isoformat()} for r in rows]  # fmt: skip
         return JSONResponse({"users": listed})
 

@@ -49,6 +49,7 @@ class Created:
     token: str
     klass: int
     daily_usd: Decimal | None
+    id: str
 
 
 @dataclass(frozen=True)
@@ -122,11 +123,11 @@ async def create(conn: Conn, name: str, klass: int = names.C2_CUSTOMER,
     cur = await conn.execute(Q["user_insert"], params)
     if await cur.fetchone() is None:
         raise Conflict(f"a user {name!r} exists")
-    return Created(name, token, klass, daily_usd)
+    return Created(name, token, klass, daily_usd, user_id)
 
 
 async def list_all(conn: Conn) -> list[dict[str, Any]]:
-    """Every user: {name, class, daily_usd, created_at}."""
+    """Every user: {id, name, class, daily_usd, created_at}."""
     cur = await conn.execute(Q["user_list"])
     return await cur.fetchall()
 

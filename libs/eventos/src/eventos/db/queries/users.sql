@@ -7,7 +7,7 @@ RETURNING name, created_at;
 
 -- name: user_list
 -- Every user, by name.
-SELECT name, class, daily_usd, created_at FROM users ORDER BY name;
+SELECT id, name, class, daily_usd, created_at FROM users ORDER BY name;
 
 -- name: user_delete
 -- Remove a user: its token stops working; its history stays (a new user of the same name
