@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import apply_and_start
+from event_streams import listen, now_at
 from psycopg_pool import AsyncConnectionPool
 from test_owner_api_edges import problem_of
 from test_router import query
@@ -105,6 +106,7 @@ async def test_a_user_cannot_release_what_the_owners_rule_held_in_its_own_chat(
     guests: tuple[Instance, Client, Client],
 ) -> None:
     emp, alice, _ = guests
+    stream = await listen(alice, last=await now_at(emp.api))
     asked = await say(alice, emp.name, "I want a refund now")
     ap = await pending_approval(emp.api, "I want a refund now")
     assert ap["kind"] == "send"
@@ -122,6 +124,12 @@ async def test_a_user_cannot_release_what_the_owners_rule_held_in_its_own_chat(
                          ap["id"])  # fmt: skip
     assert (out["status"], await approval_state(emp.pool, ap["id"])) == ("held", "pending")
     assert (await message(alice, emp.name, asked))["reply"] is None
+    # Her operator stream tells her reply is held, not which of the owner's rules held it.
+    held_events = await stream.until("her reply held", lambda es: [
+        e for e in es if e[1] == "outbox.held"])  # fmt: skip
+    await stream.close()
+    assert "no-refunds" not in json.dumps(held_events)
+    assert not [e for e in held_events if e[1].startswith("approval.")]
 
     # The admin lifts it.
     r = await emp.api.post(f"/v1/approvals/{ap['id']}:approve")

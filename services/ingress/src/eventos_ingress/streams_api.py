@@ -73,7 +73,8 @@ class StreamsApi:
 
         async def read(conn: Conn, after: int) -> Reading:
             found = await events.read(conn, reader, after)
-            frames = [frame(int(r["pos"]), r["kind"], events.view(r)) for r in found.events]
+            frames = [frame(int(r["pos"]), r["kind"], events.view(r, caller.admin))
+                      for r in found.events]  # fmt: skip
             return frames, found.last, found.more
 
         return self._respond(request, OPERATOR, after, read)

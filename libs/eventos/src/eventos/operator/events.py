@@ -99,11 +99,19 @@ async def read(conn: Conn, reader: Reader, after: int) -> Read:
     return Read(rows, through, more=through < last)
 
 
-def view(row: dict[str, Any]) -> dict[str, Any]:
+# What only the admin reads of an event: which of the owner's rules held a reply (a user is
+# told only that its reply is held for review, SPEC §17).
+ADMIN_ONLY_DETAIL = ("held_reason",)
+
+
+def view(row: dict[str, Any], admin: bool = True) -> dict[str, Any]:
     """An event as the stream shows it: ids, kinds, states and names, never content."""
+    detail = row["detail"]
+    if not admin and isinstance(detail, dict):
+        detail = {k: v for k, v in detail.items() if k not in ADMIN_ONLY_DETAIL}
     return {"pos": row["pos"], "at": row["at"].isoformat(), "kind": row["kind"],
             "employee": row["employee"], "ref": row["ref"], "state": row["state"],
-            "detail": row["detail"]}  # fmt: skip
+            "detail": detail}  # fmt: skip
 
 
 async def expire(conn: Conn, batch: int = 10_000) -> int:
