@@ -185,6 +185,7 @@ class Load:
     target: EffectTarget
     workdir: Path
     tokens: dict[str, str] = field(default_factory=dict)  # audience → bearer token
+    user_ids: dict[str, str] = field(default_factory=dict)  # user → its record's id
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     unanswered: dict[str, Hook | Message] = field(default_factory=dict)  # tag → the event
     updates: dict[int, tuple[str, float]] = field(default_factory=dict)  # update → tag, sent
@@ -209,6 +210,7 @@ class Load:
                                           headers=self._auth(ADMIN))  # fmt: skip
             answer.raise_for_status()
             self.tokens[user] = answer.json()["token"]
+            self.user_ids[user] = answer.json()["id"]
 
     def start(self) -> None:
         """Every sender and receiver, as tasks."""
@@ -360,7 +362,8 @@ class Load:
             m.next_at = time.time() + delay(m.tries)
             return
         self.book.chat_ids[m.tag] = (m.audience, message_id)
-        key = chat.dedupe_key(m.audience, names.DEFAULT_SESSION, m.tag)
+        key = chat.dedupe_key(m.audience, names.DEFAULT_SESSION, m.tag,
+                              self.user_ids.get(m.audience))  # fmt: skip
         source = names.source_key(names.SOURCE_CHAT, FRONT)
         self.book.ack(Acked(CHAT, m.tag, source, key, began, time.time()))
         self.unanswered.pop(m.tag, None)

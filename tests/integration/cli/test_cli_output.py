@@ -15,12 +15,12 @@ from conftest import ADMIN_TOKEN
 from psycopg_pool import AsyncConnectionPool
 from test_attention_api import Items, items  # noqa: F401 (a fixture)
 from test_dead_letters import Letters, letters  # noqa: F401 (a fixture)
+from test_users import user_thread
 
 from eventos import names
 from eventos.cli import main
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.owner import users
 
 VOLATILE = ("as_of",)  # the horizon a timeline or waiting answer was read at
 
@@ -45,7 +45,7 @@ def steady(doc: Any) -> Any:
 
 async def sends_of_ann(pool: AsyncConnectionPool[Conn]) -> None:
     """An approval and an outbox row, so those lists are not empty."""
-    thread = users.thread_of("ann")
+    thread = await user_thread(pool, "ann")
     async with pool.connection() as conn:
         await conn.execute(Q["approval_insert_tool"], {
             "id": "appr-1", "employee": "support", "generation": 1, "thread": thread,

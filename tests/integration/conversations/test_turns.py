@@ -22,6 +22,7 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 from test_router import append_all, driver_event, query
+from test_users import user_thread
 
 from eventos import names
 from eventos.contracts import EntityStatus, InterruptTurn
@@ -34,7 +35,6 @@ from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable
 from eventos.llm.worker import llm_worker
 from eventos.outbox.keys import OutboxKeys
-from eventos.owner import users
 from eventos.runtime.metrics import DEAD_LETTERS, RUN_HISTORY_BYTES, RUN_SIGNALS, TURN_DURATION
 from eventos.runtime.payload_guard import connect
 from eventos.runtime.service import cancel_and_wait
@@ -370,7 +370,8 @@ async def test_two_users_never_share_a_history_or_a_stream(
             assert f"I am {name}" in text
             assert not [o for o in own if o != name and f"I am {o}" in text]
         histories = {t: json.dumps(m) for t, m in (await transcripts(instance.pool)).items()}
-        threads = {"alice": users.thread_of("alice"), "bob": users.thread_of("bob"),
+        threads = {"alice": await user_thread(instance.pool, "alice"),
+                   "bob": await user_thread(instance.pool, "bob"),
                    "owner": names.THREAD_MAIN}  # fmt: skip
         assert set(histories) == set(threads.values())
         for name, thread in threads.items():

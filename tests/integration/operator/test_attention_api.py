@@ -14,6 +14,7 @@ import pytest
 from conftest import ADMIN_TOKEN
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
+from test_users import user_thread
 
 from eventos import names
 from eventos.db import Conn
@@ -72,7 +73,8 @@ async def items(
             assert (await ann.post(f"/v1/employees/{started}/chat", json=body)).status_code == 202
             async with pool.connection() as conn:
                 await route_pass(conn)
-            stream = names.stream_key(started, 1, names.LANE_TALK, users.thread_of("ann"))
+            thread = await user_thread(pool, "ann")
+            stream = names.stream_key(started, 1, names.LANE_TALK, thread)
             yield Items(pool, admin, ann, bob, stream)
 
 

@@ -16,12 +16,12 @@ from event_streams import labels, listen, now_at
 from psycopg_pool import AsyncConnectionPool
 from test_attention_api import Items, items  # noqa: F401 (a fixture)
 from test_router import query
+from test_users import user_thread
 
 from eventos import names
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.operator import events as operator_events
-from eventos.owner import users
 
 RAISE = Q["attention_raise"]
 
@@ -83,7 +83,7 @@ async def test_a_users_stream_shows_only_its_own_audience(
     pool: AsyncConnectionPool[Conn],
 ) -> None:
     start = await now_at(items.admin)
-    ann_thread, bob_thread = users.thread_of("ann"), users.thread_of("bob")
+    ann_thread, bob_thread = await user_thread(pool, "ann"), await user_thread(pool, "bob")
     await items.raise_item(names.ATTENTION_BUDGET_HIGH, "support")  # the admin's alone
     await items.raise_item(names.ATTENTION_DEAD_INPUT, f"{items.stream}#1-1")  # ann's
     (dead,) = await items.listed(items.user)

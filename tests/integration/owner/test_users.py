@@ -38,6 +38,12 @@ async def add_user(admin: Client, name: str) -> str:
     return token
 
 
+async def user_thread(pool: AsyncConnectionPool[Conn], name: str) -> str:
+    """The owner-chat thread of the user now holding `name` (it derives from its record's id)."""
+    (row,) = await query(pool, "SELECT thread FROM users WHERE name = %s", name)
+    return str(row["thread"])
+
+
 def as_user(ingress_url: str, token: str) -> Client:
     headers = {"Authorization": f"Bearer {token}"}
     return httpx.AsyncClient(base_url=ingress_url, headers=headers, timeout=10)
@@ -59,9 +65,10 @@ async def test_users_are_created_listed_and_removed_by_the_admin_only(
     (row,) = await query(pool, "SELECT * FROM users")
     assert row["token_sha256"] == hashlib.sha256(token.encode()).hexdigest()
     assert token not in str(row)  # only its hash is kept
-    assert row["thread"] == users.thread_of("alice") and row["thread"].startswith("u_")
+    assert row["thread"] == users.thread_of(str(row["id"])) and row["thread"].startswith("u_")
     listed = (await admin.get("/v1/users")).json()["users"]
     assert [u["name"] for u in listed] == ["alice"] and "token" not in listed[0]
+    assert listed[0]["id"] == str(row["id"])
     problem_of(await admin.post("/v1/users", json={"name": "alice"}), 409, "conflict")
     problem_of(await admin.post("/v1/users", json={"name": "owner"}), 409, "conflict")
     for bad in ({"name": "Alice!"}, {"name": ""}, {"name": 3}, {}):
@@ -131,12 +138,12 @@ async def test_a_users_chat_is_its_own_thread_and_nothing_else_reaches_it(
     await route_until_done(pool)
     rows = await query(pool, "SELECT thread, route FROM bus_deliveries ORDER BY ingress_id")
     threads = [(r["thread"], r["route"].get("audience"), r["route"].get("session")) for r in rows]
-    alice_thread = users.thread_of("alice")
+    alice_thread = await user_thread(pool, "alice")
     assert threads[:2] == [(alice_thread, "alice", "owner"), (alice_thread, "alice", "laptop")]
     assert threads[2] == ("main", "owner", "owner")
     (hook,) = rows[3:]
     assert hook["route"]["kind"] == "webhook" and hook["thread"] == "main"
-    assert "alice" not in users.thread_of("alice")
+    assert "alice" not in alice_thread
 
     # Attention raised by alice's turns is hers (and the admin's); the rest the admin's alone.
     (stream,) = await query(pool, "SELECT stream_key FROM bus_streams WHERE thread = %s",

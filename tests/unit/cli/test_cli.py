@@ -201,8 +201,12 @@ async def test_users_add_list_remove(ingress_url: str, capsys: pytest.CaptureFix
     shown = capsys.readouterr().out.splitlines()
     assert shown[0] == "user/alice created; its token (shown once):"
     token = shown[1]
+    assert await ctl("users", "add", "bea", "--class", "c1", "--daily-usd", "2.5", *at) == 0
+    capsys.readouterr()
     assert await ctl("users", "list", *at) == 0
-    assert capsys.readouterr().out.splitlines()[1].split()[0] == "alice"
+    listed = [line.split()[:3] for line in capsys.readouterr().out.splitlines()]
+    assert listed[0] == ["NAME", "CLASS", "DAILY_USD"]
+    assert listed[1:] == [["alice", "c2", "share"], ["bea", "c1", "2.5"]]
     # The user's token chats; it may not manage users.
     assert await ctl("users", "list", "--url", ingress_url, "--token", token) == 4
     assert "(403)" in capsys.readouterr().err

@@ -49,6 +49,10 @@ class Gone(EventOSError):
 class QueueFull(EventOSError):
     """The queue is full."""
 
+    def __init__(self, message: str | None = None, retry_after_s: float | None = None) -> None:
+        self.retry_after_s = retry_after_s  # when trying again may succeed (Retry-After)
+        super().__init__(message)
+
 
 class SignatureInvalid(EventOSError):
     """The request signature is invalid."""

@@ -62,7 +62,11 @@ PREVIEW_BYTES: Final = 4 * 1024
 DEFAULT_MAX_BODY: Final = 256 * 1024
 MAX_BODY_LIMIT: Final = 10 * 1024 * 1024
 FANOUT_MAX: Final = 50
-OWNER_CHAT_PENDING_MAX: Final = 100
+OWNER_CHAT_PENDING_MAX: Final = 100  # per session for the admin; per user, all its sessions
+# A user is the owner's guest (SPEC §17): its daily spend cap, per employee, is this share of the
+# employee's daily budget unless the admin set one (`POST /v1/users` `daily_usd`).
+USER_DAILY_SHARE: Final = 0.25
+CHAT_RETRY_AFTER_S: Final = 5  # a chat refused for its pending bound: try again after this
 PUBLISH_IN_FLIGHT_MAX: Final = 1000
 DEDUPE_TTL_DAYS: Final = 7
 BODY_HASH_DEDUPE_SECONDS: Final = 600
@@ -212,6 +216,7 @@ TURN_INTERRUPTED: Final = "interrupted"
 RUN_START: Final = "run.start"
 RUN_INPUT_MERGED: Final = "run.input_merged"
 RUN_REPLY: Final = "reply"
+RUN_NOTICE: Final = "notice"  # a notice in the chat (the budget paused it, a reply is held)
 ENTITY_ROLL_AFTER: Final = 4000  # continue-as-new past this many events or Signals (SPEC §7)
 
 # Supervision (SPEC §7, I2): owner intents, the supervisor, start-once and cron.
@@ -295,6 +300,7 @@ ATTR_ROUTE: Final = "eventosroute"
 ATTR_PATH: Final = "eventospath"  # the employees an internal wake went through (I8)
 THREAD_BY_EXPLICIT: Final = "explicit"  # an implicit subscription's placement
 PEER_THREAD_PREFIX: Final = "peer_"
+USER_THREAD_PREFIX: Final = "u_"  # a user's owner chat: `u_` and 16 hex of its record's id
 STORM_PATH_MAX: Final = 16  # employees an internal wake's path keeps (SPEC §10)
 TYPE_TOOL_RETRY: Final = "eventos.tool.retry"  # the owner asked to run an unknown call again
 
@@ -333,6 +339,11 @@ APPROVAL_DECLINED: Final = "declined"
 APPROVAL_EXPIRED: Final = "expired"
 APPROVAL_HELD: Final = "approval"  # an outbox row's held_reason while it waits for a decision
 APPROVAL_EXPIRE_AFTER_H: Final = 72  # an approval's default time to decide
+# Who decides a hold (SPEC §17): the admin; `user` hands a user's own chat's holds to it too.
+DECIDED_BY_ADMIN: Final = "admin"
+DECIDED_BY_USER: Final = "user"
+HELD_FOR_REVIEW: Final = "held for review"  # all a user is told of a reply the admin holds
+REPLY_HELD: Final = "held_for_review"  # a chat message's `reply_status` while its reply is held
 APPROVAL_RENUDGE_S: Final = 10  # SPEC §11: a decided row not taken after 10 s is nudged again
 ATTENTION_APPROVAL_EXPIRING: Final = "approval_expiring"
 ATTENTION_APPROVAL_EXPIRED: Final = "approval_expired"

@@ -3,12 +3,15 @@
 `GET /v1/approvals` lists approvals newest first (`state`, `employee` filters) with each held
 draft; `GET /v1/approvals/{id}` shows one; `POST /v1/approvals/{id}:approve|:decline` writes the
 decision (202) with an intent that nudges its workflow (I2: no request calls Temporal). The
-admin sees and decides every approval; a user only those of their own chat.
+admin sees and decides every approval; a user only those a rule handed to it (`decided_by:
+user`) in its own chat: every other hold, its own chat's included, is a 404 to it (its chat
+only says the reply is held for review).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from psycopg_pool import AsyncConnectionPool
@@ -36,6 +39,9 @@ class Caller(Protocol):
     @property
     def admin(self) -> bool: ...
 
+    @property
+    def since(self) -> datetime | None: ...
+
 
 @dataclass
 class ApprovalsApi:
@@ -51,6 +57,7 @@ class ApprovalsApi:
             rows = await approvals.listed(
                 conn, audience=caller.audience, admin=caller.admin, state=state,
                 employee=request.query_params.get("employee"), limit=PAGE_MAX,
+                since=caller.since,
             )  # fmt: skip
         return JSONResponse({"approvals": rows})
 
@@ -58,7 +65,8 @@ class ApprovalsApi:
         """One approval with its held draft."""
         async with self.pool.connection() as conn:
             row = await approvals.get(conn, str(request.path_params["approval_id"]),
-                                      audience=caller.audience, admin=caller.admin)  # fmt: skip
+                                      audience=caller.audience, admin=caller.admin,
+                                      since=caller.since)  # fmt: skip
         return JSONResponse(row)
 
     async def decide(self, request: Request, caller: Caller) -> Response:
@@ -68,7 +76,12 @@ class ApprovalsApi:
             raise NotFound("use POST /v1/approvals/<id>:approve or :decline")
         async with self.pool.connection() as conn:
             row: dict[str, Any] = await approvals.decide(
-                conn, ident, VERBS[verb], by=caller.audience, admin=caller.admin
+                conn,
+                ident,
+                VERBS[verb],
+                by=caller.audience,
+                admin=caller.admin,
+                since=caller.since,
             )
         if self.kicker is not None:
             self.kicker.kick()

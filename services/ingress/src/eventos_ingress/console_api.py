@@ -15,6 +15,7 @@ and `?cursor=`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from psycopg_pool import AsyncConnectionPool
@@ -40,6 +41,9 @@ class Caller(Protocol):
 
     @property
     def admin(self) -> bool: ...
+
+    @property
+    def since(self) -> datetime | None: ...
 
 
 def limit_of(request: Request) -> int:
@@ -101,7 +105,8 @@ class ConsoleApi:
         session = _text(request, "session", SESSION_MAX) or names.DEFAULT_SESSION
         async with self.pool.connection() as conn:
             found = await reads.chat_history(conn, request.path_params["name"],
-                                             caller.audience, session, before, limit)  # fmt: skip
+                                             caller.audience, session, before, limit,
+                                             caller.since)  # fmt: skip
         body = {"messages": found.page.rows, "next_cursor": found.page.next_cursor,
                 "last_event_id": found.last_event_id}  # fmt: skip
         return JSONResponse(body)

@@ -100,10 +100,53 @@ SCHEMAS: dict[str, Schema] = {
     "Interrupt": obj({}, {"conversation": {**STR, "description": "`<lane>/<thread>`"}}),
     "ChatSend": obj({"client_message_id": STR, "text": STR}, {"session": STR}),
     "ChatQueued": obj({"message_id": INT, "status": STR, "duplicate": BOOL}),
-    "ChatMessage": obj({"message_id": INT, "status": STR, "reply": nullable(STR)}),
-    "UserCreate": obj({"name": STR}),
-    "UserCreated": obj({"name": STR, "token": {**STR, "description": "shown once"}}),
-    "User": obj({"name": STR, "created_at": {"type": "string", "format": "date-time"}}),
+    "ChatMessage": obj(
+        {"message_id": INT, "status": STR, "reply": nullable(STR)},
+        {
+            "reply_status": {
+                "type": "string",
+                "enum": ["held_for_review"],
+                "description": "the reply is held for review (never its draft)",
+            }
+        },
+    ),
+    "UserCreate": obj(
+        {"name": STR},
+        {
+            "class": {
+                "type": "string",
+                "enum": ["c1", "c2"],
+                "description": "the chat's class: c2 (default), or c1 granted by the admin",
+            },
+            "daily_usd": nullable(
+                {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "maximum": 100000,
+                    "description": "daily spend cap per employee; default a "
+                    "quarter of the employee's daily budget",
+                }
+            ),
+        },
+    ),
+    "UserCreated": obj(
+        {
+            "name": STR,
+            "id": {**STR, "description": "the user record's id (a re-created name gets a new one)"},
+            "token": {**STR, "description": "shown once"},
+            "class": STR,
+            "daily_usd": nullable({"type": "number"}),
+        }
+    ),
+    "User": obj(
+        {
+            "name": STR,
+            "id": STR,
+            "class": STR,
+            "daily_usd": nullable({"type": "number"}),
+            "created_at": {"type": "string", "format": "date-time"},
+        }
+    ),
     "UserList": obj({"users": {"type": "array", "items": ref("User")}}),
     "AttentionItem": obj(
         {

@@ -16,6 +16,7 @@ import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -60,11 +61,16 @@ ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling: the audience whose content the call may see, and whether it is the
-    instance's admin."""
+    """Who is calling: the audience whose content the call may see, whether it is the
+    instance's admin, and for a user its record (what it reads starts at its creation)."""
 
     audience: str
     admin: bool
+    user: users.User | None = None
+
+    @property
+    def since(self) -> datetime | None:
+        return None if self.user is None else self.user.created_at
 
 
 Handler = Callable[[Request, Caller], Awaitable[Response]]
@@ -116,6 +122,11 @@ def _id(request: Request, key: str) -> int:
     return int(raw)
 
 
+def _user_terms(klass: int, daily_usd: Any) -> dict[str, Any]:
+    """A user's class (`c1`/`c2`) and daily cap (None: the default share), as shown."""
+    return {"class": f"c{klass}", "daily_usd": None if daily_usd is None else float(daily_usd)}
+
+
 def _string(doc: dict[str, Any], key: str, default: str | None = None) -> str:
     value = doc.get(key, default)
     if not isinstance(value, str):
@@ -155,9 +166,9 @@ class OwnerApi:
             return Caller(users.OWNER, admin=True)
         if token.startswith(users.TOKEN_PREFIX):
             async with self.pool.connection() as conn:
-                name = await users.by_token(conn, token)
-            if name is not None:
-                return Caller(name, admin=False)
+                user = await users.by_token(conn, token)
+            if user is not None:
+                return Caller(user.name, admin=False, user=user)
         raise Unauthenticated()
 
     def operation(
@@ -324,10 +335,13 @@ class OwnerApi:
         """One owner message, its status and its reply once there is one."""
         name, message_id = request.path_params["name"], _id(request, "message_id")
         async with self.pool.connection() as conn:
-            row = await chat.message(conn, name, message_id, caller.audience)
-        return JSONResponse(
-            {"message_id": row["id"], "status": row["status"], "reply": row["reply"]}
-        )
+            row = await chat.message(conn, name, message_id, caller.audience,
+                                     caller.since or chat.EPOCH)  # fmt: skip
+        # A held reply shows as held for review, never its draft (SPEC §17).
+        body = {"message_id": row["id"], "status": row["status"], "reply": row["reply"]}
+        if row["reply"] is None and row["held"]:
+            body["reply_status"] = names.REPLY_HELD
+        return JSONResponse(body)
 
     async def chat(self, request: Request, caller: Caller) -> Response:
         """Send a message as the caller's audience (202, queued)."""
@@ -336,7 +350,7 @@ class OwnerApi:
         session = _string(doc, "session", names.DEFAULT_SESSION)
         async with self.pool.connection() as conn:
             q = await chat.send(
-                conn, request.path_params["name"], client_id, text, session, caller.audience
+                conn, request.path_params["name"], client_id, text, session, caller.user
             )
         if self.kicker is not None and not q.duplicate:
             self.kicker.kick()
@@ -344,18 +358,26 @@ class OwnerApi:
         return JSONResponse(body, status_code=202)
 
     async def user_add(self, request: Request, caller: Caller) -> Response:
-        """Create a user; its token is shown in this answer only."""
+        """Create a user (`{name, class?: c1|c2, daily_usd?}`: its chat's class, C2 unless
+        granted C1, and its daily spend cap per employee, else a share of the employee's
+        budget); its token is shown in this answer only."""
         body = await bodies.read_object(request)
         name = _string(body, "name")
+        klass = users.class_of(body.get("class"))
+        daily_usd = users.daily_usd_of(body.get("daily_usd"))
         async with self.pool.connection() as conn:
-            created = await users.create(conn, name)
-        return JSONResponse({"name": created.name, "token": created.token}, status_code=201)
+            created = await users.create(conn, name, klass, daily_usd)
+        return JSONResponse({"name": created.name, "id": created.id, "token": created.token,
+                             **_user_terms(created.klass, created.daily_usd)},
+                            status_code=201)  # fmt: skip
 
     async def user_list(self, request: Request, caller: Caller) -> Response:
         """Every user (never a token)."""
         async with self.pool.connection() as conn:
             rows = await users.list_all(conn)
-        listed = [{"name": r["name"], "created_at": r["created_at"].isoformat()} for r in rows]
+        listed = [{"name": r["name"], "id": str(r["id"]),
+                   **_user_terms(int(r["class"]), r["daily_usd"]),
+                   "created_at": r["created_at"].isoformat()} for r in rows]  # fmt: skip
         return JSONResponse({"users": listed})
 
     async def user_remove(self, request: Request, caller: Caller) -> Response:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 
 from starlette.responses import Response
@@ -97,6 +98,8 @@ def from_error(exc: EventOSError) -> Response:
         headers = {"Retry-After": str(RETRY_AFTER_S)}
     elif kind is UNAUTHORIZED:
         headers = {"WWW-Authenticate": "Bearer"}
+    elif isinstance(exc, QueueFull) and exc.retry_after_s is not None:
+        headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
     errors = None
     if isinstance(exc, SpecInvalid | InputInvalid):
         errors = exc.errors

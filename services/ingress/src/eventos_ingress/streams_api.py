@@ -74,7 +74,8 @@ class StreamsApi:
         """State changes of the caller's audience (admin: all) as server-sent events."""
         reader = events.Reader(caller.audience, caller.admin,
                                request.query_params.get("employee") or None,
-                               events.parse_kinds(request.query_params.get("kind")))  # fmt: skip
+                               events.parse_kinds(request.query_params.get("kind")),
+                               caller.since)  # fmt: skip
         raw = _after(request)
         given = None if raw is None else events.parse_place(raw, "Last-Event-ID")
         async with self.pool.connection() as conn:
@@ -82,7 +83,8 @@ class StreamsApi:
 
         async def read(conn: Conn, after: int) -> Reading:
             found = await events.read(conn, reader, after)
-            frames = [frame(int(r["pos"]), r["kind"], events.view(r)) for r in found.events]
+            frames = [frame(int(r["pos"]), r["kind"], events.view(r, caller.admin))
+                      for r in found.events]  # fmt: skip
             return frames, found.last, found.more
 
         return self._respond(request, OPERATOR, after, read)
@@ -96,12 +98,13 @@ class StreamsApi:
             await lifecycle.get(conn, name)  # 404 before the stream starts
 
         async def read(conn: Conn, after: int) -> Reading:
-            rows = await chat.events_after(conn, name, session, after, caller.audience)
+            rows = await chat.events_after(conn, name, session, after, caller.audience,
+                                           caller.since or chat.EPOCH)  # fmt: skip
             frames = []
             for row in rows:
                 after = int(row["pos"])
                 doc: dict[str, object] = {"id": row["id"], "turn_id": row["turn_id"]}
-                if row["kind"] == names.RUN_REPLY:
+                if row["kind"] in (names.RUN_REPLY, names.RUN_NOTICE):
                     doc["text"] = row["text"]
                 else:
                     doc["message_ids"] = list(row["message_ids"])

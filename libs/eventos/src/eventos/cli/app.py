@@ -112,6 +112,15 @@ def _chat_commands(add: operator.Add) -> None:
     p = add("users", chat.cmd_users, "add, list or remove users (admin token; a user token chats)")
     p.add_argument("action", nargs="?", choices=["list", "add", "remove"], default="list")
     p.add_argument("name", nargs="?", help="the user's name (add, remove)")
+    p.add_argument(
+        "--class",
+        dest="klass",
+        choices=["c1", "c2"],
+        help="add: the user's chat class (c2, the default; c1 is the owner's)",
+    )
+    p.add_argument("--daily-usd", type=float,
+                   help="add: the user's daily spend cap per employee (default: a quarter of "
+                        "the employee's daily budget)")  # fmt: skip
 
 
 def _send_commands(add: operator.Add) -> None:

@@ -13,6 +13,8 @@ from eventos.client.owner_api import OwnerClient
 WAIT_POLL_S = 0.2
 USER_COLUMNS = [
     Column("NAME", lambda r: r["name"], 4),
+    Column("CLASS", lambda r: r.get("class")),
+    Column("DAILY_USD", lambda r: "share" if r.get("daily_usd") is None else r["daily_usd"]),
     Column("CREATED", lambda r: r["created_at"]),
 ]
 
@@ -38,8 +40,9 @@ def wait_for_reply(client: OwnerClient, name: str, message_id: int, timeout_s: f
         if found.get("reply") is not None:
             return str(found["reply"])
         if time.monotonic() > deadline:
+            held = " and its reply is held for review" if found.get("reply_status") else ""
             raise CliError(
-                f"no reply within {timeout_s:g}s (message {message_id} is {found['status']})"
+                f"no reply within {timeout_s:g}s (message {message_id} is {found['status']}{held})"
             )
         time.sleep(WAIT_POLL_S)
 
@@ -49,7 +52,7 @@ def cmd_users(args: argparse.Namespace) -> int:
     if args.action != "list" and not args.name:
         raise UsageError(f"users {args.action} needs a NAME")
     if args.action == "add":
-        created = client.user_add(args.name)
+        created = client.user_add(args.name, args.klass, args.daily_usd)
         emit(args, created, f"user/{created['name']} created; its token (shown once):\n"
                             f"{created['token']}")  # fmt: skip
     elif args.action == "remove":

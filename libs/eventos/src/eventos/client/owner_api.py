@@ -190,12 +190,19 @@ class OwnerClient:
         """One owner message: {message_id, status, reply} (reply is None until answered)."""
         return dict(self._call("GET", f"/v1/employees/{name}/chat/{message_id}"))
 
-    def user_add(self, name: str) -> dict[str, Any]:
-        """Create a user (admin token): {name, token}; the token is shown this once."""
-        return self._post_json("/v1/users", {"name": name})
+    def user_add(self, name: str, klass: str | None = None,
+                 daily_usd: float | None = None) -> dict[str, Any]:  # fmt: skip
+        """Create a user (admin token): {name, token, class, daily_usd}; the token is shown
+        this once."""
+        body: dict[str, Any] = {"name": name}
+        if klass is not None:
+            body["class"] = klass
+        if daily_usd is not None:
+            body["daily_usd"] = daily_usd
+        return self._post_json("/v1/users", body)
 
     def users(self) -> Rows:
-        """Every user: {name, created_at}."""
+        """Every user: {name, class, daily_usd, created_at}."""
         return list(self._call("GET", "/v1/users")["users"])
 
     def user_remove(self, name: str) -> None:

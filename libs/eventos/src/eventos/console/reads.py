@@ -154,12 +154,19 @@ class History:
 
 
 async def chat_history(
-    conn: Conn, employee: str, audience: str, session: str, before: str | None, limit: int
+    conn: Conn,
+    employee: str,
+    audience: str,
+    session: str,
+    before: str | None,
+    limit: int,
+    since: datetime | None = None,
 ) -> History:
-    """One audience's messages in a session, newest first, each with its reply."""
+    """One audience's messages in a session (made at or after `since`: a user's record's
+    creation), newest first, each with its reply."""
     (below,) = cursor.decode(before, (int,)) if before else (None,)
     params = {"employee": employee, "audience": audience, "session": session,
-              "before": below, "limit": limit + 1}  # fmt: skip
+              "before": below, "limit": limit + 1, "since": since}  # fmt: skip
     async with conn.transaction():  # one snapshot: no reply both listed and streamed, or lost
         await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         await employee_exists(conn, employee)

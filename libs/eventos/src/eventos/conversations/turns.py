@@ -177,9 +177,16 @@ async def save(conn: Conn, req: SaveTurn, keys: OutboxKeys) -> Saved:
                 approval = await approvals.hold(
                     conn, outbound_id=outbound_id, employee=turn.employee,
                     generation=turn.generation, thread=turn.stream_key, turn_id=turn.turn_id,
-                    audience=row["audience"], expire_after_h=policy.expire_after_h,
-                    reason=",".join(held),
+                    audience=policy.decider(held, row["audience"]),
+                    expire_after_h=policy.expire_after_h, reason=",".join(held),
                 )  # fmt: skip
+                if kind == names.KIND_CHAT:
+                    # The chat is told its reply waits, never the draft nor what held it.
+                    await conn.execute(Q["chat_held_notice_insert"], {
+                        "employee": turn.employee, "audience": chat_audience(turn),
+                        "session": chat_session(turn), "turn_id": turn.turn_id,
+                        "dedupe_key": f"held:{outbound_id}", "text": names.HELD_FOR_REVIEW,
+                    })  # fmt: skip
     return Saved(outbound_id, kind, account, approval)
 
 

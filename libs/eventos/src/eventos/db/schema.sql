@@ -1189,3 +1189,16 @@ CREATE INDEX bus_ingress_dead_body_ref ON bus_ingress (body_ref)
 -- days, through bus_deliveries_dead).
 CREATE INDEX bus_deliveries_finished ON bus_deliveries (updated_at)
     WHERE status IN ('done', 'failed');
+
+-- Users are the owner's guests: their own id, class and daily cap; see 0027_user_guests.sql.
+ALTER TABLE users ADD COLUMN id uuid NOT NULL DEFAULT gen_random_uuid() UNIQUE;
+ALTER TABLE users ADD COLUMN class smallint NOT NULL DEFAULT 2 CHECK (class IN (1, 2));
+ALTER TABLE users ADD COLUMN daily_usd numeric(12, 4) CHECK (daily_usd > 0);
+CREATE INDEX spend_events_period ON spend_events (employee, period_start);
+CREATE INDEX outbound_messages_turn ON outbound_messages (turn_id);
+-- A chat message's user record (NULL: the admin's, or a user's from before records had ids): a
+-- re-created name's client ids never meet the old holder's.
+ALTER TABLE chat_messages ADD COLUMN user_id uuid;
+ALTER TABLE chat_messages DROP CONSTRAINT chat_messages_client_id;
+CREATE UNIQUE INDEX chat_messages_client_id ON chat_messages (employee, audience, session,
+    client_message_id, coalesce(user_id, '00000000-0000-0000-0000-000000000000'::uuid));

@@ -61,6 +61,7 @@ class Placement:
     lane: str
     thread: str
     route: dict[str, Any]
+    klass: int | None = None  # the delivery's class when not its subscription's (a user's chat)
 
 
 def placed(sub: dict[str, Any], envelope: object) -> Placement:
@@ -161,13 +162,31 @@ def chat_audience(sub: dict[str, Any], envelope: object) -> str | None:
     return str(audience or users.OWNER)
 
 
+USER_THREAD = re.compile(r"^u_[0-9a-f]{16}$")
+
+
 def thread_of(sub: dict[str, Any], envelope: object, ingress_id: int) -> str:
-    """The event's thread: a user's chat is always its own thread (EG3, EG17); everything else,
-    the admin's chat included, as the trigger's `thread_by` says."""
+    """The event's thread: a user's chat is always its own thread (EG3, EG17), the one its
+    user record names (`data.thread`, written by the owner API); everything else, the admin's
+    chat included, as the trigger's `thread_by` says."""
     audience = chat_audience(sub, envelope)
     if audience is not None and audience != users.OWNER:
-        return users.thread_of(audience)
+        thread = lookup(envelope, "data.thread") if isinstance(envelope, dict) else None
+        if isinstance(thread, str) and USER_THREAD.match(thread):
+            return thread
+        # A message accepted before user records had ids: the thread its name gave then.
+        return users.legacy_thread_of(audience)
     return thread_for(sub["thread_by"], envelope, ingress_id)
+
+
+def class_of(sub: dict[str, Any], envelope: object) -> int | None:
+    """A user's chat runs at C2 unless the admin granted its user C1 (SPEC §17: the owner's
+    guest); None: the subscription's class."""
+    audience = chat_audience(sub, envelope)
+    if audience is None or audience == users.OWNER:
+        return None
+    granted = lookup(envelope, "data.class") if isinstance(envelope, dict) else None
+    return names.C1_OWNER if granted == names.C1_OWNER else names.C2_CUSTOMER
 
 
 def entity_id(employee: str, generation: int, lane: str, thread: str) -> str:
@@ -208,7 +227,8 @@ def placement(sub: dict[str, Any], envelope: object, ingress_id: int) -> Placeme
     if sub["thread_by"] == names.THREAD_BY_EXPLICIT:
         return placed(sub, envelope)
     thread = thread_of(sub, envelope, ingress_id)
-    return Placement(sub["lane"], thread, _route_of(sub, envelope, thread))
+    return Placement(sub["lane"], thread, _route_of(sub, envelope, thread),
+                     class_of(sub, envelope))  # fmt: skip
 
 
 async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: Placement,
@@ -225,7 +245,7 @@ async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: 
             "thread": thread,
             "hold_reason": _hold(sub),
             "entity_id": entity_id(sub["employee"], sub["generation"], lane, thread),
-            "class": sub["class"],
+            "class": place.klass or sub["class"],
         },
     )
     seq = int((await cur.fetchone() or {})["seq"])
@@ -238,7 +258,7 @@ async def _deliver(conn: Conn, row: dict[str, Any], sub: dict[str, Any], place: 
             "ingress_received_at": row["received_at"],
             "subscription_id": sub["id"],
             "route": Jsonb(place.route),
-            "class": sub["class"],
+            "class": place.klass or sub["class"],
             "thread": thread,
             "type": row["type"],
             "payload": Jsonb(row["envelope"]) if row["envelope"] is not None else None,
@@ -367,18 +387,19 @@ class Batch:
         """Add one delivery."""
         employee, generation = sub["employee"], sub["generation"]
         lane, thread = place.lane, place.thread
+        klass = place.klass or sub["class"]
         key = names.stream_key(employee, generation, lane, thread)
         stream = self.streams.get(key)
         if stream is None:
             stream = self.streams[key] = {
                 "stream_key": key, "employee": employee, "generation": generation, "lane": lane,
-                "thread": thread, "hold_reason": _hold(sub), "class": sub["class"], "n": 0,
+                "thread": thread, "hold_reason": _hold(sub), "class": klass, "n": 0,
                 "entity_id": entity_id(employee, generation, lane, thread),
             }  # fmt: skip
-        stream["class"] = min(stream["class"], sub["class"])
+        stream["class"] = min(stream["class"], klass)
         self.deliveries.append({
             "stream_key": key, "k": stream["n"], "ingress_id": row["id"],
-            "subscription_id": sub["id"], "route": place.route, "class": sub["class"],
+            "subscription_id": sub["id"], "route": place.route, "class": klass,
         })  # fmt: skip
         stream["n"] += 1
         if sub["trigger_kind"] in names.INBOUND_KINDS:  # a message arrived: its follow-ups end

@@ -27,13 +27,25 @@ FIELDS = ("id", "employee", "kind", "severity", "ref", "detail", "first_seen", "
 
 
 class Caller(Protocol):
-    """Who calls: their audience, and whether they are the admin."""
+    """Who calls: their audience, whether they are the admin, and for a user when its record
+    was made (it sees nothing older: a re-created name is a new user)."""
 
     @property
     def audience(self) -> str: ...
 
     @property
     def admin(self) -> bool: ...
+
+    @property
+    def since(self) -> datetime | None: ...
+
+
+def _mine(row: dict[str, Any], caller: Caller) -> bool:
+    """The admin sees every item; a user those of its audience raised since its record."""
+    if caller.admin:
+        return True
+    since = caller.since
+    return row["audience"] == caller.audience and (since is None or row["first_seen"] >= since)
 
 
 def view(row: dict[str, Any], caller: Caller) -> dict[str, Any]:
@@ -62,7 +74,8 @@ async def page(conn: Conn, caller: Caller, *, state: str | None = None,
     before = decode_cursor(cursor, (int,))
     cur = await conn.execute(Q["attention_list"], {
         "states": states(state), "employee": employee, "kind": kind, "admin": caller.admin,
-        "audience": caller.audience, "before": None if before is None else before[0],
+        "audience": caller.audience, "since": caller.since,
+        "before": None if before is None else before[0],
         "limit": limit + 1,
     })  # fmt: skip
     rows = await cur.fetchall()
@@ -74,7 +87,7 @@ async def _locked(conn: Conn, item_id: int, caller: Caller) -> dict[str, Any]:
     """The item, locked for this transaction, if the caller may see it."""
     cur = await conn.execute(Q["attention_item_lock"], {"id": item_id})
     row = await cur.fetchone()
-    if row is None or not (caller.admin or row["audience"] == caller.audience):
+    if row is None or not _mine(row, caller):
         raise NotFound(f"no attention item {item_id}")
     return row
 
@@ -84,7 +97,7 @@ async def _seen(conn: Conn, item_id: int, caller: Caller) -> dict[str, Any]:
     it."""
     cur = await conn.execute(Q["attention_item_get"], {"id": item_id})
     row = await cur.fetchone()
-    if row is None or not (caller.admin or row["audience"] == caller.audience):
+    if row is None or not _mine(row, caller):
         raise NotFound(f"no attention item {item_id}")
     return row
 

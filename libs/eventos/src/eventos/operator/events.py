@@ -9,7 +9,7 @@ index each time, and its place moves past what it did not match.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from eventos import names
@@ -27,13 +27,14 @@ MAX_PLACE = 2**63 - 1
 
 @dataclass(frozen=True)
 class Reader:
-    """Whose events a stream shows: the caller's audience (all for the admin), optionally one
-    employee's, optionally some kinds or families."""
+    """Whose events a stream shows: the caller's audience (all for the admin; a user's since
+    its record was made), optionally one employee's, optionally some kinds or families."""
 
     audience: str
     admin: bool
     employee: str | None = None
     kinds: tuple[str, ...] = ()
+    since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ async def read(conn: Conn, reader: Reader, after: int) -> Read:
     through = min(after + SPAN, last)
     params = {"after": after, "through": through, "admin": reader.admin,
               "audience": reader.audience, "employee": reader.employee,
-              "kinds": list(reader.kinds), "limit": READ_LIMIT}  # fmt: skip
+              "kinds": list(reader.kinds), "limit": READ_LIMIT, "since": reader.since}  # fmt: skip
     cur = await conn.execute(Q["operator_events_after"], params)
     rows = await cur.fetchall()
     if len(rows) == READ_LIMIT:
@@ -98,11 +99,19 @@ async def read(conn: Conn, reader: Reader, after: int) -> Read:
     return Read(rows, through, more=through < last)
 
 
-def view(row: dict[str, Any]) -> dict[str, Any]:
+# What only the admin reads of an event: which of the owner's rules held a reply (a user is
+# told only that its reply is held for review, SPEC §17).
+ADMIN_ONLY_DETAIL = ("held_reason",)
+
+
+def view(row: dict[str, Any], admin: bool = True) -> dict[str, Any]:
     """An event as the stream shows it: ids, kinds, states and names, never content."""
+    detail = row["detail"]
+    if not admin and isinstance(detail, dict):
+        detail = {k: v for k, v in detail.items() if k not in ADMIN_ONLY_DETAIL}
     return {"pos": row["pos"], "at": row["at"].isoformat(), "kind": row["kind"],
             "employee": row["employee"], "ref": row["ref"], "state": row["state"],
-            "detail": row["detail"]}  # fmt: skip
+            "detail": detail}  # fmt: skip
 
 
 async def expire(conn: Conn, batch: int = 10_000) -> int:

@@ -56,16 +56,18 @@ def tool_approval_id(employee: str, turn_id: str, call_id: str) -> str:
 
 
 async def hold_tool(conn: Conn, req: HoldToolCall) -> str:
-    """The approval a tool call waits on; a retried activity finds the first one."""
+    """The approval a tool call waits on; a retried activity finds the first one. It is the
+    admin's unless `approvals.decided_by: user` hands it to the user whose chat made the call."""
     ident = tool_approval_id(req.employee, req.turn_id, req.call_id)
     pol = await policy(conn, req.employee, req.generation)
     audience = req.route.get("audience") if req.route.get("kind") == names.KIND_CHAT else None
+    user = None if audience in (None, OWNER) else str(audience)
     await conn.execute(Q["approval_insert_tool"], {
         "id": ident, "employee": req.employee, "generation": req.generation,
         "thread": req.stream_key, "turn_id": req.turn_id,
         "tool_call": f"{req.turn_id}:{req.call_id}",
         "draft": f"{req.name} {req.arguments}"[:4000],
-        "audience": None if audience in (None, OWNER) else str(audience),
+        "audience": user if pol.approvals_by_user else None,
         "expire_after_h": pol.expire_after_h,
     })  # fmt: skip
     return ident
@@ -74,11 +76,14 @@ async def hold_tool(conn: Conn, req: HoldToolCall) -> str:
 @dataclass(frozen=True)
 class EgressPolicy:
     """A generation's rules for what leaves (its frozen spec): the channel kinds whose sends
-    need approval, the time to decide, the compiled content rules."""
+    need approval, the time to decide, the compiled content rules, and which holds a user may
+    decide in its own chat (`decided_by: user`; every other hold is the admin's alone)."""
 
     approve: frozenset[str]
     expire_after_h: int
     rules: Rules
+    user_rules: frozenset[str] = frozenset()  # ids of the rules that say `decided_by: user`
+    approvals_by_user: bool = False  # `approvals.decided_by: user`
 
     def holds(self, kind: str, text: str, recipient: str | None) -> list[str]:
         """Why a reply is held (rule ids, then `approval`); empty: it goes out."""
@@ -87,6 +92,14 @@ class EgressPolicy:
         if kind in self.approve:
             held.append(names.APPROVAL_HELD)
         return held
+
+    def decider(self, held: list[str], user: str | None) -> str | None:
+        """The user who may decide a hold besides the admin: the chat's user, only when every
+        reason for it hands it to users (a built-in rule never does); else None (the admin's)."""
+        if user is None or user == OWNER:
+            return None
+        by_user = self.user_rules | ({names.APPROVAL_HELD} if self.approvals_by_user else set())
+        return user if held and set(held) <= by_user else None
 
 
 _RULES: dict[str, Rules] = {}  # compiled rules by spec digest (a generation's spec is frozen)
@@ -108,7 +121,10 @@ async def policy(conn: Conn, employee: str, generation: int) -> EgressPolicy:
             _RULES.clear()
         _RULES[sha] = compiled
     hours = int(doc.get("expire_after_h") or names.APPROVAL_EXPIRE_AFTER_H)
-    return EgressPolicy(frozenset(doc.get("sends") or []), hours, compiled)
+    user_rules = frozenset(str(r["id"]) for r in (row or {}).get("rules") or []
+                           if r.get("decided_by") == names.DECIDED_BY_USER)  # fmt: skip
+    by_user = doc.get("decided_by") == names.DECIDED_BY_USER
+    return EgressPolicy(frozenset(doc.get("sends") or []), hours, compiled, user_rules, by_user)
 
 
 async def hold(conn: Conn, *, outbound_id: int, employee: str, generation: int, thread: str,
@@ -159,42 +175,56 @@ async def take(conn: Conn, ident: str, *, to_egress: bool = False) -> str | None
     return None if row is None else str(row["state"])
 
 
-async def decide(conn: Conn, ident: str, state: str, *, by: str, admin: bool) -> dict[str, Any]:
-    """The owner's decision, then an intent that nudges the workflow (one transaction)."""
+async def decide(conn: Conn, ident: str, state: str, *, by: str, admin: bool,
+                 since: datetime | None = None) -> dict[str, Any]:  # fmt: skip
+    """The decision of the admin, or of the user a hold was handed to, then an intent that
+    nudges the workflow (one transaction); NotFound for an approval the caller may not decide
+    (the admin's: a user learns nothing of it)."""
     async with conn.transaction():
         cur = await conn.execute(Q["approval_decide"], {
             "id": ident, "state": state, "by": by, "admin": admin, "audience": by,
+            "since": since,
         })  # fmt: skip
         row = await cur.fetchone()
         if row is None:
-            current = await get(conn, ident, audience=by, admin=admin)
+            current = await get(conn, ident, audience=by, admin=admin, since=since)
             raise Conflict(f"approval {ident} is {current['state']}, not pending")
         await conn.execute(Q["intent_insert"], {
             "employee": row["employee"], "generation": row["generation"],
             "kind": names.INTENT_APPROVAL, "revision": None,
             "payload": Jsonb({"approval": ident}),
         })  # fmt: skip
-    return await get(conn, ident, audience=by, admin=admin)
+    return await get(conn, ident, audience=by, admin=admin, since=since)
 
 
 def view(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
 
 
-async def get(conn: Conn, ident: str, *, audience: str, admin: bool) -> dict[str, Any]:
+def _visible(row: dict[str, Any], audience: str, admin: bool, since: datetime | None) -> bool:
+    """The admin sees every approval; a user only those handed to it (`decided_by: user`,
+    raised in its own chat since its record was made)."""
+    if admin:
+        return True
+    return row["audience"] == audience and (since is None or row["created_at"] >= since)
+
+
+async def get(conn: Conn, ident: str, *, audience: str, admin: bool,
+              since: datetime | None = None) -> dict[str, Any]:  # fmt: skip
     """One approval with its held draft; NotFound for one the caller may not see."""
     cur = await conn.execute(Q["approval_get"], {"id": ident})
     row = await cur.fetchone()
-    if row is None or not (admin or row["audience"] == audience):
+    if row is None or not _visible(row, audience, admin, since):
         raise NotFound(f"no approval {ident}")
     return view(dict(row))
 
 
 async def listed(conn: Conn, *, audience: str, admin: bool, state: str | None,
-                 employee: str | None, limit: int) -> list[dict[str, Any]]:  # fmt: skip
+                 employee: str | None, limit: int,
+                 since: datetime | None = None) -> list[dict[str, Any]]:  # fmt: skip
     cur = await conn.execute(Q["approvals_list"], {
         "audience": audience, "admin": admin, "state": state, "employee": employee,
-        "limit": limit,
+        "limit": limit, "since": since,
     })  # fmt: skip
     return [view(dict(r)) for r in await cur.fetchall()]
 

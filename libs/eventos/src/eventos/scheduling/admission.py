@@ -106,8 +106,12 @@ async def _parked_too_long(conn: Conn, tid: str) -> Admission | None:
 
 def owners(req: AdmitRequest) -> bool:
     """The owner's own conversation (owner chat, class C1): the reserved slot is for it only,
-    not for other work an operator put in C1."""
-    return req.klass == names.C1_OWNER and names.lane_of(req.stream_key) == names.LANE_TALK
+    not for other work an operator put in C1, nor for a user granted C1 (a guest, SPEC §17)."""
+    return (
+        req.klass == names.C1_OWNER
+        and names.lane_of(req.stream_key) == names.LANE_TALK
+        and not req.thread.startswith(names.USER_THREAD_PREFIX)
+    )
 
 
 def gate(req: AdmitRequest, generation_state: str | None, budget_state: str | None

@@ -8,6 +8,10 @@ refused (`BudgetExceeded`): the state becomes `max` and the employee is paused w
 `pause_reason=budget` through an intent, with an attention item and a notice in the owner's
 chat. States only rise within a period; `refresh` lowers them, at the period's end (the
 owner's midnight plus a stable offset of 0-10 minutes) or after a top-up.
+
+A user's chat (SPEC §17: the owner's guest) spends within its own daily cap with the employee
+(`allowance`): past it, and whenever its step would pass the employee's budget, the step is
+held (`BudgetHeld`: the turn suspends until a refresh) and the employee is never paused for it.
 """
 
 from __future__ import annotations
@@ -78,6 +82,39 @@ def period_of(zone: str, offset_s: int, now: datetime) -> tuple[datetime, dateti
     return boundary(day), boundary(day + timedelta(days=1))
 
 
+@dataclass(frozen=True)
+class Allowance:
+    """A user's spend with one employee today: used, its cap (None: no limit), and when the
+    period ends (None before the employee's budget was first used)."""
+
+    used: Decimal
+    cap: Decimal | None
+    period_end: datetime | None
+
+    @property
+    def spent(self) -> bool:
+        return self.cap is not None and self.used >= self.cap
+
+
+def user_cap(limit: Decimal | None, own: Decimal | None) -> Decimal | None:
+    """A user's daily cap with an employee: the admin's `daily_usd` for it, else
+    `names.USER_DAILY_SHARE` of the employee's daily budget (None: neither is set)."""
+    if own is not None:
+        return own
+    return None if limit is None else limit * Decimal(str(names.USER_DAILY_SHARE))
+
+
+async def allowance(conn: Conn, employee: str, thread: str, own: Decimal | None) -> Allowance:
+    """What the user of `thread` spent with `employee` in the current period, and its cap."""
+    cur = await conn.execute(Q["user_spend"], {"employee": employee, "thread": thread})
+    row = await cur.fetchone()
+    if row is None or (row["period_end"] is not None and row["period_end"] <= datetime.now(UTC)):
+        cur = await conn.execute(Q["budget_source"], {"employee": employee})
+        source = await cur.fetchone() or {}
+        return Allowance(Decimal(0), user_cap(source.get("daily_usd"), own), None)
+    return Allowance(Decimal(row["used_usd"]), user_cap(row["daily_usd"], own), row["period_end"])
+
+
 def state_for(used: Decimal, limit: Decimal | None) -> str:
     """The state a spend level puts the budget in (`max` only once a reservation failed)."""
     if limit is None or used < limit * Decimal(str(names.BUDGET_HIGH_SHARE)):
@@ -142,6 +179,7 @@ async def reserve(conn: Conn, r: Reservation, now: datetime | None = None) -> st
             raise BudgetHeld(f"{r.employee}'s budget is {state}: background work waits")
         used = spend["spent_usd"] + spend["reserved_usd"] + r.estimate_usd
         new = state_for(used, limit)
+        await _guest_check(conn, r, row, new)
         if state == names.BUDGET_MAX:
             pass  # paused until the period ends or a top-up
         elif new == names.BUDGET_MAX:
@@ -161,6 +199,26 @@ async def reserve(conn: Conn, r: Reservation, now: datetime | None = None) -> st
             await _save(conn, row, new)
             return new
     raise BudgetExceeded(f"{r.employee} reached its daily budget of {limit:.2f} USD")
+
+
+async def _guest_check(conn: Conn, r: Reservation, row: dict[str, Any], new: str) -> None:
+    """A user's chat step (SPEC §17: a guest of the owner) waits (BudgetHeld) once the user
+    spent its daily cap, and never pauses the employee: a step that would pass the employee's
+    budget waits for the next period instead, and the owner's work goes on."""
+    if names.USER_THREAD_PREFIX not in r.turn_id:
+        return
+    cur = await conn.execute(Q["turn_thread"], {"turn_id": r.turn_id})
+    turn = await cur.fetchone()
+    thread = str((turn or {}).get("thread") or "")
+    if not thread.startswith(names.USER_THREAD_PREFIX):
+        return
+    if new == names.BUDGET_MAX or row["state"] == names.BUDGET_MAX:
+        raise BudgetHeld(f"{r.employee}'s daily budget has no room for a user's chat")
+    cur = await conn.execute(Q["user_of_thread"], {"thread": thread})
+    user = await cur.fetchone()
+    mine = await allowance(conn, r.employee, thread, (user or {}).get("daily_usd"))
+    if mine.spent:
+        raise BudgetHeld(f"the user's daily spend cap with {r.employee} is reached")
 
 
 async def _pause(conn: Conn, employee: str, row: dict[str, Any], limit: Decimal) -> None:

@@ -311,16 +311,20 @@ class Budget(_Strict):
 
 
 SendKind = Literal["telegram", "whatsapp_business", "discord", "email"]
+# Who decides a hold: the admin always; `user` also the user whose own chat raised it.
+Decider = Literal["admin", "user"]
 
 
 class Approvals(_Strict):
     """What needs the owner's approval before it happens (SPEC §11): replies on these channel
     kinds, these tools' calls; an approval not decided in `expire_after_h` hours expires (one
-    reminder 24 h before)."""
+    reminder 24 h before). They are the admin's to decide; `decided_by: user` hands those
+    raised in a user's own chat to that user too (SPEC §17)."""
 
     sends: list[SendKind] = Field(default_factory=list, max_length=8)
     tools: list[str] = Field(default_factory=list, max_length=32)
     expire_after_h: int = Field(default=names.APPROVAL_EXPIRE_AFTER_H, ge=25, le=720)
+    decided_by: Decider = names.DECIDED_BY_ADMIN
 
 
 RULE_FIELDS = {"keyword": "words", "regex": "pattern", "domain": "domains"}
@@ -354,7 +358,8 @@ def _customer_channels() -> list[RuleChannel]:
 
 class ContentRule(_Strict):
     """An owner's content rule (SPEC §11): an outgoing message it matches is held, its id the
-    reason. `keyword` takes `words`, `regex` a `pattern` (RE2 syntax), `domain` `domains`."""
+    reason. `keyword` takes `words`, `regex` a `pattern` (RE2 syntax), `domain` `domains`. Its
+    holds are the admin's to decide unless `decided_by: user` (then also the user's own)."""
 
     id: str = Field(pattern=NAME_RE)
     kind: Literal["keyword", "regex", "domain"]
@@ -367,6 +372,7 @@ class ContentRule(_Strict):
                                            max_length=names.RULE_ITEMS_MAX)  # fmt: skip
     # Customer channels by default; owner chat only when named.
     applies_to: list[RuleChannel] = Field(default_factory=_customer_channels, min_length=1)
+    decided_by: Decider = names.DECIDED_BY_ADMIN
 
     @field_validator("id")
     @classmethod

@@ -69,17 +69,20 @@ SELECT coalesce((SELECT 'expired' FROM a), (SELECT state FROM approvals WHERE id
     AS state;
 
 -- name: approval_decide
--- The owner's decision, written first (an intent then nudges the workflow); NULL when the
--- approval is not pending, or not the caller's.
+-- The decision, written first (an intent then nudges the workflow); NULL when the approval is
+-- not pending, or not the caller's: the admin decides every one, a user only one handed to it
+-- (`audience`, set for `decided_by: user` holds of its own chat since its record was made).
 UPDATE approvals
 SET state = %(state)s, decided_at = now(), decided_by = %(by)s,
     decision_seq = nextval('approvals_decision_seq')
 WHERE id = %(id)s AND state = 'pending'
-  AND (%(admin)s OR audience = %(audience)s)
+  AND (%(admin)s OR (audience = %(audience)s
+                     AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)))
 RETURNING id, employee, generation, state, decision_seq;
 
 -- name: approval_get
--- One approval, for the owner API (its audience checked by the caller).
+-- One approval, for the owner API (its audience checked by the caller). `audience` is the
+-- user it was handed to (`decided_by: user`), NULL for the admin's.
 SELECT a.id, a.employee, a.generation, a.thread, a.turn_id, a.kind, a.outbound_id, a.audience,
     a.state, a.expires_at, a.reminded_at, a.decided_at, a.decided_by, a.taken_at,
     a.created_at, a.tool_call, o.kind AS channel, coalesce(o.body, a.draft) AS draft,
@@ -88,13 +91,15 @@ FROM approvals a LEFT JOIN outbound_messages o ON o.id = a.outbound_id
 WHERE a.id = %(id)s;
 
 -- name: approvals_list
--- Approvals newest first, of one state, of the caller's audience unless admin.
+-- Approvals newest first, of one state; a user's: only those handed to it (since its record).
 SELECT a.id, a.employee, a.thread, a.kind, a.state, a.expires_at, a.decided_at, a.decided_by,
     a.taken_at, a.created_at, o.kind AS channel, coalesce(o.body, a.draft) AS draft,
     o.status AS send_status
 FROM approvals a LEFT JOIN outbound_messages o ON o.id = a.outbound_id
 WHERE (%(state)s::text IS NULL OR a.state = %(state)s)
-  AND (%(admin)s OR a.audience = %(audience)s)
+  AND (%(admin)s OR (a.audience = %(audience)s
+                     AND (%(since)s::timestamptz IS NULL
+                          OR a.created_at >= %(since)s::timestamptz)))
   AND (%(employee)s::text IS NULL OR a.employee = %(employee)s)
 ORDER BY a.created_at DESC, a.id LIMIT %(limit)s;
 

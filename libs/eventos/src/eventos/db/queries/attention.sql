@@ -7,7 +7,8 @@ FROM attention_items
 WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
   AND (%(employee)s::text IS NULL OR employee = %(employee)s)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s)
-  AND (%(admin)s OR audience = %(audience)s)
+  AND (%(admin)s OR (audience = %(audience)s
+                     AND (%(since)s::timestamptz IS NULL OR first_seen >= %(since)s::timestamptz)))
   AND (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC
 LIMIT %(limit)s;

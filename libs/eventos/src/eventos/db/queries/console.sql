@@ -115,6 +115,7 @@ LEFT JOIN LATERAL (
     ORDER BY pos LIMIT 1
 ) r ON m.turn_id IS NOT NULL
 WHERE m.employee = %(employee)s AND m.audience = %(audience)s AND m.session = %(session)s
+  AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
   AND (%(before)s::bigint IS NULL OR m.id < %(before)s::bigint)
 ORDER BY m.id DESC
 LIMIT %(limit)s;

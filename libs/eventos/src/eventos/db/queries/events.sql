@@ -42,7 +42,8 @@ SELECT coalesce((SELECT max(pos) FROM operator_events), 0) AS top,
 -- the caller's audience unless admin, optionally of one employee and of some kinds or families.
 SELECT pos, at, employee, kind, ref, state, detail FROM operator_events
 WHERE pos > %(after)s AND pos <= %(through)s
-  AND (%(admin)s OR audience = %(audience)s)
+  AND (%(admin)s OR (audience = %(audience)s
+                     AND (%(since)s::timestamptz IS NULL OR at >= %(since)s::timestamptz)))
   AND (%(employee)s::text IS NULL OR employee = %(employee)s::text)
   AND (cardinality(%(kinds)s::text[]) = 0 OR kind = ANY(%(kinds)s::text[])
        OR split_part(kind, '.', 1) = ANY(%(kinds)s::text[]))

@@ -9,29 +9,36 @@ ORDER BY s.generation DESC
 LIMIT 1;
 
 -- name: chat_session_lock
--- Serialize the pending check of one chat session (of one audience).
+-- Serialize the pending check of one chat session of the admin, or of a user's every session
+-- (its `lock_session` is empty).
 SELECT pg_advisory_xact_lock(hashtextextended(
-    'eventos.chat:' || %(employee)s || '/' || %(audience)s || '/' || %(session)s, 0));
+    'eventos.chat:' || %(employee)s || '/' || %(audience)s || '/' || %(lock_session)s, 0));
 
 -- name: chat_pending_count
--- Queued owner messages of one session, up to the bound.
+-- Queued owner messages, up to the bound: of one session for the admin, of every session of
+-- the audience for a user (`per_session` false).
 SELECT count(*) AS n FROM (
     SELECT 1 FROM chat_messages
-    WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(session)s
+    WHERE employee = %(employee)s AND audience = %(audience)s
+      AND (NOT %(per_session)s OR session = %(session)s)
       AND status = 'queued'
     LIMIT %(cap)s
 ) t;
 
 -- name: chat_existing
--- A message already sent with this client id.
+-- A message already sent with this client id (by this user record, for a user).
 SELECT id, status FROM chat_messages
 WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(session)s
-  AND client_message_id = %(client_message_id)s;
+  AND client_message_id = %(client_message_id)s
+  AND coalesce(user_id, '00000000-0000-0000-0000-000000000000'::uuid)
+      = coalesce(%(user_id)s::uuid, '00000000-0000-0000-0000-000000000000'::uuid);
 
 -- name: chat_insert
 -- The owner's message; its ingress row is appended in the same transaction.
-INSERT INTO chat_messages (employee, audience, session, client_message_id, text, ingress_id)
-VALUES (%(employee)s, %(audience)s, %(session)s, %(client_message_id)s, %(text)s, %(ingress_id)s)
+INSERT INTO chat_messages (employee, audience, session, client_message_id, text, ingress_id,
+    user_id)
+VALUES (%(employee)s, %(audience)s, %(session)s, %(client_message_id)s, %(text)s, %(ingress_id)s,
+    %(user_id)s)
 RETURNING id, status;
 
 -- name: webhook_endpoints

@@ -80,3 +80,23 @@ WHERE kind = %(kind)s AND ref = %(ref)s AND state IN ('open', 'acked');
 INSERT INTO chat_events (employee, session, kind, turn_id, dedupe_key, text)
 VALUES (%(employee)s, %(session)s, 'notice', '', %(dedupe_key)s, %(text)s)
 ON CONFLICT (dedupe_key) DO NOTHING;
+
+-- name: user_spend
+-- A user's spend with one employee in its budget's current period: what its chat's turns
+-- spent or hold reserved, the employee's daily limit and the period's end (none before the
+-- budget's first use).
+SELECT coalesce((
+        SELECT sum(CASE e.state WHEN 'reserved' THEN e.estimate_usd ELSE e.actual_usd END)
+        FROM spend_events e JOIN turns t ON t.id = e.turn_id
+        WHERE e.employee = b.employee AND e.period_start = b.period_start
+          AND t.thread = %(thread)s), 0) AS used_usd,
+    b.daily_usd, b.period_end
+FROM employee_budgets b WHERE b.employee = %(employee)s;
+
+-- name: user_of_thread
+-- The user whose owner chat a thread is (its own cap, if the admin set one).
+SELECT name, daily_usd FROM users WHERE thread = %(thread)s;
+
+-- name: turn_thread
+-- The thread a turn runs on (is it a user's chat?).
+SELECT thread FROM turns WHERE id = %(turn_id)s;

@@ -130,18 +130,29 @@ UPDATE outbound_messages SET status = 'sent', updated_at = now()
 WHERE id = %(id)s AND status = 'sending';
 
 -- name: chat_message_get
--- One owner message of an audience with its reply, if any.
-SELECT m.id, m.status, m.text, m.turn_id, r.text AS reply, r.id AS reply_id
+-- One owner message of an audience with its reply, if any, and whether its reply is held for
+-- review (never the held draft: that is the decider's to read).
+SELECT m.id, m.status, m.text, m.turn_id, r.text AS reply, r.id AS reply_id,
+    EXISTS (SELECT 1 FROM outbound_messages o
+            WHERE o.turn_id = m.turn_id AND o.kind = 'chat' AND o.status = 'held') AS held
 FROM chat_messages m
 LEFT JOIN chat_events r ON r.turn_id = m.turn_id AND r.kind = 'reply'
-WHERE m.employee = %(employee)s AND m.audience = %(audience)s AND m.id = %(id)s;
+WHERE m.employee = %(employee)s AND m.audience = %(audience)s AND m.id = %(id)s
+  AND m.created_at >= %(since)s;
+
+-- name: chat_held_notice_insert
+-- The chat is told its reply is held for review (once per held reply), in its audience.
+INSERT INTO chat_events (employee, audience, session, kind, turn_id, dedupe_key, text)
+VALUES (%(employee)s, %(audience)s, %(session)s, 'notice', %(turn_id)s, %(dedupe_key)s,
+    %(text)s)
+ON CONFLICT (dedupe_key) DO NOTHING;
 
 -- name: chat_events_after
 -- Run events and replies of one session of one audience placed after `after` (the event
 -- stream's poll; by place, not id: see migration 0024).
 SELECT id, pos, kind, turn_id, message_ids, text, created_at FROM chat_events
 WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(session)s
-  AND pos > %(after)s
+  AND pos > %(after)s AND created_at >= %(since)s
 ORDER BY pos LIMIT 100;
 
 -- name: outbound_fail
