@@ -374,6 +374,60 @@ async def test_an_inbound_message_cancels_its_threads_follow_ups_as_it_is_routed
     assert status[follow_up["id"]]["settled_at"] == routed["routed_at"]
 
 
+async def customer_threads(pool: AsyncConnectionPool[Conn], employee: str,
+                           *subjects: str) -> list[tuple[str, str]]:  # fmt: skip
+    """The (lane, thread) of one customer conversation per subject, as the router places a
+    driver's messages (thread_by: subject)."""
+    source, out = f"grpc:drv-{employee}", []
+    for n, subject in enumerate(subjects):
+        await append_all(pool, [driver_event(subject, n, source=source)])
+        await route_until_done(pool)
+        rows = await query(pool, "SELECT lane, thread FROM bus_streams WHERE employee = %s",
+                           employee)  # fmt: skip
+        (new,) = {(r["lane"], r["thread"]) for r in rows} - set(out)
+        out.append(new)
+    return out
+
+
+async def test_another_customers_conversation_neither_sees_nor_cancels_an_alarm(
+    pool: AsyncConnectionPool[Conn], employee: str
+) -> None:
+    """EG3, EG17: alice's alarm is not bob's to read or cancel, and an id from alice's
+    conversation is answered in bob's exactly as an id that does not exist (no oracle)."""
+    (a_lane, alice), (b_lane, bob) = await customer_threads(pool, employee, "alice", "bob")
+    _, set_ = await run(pool, call(employee, "set_alarm", {"text": "alice's refund, 4711",
+                                                           "in_s": 600},
+                                   lane=a_lane, thread=alice))  # fmt: skip
+    aid = set_["id"]
+    # Bob's conversation lists nothing; the owner's chat (another conversation) neither.
+    for lane, thread in ((b_lane, bob), ("talk", "main")):
+        assert (await run(pool, call(employee, "list_alarms", {}, lane=lane,
+                                     thread=thread)))[1] == {"alarms": []}  # fmt: skip
+    _, mine = await run(pool, call(employee, "list_alarms", {}, lane=a_lane, thread=alice))
+    assert [(a["id"], a["text"]) for a in mine["alarms"]] == [(aid, "alice's refund, 4711")]
+    # Bob's cancel of alice's id is refused word for word as an unknown id is.
+    unknown = "al_" + "0" * 16
+    refused = await run(pool, call(employee, "cancel_alarm", {"id": aid}, lane=b_lane,
+                                   thread=bob))  # fmt: skip
+    as_unknown = await run(pool, call(employee, "cancel_alarm", {"id": unknown}, lane=b_lane,
+                                      thread=bob))  # fmt: skip
+    assert refused[0] == as_unknown[0] == names.TOOL_REFUSED
+    assert refused[1]["error"] == as_unknown[1]["error"].replace(unknown, aid)
+    # The alarm is untouched, and it fires into alice's conversation.
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE alarms SET due_at = now() - interval '1 second' "
+                           "WHERE id = %s", (aid,))  # fmt: skip
+    assert (await fire(pool, employee)).fired == 1
+    (fired,) = await fired_inputs(pool, employee)
+    env = fired["envelope"]
+    assert (env[names.ATTR_LANE], env[names.ATTR_THREAD]) == (a_lane, alice)
+    assert env["data"]["text"] == "alice's refund, 4711"
+    # Alice's own conversation cancels what is hers (the alarm fired meanwhile: its state).
+    assert await run(pool, call(employee, "cancel_alarm", {"id": aid}, lane=a_lane,
+                                thread=alice)) == (names.TOOL_OK,
+                                                   {"id": aid, "status": "fired"})  # fmt: skip
+
+
 # --- the whole stack: the supervisor's timer fires them -------------------------------------
 
 

@@ -9,7 +9,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from conftest import apply_and_start
-from messaging_helpers import team
+from messaging_helpers import landed, team
 from psycopg_pool import AsyncConnectionPool
 from test_data import spec as data_spec
 from test_data import watcher
@@ -110,7 +110,7 @@ async def test_a_hot_edge_becomes_a_digest_with_an_attention_item_then_half_open
     found = await deliveries(pool, b)
     digests = [d for d in found if d["type"] == names.TYPE_IPC_DIGEST]
     assert len([d for d in found if d["type"] == names.TYPE_IPC_MESSAGE]) == 40
-    assert all(d["stream_key"] == f"{b}/g1/worker/peer_{a}" for d in digests)
+    assert all(d["stream_key"] == f"{b}/g1/worker/{landed(a)['thread']}" for d in digests)
     assert all(d["route"]["reply"] is False for d in digests)
     counts = [d["payload"]["data"]["count"] for d in digests]
     assert sum(counts) == sent - 40  # every message is in a digest or was delivered
