@@ -11,13 +11,14 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 from conftest import apply_and_start
 from psycopg_pool import AsyncConnectionPool
 from temporalio.common import Priority, WorkflowIDReusePolicy
 from test_router import append_all, driver_event, query, route_until_done
 from test_supervision import applied, supervisor_status
-from test_turns import Instance, instance, transcript  # noqa: F401 (the in-process stack fixture)
+from test_turns import Instance, instance, transcript, transcripts  # noqa: F401 (the in-process stack fixture)
 
 from eventos import alarms, names
 from eventos.alarms import store
@@ -492,6 +493,67 @@ async def test_an_alarm_set_in_the_owners_chat_fires_into_that_chat(
         return int(rows[0]["n"]) >= 2
 
     await wait_for(replied_to_owner, timeout=30, what="the alarm's turn replied to the owner")
+
+
+async def add_users(api: httpx.AsyncClient, *prefixes: str) -> list[str]:
+    """Users created by the admin (unique names): their tokens."""
+    tokens = []
+    for prefix in prefixes:
+        r = await api.post("/v1/users", json={"name": f"{prefix}{uuid.uuid4().hex[:6]}"})
+        assert r.status_code == 201, r.text
+        tokens.append(str(r.json()["token"]))
+    return tokens
+
+
+async def user_says(token: str, url: str, name: str, text: str) -> str:
+    """A user's chat message to `name` and the reply the user reads."""
+    async with httpx.AsyncClient(base_url=url, timeout=10,
+                                 headers={"Authorization": f"Bearer {token}"}) as api:  # fmt: skip
+        r = await api.post(f"/v1/employees/{name}/chat",
+                           json={"client_message_id": uuid.uuid4().hex, "text": text})  # fmt: skip
+        assert r.status_code == 202, r.text
+        mid = int(r.json()["message_id"])
+
+        async def answered() -> str | None:
+            r = await api.get(f"/v1/employees/{name}/chat/{mid}")
+            return r.json()["reply"]  # type: ignore[no-any-return]
+
+        return await wait_for(answered, timeout=30, interval=0.1, what=f"reply to {mid}")
+
+
+async def test_one_users_alarm_is_not_anothers_to_list_or_cancel_and_still_fires(
+    instance: Instance,  # noqa: F811
+    ingress_url: str,
+) -> None:
+    """EG3, EG17 through whole turns: two users chat with one employee; the second user's
+    conversation asks for the first's alarm by its id and is answered as for an unknown id."""
+    name = await supervised_employee(instance)
+    ann, ben = await add_users(instance.api, "ann", "ben")
+    args = {"text": "ann's passport number is due", "in_s": 5}
+    reply = await user_says(ann, ingress_url, name,
+                            f"remind me\ncall: set_alarm {json.dumps(args)}")  # fmt: skip
+    assert "set_alarm returned" in reply
+    (row,) = await alarm_rows(instance.pool, name)
+    aid, ann_thread = row["id"], row["thread"]
+    listed = await user_says(ben, ingress_url, name, "call: list_alarms {}")
+    assert '"alarms":[]' in listed and aid not in listed and "passport" not in listed
+    cancel = {"id": aid}
+    refused = await user_says(ben, ingress_url, name,
+                              f"call: cancel_alarm {json.dumps(cancel)}")  # fmt: skip
+    assert f"you have no alarm '{aid}'" in refused
+
+    # The alarm is still ann's and fires into ann's conversation only.
+    async def shown_to_ann() -> dict[str, list[dict[str, Any]]] | None:
+        said = await transcripts(instance.pool, name)
+        seen = [m for m in said.get(ann_thread, []) if m["role"] == "user"
+                and m["content"] == "ann's passport number is due"]  # fmt: skip
+        return said if seen else None
+
+    said = await wait_for(shown_to_ann, timeout=30, what="the alarm shown in ann's chat")
+    (row,) = await alarm_rows(instance.pool, name)
+    assert row["status"] == "fired"
+    (ben_thread,) = set(said) - {ann_thread}
+    assert not any("passport" in str(m["content"]) for m in said[ben_thread])
 
 
 async def test_late_alarms_fire_with_a_note_and_one_past_skip_after_is_missed(
