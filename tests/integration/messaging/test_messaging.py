@@ -107,6 +107,44 @@ async def test_delegation_result_goes_back_to_the_delegating_thread_and_route(
     assert (task["status"], task["result"]) == ("done", "42")
 
 
+async def test_only_the_thread_a_task_landed_in_completes_it(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    """EG17: a task from one of A's conversations is B's to complete in the thread it landed
+    in; B's thread for another conversation of A (or any other thread) is answered as for an
+    unknown task, and the result returns to the delegating conversation alone."""
+    a, b = await team(pool, "a", "b")
+    alice, bob = "t_" + "a" * 16, "t_" + "b" * 16  # two customers' conversations of A
+    customer = {"kind": "grpc", "trigger": "grpc", "reply": True}
+    _, out = await run(pool, call(a, "delegate_to_employee", {"to": b, "task": "alice's refund"},
+                                  lane="customer", thread=alice, route=customer))  # fmt: skip
+    task_id = out["task_id"]
+    await run(pool, call(a, "send_to_employee", {"to": b, "text": "bob's address"},
+                         lane="customer", thread=bob, route=customer))  # fmt: skip
+    await route(pool)
+    by_thread = {str(d["thread"]): d for d in await deliveries(pool, b)}
+    assert set(by_thread) == {landed(a, "customer", alice)["thread"],
+                              landed(a, "customer", bob)["thread"]}  # fmt: skip
+    unknown = "task_" + "0" * 16
+    for elsewhere in (landed(a, "customer", bob), landed(a), {"lane": "talk", "thread": "main"}):
+        refused = await run(pool, call(b, "complete_task", {"task_id": task_id,
+                                                            "result": "bob's address"},
+                                       **elsewhere))  # fmt: skip
+        as_unknown = await run(pool, call(b, "complete_task", {"task_id": unknown, "result": "x"},
+                                          **elsewhere))  # fmt: skip
+        assert refused[0] == as_unknown[0] == names.TOOL_REFUSED
+        assert refused[1]["error"] == as_unknown[1]["error"].replace(unknown, task_id)
+    (task,) = await query(pool, "SELECT status FROM ipc_tasks")
+    assert task["status"] == "open"
+    done = call(b, "complete_task", {"result": "refunded"}, woken_tasks=[task_id],
+                **landed(a, "customer", alice))  # fmt: skip
+    assert (await run(pool, done))[0] == names.TOOL_OK
+    await route(pool)
+    (r,) = await deliveries(pool, a)
+    assert r["stream_key"] == f"{a}/g1/customer/{alice}"
+    assert r["payload"]["data"]["text"].endswith("\nrefunded")
+
+
 async def fire(pool: AsyncConnectionPool[Conn], employee: str, *,
                due: bool = True) -> store.Fired:  # fmt: skip
     """What the supervisor's timer does for `employee` (its deadlines made due first)."""
