@@ -187,8 +187,11 @@ async def figures(pool: AsyncConnectionPool[Conn]) -> dict[str, Any]:
         cur = await conn.execute("SELECT status, error FROM bus_ingress "
                                  "WHERE source_key LIKE 'ipc:%%'")  # fmt: skip
         cuts = Counter(outcome(r["status"], r["error"]) for r in await cur.fetchall())
-        cur = await conn.execute("SELECT sender, target, breaker, passed, digested, suppressed, "
-                                 "digests_sent FROM storm_edges ORDER BY 1, 2")  # fmt: skip
+        cur = await conn.execute(
+            "SELECT e.sender, e.target, e.breaker, e.passed, e.digested, e.suppressed, "
+            "(SELECT coalesce(sum(d.sent), 0) FROM storm_digests d WHERE d.sender = e.sender "
+            "AND d.target = e.target) AS digests_sent FROM storm_edges e ORDER BY 1, 2"
+        )
         edges = [dict(r) for r in await cur.fetchall()]
         cur = await conn.execute("SELECT kind, ref, count FROM attention_items ORDER BY 1, 2")
         items = [dict(r) for r in await cur.fetchall()]

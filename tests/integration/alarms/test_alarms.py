@@ -11,13 +11,14 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 from conftest import apply_and_start
 from psycopg_pool import AsyncConnectionPool
 from temporalio.common import Priority, WorkflowIDReusePolicy
 from test_router import append_all, driver_event, query, route_until_done
 from test_supervision import applied, supervisor_status
-from test_turns import Instance, instance, transcript  # noqa: F401 (the in-process stack fixture)
+from test_turns import Instance, instance, transcript, transcripts  # noqa: F401 (the in-process stack fixture)
 
 from eventos import alarms, names
 from eventos.alarms import store
@@ -374,6 +375,60 @@ async def test_an_inbound_message_cancels_its_threads_follow_ups_as_it_is_routed
     assert status[follow_up["id"]]["settled_at"] == routed["routed_at"]
 
 
+async def customer_threads(pool: AsyncConnectionPool[Conn], employee: str,
+                           *subjects: str) -> list[tuple[str, str]]:  # fmt: skip
+    """The (lane, thread) of one customer conversation per subject, as the router places a
+    driver's messages (thread_by: subject)."""
+    source, out = f"grpc:drv-{employee}", []
+    for n, subject in enumerate(subjects):
+        await append_all(pool, [driver_event(subject, n, source=source)])
+        await route_until_done(pool)
+        rows = await query(pool, "SELECT lane, thread FROM bus_streams WHERE employee = %s",
+                           employee)  # fmt: skip
+        (new,) = {(r["lane"], r["thread"]) for r in rows} - set(out)
+        out.append(new)
+    return out
+
+
+async def test_another_customers_conversation_neither_sees_nor_cancels_an_alarm(
+    pool: AsyncConnectionPool[Conn], employee: str
+) -> None:
+    """EG3, EG17: alice's alarm is not bob's to read or cancel, and an id from alice's
+    conversation is answered in bob's exactly as an id that does not exist (no oracle)."""
+    (a_lane, alice), (b_lane, bob) = await customer_threads(pool, employee, "alice", "bob")
+    _, set_ = await run(pool, call(employee, "set_alarm", {"text": "alice's refund, 4711",
+                                                           "in_s": 600},
+                                   lane=a_lane, thread=alice))  # fmt: skip
+    aid = set_["id"]
+    # Bob's conversation lists nothing; the owner's chat (another conversation) neither.
+    for lane, thread in ((b_lane, bob), ("talk", "main")):
+        assert (await run(pool, call(employee, "list_alarms", {}, lane=lane,
+                                     thread=thread)))[1] == {"alarms": []}  # fmt: skip
+    _, mine = await run(pool, call(employee, "list_alarms", {}, lane=a_lane, thread=alice))
+    assert [(a["id"], a["text"]) for a in mine["alarms"]] == [(aid, "alice's refund, 4711")]
+    # Bob's cancel of alice's id is refused word for word as an unknown id is.
+    unknown = "al_" + "0" * 16
+    refused = await run(pool, call(employee, "cancel_alarm", {"id": aid}, lane=b_lane,
+                                   thread=bob))  # fmt: skip
+    as_unknown = await run(pool, call(employee, "cancel_alarm", {"id": unknown}, lane=b_lane,
+                                      thread=bob))  # fmt: skip
+    assert refused[0] == as_unknown[0] == names.TOOL_REFUSED
+    assert refused[1]["error"] == as_unknown[1]["error"].replace(unknown, aid)
+    # The alarm is untouched, and it fires into alice's conversation.
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE alarms SET due_at = now() - interval '1 second' "
+                           "WHERE id = %s", (aid,))  # fmt: skip
+    assert (await fire(pool, employee)).fired == 1
+    (fired,) = await fired_inputs(pool, employee)
+    env = fired["envelope"]
+    assert (env[names.ATTR_LANE], env[names.ATTR_THREAD]) == (a_lane, alice)
+    assert env["data"]["text"] == "alice's refund, 4711"
+    # Alice's own conversation cancels what is hers (the alarm fired meanwhile: its state).
+    assert await run(pool, call(employee, "cancel_alarm", {"id": aid}, lane=a_lane,
+                                thread=alice)) == (names.TOOL_OK,
+                                                   {"id": aid, "status": "fired"})  # fmt: skip
+
+
 # --- the whole stack: the supervisor's timer fires them -------------------------------------
 
 
@@ -438,6 +493,67 @@ async def test_an_alarm_set_in_the_owners_chat_fires_into_that_chat(
         return int(rows[0]["n"]) >= 2
 
     await wait_for(replied_to_owner, timeout=30, what="the alarm's turn replied to the owner")
+
+
+async def add_users(api: httpx.AsyncClient, *prefixes: str) -> list[str]:
+    """Users created by the admin (unique names): their tokens."""
+    tokens = []
+    for prefix in prefixes:
+        r = await api.post("/v1/users", json={"name": f"{prefix}{uuid.uuid4().hex[:6]}"})
+        assert r.status_code == 201, r.text
+        tokens.append(str(r.json()["token"]))
+    return tokens
+
+
+async def user_says(token: str, url: str, name: str, text: str) -> str:
+    """A user's chat message to `name` and the reply the user reads."""
+    async with httpx.AsyncClient(base_url=url, timeout=10,
+                                 headers={"Authorization": f"Bearer {token}"}) as api:  # fmt: skip
+        r = await api.post(f"/v1/employees/{name}/chat",
+                           json={"client_message_id": uuid.uuid4().hex, "text": text})  # fmt: skip
+        assert r.status_code == 202, r.text
+        mid = int(r.json()["message_id"])
+
+        async def answered() -> str | None:
+            r = await api.get(f"/v1/employees/{name}/chat/{mid}")
+            return r.json()["reply"]  # type: ignore[no-any-return]
+
+        return await wait_for(answered, timeout=30, interval=0.1, what=f"reply to {mid}")
+
+
+async def test_one_users_alarm_is_not_anothers_to_list_or_cancel_and_still_fires(
+    instance: Instance,  # noqa: F811
+    ingress_url: str,
+) -> None:
+    """EG3, EG17 through whole turns: two users chat with one employee; the second user's
+    conversation asks for the first's alarm by its id and is answered as for an unknown id."""
+    name = await supervised_employee(instance)
+    ann, ben = await add_users(instance.api, "ann", "ben")
+    args = {"text": "ann's passport number is due", "in_s": 5}
+    reply = await user_says(ann, ingress_url, name,
+                            f"remind me\ncall: set_alarm {json.dumps(args)}")  # fmt: skip
+    assert "set_alarm returned" in reply
+    (row,) = await alarm_rows(instance.pool, name)
+    aid, ann_thread = row["id"], row["thread"]
+    listed = await user_says(ben, ingress_url, name, "call: list_alarms {}")
+    assert '"alarms":[]' in listed and aid not in listed and "passport" not in listed
+    cancel = {"id": aid}
+    refused = await user_says(ben, ingress_url, name,
+                              f"call: cancel_alarm {json.dumps(cancel)}")  # fmt: skip
+    assert f"you have no alarm '{aid}'" in refused
+
+    # The alarm is still ann's and fires into ann's conversation only.
+    async def shown_to_ann() -> dict[str, list[dict[str, Any]]] | None:
+        said = await transcripts(instance.pool, name)
+        seen = [m for m in said.get(ann_thread, []) if m["role"] == "user"
+                and m["content"] == "ann's passport number is due"]  # fmt: skip
+        return said if seen else None
+
+    said = await wait_for(shown_to_ann, timeout=30, what="the alarm shown in ann's chat")
+    (row,) = await alarm_rows(instance.pool, name)
+    assert row["status"] == "fired"
+    (ben_thread,) = set(said) - {ann_thread}
+    assert not any("passport" in str(m["content"]) for m in said[ben_thread])
 
 
 async def test_late_alarms_fire_with_a_note_and_one_past_skip_after_is_missed(

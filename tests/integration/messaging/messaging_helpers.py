@@ -9,6 +9,7 @@ from typing import Any
 from conftest import apply_and_start
 from psycopg_pool import AsyncConnectionPool
 
+from eventos import names
 from eventos.contracts import ToolCallInput
 from eventos.db import Conn
 from eventos.settings import SecretStore
@@ -55,6 +56,12 @@ def call(employee: str, tool: str, args: dict[str, Any], *, thread: str = "main"
         dict(route or CHAT_ROUTE), chain, hop, list(path or []),
         woken_tasks=list(woken_tasks or []),
     )  # fmt: skip
+
+
+def landed(sender: str, lane: str = "talk", thread: str = "main") -> dict[str, str]:
+    """Where a message or task from `sender`'s conversation (lane, thread) lands in its target:
+    the `call` arguments of a turn there."""
+    return {"thread": names.peer_thread(sender, lane, thread), "lane": names.LANE_WORKER}
 
 
 def runner(pool: AsyncConnectionPool[Conn]) -> ToolRunner:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from messaging_helpers import call, run, team
+from messaging_helpers import call, landed, run, team
 from psycopg_pool import AsyncConnectionPool
 from test_router import query
 
@@ -43,7 +43,8 @@ async def test_a_message_lands_in_the_peer_thread_with_no_reply_route(
     assert await run(pool, c) == (outcome, out)  # a retried attempt reads the stored result
     await route(pool)
     (d,) = await deliveries(pool, b)
-    assert (d["stream_key"], d["thread"], d["type"]) == (f"{b}/g1/worker/peer_{a}", f"peer_{a}",
+    peer = landed(a)["thread"]  # a's owner chat's own thread of b
+    assert (d["stream_key"], d["thread"], d["type"]) == (f"{b}/g1/worker/{peer}", peer,
                                                          names.TYPE_IPC_MESSAGE)  # fmt: skip
     assert d["route"]["reply"] is False and d["route"]["kind"] == "ipc"
     assert d["class"] == names.C3_INTERNAL and d["hop"] == 3
@@ -85,7 +86,7 @@ async def test_delegation_result_goes_back_to_the_delegating_thread_and_route(
     (d,) = await deliveries(pool, b)
     assert d["type"] == names.TYPE_IPC_TASK and d["payload"]["data"]["task_id"] == task_id
     # Only the assignee completes it.
-    in_b = {"thread": f"peer_{a}", "lane": "worker", "route": d["route"], "hop": 1, "path": [a]}
+    in_b = {**landed(a), "route": d["route"], "hop": 1, "path": [a]}
     outcome, out = await run(pool, call(c, "complete_task", {"task_id": task_id, "result": "1"}))
     assert outcome == names.TOOL_REFUSED and out["error"] == (
         f"task {task_id} is {b}'s: only the assignee completes it"
@@ -104,6 +105,44 @@ async def test_delegation_result_goes_back_to_the_delegating_thread_and_route(
     assert r["payload"]["data"]["text"].endswith("\n42")
     (task,) = await query(pool, "SELECT status, result FROM ipc_tasks")
     assert (task["status"], task["result"]) == ("done", "42")
+
+
+async def test_only_the_thread_a_task_landed_in_completes_it(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    """EG17: a task from one of A's conversations is B's to complete in the thread it landed
+    in; B's thread for another conversation of A (or any other thread) is answered as for an
+    unknown task, and the result returns to the delegating conversation alone."""
+    a, b = await team(pool, "a", "b")
+    alice, bob = "t_" + "a" * 16, "t_" + "b" * 16  # two customers' conversations of A
+    customer = {"kind": "grpc", "trigger": "grpc", "reply": True}
+    _, out = await run(pool, call(a, "delegate_to_employee", {"to": b, "task": "alice's refund"},
+                                  lane="customer", thread=alice, route=customer))  # fmt: skip
+    task_id = out["task_id"]
+    await run(pool, call(a, "send_to_employee", {"to": b, "text": "bob's address"},
+                         lane="customer", thread=bob, route=customer))  # fmt: skip
+    await route(pool)
+    by_thread = {str(d["thread"]): d for d in await deliveries(pool, b)}
+    assert set(by_thread) == {landed(a, "customer", alice)["thread"],
+                              landed(a, "customer", bob)["thread"]}  # fmt: skip
+    unknown = "task_" + "0" * 16
+    for elsewhere in (landed(a, "customer", bob), landed(a), {"lane": "talk", "thread": "main"}):
+        refused = await run(pool, call(b, "complete_task", {"task_id": task_id,
+                                                            "result": "bob's address"},
+                                       **elsewhere))  # fmt: skip
+        as_unknown = await run(pool, call(b, "complete_task", {"task_id": unknown, "result": "x"},
+                                          **elsewhere))  # fmt: skip
+        assert refused[0] == as_unknown[0] == names.TOOL_REFUSED
+        assert refused[1]["error"] == as_unknown[1]["error"].replace(unknown, task_id)
+    (task,) = await query(pool, "SELECT status FROM ipc_tasks")
+    assert task["status"] == "open"
+    done = call(b, "complete_task", {"result": "refunded"}, woken_tasks=[task_id],
+                **landed(a, "customer", alice))  # fmt: skip
+    assert (await run(pool, done))[0] == names.TOOL_OK
+    await route(pool)
+    (r,) = await deliveries(pool, a)
+    assert r["stream_key"] == f"{a}/g1/customer/{alice}"
+    assert r["payload"]["data"]["text"].endswith("\nrefunded")
 
 
 async def fire(pool: AsyncConnectionPool[Conn], employee: str, *,
@@ -152,7 +191,7 @@ async def test_a_deadline_turns_into_timed_out_in_the_origin_thread(
         f"[task {task_id} for {b} timed out at {task['deadline_at'].isoformat()}; no result came]"
     )
     assert r["route"]["reply"] is True and r["hop"] == 4 and r["class"] == names.C3_INTERNAL
-    late = call(b, "complete_task", {"task_id": task_id, "result": "finally"})
+    late = call(b, "complete_task", {"task_id": task_id, "result": "finally"}, **landed(a))
     outcome, refused = await run(pool, late)
     assert outcome == names.TOOL_REFUSED and "already timed_out" in refused["error"]
     (task,) = await query(pool, "SELECT status FROM ipc_tasks")
@@ -163,7 +202,7 @@ async def test_a_result_in_time_cancels_the_deadline(pool: AsyncConnectionPool[C
     a, b = await team(pool, "a", "b")
     _, out = await run(pool, call(a, "delegate_to_employee",
                                   {"to": b, "task": "quick", "deadline_s": 30}))  # fmt: skip
-    done = call(b, "complete_task", {"task_id": out["task_id"], "result": "ok"})
+    done = call(b, "complete_task", {"task_id": out["task_id"], "result": "ok"}, **landed(a))
     assert (await run(pool, done))[0] == names.TOOL_OK
     assert (await deadline_of(pool, out["task_id"]))["status"] == "cancelled"
     assert await fire(pool, a) == store.Fired()
@@ -177,7 +216,8 @@ async def test_a_result_while_the_deadline_fires_is_not_blocked_and_wins(
     a, b = await team(pool, "a", "b")
     _, out = await run(pool, call(a, "delegate_to_employee",
                                   {"to": b, "task": "close call", "deadline_s": 30}))  # fmt: skip
-    done = call(b, "complete_task", {"task_id": out["task_id"], "result": "just in time"})
+    done = call(b, "complete_task", {"task_id": out["task_id"], "result": "just in time"},
+                **landed(a))  # fmt: skip
     async with pool.connection() as firing, firing.transaction():  # fire_due holds the alarm
         await firing.execute("SELECT 1 FROM alarms WHERE ref = %s FOR UPDATE",
                              (f"task:{out['task_id']}",))  # fmt: skip
@@ -210,8 +250,9 @@ async def test_at_most_200_open_tasks_per_delegator(pool: AsyncConnectionPool[Co
     async with pool.connection() as conn:  # 199 open tasks already
         await conn.execute(
             "INSERT INTO ipc_tasks (id, from_employee, from_generation, to_employee, task, "
-            "reply_to, chain_id, hop, created_at) SELECT 'old_' || n, %s, 1, %s, 't', '{}', "
-            "'c', 1, now() FROM generate_series(1, 199) n", (a, b))  # fmt: skip
+            "reply_to, chain_id, hop, created_at, to_thread) SELECT 'old_' || n, %s, 1, %s, "
+            "'t', '{}', 'c', 1, now(), 'peer_x' FROM generate_series(1, 199) n",
+            (a, b))  # fmt: skip
         await conn.commit()
     ok, _ = await run(pool, call(a, "delegate_to_employee", {"to": b, "task": "200th"}))
     assert ok == names.TOOL_OK
@@ -243,10 +284,12 @@ async def test_reset_cancels_the_retired_generations_open_delegations(
     assert deadline["status"] == "cancelled"  # it never fires into the retired generation
 
 
-def raw_message(sender: str, target: str, n: int, hop: int = 1,
-                path: list[str] | None = None) -> IngressRecord:  # fmt: skip
-    """An ipc message as a tool would append it, with a hop and path the test chooses."""
-    wake = ipc.peer_wake(sender, target, f"chain-{n}", hop, path if path is not None else [sender])
+def raw_message(sender: str, target: str, n: int, hop: int = 1, path: list[str] | None = None,
+                origin: str = "main") -> IngressRecord:  # fmt: skip
+    """An ipc message as a tool of the sender's conversation (talk, `origin`) would append it,
+    with a hop and path the test chooses."""
+    wake = ipc.peer_wake(sender, "talk", origin, target, f"chain-{n}", hop,
+                         path if path is not None else [sender])  # fmt: skip
     data = {"text": f"message {n}", "from": sender}
     return ipc.record(wake, names.TYPE_IPC_MESSAGE, f"raw-{sender}-{n}", data)
 
@@ -271,21 +314,21 @@ async def test_past_500_pending_inputs_the_sender_is_refused(
 
 async def test_a_peer_thread_never_takes_a_reply_route(pool: AsyncConnectionPool[Conn]) -> None:
     a, b = await team(pool, "a", "b")
-    wake = ipc.peer_wake(a, b, "chain-r", 1, [a])
+    wake = ipc.peer_wake(a, "talk", "main", b, "chain-r", 1, [a])
     claims = ipc.Wake(wake.target, wake.lane, wake.thread, {"kind": "chat", "reply": True,
                       "session": "owner"}, "chain-r", 1, [a], a)  # fmt: skip
     async with pool.connection() as conn:
         await append(conn, [ipc.record(claims, names.TYPE_IPC_MESSAGE, "claims-a-reply", {})])
     await route(pool)
     (d,) = await deliveries(pool, b)
-    assert d["thread"] == f"peer_{a}" and d["route"]["reply"] is False
+    assert d["thread"] == landed(a)["thread"] and d["route"]["reply"] is False
 
 
 async def test_a_task_cut_as_a_loop_is_cancelled_with_the_reason(
     pool: AsyncConnectionPool[Conn],
 ) -> None:
     a, b = await team(pool, "a", "b")
-    in_b = {"thread": f"peer_{a}", "lane": "worker", "hop": 1, "path": [a]}
+    in_b = {**landed(a), "hop": 1, "path": [a]}
     outcome, out = await run(pool, call(b, "delegate_to_employee",
                                         {"to": a, "task": "back", "deadline_s": 60},
                                         **in_b))  # fmt: skip

@@ -21,8 +21,9 @@ from messaging_helpers import team
 from psycopg_pool import AsyncConnectionPool
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
+from test_alarms import add_users, user_says
 from test_router import query
-from test_turns import IDLE_S, PRICES, PUMP_STOP_S, ROLL_AFTER, pump, transcript
+from test_turns import IDLE_S, PRICES, PUMP_STOP_S, ROLL_AFTER, pump, transcript, transcripts
 
 from eventos import names
 from eventos.contracts import Control, SupervisorInput
@@ -153,8 +154,8 @@ async def test_a_delegated_result_continues_the_owner_chat_and_reaches_the_owner
     assert {t["stream_key"] for t in turns} == {f"{a}/g1/talk/main"} and len(turns) == 2
     users = [m["content"] for m in await transcript(pair.pool, "main", a) if m["role"] == "user"]
     assert len(users) == 2 and users[1].endswith("\n42 apples")
-    # B worked in peer_<a>: its final text stays in its transcript and goes nowhere.
-    said = await transcript(pair.pool, f"peer_{a}", b)
+    # B worked in its thread for A's owner chat: its final text stays there and goes nowhere.
+    said = await transcript(pair.pool, names.peer_thread(a, "talk", "main"), b)
     assert [m["role"] for m in said] == ["user", "assistant", "tool", "assistant"]
     assert "complete_task returned" in str(said[-1]["content"])
     await no_reply_from(pair.pool, b)
@@ -198,7 +199,8 @@ async def test_a_message_back_along_the_path_is_suppressed_as_a_cycle(pair: Team
         f"loop_suppressed: cycle {a} -> {b} -> {a}",
         2,
     )
-    said = await wait_for(lambda: transcript(pair.pool, f"peer_{a}", b), timeout=15,
+    said = await wait_for(lambda: transcript(pair.pool, names.peer_thread(a, "talk", "main"), b),
+                          timeout=15,
                           what="b's turn saved")  # fmt: skip
     assert "send_to_employee returned" in str(said[-1]["content"])
     await no_reply_from(pair.pool, b)
@@ -236,4 +238,79 @@ async def test_a_delegation_ping_pong_through_real_turns_is_cut_at_8_hops(pair: 
     assert [h["hop"] for h in hops if h["hop"]] == [1, 2, 3, 4, 5, 6, 7, 8]
     tasks = await query(pair.pool, "SELECT status, count(*) AS n FROM ipc_tasks GROUP BY 1")
     assert {t["status"]: t["n"] for t in tasks} == {"done": 4, "cancelled": 1}
+    await no_reply_from(pair.pool, b)
+
+
+# --- EG17: one thread of B per conversation of A ---------------------------------------------
+
+
+async def peer_threads(pool: AsyncConnectionPool[Conn], a: str, b: str,
+                       *texts: str) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+    """B's transcripts of threads holding A's wakes, once each of `texts` is in one of them
+    and every turn there has finished."""
+
+    async def answered() -> dict[str, list[dict[str, Any]]] | None:
+        said = {t: m for t, m in (await transcripts(pool, b)).items()
+                if t.startswith(f"peer_{a}")}  # fmt: skip
+        seen = json.dumps(said)
+        done = all(m and m[-1]["role"] == "assistant" for m in said.values())
+        return said if done and all(t in seen for t in texts) else None
+
+    return await wait_for(answered, timeout=45, what=f"{texts} answered by {b}")
+
+
+async def test_two_conversations_of_a_land_in_two_threads_of_b(
+    pair: Team, ingress_url: str
+) -> None:
+    a, b = pair.a, pair.b
+    ann, ben = await add_users(pair.api, "ann", "ben")
+    secrets = {ann: "ann's card ends 1111", ben: "ben's card ends 2222"}
+    for token, secret in secrets.items():
+        said = await user_says(token, ingress_url, a, script("send_to_employee", to=b, text=secret))
+        assert "send_to_employee returned" in said
+    threads = await peer_threads(pair.pool, a, b, *secrets.values())
+    assert len(threads) == 2  # one thread of B per conversation of A
+    texts = {t: json.dumps(m) for t, m in threads.items()}
+    (ann_thread,) = [t for t, text in texts.items() if "1111" in text]
+    (ben_thread,) = [t for t, text in texts.items() if "2222" in text]
+    assert ann_thread != ben_thread
+    assert "2222" not in texts[ann_thread] and "1111" not in texts[ben_thread]
+    # The thread's name carries no personal data: the sender and a hash of its conversation.
+    for thread in threads:
+        assert thread.startswith(f"peer_{a}_") and "ann" not in thread and "ben" not in thread
+    await no_reply_from(pair.pool, b)
+
+
+async def test_a_delegated_result_returns_to_the_delegating_conversation_only(
+    pair: Team, ingress_url: str
+) -> None:
+    a, b = pair.a, pair.b
+    ann, ben = await add_users(pair.api, "ann", "ben")
+    # A's other conversation told B something of ben's first.
+    await user_says(ben, ingress_url, a, script("send_to_employee", to=b, text="ben: 2222"))
+    await peer_threads(pair.pool, a, b, "ben: 2222")
+    task = "look up ann's order\n" + script("complete_task", result="order 4711 shipped")
+    said = await user_says(ann, ingress_url, a, script("delegate_to_employee", to=b, task=task))
+    assert "delegate_to_employee returned" in said
+
+    async def result_replied() -> list[dict[str, Any]] | None:
+        rows = await query(pair.pool, "SELECT thread, audience, body FROM outbound_messages "
+                                      "WHERE employee = %s AND body LIKE %s", a,
+                           "%order 4711 shipped%")  # fmt: skip
+        return rows or None
+
+    (reply,) = await wait_for(result_replied, timeout=45, what="A's reply on the task's result")
+    ann_thread = str(reply["thread"]).rsplit("/", 1)[1]  # the outbox names the stream
+    said_by_a = await transcripts(pair.pool, a)
+    with_result = [t for t, m in said_by_a.items() if "order 4711 shipped" in json.dumps(m)]
+    assert with_result == [ann_thread]  # only the delegating conversation holds it
+    ben_thread = next(t for t, m in said_by_a.items() if "ben: 2222" in json.dumps(m))
+    assert ben_thread != ann_thread and reply["audience"] not in (None, "owner")
+    assert "2222" not in json.dumps(said_by_a[ann_thread])
+    (task_row,) = await query(pair.pool, "SELECT reply_to, to_thread, status FROM ipc_tasks")
+    assert task_row["status"] == "done" and task_row["reply_to"]["thread"] == ann_thread
+    # B worked on ann's task in a thread that never held ben's message (EG17 by composition).
+    threads = await peer_threads(pair.pool, a, b, "order 4711")
+    assert "order 4711" in json.dumps(threads[task_row["to_thread"]])
+    assert "2222" not in json.dumps(threads[task_row["to_thread"]])
     await no_reply_from(pair.pool, b)

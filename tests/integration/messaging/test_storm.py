@@ -9,7 +9,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from conftest import apply_and_start
-from messaging_helpers import team
+from messaging_helpers import landed, team
 from psycopg_pool import AsyncConnectionPool
 from test_data import spec as data_spec
 from test_data import watcher
@@ -110,7 +110,7 @@ async def test_a_hot_edge_becomes_a_digest_with_an_attention_item_then_half_open
     found = await deliveries(pool, b)
     digests = [d for d in found if d["type"] == names.TYPE_IPC_DIGEST]
     assert len([d for d in found if d["type"] == names.TYPE_IPC_MESSAGE]) == 40
-    assert all(d["stream_key"] == f"{b}/g1/worker/peer_{a}" for d in digests)
+    assert all(d["stream_key"] == f"{b}/g1/worker/{landed(a)['thread']}" for d in digests)
     assert all(d["route"]["reply"] is False for d in digests)
     counts = [d["payload"]["data"]["count"] for d in digests]
     assert sum(counts) == sent - 40  # every message is in a digest or was delivered
@@ -131,6 +131,33 @@ async def test_a_hot_edge_becomes_a_digest_with_an_attention_item_then_half_open
     assert (edge["breaker"], edge["exhausted_windows"]) == ("closed", 0)
     one_by_one = [d for d in await deliveries(pool, b) if d["type"] == names.TYPE_IPC_MESSAGE]
     assert len(one_by_one) == 42
+
+
+async def test_conversations_of_a_share_the_edges_bucket_and_each_gets_its_own_digest(
+    pool: AsyncConnectionPool[Conn],
+) -> None:
+    """Splitting A's wakes into one thread of B per origin conversation keeps one bucket per
+    pair (SPEC §10: 20 in a burst, whichever conversation wrote), and what the bucket holds
+    back goes to B in one digest per thread, quoting that conversation's messages only."""
+    a, b = await team(pool, "a", "b")
+    origins = ("t_" + "1" * 16, "t_" + "2" * 16)
+    async with pool.connection() as conn:
+        await append(conn, [raw_message(a, b, n, origin=origins[n % 2]) for n in range(30)])
+    await route(pool, T0)
+    one_by_one = await deliveries(pool, b)
+    assert len(one_by_one) == 20  # the pair's burst, not 20 per thread
+    async with pool.connection() as conn:
+        assert await storm.flush_due(conn, T0 + timedelta(minutes=1)) == 2
+    await route(pool, T0 + timedelta(minutes=1))
+    digests = [d for d in await deliveries(pool, b) if d["type"] == names.TYPE_IPC_DIGEST]
+    assert sum(d["payload"]["data"]["count"] for d in digests) == 10
+    for origin in origins:
+        thread = landed(a, "talk", origin)["thread"]
+        (digest,) = [d for d in digests if d["thread"] == thread]
+        mine = {f"message {n}" for n in range(30) if origins[n % 2] == origin}
+        assert set(digest["payload"]["data"]["texts"]) <= mine  # none of the other's texts
+        assert all(d["payload"]["data"]["text"] in mine for d in one_by_one
+                   if d["thread"] == thread)  # fmt: skip
 
 
 async def test_half_open_and_still_hot_opens_again(pool: AsyncConnectionPool[Conn]) -> None:

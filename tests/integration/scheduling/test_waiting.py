@@ -301,7 +301,8 @@ async def test_a_hot_edge_with_an_open_breaker_collects_a_digest(
     for minute in range(3):  # the storm test's setup: 40 a minute against 10 a minute
         await storm_minute(pool, a, b, minute, 40, minute * 40)
     w = await gate_of(admin, b, "breaker_open", status="digest")
-    (edge,) = await query(pool, "SELECT digest_due_at, digest_count FROM storm_edges "
-                          "WHERE sender = %s", a)  # fmt: skip
-    assert until(w) == edge["digest_due_at"]
-    assert w["thread"] == f"peer_{a}" and f"{edge['digest_count']} messages from {a}" in w["input"]
+    (digest,) = await query(pool, "SELECT due_at, count, thread FROM storm_digests "
+                            "WHERE sender = %s", a)  # fmt: skip
+    assert until(w) == digest["due_at"]
+    assert digest["thread"] == names.peer_thread(a, "talk", "main")  # the origin's own thread
+    assert w["thread"] == digest["thread"] and f"{digest['count']} messages from {a}" in w["input"]

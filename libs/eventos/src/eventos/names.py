@@ -5,6 +5,7 @@ Services use these by name and never import each other's code.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Final
 
 SERVICES: Final = ("ingress", "router", "relay", "workers-workflow", "workers-llm", "egress")
@@ -301,8 +302,19 @@ ATTR_PATH: Final = "eventospath"  # the employees an internal wake went through 
 THREAD_BY_EXPLICIT: Final = "explicit"  # an implicit subscription's placement
 PEER_THREAD_PREFIX: Final = "peer_"
 USER_THREAD_PREFIX: Final = "u_"  # a user's owner chat: `u_` and 16 hex of its record's id
+PEER_ORIGIN_HEX: Final = 12  # hex digits of the origin conversation in a peer thread's name
 STORM_PATH_MAX: Final = 16  # employees an internal wake's path keeps (SPEC §10)
 TYPE_TOOL_RETRY: Final = "eventos.tool.retry"  # the owner asked to run an unknown call again
+
+
+def peer_thread(sender: str, lane: str, thread: str) -> str:
+    """The thread of the target where wakes from `sender`'s conversation (lane, thread) land:
+    `peer_<sender>_<hash>`. One per origin conversation, so the target's history for one of
+    the sender's customers never holds another's (EG17); the hash carries no personal data
+    (a customer's thread id is itself a hash, the lane a fixed word)."""
+    origin = hashlib.sha256(f"{lane}/{thread}".encode()).hexdigest()[:PEER_ORIGIN_HEX]
+    return f"{PEER_THREAD_PREFIX}{sender}_{origin}"
+
 
 # Poll triggers (SPEC §7 PollWorkflow, §15 Polls).
 WF_POLL: Final = "PollWorkflow"
@@ -386,8 +398,9 @@ def data_resync_type(store: str) -> str:
 
 
 # Employee messaging and storm guards (SPEC §10, §15; issue 13). Messages and tasks go to
-# source `ipc:<target>`, placed in thread `peer_<sender>`; task results into the delegating
-# turn's thread (`reply_to`). `eventossender` names the employee an internal wake comes from.
+# source `ipc:<target>`, placed in thread `peer_<sender>_<origin>` (`peer_thread`: one per
+# conversation of the sender); task results into the delegating turn's thread (`reply_to`).
+# `eventossender` names the employee an internal wake comes from.
 ATTR_SENDER: Final = "eventossender"
 TYPE_IPC_MESSAGE: Final = "eventos.ipc.message"
 TYPE_IPC_TASK: Final = "eventos.ipc.task"

@@ -143,11 +143,13 @@ async def cancel_by_ref(conn: Conn, employee: str, ref: str,
     return len(await cur.fetchall())
 
 
-async def cancel(conn: Conn, employee: str, generation: int, aid: str) -> str | None:
-    """Cancel one of the generation's own alarms: its status after (`cancelled`, or the final
-    state it had reached); None when it has no such alarm."""
-    params = {"employee": employee, "generation": generation, "id": aid,
-              "kind": names.ALARM_KIND}  # fmt: skip
+async def cancel(conn: Conn, employee: str, generation: int, lane: str, thread: str,
+                 aid: str) -> str | None:  # fmt: skip
+    """Cancel one of the alarms the conversation (lane, thread) of the generation set: its
+    status after (`cancelled`, or the final state it had reached); None when it set no such
+    alarm (another conversation's alarm is not there for it, EG17)."""
+    params = {"employee": employee, "generation": generation, "lane": lane, "thread": thread,
+              "id": aid, "kind": names.ALARM_KIND}  # fmt: skip
     cur = await conn.execute(Q["alarm_cancel"], params)
     if await cur.fetchone() is not None:
         return names.ALARM_CANCELLED
@@ -158,12 +160,13 @@ async def cancel(conn: Conn, employee: str, generation: int, aid: str) -> str | 
     return str(row["status"])
 
 
-async def listed(conn: Conn, employee: str, generation: int) -> tuple[list[dict[str, Any]], int]:
-    """The generation's scheduled alarms and those settled in the last day (at most LIST_MAX,
-    soonest first), and how many there are in all."""
+async def listed(conn: Conn, employee: str, generation: int, lane: str,
+                 thread: str) -> tuple[list[dict[str, Any]], int]:  # fmt: skip
+    """The scheduled alarms the conversation (lane, thread) of the generation set and those
+    settled in the last day (at most LIST_MAX, soonest first), and how many there are in all."""
     cur = await conn.execute(Q["alarms_list"],
-                             {"employee": employee, "generation": generation,
-                              "limit": LIST_MAX})  # fmt: skip
+                             {"employee": employee, "generation": generation, "lane": lane,
+                              "thread": thread, "limit": LIST_MAX})  # fmt: skip
     rows = await cur.fetchall()
     out = []
     for r in rows:

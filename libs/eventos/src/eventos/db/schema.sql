@@ -536,7 +536,8 @@ CREATE TABLE watch_pending (
 -- assignee moves it out of `open` (compare-and-swap); its deadline (an alarm of kind `deadline`,
 -- ref `task:<id>`) moves it to `timed_out`; `deadline_at` is shown in the task's texts.
 -- `hop` and `path` are the delegating turn's causal context (I8): the result carries the hop
--- on and restores the path, as a call that returns.
+-- on and restores the path, as a call that returns. `to_thread` is the assignee's thread the
+-- task landed in (one per conversation of the delegator): only a turn there completes it.
 CREATE TABLE ipc_tasks (
     id               text PRIMARY KEY,
     from_employee    text NOT NULL,
@@ -552,12 +553,14 @@ CREATE TABLE ipc_tasks (
     deadline_at      timestamptz,
     result           text,
     created_at       timestamptz NOT NULL,
-    completed_at     timestamptz
+    completed_at     timestamptz,
+    to_thread        text NOT NULL
 );
 CREATE INDEX ipc_tasks_open_from ON ipc_tasks (from_employee) WHERE status = 'open';
 -- One row per edge (sender → target) of internal wakes: a token bucket (10/min, burst 20),
--- the exhausted one-minute windows in a row, the breaker, and the digest buffer the edge's
--- messages collect in while they are not delivered one by one. Counters for operators.
+-- the exhausted one-minute windows in a row and the breaker (the digest buffers the edge's
+-- messages collect in while they are not delivered one by one are in storm_digests, per
+-- thread). Counters for operators.
 CREATE TABLE storm_edges (
     sender                 text NOT NULL,
     target                 text NOT NULL,
@@ -569,19 +572,28 @@ CREATE TABLE storm_edges (
                            CHECK (breaker IN ('closed', 'open', 'half_open')),
     opened_at              timestamptz,
     probe_at               timestamptz,
-    digest_count           integer NOT NULL DEFAULT 0,
-    digest_texts           jsonb NOT NULL DEFAULT '[]',
-    digest_hop             integer NOT NULL DEFAULT 0,
-    digest_path            jsonb NOT NULL DEFAULT '[]',
-    digest_chain           text,
-    digest_due_at          timestamptz,
-    digests_sent           integer NOT NULL DEFAULT 0,
     passed                 bigint NOT NULL DEFAULT 0,
     digested               bigint NOT NULL DEFAULT 0,
     suppressed             bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (sender, target)
 );
-CREATE INDEX storm_edges_digest_due ON storm_edges (digest_due_at) WHERE digest_count > 0;
+-- The digest of one edge's held wakes of one thread of the target (issue 25): the bucket and
+-- breaker stay per edge (splitting threads must not multiply the allowance), the quoted texts
+-- go only to the thread of the origin conversation that wrote them.
+CREATE TABLE storm_digests (
+    sender     text NOT NULL,
+    target     text NOT NULL,
+    thread     text NOT NULL,
+    count      integer NOT NULL DEFAULT 0,
+    texts      jsonb NOT NULL DEFAULT '[]',
+    hop        integer NOT NULL DEFAULT 0,
+    path       jsonb NOT NULL DEFAULT '[]',
+    chain      text,
+    due_at     timestamptz,
+    sent       integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (sender, target, thread)
+);
+CREATE INDEX storm_digests_due ON storm_digests (due_at) WHERE count > 0;
 -- The 500-pending bound per target counts the target's undelivered ipc inputs.
 CREATE INDEX bus_deliveries_open_by_subscription ON bus_deliveries (subscription_id)
     WHERE status IN ('pending', 'held', 'delivered');

@@ -48,9 +48,11 @@ class PlacementError(Exception):
 
 LANES = (names.LANE_TALK, names.LANE_CUSTOMER, names.LANE_WORKER)
 # Threads an internal producer may name (SPEC §3): main, a customer's, a user's owner chat,
-# another employee's, an ephemeral one.
+# one conversation of another employee (`names.peer_thread`; the bare `peer_<sender>` of
+# rows written before issue 25 still routes), an ephemeral one.
 PLACED_THREAD = re.compile(
-    r"^(main|t_[0-9a-f]{16}|u_[0-9a-f]{16}|peer_[a-z][a-z0-9-]{0,39}|e_[0-9]{1,20})$"
+    r"^(main|t_[0-9a-f]{16}|u_[0-9a-f]{16}|e_[0-9]{1,20}"
+    rf"|peer_[a-z][a-z0-9-]{{0,39}}(_[0-9a-f]{{{names.PEER_ORIGIN_HEX}}})?)$"
 )
 
 
@@ -67,7 +69,7 @@ class Placement:
 def placed(sub: dict[str, Any], envelope: object) -> Placement:
     """An implicit subscription's event names its stream and reply route itself (alarms fire
     into the thread that set them and take its route; task results go to the origin thread;
-    messages from another employee to `peer_<sender>`). Only internal producers write these
+    messages from another employee to `peer_<sender>_<origin>`). Only internal producers write these
     sources (SPEC §6.3), so the names are checked for shape, not for trust."""
     env = envelope if isinstance(envelope, dict) else {}
     lane, thread = env.get(names.ATTR_LANE, names.LANE_WORKER), env.get(names.ATTR_THREAD)

@@ -67,25 +67,19 @@ def change_of(row: dict[str, Any]) -> Change | None:
 async def storm_verdict(conn: Conn, row: dict[str, Any], sub: dict[str, Any], change: Change,
                         now: datetime) -> str:  # fmt: skip
     """STORM GUARD CALL SITE (SPEC §10): a watched-data wake of another employee passes the
-    storm guards (`storm.guard`: hops and loops on the path, on the router's clock). Any
+    storm guards (`storm.check`: hops and loops on the path, on the router's clock). Any
     verdict other than WATCH_DELIVER drops the wake with that verdict as the ingress row's
-    note (a loop's reason; `digested` if the bucket is ever applied here: the change is then
-    quoted in the edge's digest, which reaches the watcher in `peer_<writer>`)."""
+    note (a loop's reason)."""
     if not change.writer:
         return names.WATCH_DELIVER
     # Loops only (hops, cycle): the per-edge bucket is not applied to watched data, whose own
     # bound is one input per (subscription, record) and one resync past 200 records (§15).
-    verdict = await storm.guard(conn, change.writer, str(sub["employee"]), str(row["chain_id"]),
-                                int(row["hop"]), storm.path_of(row.get("envelope")),
-                                change_text(change), now, rated=False)  # fmt: skip
+    verdict = await storm.check(conn, change.writer, str(sub["employee"]), str(row["chain_id"]),
+                                int(row["hop"]), storm.path_of(row.get("envelope")), now,
+                                rated=False)  # fmt: skip
     if verdict.action == storm.DELIVER:
         return names.WATCH_DELIVER
-    return names.STORM_DIGESTED if verdict.action == storm.DIGEST else str(verdict.reason)
-
-
-def change_text(change: Change) -> str:
-    """A change as a digest quotes it."""
-    return f"data {change.store}/{change.key} changed (version {change.version})"
+    return str(verdict.reason)
 
 
 def resync_row(row: dict[str, Any], change: Change, pending: int) -> dict[str, Any]:

@@ -110,8 +110,8 @@ def compile_subscriptions(spec: EmployeeSpec, generation: int) -> list[dict[str,
 
 # Implicit subscriptions of every generation (SPEC §3): to its front agent, placed by the event
 # itself (alarms into the thread that set them; messages and tasks from other employees into
-# `peer_<sender>`, task results into the origin thread, an owner's Retry of a tool call into
-# the thread that made it).
+# `peer_<sender>_<origin>`, one thread per conversation of the sender; task results into the
+# origin thread, an owner's Retry of a tool call into the thread that made it).
 IMPLICIT_SOURCES = {names.SOURCE_ALARM: names.C4_BACKGROUND, names.SOURCE_IPC: names.C3_INTERNAL,
                     names.SOURCE_TOOL: names.C3_INTERNAL}  # fmt: skip
 IMPLICIT_PREFIX = "implicit:"  # no spec trigger name holds a colon

@@ -2,7 +2,9 @@
 results, and what a task's deadline does when it is due.
 
 A message or a task goes to source `ipc:<target>` (the target's implicit subscription, C3),
-placed in thread `peer_<sender>` of the worker lane with no reply route; a task result goes to
+placed in thread `peer_<sender>_<origin>` of the worker lane with no reply route: one thread of
+the target per conversation of the sender that wrote (`names.peer_thread`), so the target's
+history for one of the sender's customers never holds another's (EG17). A task result goes to
 `ipc:<delegator>` placed in the task's `reply_to` (the delegating turn's thread, lane and
 route), so the delegator's next turn continues that conversation and its reply goes where
 that thread's replies go. A task's deadline is an alarm of kind `deadline` (ref `task:<id>`)
@@ -39,11 +41,13 @@ class Wake:
     sender: str | None = None
 
 
-def peer_wake(sender: str, target: str, chain_id: str, hop: int, path: list[str]) -> Wake:
-    """A message or task: thread `peer_<sender>` of the target's worker lane, no reply route."""
+def peer_wake(sender: str, origin_lane: str, origin_thread: str, target: str, chain_id: str,
+              hop: int, path: list[str]) -> Wake:  # fmt: skip
+    """A message or task from the sender's conversation (origin_lane, origin_thread): its own
+    thread of the target's worker lane (`names.peer_thread`), no reply route."""
     route = {"kind": names.IPC_ROUTE_KIND, "reply": False, "from": sender}
-    return Wake(target, names.LANE_WORKER, names.PEER_THREAD_PREFIX + sender, route, chain_id,
-                hop, path, sender)  # fmt: skip
+    thread = names.peer_thread(sender, origin_lane, origin_thread)
+    return Wake(target, names.LANE_WORKER, thread, route, chain_id, hop, path, sender)
 
 
 def reply_wake(task: dict[str, Any], hop: int, sender: str | None) -> Wake:

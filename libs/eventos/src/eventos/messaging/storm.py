@@ -5,7 +5,10 @@ and rate before the router delivers them.
 for wakes between employees): a wake past 8 hops, one whose target is already on its path, or
 one from the target itself is suppressed (the router marks the ingress row `dead` with the
 reason, I3). Otherwise the edge (sender → target) takes a token from its bucket (10/min,
-burst 20). A wake that finds none is collected into the edge's digest instead of delivered;
+burst 20): one bucket per pair of employees, however many threads of the target the sender's
+conversations write to (splitting threads per origin conversation does not multiply the
+allowance). A wake that finds none is collected into a digest instead of delivered, one digest
+per (edge, thread), so a digest quotes one origin conversation only, into its thread (EG17);
 3 exhausted one-minute windows in a row open the breaker: every wake is collected and the
 edge delivers one digest per 15 minutes, and an attention item names both employees. After an
 hour it half-opens: one wake goes through as a probe; the next one within a minute reopens
@@ -170,39 +173,42 @@ async def _attention(conn: Conn, sender: str, target: str, kind: str, detail: st
     })  # fmt: skip
 
 
-async def collect(conn: Conn, sender: str, target: str, text: str, chain_id: str, hop: int,
-                  path: list[str], now: datetime, *, breaker_open: bool) -> None:  # fmt: skip
-    """Put one wake into the edge's digest (after `check` said DIGEST, same transaction)."""
+async def collect(conn: Conn, sender: str, target: str, thread: str, text: str, chain_id: str,
+                  hop: int, path: list[str], now: datetime, *,
+                  breaker_open: bool) -> None:  # fmt: skip
+    """Put one wake into the digest of its edge and the target's `thread` it was placed in
+    (after `check` said DIGEST, same transaction)."""
     due = now + (DIGEST_EVERY if breaker_open else WINDOW)
     await conn.execute(Q["storm_digest_add"], {
-        "sender": sender, "target": target, "text": text[: names.STORM_DIGEST_TEXT_CHARS],
+        "sender": sender, "target": target, "thread": thread,
+        "text": text[: names.STORM_DIGEST_TEXT_CHARS],
         "texts_max": names.STORM_DIGEST_TEXTS_MAX, "hop": hop, "path": Jsonb(path),
         "chain_id": chain_id, "due_at": due,
     })  # fmt: skip
 
 
 def digest_record(row: dict[str, Any]) -> IngressRecord:
-    """One digest of an edge, for the target's inbox in thread `peer_<sender>`."""
-    sender, target, count = str(row["sender"]), str(row["target"]), int(row["digest_count"])
-    texts = list(row["digest_texts"] or [])
+    """One digest of an edge, for the target's inbox in the thread its wakes were placed in."""
+    sender, target, count = str(row["sender"]), str(row["target"]), int(row["count"])
+    thread, texts = str(row["thread"]), list(row["texts"] or [])
     lines = [f"[digest: {count} message(s) from {sender} held by the storm guard "
              f"(breaker {row['breaker']}); {len(texts)} quoted]"]  # fmt: skip
     lines += [f"- {t}" for t in texts]
-    number = int(row["digests_sent"]) + 1
+    number = int(row["sent"]) + 1
     data = {"text": "\n".join(lines), "from": sender, "count": count, "texts": texts}
     envelope = {
-        "specversion": "1.0", "id": f"digest-{sender}-{target}-{number}",
+        "specversion": "1.0", "id": f"digest-{sender}-{target}-{thread}-{number}",
         "source": f"/employees/{sender}", "type": names.TYPE_IPC_DIGEST,
         "datacontenttype": "application/json", "data": data,
-        names.ATTR_LANE: names.LANE_WORKER, names.ATTR_THREAD: names.PEER_THREAD_PREFIX + sender,
+        names.ATTR_LANE: names.LANE_WORKER, names.ATTR_THREAD: thread,
         names.ATTR_ROUTE: {"kind": names.IPC_ROUTE_KIND, "reply": False, "from": sender},
-        names.ATTR_PATH: list(row["digest_path"] or [])[: names.STORM_PATH_MAX],
+        names.ATTR_PATH: list(row["path"] or [])[: names.STORM_PATH_MAX],
     }  # fmt: skip
     return IngressRecord(
         source_key=names.source_key(names.SOURCE_IPC, target),
-        dedupe_key=f"digest:{sender}:{target}:{number}", type=names.TYPE_IPC_DIGEST,
-        chain_id=str(row["digest_chain"] or envelope["id"]), envelope=envelope,
-        size=encoded_size(envelope), klass=names.C3_INTERNAL, hop=int(row["digest_hop"]),
+        dedupe_key=f"digest:{sender}:{target}:{thread}:{number}", type=names.TYPE_IPC_DIGEST,
+        chain_id=str(row["chain"] or envelope["id"]), envelope=envelope,
+        size=encoded_size(envelope), klass=names.C3_INTERNAL, hop=int(row["hop"]),
     )  # fmt: skip
 
 
@@ -218,7 +224,8 @@ async def flush_due(conn: Conn, now: datetime) -> int:
 
 
 def wake_of(row: dict[str, Any]) -> tuple[str | None, str, list[str], str]:
-    """(sender, target, path, text) of an ingress row on an `ipc:` source."""
+    """(sender, target, path, text) of an ingress row on an `ipc:` source (its thread:
+    `thread_of`)."""
     env: dict[str, Any] = row["envelope"] if isinstance(row["envelope"], dict) else {}
     sender = env.get(names.ATTR_SENDER)
     path = path_of(env)
@@ -228,15 +235,25 @@ def wake_of(row: dict[str, Any]) -> tuple[str | None, str, list[str], str]:
     return (sender if isinstance(sender, str) else None), target, path, str(text)
 
 
-async def guard(conn: Conn, sender: str, target: str, chain_id: str, hop: int, path: list[str],
-                text: str, now: datetime, *, rated: bool = True) -> Verdict:  # fmt: skip
-    """`check`, and on DIGEST the wake's `text` collected into the edge's digest (the caller
-    then settles the row without a delivery). For routers of internal wakes."""
+def thread_of(row: dict[str, Any]) -> str:
+    """The target's thread an ingress row on an `ipc:` source is placed in (`eventosthread`;
+    a row without one is refused by the router's placement, never delivered)."""
+    env: dict[str, Any] = row["envelope"] if isinstance(row["envelope"], dict) else {}
+    thread = env.get(names.ATTR_THREAD)
+    return thread if isinstance(thread, str) else ""
+
+
+async def guard(conn: Conn, sender: str, target: str, thread: str, chain_id: str, hop: int,
+                path: list[str], text: str, now: datetime, *,
+                rated: bool = True) -> Verdict:  # fmt: skip
+    """`check`, and on DIGEST the wake's `text` collected into the digest of the edge and the
+    target's `thread` (the caller then settles the row without a delivery). For routers of
+    internal wakes."""
     verdict = await check(conn, sender, target, chain_id, hop, path, now, rated=rated)
     if verdict.action == DIGEST:
         cur = await conn.execute(Q["storm_edge_get"], {"sender": sender, "target": target})
         state = await cur.fetchone() or {}
-        await collect(conn, sender, target, text, chain_id, hop, path, now,
+        await collect(conn, sender, target, thread, text, chain_id, hop, path, now,
                       breaker_open=state.get("breaker") == names.BREAKER_OPEN)  # fmt: skip
     return verdict
 
@@ -255,4 +272,5 @@ async def gate(conn: Conn, row: dict[str, Any], now: datetime) -> Verdict:
         return Verdict(DELIVER)
     rated = row["type"] != names.TYPE_IPC_RESULT
     chain, hop = str(row["chain_id"]), int(row["hop"])
-    return await guard(conn, sender, target, chain, hop, path, text, now, rated=rated)
+    return await guard(conn, sender, target, thread_of(row), chain, hop, path, text, now,
+                       rated=rated)  # fmt: skip

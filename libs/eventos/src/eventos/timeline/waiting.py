@@ -143,7 +143,7 @@ async def _unrouted(conn: Conn, employee: str, f: Facts, limit: int
 async def _digests(conn: Conn, employee: str, limit: int) -> list[dict[str, Any]]:
     entries = []
     for r in await _rows(conn, "waiting_digests", {"employee": employee, "limit": limit}):
-        sender, due, n = r["sender"], r["digest_due_at"], int(r["digest_count"])
+        sender, due, n = r["sender"], r["due_at"], int(r["count"])
         if r["breaker"] == names.BREAKER_CLOSED:
             gate = Gate(EDGE_RATE, f"{n} messages from {sender} came faster than the edge's rate "
                         "(10 a minute): collected into one digest, delivered at "
@@ -153,7 +153,7 @@ async def _digests(conn: Conn, employee: str, limit: int) -> list[dict[str, Any]
                         f"{n} messages collected into one digest, delivered at "
                         f"{due.isoformat(timespec='seconds')}", due)  # fmt: skip
         entries.append({
-            "stream": None, "thread": names.PEER_THREAD_PREFIX + sender,
+            "stream": None, "thread": r["thread"],
             "lane": names.LANE_WORKER, "seq": None, "class": names.C3_INTERNAL,
             "since": (r["opened_at"] or due).isoformat(), "status": "digest", "ref": sender,
             "input": f"{n} messages from {sender}", "gate": gate_view(gate),

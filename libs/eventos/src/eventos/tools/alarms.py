@@ -2,9 +2,11 @@
 
 Each runs in the transaction that records the call (transactional), so a retried call sets one
 alarm (its id is a hash of turn and call). An alarm fires into the thread that set it and takes
-that thread's reply route. An employee sees and cancels only its own alarms (same employee and
-generation). After a call that set or cancelled an alarm commits, the tool activity sends the
-supervisor `alarms_changed` (`SIGNALS_SUPERVISOR`), so its one timer covers the earliest.
+that thread's reply route. A turn sees and cancels only the alarms its own conversation set
+(same employee, generation, lane and thread): another conversation's alarm is answered exactly
+as an id that does not exist (no oracle; SPEC §16 EG3, EG17). After a call that set or
+cancelled an alarm commits, the tool activity sends the supervisor `alarms_changed`
+(`SIGNALS_SUPERVISOR`), so its one timer covers the earliest.
 """
 
 from __future__ import annotations
@@ -77,14 +79,17 @@ async def set_alarm(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
 async def cancel_alarm(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     call = ctx.call
-    status = await store.cancel(ctx.conn, call.employee, call.generation, str(args["id"]))
+    status = await store.cancel(ctx.conn, call.employee, call.generation, call.lane,
+                                call.thread, str(args["id"]))  # fmt: skip
     if status is None:
         raise ToolRefused(f"you have no alarm {args['id']!r} (list_alarms shows yours)")
     return {"id": args["id"], "status": status}
 
 
 async def list_alarms(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    alarms, total = await store.listed(ctx.conn, ctx.call.employee, ctx.call.generation)
+    call = ctx.call
+    alarms, total = await store.listed(ctx.conn, call.employee, call.generation, call.lane,
+                                       call.thread)  # fmt: skip
     out: dict[str, Any] = {"alarms": alarms}
     if total > len(alarms):
         out["more"] = total - len(alarms)
@@ -98,11 +103,13 @@ TOOLS: list[Tool] = [
          "follow-up, cancelled when a message arrives here), repeat {every_s} or {cron}. "
          "Returns {id, due_at}.",
          SET_PARAMETERS, set_alarm, Effect.IDEMPOTENT, transactional=True),
-    Tool("cancel_alarm", "Cancel one of your alarms by id. Returns {id, status}.",
+    Tool("cancel_alarm",
+         "Cancel an alarm set in this conversation by id. Returns {id, status}.",
          obj({"id": {"type": "string", "maxLength": 64}}, ["id"]), cancel_alarm,
          Effect.IDEMPOTENT, transactional=True),
     Tool("list_alarms",
-         "Your scheduled alarms and those that fired, were missed or cancelled in the last day, "
-         "soonest first: {alarms: [{id, text, due_at, status}]}.",
+         "The alarms set in this conversation: scheduled ones and those that fired, were "
+         "missed or cancelled in the last day, soonest first: "
+         "{alarms: [{id, text, due_at, status}]}.",
          obj({}), list_alarms, Effect.READ_ONLY, transactional=True),
 ]  # fmt: skip

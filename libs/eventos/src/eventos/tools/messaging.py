@@ -4,7 +4,9 @@
 Each runs in the transaction that records the call (idempotent per turn and tool call): the
 `ipc_tasks` row, the inbox append and a task's deadline (an alarm of the delegating generation,
 ref `task:<id>`, fired by its supervisor's timer) commit together, in the sender's transaction;
-the tool activity then signals that supervisor (SIGNALS_SUPERVISOR). Names
+the tool activity then signals that supervisor (SIGNALS_SUPERVISOR). A message or task lands in
+the target's thread for the calling conversation (`names.peer_thread`); only a turn of that
+thread completes a task (its result returns to the delegating conversation alone). Names
 resolve within the instance; the target must be running; nobody messages itself. Every wake
 carries the turn's chain, hop + 1 and path + [sender] (I8); the router's storm guards decide
 whether it is delivered, collected into a digest, or cut as a loop. Bounds (SPEC §15): 200 open
@@ -62,7 +64,8 @@ async def peer(ctx: ToolContext, to: str) -> str:
 async def send_to_employee(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     to = await peer(ctx, str(args["to"]))
     me, mid = ctx.call.employee, event_id("msg", ctx)
-    wake = ipc.peer_wake(me, to, ctx.call.chain_id, ctx.call.hop + 1, next_path(ctx))
+    wake = ipc.peer_wake(me, ctx.call.lane, ctx.call.thread, to, ctx.call.chain_id,
+                         ctx.call.hop + 1, next_path(ctx))  # fmt: skip
     data = {"text": f"[message {mid} from {me}]\n{args['text']}", "from": me, "message_id": mid}
     await append(ctx.conn, [ipc.record(wake, names.TYPE_IPC_MESSAGE, mid, data)])
     return {"message_id": mid}
@@ -79,11 +82,13 @@ async def delegate_to_employee(ctx: ToolContext, args: dict[str, Any]) -> dict[s
     deadline = args.get("deadline_s")
     deadline_at = ctx.now + timedelta(seconds=int(deadline)) if deadline else None
     reply_to = {"thread": call.thread, "lane": call.lane, "route": call.route}
+    wake = ipc.peer_wake(me, call.lane, call.thread, to, call.chain_id, call.hop + 1,
+                         next_path(ctx))  # fmt: skip
     await ctx.conn.execute(Q["ipc_task_insert"], {
         "id": task_id, "from_employee": me, "from_generation": call.generation,
         "to_employee": to, "task": args["task"], "reply_to": Jsonb(reply_to),
         "chain_id": call.chain_id, "hop": call.hop + 1, "path": Jsonb(call.path),
-        "deadline_at": deadline_at, "now": ctx.now,
+        "deadline_at": deadline_at, "now": ctx.now, "to_thread": wake.thread,
     })  # fmt: skip
     if deadline_at is not None:
         await alarms.create_deadline(
@@ -95,7 +100,6 @@ async def delegate_to_employee(ctx: ToolContext, args: dict[str, Any]) -> dict[s
     due = f", due {deadline_at.isoformat()}" if deadline_at else ""
     data = {"text": f"[task {task_id} from {me}{due}; finish it with complete_task]\n"
                     f"{args['task']}", "task_id": task_id, "from": me}  # fmt: skip
-    wake = ipc.peer_wake(me, to, call.chain_id, call.hop + 1, next_path(ctx))
     await append(ctx.conn, [ipc.record(wake, names.TYPE_IPC_TASK, task_id, data)])
     return {"task_id": task_id, "status": names.TASK_OPEN}
 
@@ -110,15 +114,20 @@ def default_task(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 
 async def complete_task(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    task_id, me = default_task(ctx, args), ctx.call.employee
+    """Only a turn of the thread the task landed in completes it: the result carries that
+    conversation's work back to the delegating one, never another conversation's (EG17). A
+    task of another thread of this employee is answered as one that does not exist."""
+    task_id, me, call = default_task(ctx, args), ctx.call.employee, ctx.call
+    thread = call.thread if call.lane == names.LANE_WORKER else ""  # tasks land in the worker lane
     cur = await ctx.conn.execute(Q["ipc_task_complete"], {
-        "id": task_id, "employee": me, "result": args["result"], "now": ctx.now,
+        "id": task_id, "employee": me, "thread": thread, "result": args["result"],
+        "now": ctx.now,
     })  # fmt: skip
     task = await cur.fetchone()
     if task is None:
         cur = await ctx.conn.execute(Q["ipc_task_get"], {"id": task_id})
         found = await cur.fetchone()
-        if found is None:
+        if found is None or (found["to_employee"] == me and found["to_thread"] != thread):
             raise ToolRefused(f"no task {task_id!r}")
         if found["to_employee"] != me:
             raise ToolRefused(f"task {task_id} is {found['to_employee']}'s: only the assignee "
@@ -147,8 +156,8 @@ TOOLS: list[Tool] = [
                                                      "maximum": names.IPC_DEADLINE_MAX_S}},
              ["to", "task"]), delegate_to_employee, Effect.IDEMPOTENT, transactional=True),
     Tool("complete_task",
-         "Finish a task another employee gave you with its result (task_id defaults to the "
-         "task that woke you).",
+         "Finish a task another employee gave you in this conversation with its result "
+         "(task_id defaults to the task that woke you).",
          obj({"task_id": {"type": "string", "maxLength": 64}, "result": TEXT}, ["result"]),
          complete_task, Effect.IDEMPOTENT, transactional=True),
 ]  # fmt: skip

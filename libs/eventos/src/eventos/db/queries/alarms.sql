@@ -18,15 +18,18 @@ VALUES (%(id)s, %(employee)s, %(generation)s, %(kind)s, %(ref)s, %(lane)s, %(thr
 ON CONFLICT (id) DO NOTHING;
 
 -- name: alarm_get
--- One alarm of a generation (employees see only their own).
+-- One alarm set in a conversation (lane, thread) of a generation: a turn sees only its own
+-- conversation's alarms (SPEC §16 EG3, EG17).
 SELECT id, kind, text, due_at, status, repeat, occurrence FROM alarms
-WHERE id = %(id)s AND employee = %(employee)s AND generation = %(generation)s;
+WHERE id = %(id)s AND employee = %(employee)s AND generation = %(generation)s
+  AND lane = %(lane)s AND thread = %(thread)s;
 
 -- name: alarm_cancel
--- Cancel a scheduled alarm of a generation (compare-and-swap on its status).
+-- Cancel a scheduled alarm set in a conversation of a generation (compare-and-swap on its
+-- status).
 UPDATE alarms SET status = 'cancelled', settled_at = now()
 WHERE id = %(id)s AND employee = %(employee)s AND generation = %(generation)s
-  AND kind = %(kind)s AND status = 'scheduled'
+  AND lane = %(lane)s AND thread = %(thread)s AND kind = %(kind)s AND status = 'scheduled'
 RETURNING id, status;
 
 -- name: alarms_cancel_by_ref
@@ -41,10 +44,11 @@ WHERE id IN (SELECT id FROM alarms
 RETURNING id;
 
 -- name: alarms_list
--- A generation's alarms the model may read: every scheduled one, then the ones settled in the
--- last day, soonest first.
+-- The alarms a conversation (lane, thread) of a generation set that its model may read: every
+-- scheduled one, then the ones settled in the last day, soonest first.
 SELECT id, text, due_at, status, repeat, (count(*) OVER ())::integer AS total FROM alarms
-WHERE employee = %(employee)s AND generation = %(generation)s AND kind = 'alarm'
+WHERE employee = %(employee)s AND generation = %(generation)s AND lane = %(lane)s
+  AND thread = %(thread)s AND kind = 'alarm'
   AND (status = 'scheduled' OR settled_at > now() - interval '1 day')
 ORDER BY status <> 'scheduled', due_at, id
 LIMIT %(limit)s;

@@ -19,20 +19,22 @@ SELECT count(*) AS open FROM ipc_tasks WHERE from_employee = %(employee)s AND st
 -- name: ipc_task_insert
 -- A delegated task; committed with its inbox append, in the delegating call's transaction.
 INSERT INTO ipc_tasks (id, from_employee, from_generation, to_employee, task, reply_to,
-    chain_id, hop, path, deadline_at, created_at)
+    chain_id, hop, path, deadline_at, created_at, to_thread)
 VALUES (%(id)s, %(from_employee)s, %(from_generation)s, %(to_employee)s, %(task)s,
-    %(reply_to)s, %(chain_id)s, %(hop)s, %(path)s, %(deadline_at)s, %(now)s);
+    %(reply_to)s, %(chain_id)s, %(hop)s, %(path)s, %(deadline_at)s, %(now)s, %(to_thread)s);
 
 -- name: ipc_task_get
 -- One task, by id.
 SELECT id, from_employee, from_generation, to_employee, task, status, reply_to, chain_id,
-       hop, path, deadline_at, result, created_at, completed_at
+       hop, path, deadline_at, result, created_at, completed_at, to_thread
 FROM ipc_tasks WHERE id = %(id)s;
 
 -- name: ipc_task_complete
--- The assignee's result, by compare-and-swap on `open` (a second completion finds none).
+-- The assignee's result, from the thread the task landed in, by compare-and-swap on `open`
+-- (a second completion finds none).
 UPDATE ipc_tasks SET status = 'done', result = %(result)s, completed_at = %(now)s
-WHERE id = %(id)s AND to_employee = %(employee)s AND status = 'open'
+WHERE id = %(id)s AND to_employee = %(employee)s AND to_thread = %(thread)s
+  AND status = 'open'
 RETURNING id, from_employee, to_employee, reply_to, chain_id, hop, path;
 
 -- name: ipc_task_time_out

@@ -7,8 +7,7 @@ ON CONFLICT (sender, target) DO NOTHING;
 -- name: storm_edge_get
 -- The edge's state, locked until the routing transaction commits.
 SELECT sender, target, tokens, updated_at, exhausted_windows, last_exhausted_window, breaker,
-       opened_at, probe_at, digest_count, digest_due_at, digests_sent, passed, digested,
-       suppressed
+       opened_at, probe_at, passed, digested, suppressed
 FROM storm_edges WHERE sender = %(sender)s AND target = %(target)s FOR UPDATE;
 
 -- name: storm_edge_save
@@ -26,33 +25,34 @@ VALUES (%(sender)s, %(target)s, %(burst)s, %(now)s, 1)
 ON CONFLICT (sender, target) DO UPDATE SET suppressed = storm_edges.suppressed + 1;
 
 -- name: storm_digest_add
--- Collect one wake into the edge's digest: counted always, quoted up to a bound; the digest
--- is due one window after its first wake (breaker closed) or 15 minutes after (open).
-UPDATE storm_edges SET digest_count = digest_count + 1,
-    digest_texts = CASE WHEN jsonb_array_length(digest_texts) < %(texts_max)s
-                        THEN digest_texts || jsonb_build_array(%(text)s::text)
-                        ELSE digest_texts END,
-    digest_hop = GREATEST(digest_hop, %(hop)s),
-    digest_path = (SELECT coalesce(jsonb_agg(DISTINCT p), '[]'::jsonb) FROM (
-        SELECT jsonb_array_elements_text(digest_path) AS p
+-- Collect one wake into the digest of its edge and thread: counted always, quoted up to a
+-- bound; the digest is due one window after its first wake (breaker closed) or 15 minutes after
+-- (open).
+INSERT INTO storm_digests AS d (sender, target, thread, count, texts, hop, path, chain, due_at)
+VALUES (%(sender)s, %(target)s, %(thread)s, 1, jsonb_build_array(%(text)s::text), %(hop)s,
+        %(path)s, %(chain_id)s, %(due_at)s)
+ON CONFLICT (sender, target, thread) DO UPDATE SET count = d.count + 1,
+    texts = CASE WHEN jsonb_array_length(d.texts) < %(texts_max)s
+                 THEN d.texts || jsonb_build_array(%(text)s::text) ELSE d.texts END,
+    hop = GREATEST(d.hop, %(hop)s),
+    path = (SELECT coalesce(jsonb_agg(DISTINCT p), '[]'::jsonb) FROM (
+        SELECT jsonb_array_elements_text(d.path) AS p
         UNION SELECT jsonb_array_elements_text(%(path)s::jsonb)) AS both_paths),
-    digest_chain = coalesce(digest_chain, %(chain_id)s),
-    digest_due_at = coalesce(digest_due_at, %(due_at)s)
-WHERE sender = %(sender)s AND target = %(target)s;
+    chain = coalesce(d.chain, %(chain_id)s),
+    due_at = coalesce(d.due_at, %(due_at)s);
 
 -- name: storm_digests_due
--- Edges whose digest is due, locked (another router skips them).
-SELECT sender, target, breaker, digest_count, digest_texts, digest_hop, digest_path,
-       digest_chain, digests_sent
-FROM storm_edges WHERE digest_count > 0 AND digest_due_at <= %(now)s
-ORDER BY digest_due_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
+-- Digests that are due (with their edge's breaker), locked (another router skips them).
+SELECT d.sender, d.target, d.thread, e.breaker, d.count, d.texts, d.hop, d.path, d.chain, d.sent
+FROM storm_digests d JOIN storm_edges e ON e.sender = d.sender AND e.target = d.target
+WHERE d.count > 0 AND d.due_at <= %(now)s
+ORDER BY d.due_at LIMIT %(limit)s FOR UPDATE OF d SKIP LOCKED;
 
 -- name: storm_digest_sent
--- The digest went into the target's inbox: the buffer starts again.
-UPDATE storm_edges SET digest_count = 0, digest_texts = '[]', digest_hop = 0,
-    digest_path = '[]', digest_chain = NULL, digest_due_at = NULL,
-    digests_sent = digests_sent + 1
-WHERE sender = %(sender)s AND target = %(target)s;
+-- The digest went into the target's inbox: its buffer starts again.
+UPDATE storm_digests SET count = 0, texts = '[]', hop = 0, path = '[]', chain = NULL,
+    due_at = NULL, sent = sent + 1
+WHERE sender = %(sender)s AND target = %(target)s AND thread = %(thread)s;
 
 -- name: storm_attention_raise
 -- Raise an attention item about an edge (breaker open, loop suppressed), or count a repeat

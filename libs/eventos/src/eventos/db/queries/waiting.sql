@@ -79,11 +79,12 @@ ORDER BY i.id
 LIMIT %(limit)s;
 
 -- name: waiting_digests
--- Messages to the employee collected into an edge's digest instead of delivered (its bucket
--- ran dry, or its breaker is open), by sender.
-SELECT sender, breaker, digest_count, digest_due_at, opened_at, probe_at
-FROM storm_edges WHERE target = %(employee)s AND digest_count > 0
-ORDER BY digest_due_at
+-- Messages to the employee collected into a digest instead of delivered (their edge's bucket
+-- ran dry, or its breaker is open), by sender and the thread the digest goes to.
+SELECT d.sender, d.thread, e.breaker, d.count, d.due_at, e.opened_at, e.probe_at
+FROM storm_digests d JOIN storm_edges e ON e.sender = d.sender AND e.target = d.target
+WHERE d.target = %(employee)s AND d.count > 0
+ORDER BY d.due_at
 LIMIT %(limit)s;
 
 -- name: waiting_slots_held
