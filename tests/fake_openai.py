@@ -1,8 +1,9 @@
 """A loopback fake of the OpenAI chat-completions API, served over real HTTP on 127.0.0.1.
 
 It checks the bearer key, validates requests the way the API does (unknown arguments, message
-roles, tool-call pairing, tool shapes, the token-limit field each model family takes) and answers with the API's bodies and headers: `usage`,
-`x-request-id`, rate-limit headers, and error objects `{"error": {message, type, param, code}}`.
+roles, tool-call pairing, tool shapes, the token-limit field each model family takes) and answers
+with the API's bodies and headers: `usage`, `x-request-id`, rate-limit headers, and error objects
+`{"error": {message, type, param, code}}`.
 Tests queue answers: a reply, tool calls, an error with `Retry-After` / `x-should-retry`, a hang.
 Error messages echo what they complain about (the API does), so tests can check nothing leaks.
 """
