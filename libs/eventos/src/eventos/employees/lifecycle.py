@@ -282,8 +282,9 @@ async def resume(conn: Conn, name: str) -> GenerationRef:
 
 
 async def reset(conn: Conn, name: str) -> GenerationRef:
-    """Retire the live generation: its open deliveries become dead(reset), its alarms and its
-    open delegations are cancelled."""
+    """Retire the live generation: every delivery no turn consumed (pending, held, or already
+    signalled to a conversation the Reset cancels) becomes dead(reset) in this transaction, so
+    none stays open for ever; its alarms and its open delegations are cancelled."""
     async with conn.transaction():
         allowed = (names.GEN_STARTING, names.GEN_RUNNING, names.GEN_PAUSED)
         ref = await _transition(conn, name, allowed=allowed, to=names.GEN_RETIRED)

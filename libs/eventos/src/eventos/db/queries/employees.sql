@@ -96,11 +96,13 @@ UPDATE bus_streams SET hold_reason = NULL, updated_at = now()
 WHERE employee = %(employee)s AND generation = %(generation)s AND hold_reason = %(reason)s;
 
 -- name: deliveries_kill_generation
--- A retired generation's open deliveries become dead(reset).
+-- A retired generation's unconsumed deliveries become dead(reset): pending, held, and those
+-- already signalled to a conversation the Reset cancels (its entity closes without another turn;
+-- a turn that still saves while it drains settles its own inputs `done` again).
 UPDATE bus_deliveries d SET status = 'dead', reason = 'reset', updated_at = now()
 FROM bus_streams s
 WHERE d.stream_key = s.stream_key AND s.employee = %(employee)s AND s.generation = %(generation)s
-  AND d.status IN ('pending', 'held');
+  AND d.status IN ('pending', 'held', 'delivered');
 
 -- name: streams_clear_pending
 -- A retired generation's streams have nothing pending.

@@ -1,0 +1,105 @@
+"""Reset mid-backlog settles everything the retired generation never consumed (SPEC §3, §8):
+on the real dev server and PostgreSQL with the relay, router and intent deliverer running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus
+from test_router import append_all, driver_event, query
+from test_supervision import applied, new_employee
+from test_turns import Instance, instance, owner_and_driver  # noqa: F401 (`instance` is a fixture)
+
+from eventos.testing import wait_for
+
+pytestmark = pytest.mark.temporal
+
+SUBJECTS = ("ada", "bo", "cy")  # one conversation each (thread_by: subject)
+PER_SUBJECT = 40  # more than the window (32 delivered, unconsumed): some stay pending
+SLOW = "sleep: 120"  # each turn's model step outlasts the test: nothing is consumed
+
+BY_STATUS = """SELECT d.id, d.status, d.reason, d.stream_key FROM bus_deliveries d
+               JOIN bus_streams s USING (stream_key)
+               WHERE s.employee = %s AND s.generation = %s ORDER BY d.id"""
+
+
+async def deliveries(instance: Instance, name: str, generation: int) -> list[dict[str, Any]]:
+    return await query(instance.pool, BY_STATUS, name, generation)
+
+
+async def dead_letters(instance: Instance, name: str) -> set[str]:
+    """Every dead letter of the employee with reason `reset`, across pages."""
+    ids: set[str] = set()
+    params = {"employee": name, "reason": "reset", "limit": "200"}
+    while True:
+        r = await instance.api.get("/v1/dead-letters", params=params)
+        assert r.status_code == 200, r.text
+        page = r.json()
+        assert {row["reason"] for row in page["dead_letters"]} <= {"reset"}
+        ids |= {row["id"] for row in page["dead_letters"]}
+        if not page.get("next_cursor"):
+            return ids
+        params["cursor"] = page["next_cursor"]
+
+
+async def test_reset_mid_backlog_leaves_nothing_open_and_the_next_generation_consumes(
+    instance: Instance,
+) -> None:
+    name = await new_employee(instance, owner_and_driver)
+    await applied(instance, name, "start")
+    source = f"grpc:drv-{name}"
+    events = [driver_event(s, n, source, text=SLOW) for n in range(PER_SUBJECT) for s in SUBJECTS]
+    await append_all(instance.pool, events)
+
+    async def backlog_in_flight() -> list[dict[str, Any]] | None:
+        """Each conversation runs a turn, holds delivered inputs and has more pending."""
+        rows = await deliveries(instance, name, 1)
+        running = await query(instance.pool, "SELECT stream_key FROM turns WHERE employee = %s "
+                              "AND status = 'running'", name)  # fmt: skip
+        streams = {r["stream_key"] for r in rows}
+        for key in streams:
+            mine = [r["status"] for r in rows if r["stream_key"] == key]
+            if mine.count("delivered") <= 16 or "pending" not in mine:
+                return None  # more than one batch signalled, the rest still in the database
+        busy = {r["stream_key"] for r in running}
+        if len(rows) != len(events) or len(streams) != len(SUBJECTS) or busy != streams:
+            return None
+        return rows
+
+    before = await wait_for(backlog_in_flight, timeout=60, what="a backlog in every conversation")
+    delivered = {f"delivery-{r['id']}" for r in before if r["status"] == "delivered"}
+    await applied(instance, name, "reset")
+
+    # In the Reset's own transaction: nothing of generation 1 is left pending, held or delivered.
+    after = await deliveries(instance, name, 1)
+    assert [r for r in after if r["status"] in ("pending", "held", "delivered")] == []
+    assert {(r["status"], r["reason"]) for r in after} == {("dead", "reset")}
+    letters = await dead_letters(instance, name)
+    assert letters == {f"delivery-{r['id']}" for r in after}
+    assert delivered <= letters  # those signalled to the cancelled conversations too
+
+    entities = await query(instance.pool, "SELECT entity_id FROM bus_streams WHERE employee = %s "
+                           "AND generation = 1", name)  # fmt: skip
+
+    async def entities_closed() -> bool:
+        for e in entities:
+            d = await instance.client.get_workflow_handle(e["entity_id"]).describe()
+            if d.status == WorkflowExecutionStatus.RUNNING:
+                return False
+        return True
+
+    await wait_for(entities_closed, timeout=60, what="the retired conversations closed")
+    settled = await deliveries(instance, name, 1)  # their turns' drains consumed nothing
+    assert {(r["status"], r["reason"]) for r in settled} == {("dead", "reset")}
+
+    # Inputs after the Reset go to the next generation and are consumed there.
+    await applied(instance, name, "start")
+    await append_all(instance.pool, [driver_event(s, 100, source, text="hi") for s in SUBJECTS])
+
+    async def consumed() -> bool:
+        rows = await deliveries(instance, name, 2)
+        return len(rows) == len(SUBJECTS) and {r["status"] for r in rows} == {"done"}
+
+    await wait_for(consumed, timeout=60, what="generation 2 consumed the new inputs")
+    assert len(await deliveries(instance, name, 1)) == len(events)
