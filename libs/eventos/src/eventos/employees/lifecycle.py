@@ -176,7 +176,8 @@ async def apply(conn: Conn, spec: EmployeeSpec, endpoints: LlmEndpoints,
         for path in paths:
             await conn.execute(Q["webhook_path_claim"], {"path": path, "employee": spec.name})
     changed = before is None or before["spec_sha256"] != sha
-    return Applied(spec.name, created, changed)
+    # A deleted name comes back as a fresh employee (the upsert revived its row).
+    return Applied(spec.name, created or before is None, changed)
 
 
 async def _lock_employee(conn: Conn, name: str) -> dict[str, Any]:
@@ -195,10 +196,23 @@ async def _live(conn: Conn, name: str) -> GenerationRef | None:
     return GenerationRef(name, int(row["generation"]), str(row["state"]))
 
 
+async def live_locked(conn: Conn, name: str) -> GenerationRef | None:
+    """The employee's live generation or None, locked with the employee (in a transaction);
+    NotFound for an employee never applied or deleted."""
+    await _lock_employee(conn, name)
+    return await _live(conn, name)
+
+
+async def known(conn: Conn, name: str) -> None:
+    """NotFound unless the employee was ever applied (a deleted one's history stays readable)."""
+    cur = await conn.execute(Q["employee_known"], {"name": name})
+    if await cur.fetchone() is None:
+        raise NotFound(f"no employee named {name!r}")
+
+
 async def lock_live(conn: Conn, name: str) -> GenerationRef:
     """The employee's live generation, locked with the employee (inside a transaction)."""
-    await _lock_employee(conn, name)
-    live = await _live(conn, name)
+    live = await live_locked(conn, name)
     if live is None:
         raise Conflict(f"{name!r} has no live generation")
     return live
