@@ -14,7 +14,11 @@ from conftest import ADMIN_TOKEN
 from temporalio.client import WorkflowExecutionStatus
 from test_router import query
 from test_supervision import applied, post
-from test_turns import Instance, instance, local_spec  # noqa: F401 (`instance` is a fixture)
+from test_turns import (  # noqa: F401 (`instance` is a fixture)
+    Instance,
+    instance,
+    local_spec,
+)
 
 from eventos import names
 from eventos.cli import main

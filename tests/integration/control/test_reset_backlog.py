@@ -9,7 +9,11 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 from test_router import append_all, driver_event, query
 from test_supervision import applied, new_employee
-from test_turns import Instance, instance, owner_and_driver  # noqa: F401 (`instance` is a fixture)
+from test_turns import (  # noqa: F401 (`instance` is a fixture)
+    Instance,
+    instance,
+    owner_and_driver,
+)
 
 from eventos.testing import wait_for
 

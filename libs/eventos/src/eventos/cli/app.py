@@ -95,8 +95,8 @@ def _employee_commands(add: operator.Add) -> None:
         if action == "interrupt":
             hint = "<lane>/<thread> (default: the owner's chat, talk/main)"
             p.add_argument("--conversation", default="talk/main", help=hint)
-    p = _waits(add("delete", employees.cmd_delete,
-                   "delete an employee that does not run (stop it first); its history stays"))
+    deleting = "delete an employee that does not run (stop it first); its history stays"
+    p = _waits(add("delete", employees.cmd_delete, deleting))
     p.add_argument("name")
     p = _waits(add("limits", employees.cmd_limits, "set the live generation's limits"))
     p.add_argument("name")
