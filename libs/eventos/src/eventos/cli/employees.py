@@ -91,18 +91,22 @@ def cmd_list(args: argparse.Namespace) -> int:
     wide = output.form(args) == output.WIDE
     for event in watch.events(stream):
         row = _watched_row(client, event)
+        if row is None:
+            continue
         emit_one(args, row, table([row], EMPLOYEE_COLUMNS, wide=wide, header=False)[0])
     return 0
 
 
-def _watched_row(client: OwnerClient, event: dict[str, Any]) -> dict[str, Any]:
-    """The employee as it stands after an event; a deleted one shows as `deleted`."""
+def _watched_row(client: OwnerClient, event: dict[str, Any]) -> dict[str, Any] | None:
+    """The employee as it stands after an event; a deleted one shows as `deleted` once (None:
+    it was deleted since this event, and its own event follows)."""
     if event["kind"] != DELETED_EVENT:
         try:
             return {k: v for k, v in client.get(event["employee"]).items() if k in LIST_FIELDS}
         except OwnerApiError as exc:
-            if exc.status != 404:  # deleted since the event: its own event follows
-                raise
+            if exc.status == 404:
+                return None
+            raise
     return {**dict.fromkeys(LIST_FIELDS), "name": event["employee"], "state": "deleted",
             "spec_sha256": ""}  # fmt: skip
 
