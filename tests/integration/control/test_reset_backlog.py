@@ -13,8 +13,10 @@ from test_turns import (  # noqa: F401 (`instance` is a fixture)
     Instance,
     instance,
     owner_and_driver,
+    step_started,
 )
 
+from eventos.employees import lifecycle
 from eventos.testing import wait_for
 
 pytestmark = pytest.mark.temporal
@@ -107,3 +109,33 @@ async def test_reset_mid_backlog_leaves_nothing_open_and_the_next_generation_con
 
     await wait_for(consumed, timeout=60, what="generation 2 consumed the new inputs")
     assert len(await deliveries(instance, name, 1)) == len(events)
+
+
+async def test_a_turn_that_saves_after_the_reset_committed_settles_its_inputs_done(
+    instance: Instance,
+) -> None:
+    """The Reset's commit comes first, its cancel reaches the conversation later (the
+    deliverer's next pass): a turn that saves in between consumed its input, which is then
+    `done`, not a dead letter that a replay would run twice."""
+    name = await new_employee(instance, owner_and_driver)
+    await applied(instance, name, "start")
+    await append_all(instance.pool, [driver_event("zed", 1, f"grpc:drv-{name}", text="sleep: 3")])
+
+    async def running_turn() -> str | None:
+        rows = await query(instance.pool, "SELECT id FROM turns WHERE employee = %s "
+                           "AND status = 'running'", name)  # fmt: skip
+        return str(rows[0]["id"]) if rows else None
+
+    await step_started(instance, await wait_for(running_turn, timeout=30, what="the turn"))
+    async with instance.pool.connection() as conn:
+        await lifecycle.reset(conn, name)  # the database side alone: no cancel reaches it
+    assert {(r["status"], r["reason"]) for r in await deliveries(instance, name, 1)} == {
+        ("dead", "reset")
+    }
+
+    async def consumed() -> bool:
+        rows = await deliveries(instance, name, 1)
+        return [(r["status"], r["reason"]) for r in rows] == [("done", None)]
+
+    await wait_for(consumed, timeout=30, what="the turn's save settled its input done")
+    assert await dead_letters(instance, name) == set()
