@@ -3,6 +3,7 @@ on the real dev server and PostgreSQL with the relay, router and intent delivere
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -34,6 +35,14 @@ async def deliveries(instance: Instance, name: str, generation: int) -> list[dic
     return await query(instance.pool, BY_STATUS, name, generation)
 
 
+async def chat(instance: Instance, name: str, text: str) -> int:
+    """The owner's message to `name`; its id."""
+    r = await instance.api.post(f"/v1/employees/{name}/chat",
+                                json={"client_message_id": uuid.uuid4().hex, "text": text})  # fmt: skip
+    assert r.status_code == 202, r.text
+    return int(r.json()["message_id"])
+
+
 async def dead_letters(instance: Instance, name: str) -> set[str]:
     """Every dead letter of the employee with reason `reset`, across pages."""
     ids: set[str] = set()
@@ -57,6 +66,7 @@ async def test_reset_mid_backlog_leaves_nothing_open_and_the_next_generation_con
     source = f"grpc:drv-{name}"
     events = [driver_event(s, n, source, text=SLOW) for n in range(PER_SUBJECT) for s in SUBJECTS]
     await append_all(instance.pool, events)
+    chats = [await chat(instance, name, f"{SLOW}\nowner {n}") for n in range(3)]  # there too
 
     async def backlog_in_flight() -> list[dict[str, Any]] | None:
         """Each conversation runs a turn, holds delivered inputs and has more pending."""
@@ -66,10 +76,15 @@ async def test_reset_mid_backlog_leaves_nothing_open_and_the_next_generation_con
         streams = {r["stream_key"] for r in rows}
         for key in streams:
             mine = [r["status"] for r in rows if r["stream_key"] == key]
-            if mine.count("delivered") <= 16 or "pending" not in mine:
+            if key.endswith("/talk/main"):  # the owner's chat: one in its turn, two delivered
+                if mine.count("delivered") != len(chats):
+                    return None
+            elif mine.count("delivered") <= 16 or "pending" not in mine:
                 return None  # more than one batch signalled, the rest still in the database
         busy = {r["stream_key"] for r in running}
-        if len(rows) != len(events) or len(streams) != len(SUBJECTS) or busy != streams:
+        if len(rows) != len(events) + len(chats) or len(streams) != len(SUBJECTS) + 1:
+            return None
+        if busy != streams:
             return None
         return rows
 
@@ -84,6 +99,9 @@ async def test_reset_mid_backlog_leaves_nothing_open_and_the_next_generation_con
     letters = await dead_letters(instance, name)
     assert letters == {f"delivery-{r['id']}" for r in after}
     assert delivered <= letters  # those signalled to the cancelled conversations too
+    for message_id in chats:  # the owner's messages say so, rather than `queued` for ever
+        r = await instance.api.get(f"/v1/employees/{name}/chat/{message_id}")
+        assert (r.json()["status"], r.json()["reply"]) == ("dead", None)
 
     entities = await query(instance.pool, "SELECT entity_id FROM bus_streams WHERE employee = %s "
                            "AND generation = 1", name)  # fmt: skip
@@ -108,7 +126,7 @@ async def test_reset_mid_backlog_leaves_nothing_open_and_the_next_generation_con
         return len(rows) == len(SUBJECTS) and {r["status"] for r in rows} == {"done"}
 
     await wait_for(consumed, timeout=60, what="generation 2 consumed the new inputs")
-    assert len(await deliveries(instance, name, 1)) == len(events)
+    assert len(await deliveries(instance, name, 1)) == len(events) + len(chats)
 
 
 async def test_a_turn_that_saves_after_the_reset_committed_settles_its_inputs_done(
@@ -119,7 +137,7 @@ async def test_a_turn_that_saves_after_the_reset_committed_settles_its_inputs_do
     `done`, not a dead letter that a replay would run twice."""
     name = await new_employee(instance, owner_and_driver)
     await applied(instance, name, "start")
-    await append_all(instance.pool, [driver_event("zed", 1, f"grpc:drv-{name}", text="sleep: 3")])
+    message_id = await chat(instance, name, "sleep: 3")
 
     async def running_turn() -> str | None:
         rows = await query(instance.pool, "SELECT id FROM turns WHERE employee = %s "
@@ -139,3 +157,5 @@ async def test_a_turn_that_saves_after_the_reset_committed_settles_its_inputs_do
 
     await wait_for(consumed, timeout=30, what="the turn's save settled its input done")
     assert await dead_letters(instance, name) == set()
+    r = await instance.api.get(f"/v1/employees/{name}/chat/{message_id}")
+    assert r.json()["status"] == "answered" and "[local]" in r.json()["reply"]

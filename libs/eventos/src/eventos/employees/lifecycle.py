@@ -298,16 +298,20 @@ async def resume(conn: Conn, name: str) -> GenerationRef:
 async def reset(conn: Conn, name: str) -> GenerationRef:
     """Retire the live generation: every delivery no turn consumed (pending, held, or already
     signalled to a conversation the Reset cancels) becomes dead(reset) in this transaction, so
-    none stays open for ever; its alarms and its open delegations are cancelled."""
+    none stays open for ever, and so do the owner's messages among them; its alarms and its
+    open delegations are cancelled."""
     async with conn.transaction():
         allowed = (names.GEN_STARTING, names.GEN_RUNNING, names.GEN_PAUSED)
         ref = await _transition(conn, name, allowed=allowed, to=names.GEN_RETIRED)
         params = {"employee": name, "generation": ref.generation}
-        killed = await conn.execute(Q["deliveries_kill_generation"], params)
+        cur = await conn.execute(Q["deliveries_kill_generation"], params)
+        killed = [int(r["ingress_id"]) for r in await cur.fetchall()]
+        await conn.execute(Q["chat_messages_kill_generation"], {"employee": name,
+                                                                "ingress_ids": killed})  # fmt: skip
         await conn.execute(Q["streams_clear_pending"], params)
         await cancel_generation(conn, name, ref.generation)  # its alarms never fire
         await conn.execute(Q["ipc_tasks_cancel_generation"], params)  # nor its task deadlines
-    count_dead(DEAD_RESET, killed.rowcount)
+    count_dead(DEAD_RESET, len(killed))
     return ref
 
 

@@ -129,7 +129,15 @@ WHERE employee = %(employee)s AND generation = %(generation)s AND hold_reason = 
 UPDATE bus_deliveries d SET status = 'dead', reason = 'reset', updated_at = now()
 FROM bus_streams s
 WHERE d.stream_key = s.stream_key AND s.employee = %(employee)s AND s.generation = %(generation)s
-  AND d.status IN ('pending', 'held', 'delivered');
+  AND d.status IN ('pending', 'held', 'delivered')
+RETURNING d.ingress_id;
+
+-- name: chat_messages_kill_generation
+-- The owner's messages among a retired generation's dead(reset) inputs are dead too (never
+-- `queued` for ever; a replay queues them again). By employee: its messages' index.
+UPDATE chat_messages SET status = 'dead'
+WHERE employee = %(employee)s AND ingress_id = ANY(%(ingress_ids)s)
+  AND status IN ('queued', 'delivered');
 
 -- name: streams_clear_pending
 -- A retired generation's streams have nothing pending.

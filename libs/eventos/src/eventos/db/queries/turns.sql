@@ -63,9 +63,10 @@ WHERE stream_key = %(stream_key)s AND seq = ANY(%(seqs)s)
   AND (status IN ('pending', 'delivered') OR (status = 'dead' AND reason = 'reset'));
 
 -- name: chat_messages_answered
--- Owner messages the turn consumed.
+-- Owner messages the turn consumed (`dead` too: a Reset's, when the turn it cancelled still
+-- saved while it drained — see deliveries_consume).
 UPDATE chat_messages SET status = 'answered', turn_id = %(turn_id)s
-WHERE ingress_id = ANY(%(ingress_ids)s) AND status IN ('queued', 'delivered');
+WHERE ingress_id = ANY(%(ingress_ids)s) AND status IN ('queued', 'delivered', 'dead');
 
 -- name: chat_messages_taken
 -- Owner messages a run took (at its start or a merge); their ids for the event stream.
