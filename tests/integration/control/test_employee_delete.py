@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from test_turns import (  # noqa: F401 (`instance` is a fixture)
 
 from eventos import names
 from eventos.cli import main
+from eventos.db.sql import Q
 from eventos.employees import lifecycle
 from eventos.testing import wait_for
 
@@ -115,6 +117,10 @@ async def test_delete_refuses_a_running_employee_then_frees_its_name_and_path_an
     await applied(instance, name, "stop")
     history = await timeline_ids(instance, name)
     assert len(history) > 5
+    async with instance.pool.connection() as conn:  # as its failing turns would make it
+        await conn.execute(Q["employee_degrade"], {"employee": name, "now": datetime.now(UTC),
+                                                   "reason": "turns keep failing"})  # fmt: skip
+    assert (await instance.api.get(f"/v1/employees/{name}")).json()["degraded"] is not None
     assert await ctl(instance, "delete", name, "--wait") == 0
     out = capsys.readouterr().out
     assert f"employee/{name} deleted (generation 1 retired" in out and "applied" in out
@@ -158,7 +164,7 @@ async def test_delete_refuses_a_running_employee_then_frees_its_name_and_path_an
     again = await post(instance, "/v1/employees", status=200, content=hooked(f"{path}-2")(name))
     assert again["applied"] == [{"name": name, "created": True, "changed": True}]
     fresh = (await instance.api.get(f"/v1/employees/{name}")).json()
-    assert (fresh["state"], fresh["generation"]) == ("stopped", None)
+    assert (fresh["state"], fresh["generation"], fresh["degraded"]) == ("stopped", None, None)
     assert (await applied(instance, name, "start"))["state"] == names.INTENT_APPLIED
     assert (await instance.api.get(f"/v1/employees/{name}")).json()["generation"] == 2
     r = await instance.api.post(f"/v1/employees/{name}/chat",

@@ -53,6 +53,7 @@ async def delete(conn: Conn, name: str) -> Deleted:
         if live is not None:  # paused: retired as Reset does, and told to Temporal
             intent = (await intents.request(conn, name, names.INTENT_RESET)).intent
         await conn.execute(Q["employee_webhook_paths_release"], {"employee": name})
+        await conn.execute(Q["employee_health_forget"], {"employee": name})
         cur = await conn.execute(Q["employee_mark_deleted"], {"name": name})
         row = await cur.fetchone()
         if row is None:

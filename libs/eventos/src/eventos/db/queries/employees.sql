@@ -55,6 +55,15 @@ RETURNING deleted_at;
 -- A deleted employee's webhook paths become free for any other employee.
 DELETE FROM employee_webhook_paths WHERE employee = %(employee)s;
 
+-- name: employee_health_forget
+-- A deleted employee is not degraded and its failed turns stop counting: a fresh employee of the
+-- same name starts healthy (its window opens now). Only for an employee that has a health row.
+UPDATE employee_health
+SET degraded_since = NULL, window_from = now(), wake_pending = false,
+    cleared_at = CASE WHEN degraded_since IS NULL THEN cleared_at ELSE now() END,
+    cleared_by = CASE WHEN degraded_since IS NULL THEN cleared_by ELSE 'owner' END
+WHERE employee = %(employee)s;
+
 -- name: employee_deleted_event
 -- The operator stream hears of the deletion (live lists drop the employee).
 INSERT INTO operator_events (employee, kind, ref, state, detail)
