@@ -135,6 +135,11 @@ async def test_delete_refuses_a_running_employee_then_frees_its_name_and_path_an
                                     json={"client_message_id": "m2", "text": "x"}), 404)  # fmt: skip
     problem(await instance.api.delete(f"/v1/employees/{name}"), 404)  # once only
 
+    # No source is held any more: channel readers and routing follow live subscriptions only.
+    held = await query(instance.pool, """SELECT s.source_key FROM bus_subscriptions s
+        JOIN generations g USING (employee, generation)
+        WHERE s.employee = %s AND g.state <> 'retired'""", name)  # fmt: skip
+    assert held == []
     # Its hook path is free: nobody serves it, and another employee may claim and serve it.
     assert await hook(instance, path) == 404
     assert (await post(instance, "/v1/employees", status=200,
