@@ -140,8 +140,12 @@ async def test_delete_refuses_a_running_employee_then_frees_its_name_and_path_an
         JOIN generations g USING (employee, generation)
         WHERE s.employee = %s AND g.state <> 'retired'""", name)  # fmt: skip
     assert held == []
+
     # Its hook path is free: nobody serves it, and another employee may claim and serve it.
-    assert await hook(instance, path) == 404
+    async def unserved() -> bool:  # within the ingress route table's refresh (routes.py)
+        return await hook(instance, path) == 404
+
+    await wait_for(unserved, timeout=10, interval=0.2, what="the deleted employee's path gone")
     assert (await post(instance, "/v1/employees", status=200,
                        content=hooked(path)(other)))["applied"][0]["created"]  # fmt: skip
     await applied(instance, other, "start")
