@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
+import tempfile
+import time
 from collections.abc import Collection
 from pathlib import Path
 
@@ -16,6 +19,13 @@ DEFAULT_EPHEMERAL = (32768, 60999)
 LISTEN_FLOOR = 10000  # above the well-known and registered ports servers here use
 LISTEN_CEILING = 32767  # the Temporal server keeps its members' ports in a smallint column
 PICK_ATTEMPTS = 64
+# Picked ports are reserved on this machine: a picker (a test worker's stack, another session's,
+# `make run`) skips a port another picker reserved, free or not, until the reservation ages out.
+# Without it two pickers could both find a port free in the moment before either server binds
+# it, and one server fails "Address already in use" (seen with several test sessions at once).
+# An hour covers a stack's life: its services restart on the same ports after a kill.
+RESERVATIONS = Path(tempfile.gettempdir()) / f"eventos-ports-{os.getuid()}"
+RESERVED_S = 3600.0
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -36,14 +46,41 @@ def free_port(host: str = "127.0.0.1", taken: Collection[int] = ()) -> int:
     if highest > LISTEN_FLOOR:
         for _ in range(PICK_ATTEMPTS):
             port = random.randint(LISTEN_FLOOR, highest)
-            if port in taken:
+            if port in taken or not _bindable(host, port) or not reserve(port):
                 continue
-            with socket.socket() as s:
-                try:
-                    s.bind((host, port))
-                except OSError:
-                    continue
-                return port
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def reserve(port: int, now: float | None = None) -> bool:
+    """Claim `port` for RESERVED_S among this machine's pickers; False when another holds it.
+    A reservation that aged out is taken over by the one picker whose rename of it wins."""
+    RESERVATIONS.mkdir(mode=0o700, exist_ok=True)
+    path = RESERVATIONS / str(port)
+    for _ in range(2):
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            return True
+        except FileExistsError:
+            pass
+        try:
+            age = (time.time() if now is None else now) - path.stat().st_mtime
+            if age < RESERVED_S:
+                return False
+            os.rename(path, path.with_name(f"{port}.stale.{os.getpid()}.{random.random()}"))
+        except FileNotFoundError:
+            return False  # another picker took it over (or let it go) just now
+        for stale in RESERVATIONS.glob(f"{port}.stale.*"):
+            stale.unlink(missing_ok=True)
+    return False
