@@ -81,7 +81,7 @@ def tick_record(employee: str, trigger: str, kind: str, dedupe_key: str,
 
 def triggers_of(spec_doc: dict[str, Any], kind: str) -> list[tuple[str, Any]]:
     """(name, trigger) of each trigger of `kind` in a generation's frozen spec."""
-    spec = parse_spec(spec_doc)
+    spec = parse_spec(spec_doc, stored=True)
     pairs = zip(spec.trigger_names(), spec.spec.triggers, strict=True)
     return [(name, t) for name, t in pairs if t.kind == kind]
 
