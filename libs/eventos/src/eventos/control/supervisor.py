@@ -52,6 +52,7 @@ from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.employees import lifecycle
 from eventos.scheduling import ledger
+from eventos.spec import cron
 from eventos.spec.model import parse_spec
 
 log = logging.getLogger(__name__)
@@ -107,8 +108,12 @@ async def fire_start_once(conn: Conn, employee: str, generation: int) -> int:
 
 def cron_interval(expr: str) -> timedelta:
     """A cron expression's shortest interval, as far as the catch-up window needs it (capped
-    at one hour): every minute, every n minutes, or n times an hour; else an hour or more."""
-    minute, hour = expr.split()[:2]
+    at one hour): `@every`'s, every minute, every n minutes, or n times an hour; else an hour
+    or more."""
+    interval = cron.every(expr)
+    if interval is not None:
+        return interval
+    minute, hour = (cron.five_fields(expr) or expr).split()[:2]
     if minute == "*":
         return timedelta(minutes=1)
     if minute.startswith("*/") and minute[2:].isdigit():
@@ -181,8 +186,31 @@ class Effects:
             schedule = cron_schedule(employee, generation, name, t, zone, self.queue,
                                      paused=paused)  # fmt: skip
             sid = names.schedule_id(employee, generation, name)
-            with contextlib.suppress(ScheduleAlreadyRunningError):
-                await self.client.create_schedule(sid, schedule, rpc_timeout=CALL_TIMEOUT)
+            try:
+                with contextlib.suppress(ScheduleAlreadyRunningError):
+                    await self.client.create_schedule(sid, schedule, rpc_timeout=CALL_TIMEOUT)
+            except RPCError as exc:
+                # Temporal's answer is final: retrying it would loop for ever, unseen.
+                if exc.status != RPCStatusCode.INVALID_ARGUMENT:
+                    raise
+                await self.schedule_refused(employee, generation, name, sid, exc.message)
+
+    async def schedule_refused(self, employee: str, generation: int, trigger: str, sid: str,
+                               cause: str) -> None:  # fmt: skip
+        """A cron Schedule Temporal refuses (a spec stored before apply checked it): the
+        trigger does not run; the start or resume that made it fails with the cause, and an
+        attention item says what to do. The generation's other triggers run."""
+        detail = (f"cron trigger {trigger!r} of generation {generation} does not run: Temporal "
+                  f"refused its Schedule ({cause}); fix its schedule or the spec's timezone, "
+                  "apply, then reset and start")  # fmt: skip
+        log.warning("%s g%d: %s", employee, generation, detail)
+        async with self.pool.connection() as conn, conn.transaction():
+            await conn.execute(Q["attention_raise"], {
+                "employee": employee, "kind": names.ATTENTION_SCHEDULE_REFUSED,
+                "severity": "error", "ref": sid, "detail": detail,
+            })  # fmt: skip
+            params = {"employee": employee, "generation": generation, "outcome": detail}
+            await conn.execute(Q["intent_fail_late"], params)
 
     async def ensure_polls(self, employee: str, generation: int) -> None:
         """Each poll trigger's PollWorkflow runs (USE_EXISTING: a running one is kept)."""

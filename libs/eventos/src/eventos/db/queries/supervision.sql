@@ -60,6 +60,17 @@ UPDATE intents SET state = %(state)s, outcome = %(outcome)s, attempts = attempts
     applied_at = now()
 WHERE id = %(id)s;
 
+-- name: intent_fail_late
+-- The generation's newest start or resume intent failed after all: its supervisor's first run
+-- found an effect Temporal refuses (a cron Schedule). It waits for the deliverer's settle
+-- (the row is locked while the deliverer holds it) and says so, with the cause.
+UPDATE intents SET state = 'failed', outcome = %(outcome)s
+WHERE id = (
+    SELECT max(id) FROM intents
+    WHERE employee = %(employee)s AND generation = %(generation)s AND kind IN ('start', 'resume')
+)
+RETURNING id;
+
 -- name: intent_retry
 -- An attempt did not apply: count it and try again later.
 UPDATE intents SET attempts = attempts + 1, outcome = %(outcome)s,
