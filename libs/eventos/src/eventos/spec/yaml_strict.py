@@ -33,8 +33,7 @@ class _Loader(yaml.SafeLoader):
                 continue  # an unhashable key: the base constructor says so
             if first is not None:
                 raise ConstructorError(
-                    "while reading a mapping", node.start_mark,
-                    f"found duplicate key {key!r} (first at line {first.line + 1})",
+                    None, None, f"duplicate key {key!r} (first at line {first.line + 1})",
                     key_node.start_mark,
                 )  # fmt: skip
             seen[key] = key_node.start_mark
@@ -51,7 +50,10 @@ def _where(exc: yaml.YAMLError) -> str:
 def _message(exc: yaml.YAMLError) -> str:
     """The problem in words (without PyYAML's own file lines, which `_where` replaces)."""
     if isinstance(exc, yaml.MarkedYAMLError):
-        parts = [exc.context or "", exc.problem or ""]
+        context, mark = exc.context or "", exc.context_mark
+        if context and mark is not None and mark is not exc.problem_mark:
+            context += f" (from line {mark.line + 1}, column {mark.column + 1})"
+        parts = [context, exc.problem or ""]
         return "; ".join(p for p in parts if p) or "invalid YAML"
     return str(exc)
 
