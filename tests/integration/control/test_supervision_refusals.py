@@ -44,7 +44,9 @@ async def test_a_schedule_temporal_refuses_fails_its_start_with_an_attention_ite
     assert "Minute is not in range [0-59]" in intent["outcome"]
     (item,) = await items_of(instance, name)
     assert (item["kind"], item["severity"], item["ref"]) == (
-        names.ATTENTION_SCHEDULE_REFUSED, "error", sid
+        names.ATTENTION_SCHEDULE_REFUSED,
+        "error",
+        sid,
     )
     assert "Minute is not in range [0-59]" in item["detail"] and "apply" in item["detail"]
     # The owner sees it through the API too.
@@ -95,7 +97,9 @@ async def test_an_intent_that_cannot_apply_fails_with_an_attention_item(
     assert "is completed but the generation is live" in intent["outcome"]
     (item,) = await items_of(instance, name)
     assert (item["kind"], item["severity"], item["ref"]) == (
-        names.ATTENTION_INTENT_FAILED, "error", f"intent-{stop['intent']['id']}"
+        names.ATTENTION_INTENT_FAILED,
+        "error",
+        f"intent-{stop['intent']['id']}",
     )
     assert intent["outcome"] in item["detail"]
 

@@ -34,8 +34,10 @@ _EVERY_PART = re.compile(r"(\d+)([dhms])")
 _UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
 FIELD_NAMES = ("minute", "hour", "day of month", "month", "day of week")
 NAMES = {  # the names a field may use, by its position
-    3: frozenset("jan feb mar apr may jun jul aug sep oct nov dec".split()),
-    4: frozenset("sun mon tue wed thu fri sat".split()),
+    3: frozenset(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+    ),
+    4: frozenset(("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
 }
 # Names zoneinfo lists that are not one place's time: the machine's own zone, a placeholder.
 NOT_ZONES = frozenset({"localtime", "Factory", "posixrules"})
@@ -84,8 +86,10 @@ def check_cron(expr: str) -> str:
     for i, (name, field) in enumerate(zip(FIELD_NAMES, fields, strict=True)):
         words = {w.lower() for w in re.findall(r"[A-Za-z]+", field)}
         if not _FIELD.match(field) or not words <= NAMES.get(i, frozenset()):
-            raise CronInvalid(f"{expr!r}: the {name} field {field!r} takes numbers, *, ',', "
-                              "'-' and '/' (and month or day names) only: no L, W, ? or #")  # fmt: skip
+            raise CronInvalid(
+                f"{expr!r}: the {name} field {field!r} takes numbers, *, ',', '-' and '/' "
+                "(and month or day names) only: no L, W, ? or #"
+            )
     try:
         next(CronSim(text, datetime(2000, 1, 1)))
     except (CronSimError, StopIteration) as exc:

@@ -249,7 +249,11 @@ class Trigger(_Strict):
     @classmethod
     def _thread_path(cls, v: str | None, info: ValidationInfo) -> str | None:
         """`event` or a dotted path into the event: anything else never places (routing)."""
-        if v is not None and not _stored(info) and (v == names.THREAD_BY_EXPLICIT or not re.match(JSON_PATH_RE, v)):
+        if (
+            v is not None
+            and not _stored(info)
+            and (v == names.THREAD_BY_EXPLICIT or not re.match(JSON_PATH_RE, v))
+        ):
             raise ValueError("must be `event` or a dotted path into the event (e.g. subject, "
                              "data.customer.id)")  # fmt: skip
         return v
@@ -275,6 +279,7 @@ class Trigger(_Strict):
             if not t or ("*" in t and t != "*" and not (t.endswith(".*") and "*" not in t[:-2])):
                 raise ValueError(f"type {t!r}: use `*`, an exact type or a family `prefix.*`")
         return v
+
     _poll_url = field_validator("url")(lambda cls, v: _check_poll_url(v))
 
     @field_validator("class_", mode="before")

@@ -26,7 +26,7 @@ class _Loader(yaml.SafeLoader):
         for key_node, _ in node.value:  # the keys written here (a `<<` merge's may be overridden)
             if key_node.tag == MERGE_TAG:
                 continue
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.get(key)
             except TypeError:
