@@ -13,6 +13,8 @@ from test_turns import Instance, instance  # noqa: F401 (`instance` is a fixture
 
 from eventos import names
 from eventos.control.intent_deliverer import rearm
+from eventos.runtime.temporal import TemporalConnection
+from eventos.settings import TemporalSettings
 from eventos.testing import wait_for
 
 pytestmark = pytest.mark.temporal
@@ -107,3 +109,32 @@ async def test_an_intent_that_cannot_apply_fails_with_an_attention_item(
 async def _completed(handle: Any) -> bool:
     desc = await handle.describe()
     return bool(desc.status == WorkflowExecutionStatus.COMPLETED)
+
+
+async def test_an_intent_temporal_keeps_answering_with_an_error_fails_after_its_attempts(
+    instance: Instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Temporal answers every attempt, with an error (the deliverer is pointed at a namespace
+    the server does not have): after INTENT_ATTEMPTS_MAX attempts (two here) the intent fails
+    with the error and an attention item, instead of retrying for ever."""
+    monkeypatch.setattr(names, "INTENT_ATTEMPTS_MAX", 2)
+    name = await new_employee(instance)
+    answer = await post(instance, f"/v1/employees/{name}:start")
+    assert (await settled(instance, answer["intent"]))["state"] == names.INTENT_APPLIED
+    real = instance.deliverer.temporal
+    address = real.settings.address
+    instance.deliverer.temporal = TemporalConnection(
+        TemporalSettings(address=address, namespace="no-such-namespace")
+    )
+    try:
+        stop = await post(instance, f"/v1/employees/{name}:stop")
+        intent = await settled(instance, stop["intent"], timeout=60)
+    finally:
+        instance.deliverer.temporal = real
+    assert intent["state"] == names.INTENT_FAILED, intent
+    assert "no-such-namespace" in intent["outcome"] and "(after 2 attempts)" in intent["outcome"]
+    (item,) = await items_of(instance, name)
+    assert (item["kind"], item["ref"]) == (
+        names.ATTENTION_INTENT_FAILED, f"intent-{stop['intent']['id']}"
+    )
+    assert intent["outcome"] in item["detail"]
