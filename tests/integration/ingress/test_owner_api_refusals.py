@@ -37,8 +37,10 @@ REFUSALS = [
     (("types: [invoice.*]", "types: ['inv*ice']"), "spec.triggers[2].types", "prefix.*"),
     (("{kind: chat}", "{kind: chat, filter: {data.kind: {a: 1}}}"), "spec.triggers[0].filter",
      "a list of values"),
+    (("name: report,", "name: report, interval_s: 60,"), "spec.triggers[1]",
+     "by a poll trigger only"),
     (("{kind: chat}", "{kind: chat, schedule: '0 3 * * *'}"), "spec.triggers[0]",
-     "only a cron trigger"),
+     "by a cron trigger only"),
 ]  # fmt: skip
 
 

@@ -137,10 +137,14 @@ def test_yaml_is_strict_and_names_its_source_line_and_column() -> None:
         (('"0 8 * * *"', '"*/90 * * * *"'), "spec.triggers[3].schedule", "step 90"),
         (("Europe/Berlin", "localtime"), "spec.timezone", "unknown time zone"),
         (("Europe/Berlin", "Local"), "spec.timezone", "unknown time zone"),
+        (("kind: chat}", "kind: chat, interval_s: 60}"), "spec.triggers[0]", "poll trigger only"),
+        (("kind: chat}", "kind: chat, text: hi}"), "spec.triggers[0]", "cron or start trigger"),
+        (("kind: chat}", "kind: chat, account: tg-x}"), "spec.triggers[0]", "telegram or"),
+        (("kind: chat}", "kind: chat, driver: d1}"), "spec.triggers[0]", "grpc trigger only"),
         (
             ("kind: chat}", "kind: chat, schedule: '0 8 * * *'}"),
             "spec.triggers[0]",
-            "only a cron trigger",
+            "by a cron trigger only",
         ),
         (
             ("account: tg-main}", "account: tg-main, thread_by: data..x}"),

@@ -203,6 +203,21 @@ def _raise_at(model: str, errors: list[tuple[str, str]], values: object) -> None
         raise ValidationError.from_exception_data(model, details)
 
 
+# Fields only some trigger kinds read (any other kind would ignore them silently).
+KIND_FIELDS: dict[str, tuple[str, ...]] = {
+    "schedule": ("cron",),
+    "interval_s": ("poll",),
+    "text": ("cron", "start"),
+    "path": ("webhook",),
+    "verify": ("webhook",),
+    "max_body": ("webhook",),
+    "dedupe_header": ("webhook",),
+    "account": CHANNEL_KINDS,
+    "driver": ("grpc",),
+    "store": ("watch",),
+}
+
+
 class Debounce(_Strict):
     window_s: float = Field(ge=0, le=600)
     cap_s: float = Field(ge=0, le=3600)
@@ -306,8 +321,11 @@ class Trigger(_Strict):
                 raise ValueError("verify scheme none is only allowed with a dedupe_header")
         if self.token is not None and self.kind != "grpc":
             raise ValueError("only a grpc trigger takes a driver token")
-        if self.schedule is not None and self.kind != "cron" and not _stored(info):  # ignored
-            raise ValueError("only a cron trigger takes a schedule")
+        if not _stored(info):  # a field another kind takes would be silently ignored
+            for field, kinds in KIND_FIELDS.items():
+                if getattr(self, field) is not None and self.kind not in kinds:
+                    raise ValueError(f"{field!r} is taken by a {' or '.join(kinds)} trigger "
+                                     f"only, not a {self.kind} one")  # fmt: skip
         return self
 
     @field_validator("schedule")
