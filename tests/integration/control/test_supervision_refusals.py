@@ -135,6 +135,7 @@ async def test_an_intent_temporal_keeps_answering_with_an_error_fails_after_its_
     assert "no-such-namespace" in intent["outcome"] and "(after 2 attempts)" in intent["outcome"]
     (item,) = await items_of(instance, name)
     assert (item["kind"], item["ref"]) == (
-        names.ATTENTION_INTENT_FAILED, f"intent-{stop['intent']['id']}"
+        names.ATTENTION_INTENT_FAILED,
+        f"intent-{stop['intent']['id']}",
     )
     assert intent["outcome"] in item["detail"]

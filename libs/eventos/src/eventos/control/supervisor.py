@@ -60,6 +60,11 @@ CALL_TIMEOUT = timedelta(seconds=10)  # each Temporal call these effects make
 CRON_JITTER = timedelta(seconds=60)
 CATCHUP_MAX = timedelta(hours=1)
 STOP_REASON = "the employee was stopped"
+# Temporal's answers to a Schedule's creation that no retry changes (others, such as
+# UNAVAILABLE, are retried by the activity's policy).
+SCHEDULE_REFUSALS = (
+    RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.OUT_OF_RANGE,
+)  # fmt: skip
 RELEASED_BY_RESUME = "resume"
 
 
@@ -191,7 +196,7 @@ class Effects:
                     await self.client.create_schedule(sid, schedule, rpc_timeout=CALL_TIMEOUT)
             except RPCError as exc:
                 # Temporal's answer is final: retrying it would loop for ever, unseen.
-                if exc.status != RPCStatusCode.INVALID_ARGUMENT:
+                if exc.status not in SCHEDULE_REFUSALS:
                     raise
                 await self.schedule_refused(employee, generation, name, sid, exc.message)
 
