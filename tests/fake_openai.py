@@ -1,8 +1,9 @@
 """A loopback fake of the OpenAI chat-completions API, served over real HTTP on 127.0.0.1.
 
 It checks the bearer key, validates requests the way the API does (unknown arguments, message
-roles, tool-call pairing, tool shapes) and answers with the API's bodies and headers: `usage`,
-`x-request-id`, rate-limit headers, and error objects `{"error": {message, type, param, code}}`.
+roles, tool-call pairing, tool shapes, the token-limit field each model family takes) and answers
+with the API's bodies and headers: `usage`, `x-request-id`, rate-limit headers, and error objects
+`{"error": {message, type, param, code}}`.
 Tests queue answers: a reply, tool calls, an error with `Retry-After` / `x-should-retry`, a hang.
 Error messages echo what they complain about (the API does), so tests can check nothing leaks.
 """
@@ -33,6 +34,10 @@ REQUEST_ARGS = {
     "temperature", "top_p", "n", "stop", "stream", "seed", "user", "response_format",
     "parallel_tool_calls", "frequency_penalty", "presence_penalty", "logit_bias", "metadata",
 }  # fmt: skip
+# The reasoning families (o1, o3, o4-mini, gpt-5…) refuse `max_tokens` with a 400
+# `unsupported_parameter` and take `max_completion_tokens`; current classic chat models (gpt-4o,
+# gpt-4.1…) take either, `max_tokens` being the deprecated older name.
+REASONING_MODEL = re.compile(r"^(o1|o3|o4|gpt-5)([-.]|$)")
 ROLES = {"system", "developer", "user", "assistant", "tool"}
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 ERROR_TYPES = {
@@ -72,9 +77,11 @@ class Seen:
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
-        self.status, self.message, self.param = status, message, param
+        self.status, self.message, self.param, self.code = status, message, param, code
 
 
 class FakeOpenAI:
@@ -146,7 +153,7 @@ class FakeOpenAI:
                 raise ApiError(400, "We could not parse the JSON body of your request.")
             validate(body)
         except ApiError as exc:
-            return self._error(exc.status, exc.message, param=exc.param)
+            return self._error(exc.status, exc.message, param=exc.param, code=exc.code)
         answer = self.answers.popleft() if self.answers else Answer()
         if answer.hang:
             await self._release.wait()
@@ -225,9 +232,14 @@ def validate(body: dict[str, Any]) -> None:
     tools = body.get("tools")
     if tools is not None:
         validate_tools(tools)
-    max_tokens = body.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ApiError(400, "max_tokens must be at least 1", "max_tokens")
+    if "max_tokens" in body and REASONING_MODEL.match(body["model"]):
+        raise ApiError(
+            400, "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+            "'max_completion_tokens' instead.", "max_tokens", "unsupported_parameter")  # fmt: skip
+    for name in ("max_tokens", "max_completion_tokens"):
+        limit = body.get(name)
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ApiError(400, f"{name} must be at least 1", name)
 
 
 def validate_message(message: Any, i: int, messages: list[Any]) -> None:

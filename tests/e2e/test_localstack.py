@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -172,9 +173,24 @@ def test_starts_serves_and_stops_on_ctrl_c(launch: Callable[..., Run]) -> None:
     # hello needs nothing; support needs credentials nobody gave, so it was skipped.
     assert employees(doc) == {"hello": "running"}
     assert "support: skipped (needs openai-main, stripe-whsec, deploy-hook" in run.log()
-    assert 'eventosctl chat hello "hi"' in run.log()
-    assert f"web console       {doc['ingress_url']}/console" in run.log()
+    # The console line names the file holding the token to paste, and that token signs in.
+    console = f"web console       {doc['ingress_url']}/console (sign in with the admin token in "
+    [named] = [line.split(console, 1)[1] for line in run.log().splitlines() if console in line]
+    pasted = (run.root / named.removesuffix(")")).read_text().strip()
+    me = httpx.get(f"{doc['ingress_url']}/v1/me", headers={"Authorization": f"Bearer {pasted}"},
+                   timeout=5)  # fmt: skip
+    assert me.status_code == 200, me.text
     assert httpx.get(f"{doc['ingress_url']}/console", timeout=5).status_code == 200
+    # The "Try:" line, run as printed, waits for the reply and shows it.
+    [tried] = [
+        line.removeprefix("Try:") for line in run.log().splitlines() if line.startswith("Try:")
+    ]
+    assert shlex.split(tried)[1:] == ["chat", "hello", "hi", "--wait"]
+    answer = subprocess.run(tried, shell=True, cwd=run.root, capture_output=True, text=True,
+                            timeout=90)  # fmt: skip
+    assert answer.returncode == 0, answer.stderr
+    queued, reply = answer.stdout.strip().splitlines()
+    assert queued.endswith(" queued") and reply.startswith("[local]") and "hi" in reply
     hook = httpx.post(
         f"{doc['ingress_url']}/hooks/hello",
         json={"hello": "world"},

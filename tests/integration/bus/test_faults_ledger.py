@@ -96,14 +96,18 @@ async def test_an_owner_turn_behind_the_lower_classes_after_temporal_is_named(
 ) -> None:
     """fx-ops's first owner turn after Temporal came back started behind six lower-class ones;
     fx-front's owner conversation was still finishing the turn Temporal's loss caught (its
-    lost step waits for a timeout), so its wave counts from that turn's end."""
+    lost step waits for a timeout), so its wave counts from that turn's end; fx-late's owner
+    wrote only after the lower-class wave had started, so its wave counts from the message."""
     t = time.time() - 600
     tp = Done(Fault(0, LOSE, TEMPORAL, 10), began=t + 9, down=t + 10, up=t + 20, back=t + 21)
     turns = [("fx-front", 1, t + 5, t + 60)]  # in flight when Temporal went
-    for employee, owner_at in (("fx-front", t + 61), ("fx-ops", t + 40)):
+    owners = (("fx-front", t + 61), ("fx-ops", t + 40), ("fx-late", t + 40))
+    for employee, owner_at in owners:
         turns += [(employee, 2, t + 21 + k, t + 30 + k) for k in range(6)]
         turns.append((employee, 1, owner_at, owner_at + 1))
     async with conn.transaction():
+        for employee, _ in owners:  # each owner's message: waiting, or (fx-late) late
+            await owner_message(conn, employee, t + (38 if employee == "fx-late" else 15))
         for n, (employee, klass, started, ended) in enumerate(turns):
             await conn.execute(
                 "INSERT INTO turns (id, employee, generation, agent, thread, n, class, stream_key,"
@@ -114,3 +118,30 @@ async def test_an_owner_turn_behind_the_lower_classes_after_temporal_is_named(
     with psycopg.connect(db_settings.url, row_factory=dict_row) as sync:
         (late,) = owner_behind(sync, tp)
     assert "fx-ops's first owner turn came after 6 others: [2, 2, 2, 2, 2, 2, 1]" in late
+
+
+async def owner_message(conn: Conn, employee: str, at: float) -> None:
+    """An owner chat delivery of `employee` made at `at` and done after it (a C1 input)."""
+    spec = "{}"
+    await conn.execute("INSERT INTO employees (name, spec, spec_sha256) VALUES (%s, %s, 'x')",
+                       (employee, spec))  # fmt: skip
+    await conn.execute(
+        "INSERT INTO generations (employee, generation, state, spec, spec_sha256) "
+        "VALUES (%s, 1, 'running', %s, 'x')", (employee, spec))  # fmt: skip
+    sub = await conn.execute(
+        "INSERT INTO bus_subscriptions (employee, generation, trigger_name, trigger_kind, "
+        "event_types, source_key, class, lane, agent, reply_capable) VALUES (%s, 1, 'chat', "
+        "'chat', '{}', %s, 1, 'talk', 'main', true) RETURNING id",
+        (employee, f"chat:{employee}"))  # fmt: skip
+    row = await sub.fetchone()
+    assert row is not None
+    sub_id = row["id"]
+    key = f"{employee}/talk/main"
+    await conn.execute(
+        "INSERT INTO bus_streams (stream_key, employee, generation, lane, thread, entity_id) "
+        "VALUES (%s, %s, 1, 'talk', 'main', %s)", (key, employee, key))  # fmt: skip
+    await conn.execute(
+        "INSERT INTO bus_deliveries (stream_key, seq, ingress_id, ingress_received_at, "
+        "subscription_id, route, class, thread, type, size, chain_id, hop, status, created_at, "
+        "updated_at) VALUES (%s, 1, 1, to_timestamp(%s), %s, '{}', 1, 'main', 'chat', 2, 'c', 0, "
+        "'done', to_timestamp(%s), to_timestamp(%s))", (key, at, sub_id, at, at + 30))  # fmt: skip

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ADMIN_TOKEN, ingress_config, run_service
+from conftest import ADMIN_TOKEN, SPEC, ingress_config, run_service
 from eventos_ingress.app import build
 from psycopg_pool import AsyncConnectionPool
 
@@ -193,3 +193,31 @@ async def test_list_watch_prints_each_employee_change_once_across_a_restart(
     assert await ended(watching, lambda: lifecycle("stop")) == 0
     states = [(o["name"], o["state"]) for o in watching.objects()[1:3]]
     assert states == [(started, "paused"), (started, "running")]
+
+
+async def test_list_watch_prints_a_deleted_employee_once(
+    started: str,
+    restartable: Restartable,
+    run_watch: Runner,
+) -> None:
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    argv = ["list", "--watch", "-o", "json", "--url", restartable.url, "--token", ADMIN_TOKEN]
+    watching = run_watch(argv)
+    await watching.until("the initial list", lambda o: len(o) == 1)
+    async with httpx.AsyncClient(base_url=restartable.url, headers=headers) as api:
+        assert (await api.post(f"/v1/employees/{started}:stop")).status_code == 202
+        await watching.until("paused", lambda o: len(o) == 2)
+        assert (await api.delete(f"/v1/employees/{started}")).status_code == 200
+        await watching.until("deleted", lambda o: o[-1]["state"] == "deleted")
+
+        async def start_again() -> None:  # the name applied again: a fresh employee starts
+            r = await api.post("/v1/employees", content=SPEC,
+                               headers={"content-type": "application/yaml"})  # fmt: skip
+            assert r.json()["applied"][0]["created"] is True
+            assert (await api.post(f"/v1/employees/{started}:start")).status_code == 202
+
+        assert await ended(watching, start_again) == 0
+    states = [(o["name"], o["state"]) for o in watching.objects()[1:]]
+    # The retirement the deletion made is not printed as a row of its own.
+    assert states[:2] == [(started, "paused"), (started, "deleted")]
+    assert all(state != "deleted" for _, state in states[2:])

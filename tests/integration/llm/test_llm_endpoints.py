@@ -51,6 +51,9 @@ spec:
         f"{{provider: openai, name: llama3, base_url: '{VLLM}/'}}",
         "{provider: openai, endpoint: vllm, name: llama3}",
         "{provider: local, name: scripted}",
+        "{provider: openai, endpoint: vllm, name: my-o3, options: {token_limit_param: max_completion_tokens}}",
+        "{provider: openai, endpoint: openai, name: o3, credential: openai-main, "
+        "options: {token_limit_param: max_tokens}}",
     ],
 )
 async def test_a_model_on_the_operators_list_is_applied(api: httpx.AsyncClient, model: str) -> None:
@@ -82,6 +85,16 @@ async def test_a_model_on_the_operators_list_is_applied(api: httpx.AsyncClient, 
             "{provider: openai, endpoint: azure, name: m, credential: openai-main}",
             "spec.agents[1].model.endpoint",
             "no endpoint named 'azure'",
+        ),
+        (
+            "{provider: openai, endpoint: vllm, name: llama3, options: {token_limit_param: max_length}}",
+            "spec.agents[1].model.options.token_limit_param",
+            "'max_tokens' or 'max_completion_tokens'",
+        ),
+        (
+            "{provider: openai, endpoint: vllm, name: llama3, options: {max_tokens: 100}}",
+            "spec.agents[1].model.options.max_tokens",
+            "Extra inputs are not permitted",
         ),
     ],
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import email.utils
 import socket
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -142,6 +143,76 @@ async def test_a_transcript_with_tool_calls_and_results_is_sent_in_openai_shape(
             },
         ],
     }
+
+
+@pytest.mark.parametrize("name", ["o1", "o3-mini", "o4-mini", "gpt-5", "gpt-5-mini", "gpt-5.1"])
+async def test_a_reasoning_model_gets_its_token_limit_as_max_completion_tokens(
+    fake: FakeOpenAI, http: httpx.AsyncClient, name: str
+) -> None:
+    model = replace(model_at(fake.base_url), name=name)
+    out = await provider(fake, http).complete(step_of(model))
+    assert out.message.content == "Hello from the fake."
+    [seen] = fake.requests
+    assert seen.body["max_completion_tokens"] == 256
+    assert "max_tokens" not in seen.body
+
+
+@pytest.mark.parametrize("name", ["gpt-4o-mini", "gpt-4.1", "llama3", "Qwen/Qwen3-8B"])
+async def test_any_other_model_gets_max_tokens_the_name_every_compatible_server_knows(
+    fake: FakeOpenAI, http: httpx.AsyncClient, name: str
+) -> None:
+    model = replace(model_at(fake.base_url), name=name)
+    await provider(fake, http).complete(step_of(model))
+    [seen] = fake.requests
+    assert seen.body["max_tokens"] == 256
+    assert "max_completion_tokens" not in seen.body
+
+
+async def test_the_spec_option_names_the_token_limit_field_whatever_the_family(
+    fake: FakeOpenAI, http: httpx.AsyncClient
+) -> None:
+    classic = replace(model_at(fake.base_url), token_limit_param="max_completion_tokens")
+    out = await provider(fake, http).complete(step_of(classic))  # current chat models take it
+    assert out.message.content == "Hello from the fake."
+    assert fake.requests[0].body["max_completion_tokens"] == 256
+    assert "max_tokens" not in fake.requests[0].body
+
+    reasoning = replace(model_at(fake.base_url), name="o4-mini", token_limit_param="max_tokens")
+    with pytest.raises(ApplicationError) as caught:
+        await provider(fake, http).complete(step_of(reasoning))
+    assert (caught.value.type, caught.value.non_retryable) == ("ProviderBadRequest", True)
+    assert "HTTP 400 (unsupported_parameter)" in str(caught.value)
+    assert fake.requests[1].body["max_tokens"] == 256
+
+
+async def test_the_fake_refuses_max_tokens_to_a_reasoning_model_as_the_api_does(
+    fake: FakeOpenAI, http: httpx.AsyncClient
+) -> None:
+    body = {"model": "o4-mini", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 9}
+    r = await http.post(
+        fake.base_url + "/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {KEY}"},
+    )
+    assert r.status_code == 400
+    assert r.json() == {
+        "error": {
+            "message": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+            "Use 'max_completion_tokens' instead.",
+            "type": "invalid_request_error",
+            "param": "max_tokens",
+            "code": "unsupported_parameter",
+        }
+    }
+    classic = {**body, "model": "gpt-4o"}
+    for field in ("max_tokens", "max_completion_tokens"):
+        limit = {field: 9}
+        r = await http.post(
+            fake.base_url + "/chat/completions",
+            json={**{k: v for k, v in classic.items() if k != "max_tokens"}, **limit},
+            headers={"Authorization": f"Bearer {KEY}"},
+        )
+        assert r.status_code == 200, r.text
 
 
 async def test_a_batch_of_tool_calls_with_null_content_is_parsed(

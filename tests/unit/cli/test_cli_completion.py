@@ -29,7 +29,7 @@ def complete(*words: str) -> list[str]:
 
 def test_bash_completes_command_names() -> None:
     assert complete("ti") == ["timeline"]
-    assert complete("de") == ["describe", "dead-letters"]
+    assert complete("de") == ["describe", "delete", "dead-letters"]
     assert set(complete("")) >= {"apply", "get", "list", "describe", "attention", "approvals",
                                  "outbox", "dead-letters", "replay", "timeline", "waiting",
                                  "users", "completion"}  # fmt: skip

@@ -142,6 +142,9 @@ class ModelRef:
     credential: str | None = None
     base_url: str | None = None
     endpoint: str | None = None  # an operator's endpoint by name (EVENTOS_LLM_ENDPOINTS)
+    # The spec's `options.token_limit_param`: which request field carries the token limit
+    # (`max_tokens` or `max_completion_tokens`); None lets the provider pick by model family.
+    token_limit_param: str | None = None
 
     def is_local(self) -> bool:
         """A local endpoint (the local provider, or one on this host or a private network):

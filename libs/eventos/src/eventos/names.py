@@ -526,7 +526,7 @@ OPERATOR_EVENT_KINDS: Final = {
     "attention": ("attention.raised", "attention.acked", "attention.resolved"),
     "approval": ("approval.created", "approval.decided", "approval.expired"),
     "employee": ("employee.starting", "employee.running", "employee.paused", "employee.retired",
-                 "employee.degraded", "employee.recovered"),
+                 "employee.degraded", "employee.recovered", "employee.deleted"),
 }  # fmt: skip
 
 # Every tool an agent may name in `agents[].tools` (the spec checks names against this set;

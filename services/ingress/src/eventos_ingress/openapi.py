@@ -96,6 +96,14 @@ SCHEMAS: dict[str, Schema] = {
     "Degraded": obj({"since": {"type": "string", "format": "date-time"}, "reason": STR}),
     "EmployeeList": obj({"employees": {"type": "array", "items": ref("Employee")}}),
     "Requested": obj({"name": STR, "generation": INT, "state": STR, "intent": ref("Intent")}),
+    "EmployeeDeleted": obj(
+        {
+            "name": STR,
+            "deleted_at": {"type": "string", "format": "date-time"},
+            "retired_generation": nullable(INT),
+            "intent": nullable(ref("Intent")),
+        }
+    ),
     "Limits": obj({"daily_usd": {"type": "number", "exclusiveMinimum": 0}}),
     "Interrupt": obj({}, {"conversation": {**STR, "description": "`<lane>/<thread>`"}}),
     "ChatSend": obj({"client_message_id": STR, "text": STR}, {"session": STR}),
@@ -696,7 +704,20 @@ def paths() -> dict[str, Any]:
                 (200, "the employee", "EmployeeDetail"),
                 errors=employee,
                 params=[NAME],
-            )
+            ),
+            "delete": op(
+                "Delete an employee with no live generation (admin only): it leaves every list, "
+                "its webhook paths and sources are freed, its history stays for its retention; "
+                "a paused generation is retired with a Reset intent; applying the name again "
+                "makes a fresh employee",
+                (200, "deleted", "EmployeeDeleted"),
+                errors={
+                    **employee,
+                    "409": "the employee is starting or running: stop it first "
+                    "(`eventosctl stop NAME`), then delete",
+                },
+                params=[NAME],
+            ),
         },
         "/v1/employees/{name}/limits": {
             "post": op(

@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute, Match, Route
 
 from eventos import names
 from eventos.db import Conn, translate
-from eventos.employees import intents, lifecycle
+from eventos.employees import deletion, intents, lifecycle
 from eventos.errors import (
     EventOSError,
     Forbidden,
@@ -207,6 +207,7 @@ class OwnerApi:
             op("/v1/employees", self.apply, "POST", cap=bodies.APPLY_BODY_MAX),
             op("/v1/employees", self.list, "GET"),
             op("/v1/employees/{name}", self.get, "GET"),
+            op("/v1/employees/{name}", self.delete, "DELETE"),
             op("/v1/employees/{name}/chat", self.chat, "POST", users=True),
             op("/v1/employees/{name}/chat/events", self.streams.chat, "GET", users=True),
             op("/v1/employees/{name}/chat/{message_id}", self.chat_message, "GET", users=True),
@@ -293,6 +294,19 @@ class OwnerApi:
             row = await lifecycle.get(conn, request.path_params["name"])
             sick = await degraded.view(conn, row["name"])
         return JSONResponse({**_row(row), "spec": row["spec"], "degraded": sick})
+
+    async def delete(self, request: Request, caller: Caller) -> Response:
+        """Delete an employee with no live generation (409 while starting or running: stop it
+        first); a paused generation retires with a Reset intent. Its history stays."""
+        async with self.pool.connection() as conn:
+            done = await deletion.delete(conn, request.path_params["name"])
+        if done.intent is not None and self.kicker is not None:
+            self.kicker.kick()
+        return JSONResponse({
+            "name": done.name, "deleted_at": done.deleted_at.isoformat(),
+            "retired_generation": done.retired_generation,
+            "intent": intents.intent_view(done.intent),
+        })  # fmt: skip
 
     async def lifecycle(self, request: Request, caller: Caller) -> Response:
         """`:start`, `:stop`, `:resume`, `:reset`, `:interrupt`: the change and an intent."""

@@ -117,7 +117,7 @@ class TimelineApi:
                             _time(query, "until"))  # fmt: skip
         limit = _limit(request)
         async with self.pool.connection() as conn:
-            await lifecycle.get(conn, name)  # 404 for an employee that never was
+            await lifecycle.known(conn, name)  # 404 for one that never was (a deleted one's stays)
             page = await entries.page(conn, f, order, cursor, limit)
         return JSONResponse({
             "timeline": [entry_view(r) for r in page.entries],

@@ -95,6 +95,9 @@ def _employee_commands(add: operator.Add) -> None:
         if action == "interrupt":
             hint = "<lane>/<thread> (default: the owner's chat, talk/main)"
             p.add_argument("--conversation", default="talk/main", help=hint)
+    deleting = "delete an employee that does not run (stop it first); its history stays"
+    p = _waits(add("delete", employees.cmd_delete, deleting))
+    p.add_argument("name")
     p = _waits(add("limits", employees.cmd_limits, "set the live generation's limits"))
     p.add_argument("name")
     p.add_argument("--daily-usd", type=float, required=True, help="daily budget in USD")

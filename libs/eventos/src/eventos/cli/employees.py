@@ -18,6 +18,7 @@ from eventos.errors import SpecInvalid
 from eventos.spec.model import yaml_documents
 
 WAIT_POLL_S = 0.2
+DELETED_EVENT = "employee.deleted"
 LIST_FIELDS = ("name", "spec_sha256", "generation", "state", "pause_reason", "revision",
                "limits", "intent")  # fmt: skip
 
@@ -99,9 +100,25 @@ def cmd_list(args: argparse.Namespace) -> int:
     emit_one(args, rows, _rows_text(args, rows))  # a watch's output is a JSON line each
     wide = output.form(args) == output.WIDE
     for event in watch.events(stream):
-        row = {k: v for k, v in client.get(event["employee"]).items() if k in LIST_FIELDS}
+        row = _watched_row(client, event)
+        if row is None:
+            continue
         emit_one(args, row, table([row], EMPLOYEE_COLUMNS, wide=wide, header=False)[0])
     return 0
+
+
+def _watched_row(client: OwnerClient, event: dict[str, Any]) -> dict[str, Any] | None:
+    """The employee as it stands after an event; a deleted one shows as `deleted` once (None:
+    it was deleted since this event, and its own event follows)."""
+    if event["kind"] != DELETED_EVENT:
+        try:
+            return {k: v for k, v in client.get(event["employee"]).items() if k in LIST_FIELDS}
+        except OwnerApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+    return {**dict.fromkeys(LIST_FIELDS), "name": event["employee"], "state": "deleted",
+            "spec_sha256": ""}  # fmt: skip
 
 
 def cmd_get(args: argparse.Namespace) -> int:
@@ -176,6 +193,18 @@ def cmd_lifecycle(args: argparse.Namespace) -> int:
     client = owner_client(args)
     body = {"conversation": args.conversation} if args.command == "interrupt" else None
     return _requested(args, client, client.lifecycle(args.name, args.command, body))
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    """Delete an employee that does not run (stop it first); a paused generation retires."""
+    client = owner_client(args)
+    done = client.delete(args.name)
+    line = f"employee/{done['name']} deleted"
+    if done["retired_generation"] is not None:
+        line += f" (generation {done['retired_generation']} retired: intent "
+        line += f"{_intent_line(done['intent'])})"
+    emit(args, done, line + "; its history stays for its retention")
+    return _wait_intent(args, client, done["intent"]) if done["intent"] else 0
 
 
 def cmd_limits(args: argparse.Namespace) -> int:

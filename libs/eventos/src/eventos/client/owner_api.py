@@ -144,6 +144,11 @@ class OwnerClient:
         """One employee, its live generation and its stored spec."""
         return dict(self._call("GET", f"/v1/employees/{name}"))
 
+    def delete(self, name: str) -> dict[str, Any]:
+        """Delete an employee with no live generation (409 while starting or running); returns
+        {name, deleted_at, retired_generation, intent} (the Reset intent of a paused one)."""
+        return dict(self._call("DELETE", f"/v1/employees/{name}"))
+
     def _post_json(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         payload = json.dumps(body).encode()
         return dict(self._call("POST", path, content=payload, content_type="application/json"))

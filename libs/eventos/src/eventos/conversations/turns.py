@@ -83,8 +83,9 @@ async def load(conn: Conn, turn: TurnInput) -> ConversationContext:
     if agent is None:
         raise NotFound(f"no agent {turn.agent!r} in {turn.employee} g{turn.generation}")
     m = agent["model"]
+    options = m.get("options") or {}
     model = ModelRef(m["provider"], m["name"], m.get("credential"), m.get("base_url"),
-                     m.get("endpoint"))  # fmt: skip
+                     m.get("endpoint"), options.get("token_limit_param"))  # fmt: skip
     await timeline.turn_started(conn, turn)
     n, total = int(row["transcript_n"] or 0), int(row["transcript_total"] or 0)
     stored = TranscriptRef(turn.generation, turn.agent, turn.thread, n, total)

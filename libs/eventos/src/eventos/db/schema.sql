@@ -5,7 +5,9 @@ CREATE TABLE employees (
     spec              jsonb NOT NULL,
     spec_sha256       text NOT NULL,
     created_at        timestamptz NOT NULL DEFAULT now(),
-    updated_at        timestamptz NOT NULL DEFAULT now()
+    updated_at        timestamptz NOT NULL DEFAULT now(),
+    -- Deleted (a tombstone: its history stays for its retention); applying the name revives it.
+    deleted_at        timestamptz
 );
 
 -- Webhook paths are unique per instance across every applied spec.

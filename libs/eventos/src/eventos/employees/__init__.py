@@ -1,3 +1,3 @@
 """Employees and generations, database side (SPEC §3, I2): apply, start, stop, resume and
-reset (`lifecycle`), and the owner intents those actions commit for Temporal (`intents`). The
-Temporal side of the same actions is `eventos.control`."""
+reset (`lifecycle`), the owner intents those actions commit for Temporal (`intents`), and
+deleting an employee (`deletion`). The Temporal side of the same actions is `eventos.control`."""

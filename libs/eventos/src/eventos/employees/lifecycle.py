@@ -176,7 +176,8 @@ async def apply(conn: Conn, spec: EmployeeSpec, endpoints: LlmEndpoints,
         for path in paths:
             await conn.execute(Q["webhook_path_claim"], {"path": path, "employee": spec.name})
     changed = before is None or before["spec_sha256"] != sha
-    return Applied(spec.name, created, changed)
+    # A deleted name comes back as a fresh employee (the upsert revived its row).
+    return Applied(spec.name, created or before is None, changed)
 
 
 async def _lock_employee(conn: Conn, name: str) -> dict[str, Any]:
@@ -195,10 +196,23 @@ async def _live(conn: Conn, name: str) -> GenerationRef | None:
     return GenerationRef(name, int(row["generation"]), str(row["state"]))
 
 
+async def live_locked(conn: Conn, name: str) -> GenerationRef | None:
+    """The employee's live generation or None, locked with the employee (in a transaction);
+    NotFound for an employee never applied or deleted."""
+    await _lock_employee(conn, name)
+    return await _live(conn, name)
+
+
+async def known(conn: Conn, name: str) -> None:
+    """NotFound unless the employee was ever applied (a deleted one's history stays readable)."""
+    cur = await conn.execute(Q["employee_known"], {"name": name})
+    if await cur.fetchone() is None:
+        raise NotFound(f"no employee named {name!r}")
+
+
 async def lock_live(conn: Conn, name: str) -> GenerationRef:
     """The employee's live generation, locked with the employee (inside a transaction)."""
-    await _lock_employee(conn, name)
-    live = await _live(conn, name)
+    live = await live_locked(conn, name)
     if live is None:
         raise Conflict(f"{name!r} has no live generation")
     return live
@@ -282,17 +296,22 @@ async def resume(conn: Conn, name: str) -> GenerationRef:
 
 
 async def reset(conn: Conn, name: str) -> GenerationRef:
-    """Retire the live generation: its open deliveries become dead(reset), its alarms and its
+    """Retire the live generation: every delivery no turn consumed (pending, held, or already
+    signalled to a conversation the Reset cancels) becomes dead(reset) in this transaction, so
+    none stays open for ever, and so do the owner's messages among them; its alarms and its
     open delegations are cancelled."""
     async with conn.transaction():
         allowed = (names.GEN_STARTING, names.GEN_RUNNING, names.GEN_PAUSED)
         ref = await _transition(conn, name, allowed=allowed, to=names.GEN_RETIRED)
         params = {"employee": name, "generation": ref.generation}
-        killed = await conn.execute(Q["deliveries_kill_generation"], params)
+        cur = await conn.execute(Q["deliveries_kill_generation"], params)
+        killed = [int(r["ingress_id"]) for r in await cur.fetchall()]
+        await conn.execute(Q["chat_messages_kill_generation"], {"employee": name,
+                                                                "ingress_ids": killed})  # fmt: skip
         await conn.execute(Q["streams_clear_pending"], params)
         await cancel_generation(conn, name, ref.generation)  # its alarms never fire
         await conn.execute(Q["ipc_tasks_cancel_generation"], params)  # nor its task deadlines
-    count_dead(DEAD_RESET, killed.rowcount)
+    count_dead(DEAD_RESET, len(killed))
     return ref
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ToolCall
+from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ModelRef, ToolCall
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 MAX_RETRY_AFTER_S = 300.0  # a longer Retry-After is capped; the step budget decides the rest
@@ -37,6 +37,14 @@ ERROR_TYPES = {
     429: "ProviderRateLimited",
     503: "ProviderUnavailable",
 }
+# OpenAI's reasoning families refuse `max_tokens` (400 `unsupported_parameter`) and take
+# `max_completion_tokens`; every other model gets `max_tokens`, the one name vLLM, Ollama and
+# older gateways know. A spec's `model.options.token_limit_param` overrides the guess (a
+# deployment under its own name, a gateway that renames models).
+MAX_TOKENS = "max_tokens"
+MAX_COMPLETION_TOKENS = "max_completion_tokens"
+_REASONING_MODEL = re.compile(r"^(o1|o3|o4|gpt-5)([-.]|$)")
+
 # Only short machine codes from an error body are quoted: its text may echo input or the key.
 _SAFE_CODE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
@@ -179,7 +187,7 @@ def request_body(step: LlmStepInput) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": step.model.name,
         "messages": [wire_message(m) for m in step.messages],
-        "max_tokens": step.max_tokens,
+        token_limit_param(step.model): step.max_tokens,
     }
     if step.tools:
         body["tools"] = [
@@ -194,6 +202,13 @@ def request_body(step: LlmStepInput) -> dict[str, Any]:
             for t in step.tools
         ]
     return body
+
+
+def token_limit_param(model: ModelRef) -> str:
+    """The request field of the token limit: the spec's choice, else by the model's family."""
+    if model.token_limit_param:
+        return model.token_limit_param
+    return MAX_COMPLETION_TOKENS if _REASONING_MODEL.match(model.name.lower()) else MAX_TOKENS
 
 
 def wire_message(message: ChatMessage) -> dict[str, Any]:

@@ -509,18 +509,27 @@ class LocalStack:
         )
         if "ingress" in self.services:
             console = f"{self.ingress_url}/console"
-            lines.append(f"  {'web console':<17} {console} (sign in with the admin token)")
+            lines.append(f"  {'web console':<17} {console} (sign in with {self.admin_token_at()})")
         for outcome in self.employees:
             lines.append(f"  {'employee':<17} {outcome.describe()}")
         lines += ["", f"Try:  {self.command_to_try()}", "Ctrl-C stops everything."]
         return "\n".join(lines)
 
+    def admin_token_at(self) -> str:
+        """Where the token to paste into the console's sign-in is: the file the first run wrote,
+        unless EVENTOS_ADMIN_TOKEN gave it."""
+        if self.env.get("EVENTOS_ADMIN_TOKEN"):
+            return "the admin token in $EVENTOS_ADMIN_TOKEN"
+        return f"the admin token in {STATE_DIR}/admin-token"
+
     def command_to_try(self) -> str:
+        """One command that shows the instance answering: with --wait it prints the reply
+        (without, it prints only `queued` and the reply stays out of sight)."""
         ctl = Path(sys.executable).parent / "eventosctl"
         shown = os.path.relpath(ctl) if ctl.is_relative_to(Path.cwd()) else str(ctl)
         chatty = [e.name for e in self.employees if e.takes_chat]
         if chatty:
-            return f'{shown} chat {chatty[0]} "hi"'
+            return f'{shown} chat {chatty[0]} "hi" --wait'
         return f"{shown} list"
 
 

@@ -74,6 +74,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ModelOptions(_Strict):
+    """Request details a provider cannot guess. `token_limit_param` names the field that
+    carries the token limit (by default `max_completion_tokens` for OpenAI's reasoning
+    families o1/o3/o4/gpt-5, `max_tokens` otherwise)."""
+
+    token_limit_param: Literal["max_tokens", "max_completion_tokens"] | None = None
+
+
 class Model(_Strict):
     """Which model an agent calls. `endpoint` names one of the operator's LLM endpoints
     (EVENTOS_LLM_ENDPOINTS); a `base_url` must equal one's (apply checks both)."""
@@ -83,6 +91,7 @@ class Model(_Strict):
     endpoint: str | None = Field(default=None, pattern=REF_RE)
     credential: SecretRef | None = None
     base_url: str | None = Field(default=None, max_length=2048)
+    options: ModelOptions | None = None
 
     _ref = field_validator("credential")(lambda cls, v: v if v is None else _check_ref(v))
 

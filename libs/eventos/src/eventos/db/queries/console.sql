@@ -19,7 +19,7 @@ FROM employees e
 LEFT JOIN generations g ON g.employee = e.name AND g.state <> 'retired'
 LEFT JOIN employee_budgets b ON b.employee = e.name
 LEFT JOIN employee_spend sp ON sp.employee = e.name AND sp.period_start = b.period_start
-WHERE e.name > %(after)s
+WHERE e.name > %(after)s AND e.deleted_at IS NULL
 ORDER BY e.name
 LIMIT %(limit)s;
 

@@ -1,9 +1,13 @@
 -- name: employee_upsert
--- Store an applied spec; returns whether it was new.
+-- Store an applied spec; returns whether it was new. A deleted employee's name makes a fresh
+-- one (created now; its old generations and history stay, numbered before its next Start).
 INSERT INTO employees (name, spec, spec_sha256)
 VALUES (%(name)s, %(spec)s, %(sha)s)
 ON CONFLICT (name) DO UPDATE
-    SET spec = EXCLUDED.spec, spec_sha256 = EXCLUDED.spec_sha256, updated_at = now()
+    SET spec = EXCLUDED.spec, spec_sha256 = EXCLUDED.spec_sha256, updated_at = now(),
+        created_at = CASE WHEN employees.deleted_at IS NULL THEN employees.created_at
+                          ELSE now() END,
+        deleted_at = NULL
 RETURNING (xmax = 0) AS created;
 
 -- name: employee_get
@@ -16,7 +20,7 @@ LEFT JOIN generations g ON g.employee = e.name AND g.state <> 'retired'
 LEFT JOIN LATERAL (
     SELECT id, kind, state FROM intents WHERE employee = e.name ORDER BY id DESC LIMIT 1
 ) i ON true
-WHERE e.name = %(name)s;
+WHERE e.name = %(name)s AND e.deleted_at IS NULL;
 
 -- name: employee_list
 -- Every employee with its live generation, if any, and its newest intent.
@@ -28,11 +32,43 @@ LEFT JOIN generations g ON g.employee = e.name AND g.state <> 'retired'
 LEFT JOIN LATERAL (
     SELECT id, kind, state FROM intents WHERE employee = e.name ORDER BY id DESC LIMIT 1
 ) i ON true
+WHERE e.deleted_at IS NULL
 ORDER BY e.name;
 
 -- name: employee_lock
--- Serialize lifecycle changes of one employee.
-SELECT name, spec, spec_sha256 FROM employees WHERE name = %(name)s FOR UPDATE;
+-- Serialize lifecycle changes of one employee (a deleted one has none).
+SELECT name, spec, spec_sha256 FROM employees
+WHERE name = %(name)s AND deleted_at IS NULL
+FOR UPDATE;
+
+-- name: employee_known
+-- Whether an employee was ever applied, deleted ones included (their history stays readable).
+SELECT name, deleted_at FROM employees WHERE name = %(name)s;
+
+-- name: employee_mark_deleted
+-- Delete an employee: a tombstone its history keeps pointing at.
+UPDATE employees SET deleted_at = now(), updated_at = now()
+WHERE name = %(name)s AND deleted_at IS NULL
+RETURNING deleted_at;
+
+-- name: employee_webhook_paths_release
+-- A deleted employee's webhook paths become free for any other employee.
+DELETE FROM employee_webhook_paths WHERE employee = %(employee)s;
+
+-- name: employee_health_forget
+-- A deleted employee is not degraded and its failed turns stop counting: a fresh employee of the
+-- same name starts healthy (its window opens now). Only for an employee that has a health row.
+UPDATE employee_health
+SET degraded_since = NULL, window_from = now(), wake_pending = false,
+    cleared_at = CASE WHEN degraded_since IS NULL THEN cleared_at ELSE now() END,
+    cleared_by = CASE WHEN degraded_since IS NULL THEN cleared_by ELSE 'owner' END
+WHERE employee = %(employee)s;
+
+-- name: employee_deleted_event
+-- The operator stream hears of the deletion (live lists drop the employee).
+INSERT INTO operator_events (employee, kind, ref, state, detail)
+VALUES (%(employee)s, 'employee.deleted', %(employee)s, 'deleted',
+        jsonb_build_object('retired_generation', %(generation)s::integer));
 
 -- name: webhook_path_owners
 -- Which employees hold these paths: in their applied spec or in a live generation.
@@ -96,11 +132,21 @@ UPDATE bus_streams SET hold_reason = NULL, updated_at = now()
 WHERE employee = %(employee)s AND generation = %(generation)s AND hold_reason = %(reason)s;
 
 -- name: deliveries_kill_generation
--- A retired generation's open deliveries become dead(reset).
+-- A retired generation's unconsumed deliveries become dead(reset): pending, held, and those
+-- already signalled to a conversation the Reset cancels (its entity closes without another turn;
+-- a turn that still saves while it drains settles its own inputs `done` again).
 UPDATE bus_deliveries d SET status = 'dead', reason = 'reset', updated_at = now()
 FROM bus_streams s
 WHERE d.stream_key = s.stream_key AND s.employee = %(employee)s AND s.generation = %(generation)s
-  AND d.status IN ('pending', 'held');
+  AND d.status IN ('pending', 'held', 'delivered')
+RETURNING d.ingress_id;
+
+-- name: chat_messages_kill_generation
+-- The owner's messages among a retired generation's dead(reset) inputs are dead too (never
+-- `queued` for ever; a replay queues them again). By employee: its messages' index.
+UPDATE chat_messages SET status = 'dead'
+WHERE employee = %(employee)s AND ingress_id = ANY(%(ingress_ids)s)
+  AND status IN ('queued', 'delivered');
 
 -- name: streams_clear_pending
 -- A retired generation's streams have nothing pending.

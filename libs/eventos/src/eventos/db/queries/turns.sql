@@ -54,14 +54,19 @@ WHERE s.stream_key = %(stream_key)s;
 
 -- name: deliveries_consume
 -- The consumed deliveries are done (`pending` too: Temporal may have accepted a batch whose
--- delivered_seq commit has not happened yet).
-UPDATE bus_deliveries SET status = 'done', updated_at = now()
-WHERE stream_key = %(stream_key)s AND seq = ANY(%(seqs)s) AND status IN ('pending', 'delivered');
+-- delivered_seq commit has not happened yet; `dead(reset)` too: a Reset settles a turn's inputs
+-- at once, and the turn it cancelled may still save while it drains — then they were consumed).
+UPDATE bus_deliveries
+SET status = 'done', reason = CASE WHEN status = 'dead' THEN NULL ELSE reason END,
+    updated_at = now()
+WHERE stream_key = %(stream_key)s AND seq = ANY(%(seqs)s)
+  AND (status IN ('pending', 'delivered') OR (status = 'dead' AND reason = 'reset'));
 
 -- name: chat_messages_answered
--- Owner messages the turn consumed.
+-- Owner messages the turn consumed (`dead` too: a Reset's, when the turn it cancelled still
+-- saved while it drained — see deliveries_consume).
 UPDATE chat_messages SET status = 'answered', turn_id = %(turn_id)s
-WHERE ingress_id = ANY(%(ingress_ids)s) AND status IN ('queued', 'delivered');
+WHERE ingress_id = ANY(%(ingress_ids)s) AND status IN ('queued', 'delivered', 'dead');
 
 -- name: chat_messages_taken
 -- Owner messages a run took (at its start or a merge); their ids for the event stream.
