@@ -61,7 +61,7 @@ def five_fields(expr: str) -> str | None:
     expr = expr.strip()
     if expr.startswith("@every"):
         return None
-    return MACROS.get(expr.lower(), expr)
+    return MACROS.get(expr, expr)
 
 
 def check_cron(expr: str) -> str:
@@ -76,7 +76,7 @@ def check_cron(expr: str) -> str:
         return expr
     if text.startswith("@"):
         known = ", ".join([*MACROS, "@every <duration>"])
-        if text.lower() not in MACROS:
+        if text not in MACROS:  # as Temporal spells them (lower case)
             raise CronInvalid(f"{expr!r}: unknown macro; use one of {known}")
         return expr
     fields = text.split()
