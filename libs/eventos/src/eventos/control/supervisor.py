@@ -118,7 +118,10 @@ def cron_interval(expr: str) -> timedelta:
     interval = cron.every(expr)
     if interval is not None:
         return interval
-    minute, hour = (cron.five_fields(expr) or expr).split()[:2]
+    fields = (cron.five_fields(expr) or expr).split()
+    if len(fields) < 2:  # not a cron expression (Temporal refuses it: schedule_refused)
+        return CATCHUP_MAX
+    minute, hour = fields[:2]
     if minute == "*":
         return timedelta(minutes=1)
     if minute.startswith("*/") and minute[2:].isdigit():
