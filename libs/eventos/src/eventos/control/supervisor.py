@@ -58,6 +58,7 @@ from eventos.spec.model import parse_spec
 log = logging.getLogger(__name__)
 CALL_TIMEOUT = timedelta(seconds=10)  # each Temporal call these effects make
 CRON_JITTER = timedelta(seconds=60)
+FAIL_LATE_TRIES, FAIL_LATE_PAUSE_S = 20, 0.5  # marking a start failed whose row is busy
 CATCHUP_MAX = timedelta(hours=1)
 STOP_REASON = "the employee was stopped"
 # Temporal's answers to a Schedule's creation that no retry changes (others, such as
@@ -212,13 +213,25 @@ class Effects:
                   f"refused its Schedule ({cause}); fix its schedule or the spec's timezone, "
                   "apply, then reset and start")  # fmt: skip
         log.warning("%s g%d: %s", employee, generation, detail)
-        async with self.pool.connection() as conn, conn.transaction():
-            await conn.execute(Q["attention_raise"], {
-                "employee": employee, "kind": names.ATTENTION_SCHEDULE_REFUSED,
-                "severity": "error", "ref": sid, "detail": detail,
-            })  # fmt: skip
+        async with self.pool.connection() as conn:
+            async with conn.transaction():
+                await conn.execute(Q["attention_raise"], {
+                    "employee": employee, "kind": names.ATTENTION_SCHEDULE_REFUSED,
+                    "severity": "error", "ref": sid, "detail": detail,
+                })  # fmt: skip
+            # The deliverer may hold the intent's row until it commits its settle (a start:
+            # moments); a re-arm in the same pass could hold it while it waits for this call,
+            # so the row is never waited on: a few tries, then the item alone says it.
             params = {"employee": employee, "generation": generation, "outcome": detail}
-            await conn.execute(Q["intent_fail_late"], params)
+            for _ in range(FAIL_LATE_TRIES):
+                async with conn.transaction():
+                    cur = await conn.execute(Q["intent_fail_late"], params)
+                    marked = await cur.fetchone() is not None
+                if marked:
+                    return
+                await asyncio.sleep(FAIL_LATE_PAUSE_S)
+            log.warning("%s g%d: its start intent stayed busy; the item says it", employee,
+                        generation)  # fmt: skip
 
     async def ensure_polls(self, employee: str, generation: int) -> None:
         """Each poll trigger's PollWorkflow runs (USE_EXISTING: a running one is kept)."""

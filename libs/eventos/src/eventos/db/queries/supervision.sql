@@ -62,14 +62,20 @@ WHERE id = %(id)s;
 
 -- name: intent_fail_late
 -- The generation's newest start or resume intent failed after all: its supervisor's first run
--- found an effect Temporal refuses (a cron Schedule). It waits for the deliverer's settle
--- (the row is locked while the deliverer holds it) and says so, with the cause.
-UPDATE intents SET state = 'failed', outcome = %(outcome)s
-WHERE id = (
-    SELECT max(id) FROM intents
-    WHERE employee = %(employee)s AND generation = %(generation)s AND kind IN ('start', 'resume')
+-- found an effect Temporal refuses (a cron Schedule). Said with the cause; none when the row
+-- is locked (the deliverer is settling it: the caller tries again, never waits on the lock).
+WITH target AS (
+    SELECT id FROM intents
+    WHERE id = (
+        SELECT max(id) FROM intents
+        WHERE employee = %(employee)s AND generation = %(generation)s
+          AND kind IN ('start', 'resume')
+    )
+    FOR UPDATE SKIP LOCKED
 )
-RETURNING id;
+UPDATE intents i SET state = 'failed', outcome = %(outcome)s
+FROM target WHERE i.id = target.id
+RETURNING i.id;
 
 -- name: intent_retry
 -- An attempt did not apply: count it and try again later.
