@@ -21,6 +21,11 @@ from eventos.spec.model import Trigger
         ("15 */2 * * *", timedelta(hours=1)),  # every other hour: capped at one hour
         ("0 3 * * *", timedelta(hours=1)),
         ("0 9 * * 1-5", timedelta(hours=1)),
+        ("@hourly", timedelta(hours=1)),
+        ("@daily", timedelta(hours=1)),
+        ("@every 10m", timedelta(minutes=10)),
+        ("@every 1h30m", timedelta(hours=1, minutes=30)),  # the window is capped by its caller
+        ("@reboot", timedelta(hours=1)),  # not cron: Temporal refuses it (schedule_refused)
     ],
 )
 def test_the_catch_up_window_is_one_interval_at_most_an_hour(

@@ -7,7 +7,7 @@ import pytest
 from eventos import names
 from eventos.employees.lifecycle import compile_subscriptions
 from eventos.errors import SpecInvalid
-from eventos.spec.model import load_specs
+from eventos.spec.model import load_specs, parse_spec, yaml_documents
 
 EXAMPLE = """
 apiVersion: eventos/v1
@@ -66,6 +66,42 @@ def test_the_spec_example_parses_with_default_classes_and_lanes() -> None:
 
 
 @pytest.mark.parametrize(
+    "schedule",
+    ["0 8 * * *", "*/5 * * * *", "0 9 * * mon-fri", "0 9 * JAN-MAR/2 *", "0 9 * * 0-7",
+     "@daily", "@hourly", "@weekly", "@monthly", "@yearly", "@annually", "@midnight",
+     "@every 10m", "@every 1h30m", "@every 1d"],
+)  # fmt: skip
+def test_cron_forms_both_cronsim_and_temporal_take_are_accepted(schedule: str) -> None:
+    (spec,) = load_specs(EXAMPLE.replace('"0 8 * * *"', f'"{schedule}"'))
+    assert spec.spec.triggers[3].schedule == schedule
+
+
+def test_a_stored_spec_is_read_as_it_was_accepted() -> None:
+    """A generation's snapshot stored before a check was added is still read (run time reports
+    what Temporal refuses), while apply refuses it."""
+    (doc,) = yaml_documents(EXAMPLE.replace('"0 8 * * *"', '"61 * * * *"'))
+    assert parse_spec(doc, stored=True).spec.triggers[3].schedule == "61 * * * *"
+    with pytest.raises(SpecInvalid):
+        parse_spec(doc)
+
+
+def test_yaml_is_strict_and_names_its_source_line_and_column() -> None:
+    twice = EXAMPLE.replace("  budget: {daily_usd: 20}\n",
+                            "  budget: {daily_usd: 20}\n  budget: {daily_usd: 5}\n")  # fmt: skip
+    assert errors_of(twice) == {
+        "(yaml)": "request body:8:3: duplicate key 'budget' (first at line 7)"
+    }
+    with pytest.raises(SpecInvalid) as info:
+        load_specs("a: [1\n", source="team/support.yaml")
+    ((path, message),) = info.value.errors
+    assert path == "(yaml)" and message.startswith("team/support.yaml:2:1: ")
+    # A `<<` merge's key may be overridden: YAML says the written key wins.
+    assert yaml_documents("a: &x {b: 1}\nc:\n  <<: *x\n  b: 2\n") == [
+        {"a": {"b": 1}, "c": {"b": 2}}
+    ]
+
+
+@pytest.mark.parametrize(
     ("change", "path", "fragment"),
     [
         (("name: support", "name: Support!"), "metadata.name", "pattern"),
@@ -88,7 +124,48 @@ def test_the_spec_example_parses_with_default_classes_and_lanes() -> None:
             "spec.triggers[2]",
             "needs 'account'",
         ),
-        (('"0 8 * * *"', '"every morning"'), "spec.triggers[3]", "5-field cron"),
+        (('"0 8 * * *"', '"every morning"'), "spec.triggers[3].schedule", "must have 5 fields"),
+        (('"0 8 * * *"', '"61 * * * *"'), "spec.triggers[3].schedule", "Bad minute"),
+        (('"0 8 * * *"', '"0 8 31 2 *"'), "spec.triggers[3].schedule", "Bad day-of-month"),
+        (('"0 8 * * *"', '"0 8 L * *"'), "spec.triggers[3].schedule", "no L, W, ? or #"),
+        (('"0 8 * * *"', '"0 8 * * 1#2"'), "spec.triggers[3].schedule", "no L, W, ? or #"),
+        (('"0 8 * * *"', '"0 0 8 * * *"'), "spec.triggers[3].schedule", "must have 5 fields"),
+        (('"0 8 * * *"', '"TZ=UTC 0 8 * * *"'), "spec.triggers[3].schedule", "5 fields"),
+        (('"0 8 * * *"', '"@reboot"'), "spec.triggers[3].schedule", "unknown macro"),
+        (('"0 8 * * *"', '"@every 10s"'), "spec.triggers[3].schedule", "at least a minute"),
+        (('"0 8 * * *"', '"@every soon"'), "spec.triggers[3].schedule", "takes a duration"),
+        (('"0 8 * * *"', '"*/90 * * * *"'), "spec.triggers[3].schedule", "step 90"),
+        (("Europe/Berlin", "localtime"), "spec.timezone", "unknown time zone"),
+        (("Europe/Berlin", "Local"), "spec.timezone", "unknown time zone"),
+        (("kind: chat}", "kind: chat, interval_s: 60}"), "spec.triggers[0]", "poll trigger only"),
+        (("kind: chat}", "kind: chat, text: hi}"), "spec.triggers[0]", "cron or start trigger"),
+        (("kind: chat}", "kind: chat, account: tg-x}"), "spec.triggers[0]", "telegram or"),
+        (("kind: chat}", "kind: chat, driver: d1}"), "spec.triggers[0]", "grpc trigger only"),
+        (
+            ("kind: chat}", "kind: chat, schedule: '0 8 * * *'}"),
+            "spec.triggers[0]",
+            "by a cron trigger only",
+        ),
+        (
+            ("account: tg-main}", "account: tg-main, thread_by: data..x}"),
+            "spec.triggers[2].thread_by",
+            "dotted path",
+        ),
+        (
+            ("account: tg-main}", "account: tg-main, thread_by: explicit}"),
+            "spec.triggers[2].thread_by",
+            "dotted path",
+        ),
+        (
+            ("account: tg-main}", "account: tg-main, filter: {data..kind: x}}"),
+            "spec.triggers[2].filter",
+            "dotted path",
+        ),
+        (
+            ("account: tg-main}", "account: tg-main, filter: {data.kind: {a: 1}}}"),
+            "spec.triggers[2].filter",
+            "a list of values",
+        ),
         ((", header: X-Signature", ""), "spec.triggers[4].verify", "needs the header"),
         (("kind: chat}", "kind: pigeon}"), "spec.triggers[0].kind", "Input should be"),
         (("path: stripe", "path: deploys"), "spec.triggers[4].path", "declared twice"),

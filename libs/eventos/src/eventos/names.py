@@ -251,6 +251,9 @@ TRIGGER_PRIORITY: Final = 4
 SUPERVISOR_ROLL_UPDATES: Final = 1800  # continue-as-new at this many Updates
 SUPERVISOR_REBUILDS_PER_HOUR: Final = 3  # then an attention item asks for Reset
 ATTENTION_SUPERVISOR_LOST: Final = "supervisor_lost"
+ATTENTION_SCHEDULE_REFUSED: Final = "schedule_refused"  # Temporal refused a cron Schedule
+ATTENTION_INTENT_FAILED: Final = "intent_failed"  # an intent settled failed, with its cause
+INTENT_ATTEMPTS_MAX: Final = 12  # attempts that got an error answer (not silence), then failed
 TYPE_TRIGGER_START: Final = "eventos.trigger.start"
 TYPE_TRIGGER_CRON: Final = "eventos.trigger.cron"
 

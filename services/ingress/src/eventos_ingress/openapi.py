@@ -734,7 +734,7 @@ def paths() -> dict[str, Any]:
                 (202, "queued", "ChatQueued"),
                 errors={
                     **employee,
-                    "409": "the employee is not started",
+                    "409": "the employee is not started, or takes no chat (no chat trigger)",
                     "429": "queue_full: 100 messages pending in the session; nothing saved",
                 },
                 body="ChatSend",

@@ -14,6 +14,8 @@ from eventos.cli import output, watch
 from eventos.cli.instance import CliError, owner_client
 from eventos.cli.output import Column, emit, emit_one, table
 from eventos.client.owner_api import OwnerApiError, OwnerClient
+from eventos.errors import SpecInvalid
+from eventos.spec.model import yaml_documents
 
 WAIT_POLL_S = 0.2
 DELETED_EVENT = "employee.deleted"
@@ -50,7 +52,15 @@ def cmd_apply(args: argparse.Namespace) -> int:
             raise CliError(f"cannot read {source}: {exc.strerror or exc}") from None
         kind = "application/json" if name.endswith(".json") else "application/yaml"
         try:
+            if kind == "application/yaml":  # read here first: its errors name the file
+                yaml_documents(text, source)
             applied = client.apply(text, content_type=kind)
+        except SpecInvalid as exc:
+            print(f"error: {source}: the spec is not valid YAML", file=sys.stderr)
+            for path, message in exc.errors:
+                print(f"  {path}: {message}", file=sys.stderr)
+            failed += 1
+            continue
         except OwnerApiError as exc:
             if exc.status in (401, 403):
                 raise

@@ -84,25 +84,45 @@ class Deliverer:
                 try:
                     deadline = REARM_S if row["kind"] == names.INTENT_REARM else self.attempt_s
                     outcome = await asyncio.wait_for(self._attempt(conn, row), deadline)
-                except IntentFailed as exc:
+                except SupervisorLost as exc:  # its own attention item asks for Reset
                     await self._settle(conn, row, names.INTENT_FAILED, str(exc))
+                    settled += 1
+                except IntentFailed as exc:
+                    await self._fail(conn, row, str(exc))
                     settled += 1
                 except Exception as exc:  # Temporal unavailable, a deadline, or a bug: shown
                     # as the intent's outcome and retried later; never stuck silently.
-                    delay = min(2.0 ** int(row["attempts"]), RETRY_MAX_S)
                     reason = f"{type(exc).__name__}: {exc}"[:500]
+                    unreachable = _unreachable(exc)
+                    if not unreachable and int(row["attempts"]) + 1 >= names.INTENT_ATTEMPTS_MAX:
+                        # Temporal answered, with an error, every time: it will not apply.
+                        tries = names.INTENT_ATTEMPTS_MAX
+                        await self._fail(conn, row, f"{reason} (after {tries} attempts)")
+                        settled += 1
+                        continue
+                    delay = min(2.0 ** int(row["attempts"]), RETRY_MAX_S)
                     retry = {"id": row["id"], "outcome": reason, "delay_s": delay}
                     await conn.execute(Q["intent_retry"], retry)
                     log.warning(
                         "intent %s (%s) not applied yet: %s", row["id"], row["kind"], reason
                     )
-                    if _unreachable(exc):
+                    if unreachable:
                         self.temporal.client = None
                         break  # Temporal is unreachable: the rest waits for the next pass
                 else:
                     await self._settle(conn, row, names.INTENT_APPLIED, outcome)
                     settled += 1
         return settled
+
+    async def _fail(self, conn: Conn, row: dict[str, Any], cause: str) -> None:
+        """Settle the intent failed, with an attention item naming its cause (SPEC §12)."""
+        await self._settle(conn, row, names.INTENT_FAILED, cause)
+        detail = f"{row['kind']} intent {row['id']} failed: {cause}"
+        await conn.execute(Q["attention_raise"], {
+            "employee": row["employee"] or names.INSTANCE_ITEMS,
+            "kind": names.ATTENTION_INTENT_FAILED,
+            "severity": "error", "ref": f"intent-{row['id']}", "detail": detail[:1000],
+        })  # fmt: skip
 
     async def _settle(self, conn: Conn, row: dict[str, Any], state: str, outcome: str) -> None:
         await conn.execute(

@@ -52,13 +52,20 @@ from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.employees import lifecycle
 from eventos.scheduling import ledger
+from eventos.spec import cron
 from eventos.spec.model import parse_spec
 
 log = logging.getLogger(__name__)
 CALL_TIMEOUT = timedelta(seconds=10)  # each Temporal call these effects make
 CRON_JITTER = timedelta(seconds=60)
+FAIL_LATE_TRIES, FAIL_LATE_PAUSE_S = 20, 0.5  # marking a start failed whose row is busy
 CATCHUP_MAX = timedelta(hours=1)
 STOP_REASON = "the employee was stopped"
+# Temporal's answers to a Schedule's creation that no retry changes (others, such as
+# UNAVAILABLE, are retried by the activity's policy).
+SCHEDULE_REFUSALS = (
+    RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.OUT_OF_RANGE,
+)  # fmt: skip
 RELEASED_BY_RESUME = "resume"
 
 
@@ -81,7 +88,7 @@ def tick_record(employee: str, trigger: str, kind: str, dedupe_key: str,
 
 def triggers_of(spec_doc: dict[str, Any], kind: str) -> list[tuple[str, Any]]:
     """(name, trigger) of each trigger of `kind` in a generation's frozen spec."""
-    spec = parse_spec(spec_doc)
+    spec = parse_spec(spec_doc, stored=True)
     pairs = zip(spec.trigger_names(), spec.spec.triggers, strict=True)
     return [(name, t) for name, t in pairs if t.kind == kind]
 
@@ -107,8 +114,15 @@ async def fire_start_once(conn: Conn, employee: str, generation: int) -> int:
 
 def cron_interval(expr: str) -> timedelta:
     """A cron expression's shortest interval, as far as the catch-up window needs it (capped
-    at one hour): every minute, every n minutes, or n times an hour; else an hour or more."""
-    minute, hour = expr.split()[:2]
+    at one hour): `@every`'s, every minute, every n minutes, or n times an hour; else an hour
+    or more."""
+    interval = cron.every(expr)
+    if interval is not None:
+        return interval
+    fields = (cron.five_fields(expr) or expr).split()
+    if len(fields) < 2:  # not a cron expression (Temporal refuses it: schedule_refused)
+        return CATCHUP_MAX
+    minute, hour = fields[:2]
     if minute == "*":
         return timedelta(minutes=1)
     if minute.startswith("*/") and minute[2:].isdigit():
@@ -181,8 +195,43 @@ class Effects:
             schedule = cron_schedule(employee, generation, name, t, zone, self.queue,
                                      paused=paused)  # fmt: skip
             sid = names.schedule_id(employee, generation, name)
-            with contextlib.suppress(ScheduleAlreadyRunningError):
-                await self.client.create_schedule(sid, schedule, rpc_timeout=CALL_TIMEOUT)
+            try:
+                with contextlib.suppress(ScheduleAlreadyRunningError):
+                    await self.client.create_schedule(sid, schedule, rpc_timeout=CALL_TIMEOUT)
+            except RPCError as exc:
+                # Temporal's answer is final: retrying it would loop for ever, unseen.
+                if exc.status not in SCHEDULE_REFUSALS:
+                    raise
+                await self.schedule_refused(employee, generation, name, sid, exc.message)
+
+    async def schedule_refused(self, employee: str, generation: int, trigger: str, sid: str,
+                               cause: str) -> None:  # fmt: skip
+        """A cron Schedule Temporal refuses (a spec stored before apply checked it): the
+        trigger does not run; the start or resume that made it fails with the cause, and an
+        attention item says what to do. The generation's other triggers run."""
+        detail = (f"cron trigger {trigger!r} of generation {generation} does not run: Temporal "
+                  f"refused its Schedule ({cause}); fix its schedule or the spec's timezone, "
+                  "apply, then reset and start")  # fmt: skip
+        log.warning("%s g%d: %s", employee, generation, detail)
+        async with self.pool.connection() as conn:
+            async with conn.transaction():
+                await conn.execute(Q["attention_raise"], {
+                    "employee": employee, "kind": names.ATTENTION_SCHEDULE_REFUSED,
+                    "severity": "error", "ref": sid, "detail": detail,
+                })  # fmt: skip
+            # The deliverer may hold the intent's row until it commits its settle (a start:
+            # moments); a re-arm in the same pass could hold it while it waits for this call,
+            # so the row is never waited on: a few tries, then the item alone says it.
+            params = {"employee": employee, "generation": generation, "outcome": detail}
+            for _ in range(FAIL_LATE_TRIES):
+                async with conn.transaction():
+                    cur = await conn.execute(Q["intent_fail_late"], params)
+                    marked = await cur.fetchone() is not None
+                if marked:
+                    return
+                await asyncio.sleep(FAIL_LATE_PAUSE_S)
+            log.warning("%s g%d: its start intent stayed busy; the item says it", employee,
+                        generation)  # fmt: skip
 
     async def ensure_polls(self, employee: str, generation: int) -> None:
         """Each poll trigger's PollWorkflow runs (USE_EXISTING: a running one is kept)."""

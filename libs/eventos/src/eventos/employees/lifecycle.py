@@ -225,7 +225,7 @@ async def start(conn: Conn, name: str) -> GenerationRef:
         live = await _live(conn, name)
         if live is not None:
             raise Conflict(f"{name!r} already has generation {live.generation} ({live.state})")
-        spec = parse_spec(emp["spec"])
+        spec = parse_spec(emp["spec"], stored=True)
         cur = await conn.execute(Q["generation_next_number"], {"employee": name})
         number = int((await cur.fetchone() or {})["generation"])
         params = {"employee": name, "generation": number, "spec": Jsonb(emp["spec"])}

@@ -98,6 +98,12 @@ async def send(
     row = await get_employee(conn, employee)
     if row["state"] not in names.ROUTABLE_GENERATION_STATES:
         raise Conflict(f"{employee!r} is not started")
+    cur = await conn.execute(Q["chat_trigger_live"], {"employee": employee})
+    if not (await cur.fetchone() or {}).get("takes"):  # nothing would ever consume it
+        raise Conflict(
+            f"{employee!r} takes no chat: its spec has no chat trigger "
+            "(add `- {kind: chat}` to its triggers, apply, reset and start)"
+        )
     audience = OWNER if user is None else user.name
     user_id = None if user is None else user.id
     params = {

@@ -215,7 +215,7 @@ async def _running_trigger(conn: Conn, req: PollTrigger) -> Trigger:
                      {"employee": req.employee, "generation": req.generation})  # fmt: skip
     if gen["state"] != names.GEN_RUNNING:
         raise PollEnded(f"generation {req.generation} of {req.employee} is {gen['state']}")
-    spec = parse_spec(gen["spec"])
+    spec = parse_spec(gen["spec"], stored=True)
     for name, t in zip(spec.trigger_names(), spec.spec.triggers, strict=True):
         if name == req.trigger and t.kind == "poll":
             return t

@@ -10,13 +10,13 @@ import zoneinfo
 from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -24,7 +24,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from eventos import names
 from eventos.errors import SpecInvalid
-from eventos.spec import content_rules
+from eventos.spec import content_rules, cron, yaml_strict
 
 NAME_RE = r"^[a-z][a-z0-9-]{0,39}$"
 REF_RE = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
@@ -48,6 +48,15 @@ DEFAULT_CLASS = {
     "start": names.C4_BACKGROUND,
     "watch": names.C4_BACKGROUND,
 }
+
+
+# Validation context of a spec read back from the database (a generation's snapshot): checks
+# added after it was stored do not apply again (its apply accepted it; run time reports).
+STORED = "stored"
+
+
+def _stored(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get(STORED))
 
 
 def _check_ref(value: str) -> str:
@@ -203,6 +212,21 @@ def _raise_at(model: str, errors: list[tuple[str, str]], values: object) -> None
         raise ValidationError.from_exception_data(model, details)
 
 
+# Fields only some trigger kinds read (any other kind would ignore them silently).
+KIND_FIELDS: dict[str, tuple[str, ...]] = {
+    "schedule": ("cron",),
+    "interval_s": ("poll",),
+    "text": ("cron", "start"),
+    "path": ("webhook",),
+    "verify": ("webhook",),
+    "max_body": ("webhook",),
+    "dedupe_header": ("webhook",),
+    "account": CHANNEL_KINDS,
+    "driver": ("grpc",),
+    "store": ("watch",),
+}
+
+
 class Debounce(_Strict):
     window_s: float = Field(ge=0, le=600)
     cap_s: float = Field(ge=0, le=3600)
@@ -244,6 +268,42 @@ class Trigger(_Strict):
     store: str | None = Field(default=None, pattern=names.DATA_STORE_RE)
 
     _token_ref = field_validator("token")(lambda cls, v: v if v is None else _check_ref(v))
+
+    @field_validator("thread_by")
+    @classmethod
+    def _thread_path(cls, v: str | None, info: ValidationInfo) -> str | None:
+        """`event` or a dotted path into the event: anything else never places (routing)."""
+        if (
+            v is not None
+            and not _stored(info)
+            and (v == names.THREAD_BY_EXPLICIT or not re.match(JSON_PATH_RE, v))
+        ):
+            raise ValueError("must be `event` or a dotted path into the event (e.g. subject, "
+                             "data.customer.id)")  # fmt: skip
+        return v
+
+    @field_validator("filter")
+    @classmethod
+    def _filter_pairs(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Dotted paths to a value or a list of values: a path with an empty part or a value
+        routing cannot compare (an object) would silently never match."""
+        for path, expected in {} if _stored(info) else v.items():
+            if not re.match(JSON_PATH_RE, path):
+                raise ValueError(f"filter key {path!r} must be a dotted path (e.g. data.kind)")
+            values = expected if isinstance(expected, list) else [expected]
+            if any(isinstance(x, dict | list) for x in values):
+                raise ValueError(f"filter {path!r} takes a value or a list of values")
+        return v
+
+    @field_validator("types")
+    @classmethod
+    def _type_patterns(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        """`*`, an exact type or `prefix.*` (routing matches nothing else)."""
+        for t in [] if _stored(info) else v:
+            if not t or ("*" in t and t != "*" and not (t.endswith(".*") and "*" not in t[:-2])):
+                raise ValueError(f"type {t!r}: use `*`, an exact type or a family `prefix.*`")
+        return v
+
     _poll_url = field_validator("url")(lambda cls, v: _check_poll_url(v))
 
     @field_validator("class_", mode="before")
@@ -256,7 +316,7 @@ class Trigger(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _fields_per_kind(self) -> Trigger:
+    def _fields_per_kind(self, info: ValidationInfo) -> Trigger:
         required = {"webhook": ("path", "verify"), "grpc": ("driver",), "cron": ("schedule",),
                     "poll": ("interval_s",), "watch": ("store",)}  # fmt: skip
         for kind in CHANNEL_KINDS:
@@ -270,9 +330,24 @@ class Trigger(_Strict):
                 raise ValueError("verify scheme none is only allowed with a dedupe_header")
         if self.token is not None and self.kind != "grpc":
             raise ValueError("only a grpc trigger takes a driver token")
-        if self.schedule is not None and len(self.schedule.split()) != 5:
-            raise ValueError("schedule must be a 5-field cron expression")
+        if not _stored(info):  # a field another kind takes would be silently ignored
+            for field, kinds in KIND_FIELDS.items():
+                if getattr(self, field) is not None and self.kind not in kinds:
+                    raise ValueError(f"{field!r} is taken by a {' or '.join(kinds)} trigger "
+                                     f"only, not a {self.kind} one")  # fmt: skip
         return self
+
+    @field_validator("schedule")
+    @classmethod
+    def _runnable_cron(cls, v: str | None, info: ValidationInfo) -> str | None:
+        """Refused at apply what Temporal would refuse later; a spec stored before this
+        check (STORED) is read as it is: its Schedule's refusal is an attention item."""
+        if v is None or _stored(info):
+            return v
+        try:
+            return cron.check_cron(v)
+        except cron.CronInvalid as exc:
+            raise ValueError(str(exc)) from None
 
     @model_validator(mode="after")
     def _poll_fields(self) -> Trigger:
@@ -440,11 +515,14 @@ class EmployeeBody(_Strict):
 
     @field_validator("timezone")
     @classmethod
-    def _known_zone(cls, v: str) -> str:
+    def _known_zone(cls, v: str, info: ValidationInfo) -> str:
         try:
             zoneinfo.ZoneInfo(v)
+            if not _stored(info):  # an IANA name both Python and Temporal load
+                cron.check_zone(v)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {v!r}") from None
+            raise ValueError(f"unknown time zone {v!r}: use an IANA name such as "
+                             "Europe/Paris") from None  # fmt: skip
         return v
 
 
@@ -558,12 +636,13 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     return out or "(root)"
 
 
-def parse_spec(data: object) -> EmployeeSpec:
-    """Validate a decoded spec; SpecInvalid lists every error with its field path."""
+def parse_spec(data: object, *, stored: bool = False) -> EmployeeSpec:
+    """Validate a decoded spec; SpecInvalid lists every error with its field path. `stored`:
+    a spec read back from the database, which its apply accepted (see STORED)."""
     if not isinstance(data, dict):
         raise SpecInvalid([("(root)", "an Employee spec must be a mapping")])
     try:
-        spec = EmployeeSpec.model_validate(data)
+        spec = EmployeeSpec.model_validate(data, context={STORED: stored})
     except ValidationError as exc:
         errors = [
             (_loc(tuple(e["loc"])), e["msg"].removeprefix("Value error, ")) for e in exc.errors()
@@ -575,14 +654,9 @@ def parse_spec(data: object) -> EmployeeSpec:
     return spec
 
 
-def yaml_documents(text: str) -> list[Any]:
-    """The documents of a YAML text (several may be separated by `---`), empty ones left out."""
-    try:
-        return [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise SpecInvalid([("(yaml)", str(exc))]) from None
-    except RecursionError:
-        raise SpecInvalid([("(yaml)", "nested too deeply")]) from None
+def yaml_documents(text: str, source: str = yaml_strict.BODY) -> list[Any]:
+    """The documents of a YAML text, strictly (eventos.spec.yaml_strict)."""
+    return yaml_strict.documents(text, source)
 
 
 def parse_specs(docs: list[Any]) -> list[EmployeeSpec]:
@@ -592,6 +666,6 @@ def parse_specs(docs: list[Any]) -> list[EmployeeSpec]:
     return [parse_spec(d) for d in docs]
 
 
-def load_specs(text: str) -> list[EmployeeSpec]:
+def load_specs(text: str, source: str = yaml_strict.BODY) -> list[EmployeeSpec]:
     """Every Employee document in a YAML text (several may be separated by `---`)."""
-    return parse_specs(yaml_documents(text))
+    return parse_specs(yaml_documents(text, source))

@@ -124,7 +124,7 @@ class ToolRunner:
         await conn.commit()
         if row is None:
             raise NotFound(f"no generation {call.employee} g{call.generation}")
-        spec = parse_spec(row["spec"])
+        spec = parse_spec(row["spec"], stored=True)
         agent = next((a for a in spec.spec.agents if a.name == call.agent), None)
         if agent is None:
             raise NotFound(f"no agent {call.agent!r} in {call.employee} g{call.generation}")

@@ -55,3 +55,11 @@ ORDER BY s.source_key, s.generation DESC;
 SELECT source_key, count(*) AS n FROM bus_ingress
 WHERE status = 'accepted' AND source_key LIKE 'webhook:%%'
 GROUP BY source_key;
+
+-- name: chat_trigger_live
+-- Whether the employee's live generation takes owner chat (it has a chat trigger).
+SELECT EXISTS (
+    SELECT 1 FROM bus_subscriptions s
+    JOIN generations g ON g.employee = s.employee AND g.generation = s.generation
+    WHERE s.employee = %(employee)s AND g.state <> 'retired' AND s.trigger_kind = 'chat'
+) AS takes;

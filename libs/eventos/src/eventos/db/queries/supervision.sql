@@ -60,6 +60,23 @@ UPDATE intents SET state = %(state)s, outcome = %(outcome)s, attempts = attempts
     applied_at = now()
 WHERE id = %(id)s;
 
+-- name: intent_fail_late
+-- The generation's newest start or resume intent failed after all: its supervisor's first run
+-- found an effect Temporal refuses (a cron Schedule). Said with the cause; none when the row
+-- is locked (the deliverer is settling it: the caller tries again, never waits on the lock).
+WITH target AS (
+    SELECT id FROM intents
+    WHERE id = (
+        SELECT max(id) FROM intents
+        WHERE employee = %(employee)s AND generation = %(generation)s
+          AND kind IN ('start', 'resume')
+    )
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE intents i SET state = 'failed', outcome = %(outcome)s
+FROM target WHERE i.id = target.id
+RETURNING i.id;
+
 -- name: intent_retry
 -- An attempt did not apply: count it and try again later.
 UPDATE intents SET attempts = attempts + 1, outcome = %(outcome)s,
