@@ -1,13 +1,17 @@
 """Which addresses the outbound guard counts as public: an IPv6 address that carries an IPv4
-one (IPv4-mapped, IPv4-compatible, NAT64 and its local-use prefix, 6to4) is judged by it."""
+one (IPv4-mapped, IPv4-compatible, NAT64 and its local-use prefix, 6to4) is judged by it; the
+operator's CA file must exist."""
 
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 
 import pytest
 
+from eventos.errors import ConfigError
 from eventos.runtime.outbound import OutboundRefused, checked_addresses, embedded_ipv4, is_public
+from eventos.settings import OutboundSettings
 
 
 @pytest.mark.parametrize(
@@ -61,3 +65,14 @@ async def test_every_address_of_an_answer_is_checked() -> None:
     with pytest.raises(OutboundRefused, match=r"private address \(64:ff9b::a00:1\)"):
         await checked_addresses("mixed.test", 443, mixed)
     assert await checked_addresses("mixed.test", 443, mixed, allow_private=True)
+
+
+def test_the_ca_file_setting_names_a_file_that_exists(tmp_path: Path) -> None:
+    assert OutboundSettings.from_env({}).ca_file is None
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    assert OutboundSettings.from_env({"EVENTOS_OUTBOUND_CA_FILE": str(bundle)}).ca_file == str(
+        bundle
+    )
+    with pytest.raises(ConfigError, match="no such file"):
+        OutboundSettings.from_env({"EVENTOS_OUTBOUND_CA_FILE": str(tmp_path / "missing.pem")})

@@ -462,14 +462,20 @@ class HttpToolSettings:
 @dataclass(frozen=True)
 class OutboundSettings:
     """`EVENTOS_OUTBOUND_ALLOW_PRIVATE`: let tools and polls reach private addresses (a test
-    harness, an instance whose APIs live on its own network)."""
+    harness, an instance whose APIs live on its own network). `EVENTOS_OUTBOUND_CA_FILE`: a PEM
+    bundle trusted by their TLS besides the public roots (an organisation's own CA)."""
 
     allow_private: bool = False
+    ca_file: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OutboundSettings:
         env = os.environ if env is None else env
-        return cls(allow_private=_bool(env, "EVENTOS_OUTBOUND_ALLOW_PRIVATE", False))
+        ca_file = env.get("EVENTOS_OUTBOUND_CA_FILE") or None
+        if ca_file is not None and not os.path.isfile(ca_file):
+            raise ConfigError(f"EVENTOS_OUTBOUND_CA_FILE: no such file {ca_file!r}")
+        return cls(allow_private=_bool(env, "EVENTOS_OUTBOUND_ALLOW_PRIVATE", False),
+                   ca_file=ca_file)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -142,10 +142,14 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 def transport(settings: OutboundSettings,
               resolver: Resolver | None = None) -> httpx.AsyncHTTPTransport:  # fmt: skip
     """httpx's transport with its pool connecting through the GuardedBackend (httpx takes no
-    backend argument, so the pool is rebuilt with it; TLS settings as httpx's defaults)."""
+    backend argument, so the pool is rebuilt with it; TLS as httpx's defaults, plus the
+    operator's CA file when set)."""
     guarded = httpx.AsyncHTTPTransport(trust_env=False)
+    tls = httpx.create_ssl_context(trust_env=False)
+    if settings.ca_file is not None:
+        tls.load_verify_locations(cafile=settings.ca_file)
     guarded._pool = httpcore.AsyncConnectionPool(
-        ssl_context=httpx.create_ssl_context(trust_env=False),
+        ssl_context=tls,
         network_backend=GuardedBackend(resolver or system_resolve, settings.allow_private),
     )
     return guarded
