@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -49,6 +50,7 @@ from eventos.scheduling.policy import SchedConfig
 
 log = logging.getLogger(__name__)
 ATTEMPT_S = 15.0  # the deadline of one attempt to apply an intent
+CALL_TIMEOUT = timedelta(seconds=10)  # each Temporal call of an attempt (its rpc_timeout)
 REARM_S = 600.0  # a re-arm visits every live generation, turn and holding stream
 CLAIM_LIMIT = 20
 RETRY_MAX_S = 60.0
@@ -160,7 +162,8 @@ class Deliverer:
         """Send the intent's Update unless the supervisor already has its revision."""
         handle = client.get_workflow_handle(names.supervisor_id(row["employee"], row["generation"]))
         status: SupervisorStatus = await handle.query(names.QUERY_STATUS,
-                                                      result_type=SupervisorStatus)  # fmt: skip
+                                                      result_type=SupervisorStatus,
+                                                      rpc_timeout=CALL_TIMEOUT)  # fmt: skip
         revision = int(row["revision"])
         if status.revision >= revision:
             return f"supervisor {started} at revision {status.revision}"
@@ -193,7 +196,8 @@ class Deliverer:
         """Stop the conversation's running turn of a lower class than the owner's."""
         handle = client.get_workflow_handle(row["payload"]["entity_id"])
         try:
-            status: EntityStatus = await handle.query(names.QUERY_STATUS, result_type=EntityStatus)
+            status: EntityStatus = await handle.query(names.QUERY_STATUS, result_type=EntityStatus,
+                                                      rpc_timeout=CALL_TIMEOUT)  # fmt: skip
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:
                 return "no turn running (the conversation is idle)"
@@ -219,7 +223,7 @@ def _unreachable(exc: BaseException) -> bool:
 async def _describe(client: Client, workflow_id: str) -> WorkflowExecutionStatus | None:
     """A workflow's status, or None when Temporal does not know it."""
     try:
-        desc = await client.get_workflow_handle(workflow_id).describe()
+        desc = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=CALL_TIMEOUT)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             return None
@@ -267,6 +271,7 @@ async def ensure_supervisor(conn: Conn, client: Client, employee: str, generatio
             names.WF_SUPERVISOR, SupervisorInput(employee, generation, control), id=sid,
             task_queue=queue, id_reuse_policy=reuse,
             priority=Priority(priority_key=names.SUPERVISOR_PRIORITY, fairness_key=employee),
+            rpc_timeout=CALL_TIMEOUT,
         )  # fmt: skip
     except WorkflowAlreadyStartedError:
         return "running", -1  # another deliverer started it meanwhile
@@ -282,7 +287,8 @@ async def _turn_lost(client: Client, turn_id: str, entity_id: str) -> bool:
     if await _describe(client, entity_id) != running:
         return True
     handle = client.get_workflow_handle(entity_id)
-    status: EntityStatus = await handle.query(names.QUERY_STATUS, result_type=EntityStatus)
+    status: EntityStatus = await handle.query(names.QUERY_STATUS, result_type=EntityStatus,
+                                              rpc_timeout=CALL_TIMEOUT)  # fmt: skip
     return status.slot_of != turn_id
 
 
