@@ -331,12 +331,19 @@ def test_the_optional_ingress_routes_only_hooks_channels_the_owner_api_openapi_a
 
 @pytest.mark.parametrize("tier", ["S", "L"])
 def test_every_service_gets_the_collector_instance_tier_and_release(tier: str) -> None:
-    docs = charts.instance(tier, "telemetry.otlpEndpoint=http://collector.telemetry.svc:4317")
+    docs = charts.instance(
+        tier, "telemetry.otlpEndpoint=http://collector.telemetry.svc:4317", "image.tag=2026.12.1"
+    )
     config = named(docs, "ConfigMap", f"{P}-config")["data"]
     assert config["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://collector.telemetry.svc:4317"
     assert config["EVENTOS_INSTANCE_ID"] == "inst-7f3a"
     assert config["EVENTOS_TIER"] == tier
     assert config["EVENTOS_RELEASE"] == "0.1.0"
+    # The release record every service reports on /livez, /readyz and eventos_build_info.
+    assert config["EVENTOS_IMAGE_TAG"] == "2026.12.1"
+    assert config["EVENTOS_CHART_VERSION"] == "0.1.0"
+    temporal = "temporalio/server:1.32.0" if tier == "L" else "temporalio/temporal:1.9.1"
+    assert config["EVENTOS_TEMPORAL_SERVER"] == temporal
     assert config["TEMPORAL_ADDRESS"] == f"{P}-temporal:7233"
     for deployment in of_kind(docs, "Deployment"):
         if deployment["metadata"]["name"] == f"{P}-temporal":

@@ -48,6 +48,11 @@ eventos.dev/tier: {{ .root.Values.tier | quote }}
 {{- default .Chart.AppVersion .Values.release -}}
 {{- end -}}
 
+{{/* The Temporal server this release runs: tier L's server image, tier S's dev server image. */}}
+{{- define "eventos.temporalServerImage" -}}
+{{- if eq .Values.tier "L" -}}{{ .Values.temporal.server.image }}{{- else -}}{{ .Values.temporal.dev.image }}{{- end -}}
+{{- end -}}
+
 {{/* Validation: the render fails with one clear message per missing or invalid value. */}}
 {{- define "eventos.validate" -}}
 {{- $v := .Values -}}
@@ -178,6 +183,9 @@ pods when it changes). */}}
 EVENTOS_INSTANCE_ID: {{ .Values.instance.id | quote }}
 EVENTOS_TIER: {{ .Values.tier | quote }}
 EVENTOS_RELEASE: {{ include "eventos.release" . | quote }}
+EVENTOS_IMAGE_TAG: {{ default .Chart.AppVersion .Values.image.tag | quote }}
+EVENTOS_CHART_VERSION: {{ .Chart.Version | quote }}
+EVENTOS_TEMPORAL_SERVER: {{ include "eventos.temporalServerImage" . | quote }}
 EVENTOS_BIND_HOST: "0.0.0.0"
 EVENTOS_DATABASE_URL_FILE: {{ printf "%s/database/url" $root | quote }}
 TEMPORAL_ADDRESS: {{ include "eventos.temporalAddress" . | quote }}

@@ -1,7 +1,9 @@
-"""Which code runs: the eventos release and the build id (a hash of the package's source).
+"""Which code runs: the eventos release, the build id (a hash of the package's source), and the
+release record a deployment pins (docs/deploy.md#releases).
 
-The metrics label every service with both (`eventos_build_info`), and every Temporal Worker of
-this package runs under the build id, so a check can tell which code answered.
+The metrics label every service with them (`eventos_build_info`), `/livez` and `/readyz` carry the
+record, and every Temporal Worker of this package runs under the build id, so a check (an
+upgrade's, an operator's) can tell which code answers.
 """
 
 from __future__ import annotations
@@ -9,11 +11,22 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import temporalio
 
+from eventos.db.migrate import shipped_migrations
+
 PACKAGE_ROOT = Path(__file__).parents[1]  # eventos/, whose source the build id hashes
+# What the chart (or the local instance) says about the deployment this process belongs to.
+IMAGE_TAG_VAR = "EVENTOS_IMAGE_TAG"
+CHART_VERSION_VAR = "EVENTOS_CHART_VERSION"
+TEMPORAL_SERVER_VAR = "EVENTOS_TEMPORAL_SERVER"
+UNSET = ""  # a part the deployment did not name (a process started by hand)
 
 
 def release() -> str:
@@ -38,3 +51,41 @@ def worker_build_id() -> str:
         digest.update(path.relative_to(PACKAGE_ROOT).as_posix().encode())
         digest.update(path.read_bytes())
     return f"eventos-{digest.hexdigest()[:16]}-temporalio-{temporalio.__version__}"
+
+
+@functools.cache
+def migration_level() -> int:
+    """The highest migration this code ships (and applies): the schema it expects."""
+    return max(m.version for m in shipped_migrations())
+
+
+@dataclass(frozen=True)
+class Release:
+    """A release as a deployment pins it: the code (eventos version and build id), the images'
+    tag, the chart's version, the Temporal server's version and the migration level."""
+
+    version: str
+    build: str
+    image_tag: str
+    chart: str
+    temporal_server: str
+    migrations: int
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def running_release(env: Mapping[str, str] | None = None) -> Release:
+    """This process's release: the code's own parts, and what the deployment named in
+    `EVENTOS_IMAGE_TAG`, `EVENTOS_CHART_VERSION` and `EVENTOS_TEMPORAL_SERVER` (each
+    empty when unset; values are bounded to 128 characters)."""
+    env = os.environ if env is None else env
+
+    def named(var: str) -> str:
+        return env.get(var, UNSET).strip()[:128]
+
+    return Release(
+        version=release(), build=worker_build_id(), image_tag=named(IMAGE_TAG_VAR),
+        chart=named(CHART_VERSION_VAR), temporal_server=named(TEMPORAL_SERVER_VAR),
+        migrations=migration_level(),
+    )  # fmt: skip

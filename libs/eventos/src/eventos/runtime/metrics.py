@@ -45,8 +45,10 @@ def _histogram(
 # --- every service
 EVENT_LOOP_LAG = _gauge("eventos_event_loop_lag_seconds", "Lateness of a 0.5 s asyncio timer.")
 BUILD_INFO = _gauge(
-    "eventos_build_info", "Always 1: the service, the eventos release and the source's build id.",
-    ("service", "version", "build"),
+    "eventos_build_info",
+    "Always 1: the service, the eventos release, the source's build id, the images' tag, the "
+    "chart's version, the Temporal server's version and the migration level it runs.",
+    ("service", "version", "build", "image_tag", "chart", "temporal_server", "migrations"),
 )  # fmt: skip
 
 # --- ingress
@@ -243,7 +245,9 @@ def register(service: str) -> None:
         if id(family) not in _registered:
             REGISTRY.register(family)
             _registered.add(id(family))
-    BUILD_INFO.labels(service, build.release(), build.worker_build_id()).set(1)
+    r = build.running_release()
+    BUILD_INFO.labels(service, r.version, r.build, r.image_tag, r.chart, r.temporal_server,
+                      str(r.migrations)).set(1)  # fmt: skip
 
 
 def dead_reason(reason: str | None) -> str:

@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from eventos import telemetry
-from eventos.runtime import metrics
+from eventos.runtime import build, metrics
 from eventos.runtime.http_bounds import CapClass, InFlightCap, bounded_protocol
 from eventos.settings import HttpBounds
 
@@ -45,8 +45,9 @@ CANCEL_AGAIN_S = 0.5
 
 
 def health_routes(name: str, checks: dict[str, ReadinessCheck]) -> list[BaseRoute]:
-    """The three routes every service serves."""
+    """The three routes every service serves; `/livez` and `/readyz` name the release."""
     last_logged: dict[str, float] = {}
+    running = build.running_release().as_json()
 
     def failure(check_name: str, exc: Exception) -> str:
         # /readyz is reachable by probes and scrapers: it names the dependency with a fixed
@@ -63,7 +64,7 @@ def health_routes(name: str, checks: dict[str, ReadinessCheck]) -> list[BaseRout
         return word
 
     async def livez(request: Request) -> Response:
-        return JSONResponse({"service": name, "status": "alive"})
+        return JSONResponse({"service": name, "status": "alive", "release": running})
 
     async def readyz(request: Request) -> Response:
         failed: dict[str, str] = {}
@@ -73,7 +74,7 @@ def health_routes(name: str, checks: dict[str, ReadinessCheck]) -> list[BaseRout
             except Exception as exc:
                 failed[check_name] = failure(check_name, exc)
         status = 503 if failed else 200
-        body = {"service": name, "ready": not failed, "failed": failed}
+        body = {"service": name, "ready": not failed, "failed": failed, "release": running}
         return JSONResponse(body, status_code=status)
 
     async def metrics(request: Request) -> Response:
