@@ -96,6 +96,7 @@ SOURCE_INTERNAL: Final = "internal"
 SOURCE_ALARM: Final = "alarm"
 SOURCE_IPC: Final = "ipc"
 SOURCE_TOOL: Final = "tool"
+SOURCE_CRON: Final = "cron"  # a cron trigger's ticks: `cron:<employee>/<trigger>`
 INTERNAL_SOURCE_KINDS: Final = (SOURCE_INTERNAL, SOURCE_ALARM, SOURCE_IPC, SOURCE_TOOL)
 # Sources the HTTP edge owns: never publishable over gRPC, by anyone.
 HTTP_EDGE_SOURCE_KINDS: Final = (SOURCE_WEBHOOK, SOURCE_CHAT)
