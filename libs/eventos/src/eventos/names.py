@@ -32,6 +32,8 @@ LANE_WORKER: Final = "worker"
 THREAD_MAIN: Final = "main"
 # Trigger kinds of customer channels (the customer lane).
 CHANNEL_KINDS: Final = ("telegram", "whatsapp_business", "discord", "email")
+# A customer's message read this long after it was sent carries a lateness note (SPEC §15).
+CUSTOMER_LATE_NOTE_AFTER_S: Final = 60.0
 # A channel driver marks a group conversation with this CloudEvents extension attribute.
 GROUP_ATTRIBUTE: Final = "chatkind"
 GROUP_CHAT: Final = "group"
