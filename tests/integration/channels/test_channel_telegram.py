@@ -82,6 +82,31 @@ async def test_a_customer_message_is_read_once_and_answered_once_in_its_chat(sta
     assert account["status"] == "up" and account["cursor"]["offset"] > update["update_id"]
 
 
+async def test_a_customer_message_read_late_carries_a_lateness_note(stack: Stack) -> None:
+    """SPEC §15: customer chats are never dropped but delivered late with a lateness note. A
+    message Telegram dated 10 minutes ago (sent while the reader was not reading) reaches the
+    model with the note; one sent now does not."""
+    s = stack
+    async with egress_running(s):
+        s.fake.skew -= 600  # the fake's clock, 10 minutes back while the customer writes
+        try:
+            late = s.fake.customer_message(s.token, 616161, "are you there?")
+        finally:
+            s.fake.skew += 600
+        s.fake.customer_message(s.token, 626262, "hi now")
+        for chat in (616161, 626262):
+            await wait_for(now(lambda c=chat: s.fake.sent(s.token, c) or None), timeout=60,
+                           interval=0.1, what=f"the reply in chat {chat}")  # fmt: skip
+
+    said = await query(s.pool, "SELECT message ->> 'content' AS text FROM transcript_messages "
+                       "WHERE employee = %s AND message ->> 'role' = 'user'", s.name)  # fmt: skip
+    texts = sorted(str(r["text"]) for r in said)
+    sent = datetime.fromtimestamp(late["message"]["date"], UTC).isoformat()
+    assert texts[0].startswith(f"are you there?\n[late: sent at {sent}, read 10 min ")
+    assert texts[0].endswith(" later]")
+    assert texts[1] == "hi now"
+
+
 async def test_a_group_is_one_thread_whoever_writes(stack: Stack) -> None:
     s = stack
     for who, text in [(7001, "first"), (7002, "second")]:

@@ -306,6 +306,34 @@ async def test_a_generation_that_does_not_run_ends_the_poll(
         await poller.cycle(PollTrigger(req.employee, 7, "feed"))
 
 
+async def test_a_budget_held_or_degraded_employee_fetches_nothing_until_released(
+    pool: AsyncConnectionPool[Conn], endpoint: PollEndpoint, poller: Poller
+) -> None:
+    """SPEC §9, §15: what a poll appends would wait behind the hold, so the poll does not fetch
+    while the budget is past normal or the employee is degraded; the cursor stays."""
+    req = await employee(pool, endpoint)
+    endpoint.page(None, items("a", 1), "p2")
+    await poller.cycle(req)
+    endpoint.page("p2", items("b", 1), None)
+    await query(pool, "INSERT INTO employee_budgets (employee, timezone, offset_s, period_start, "
+                "period_end, state) VALUES (%s, 'UTC', 0, now(), now() + interval '1 day', "
+                "'high') RETURNING 1", req.employee)  # fmt: skip
+    asked = len(endpoint.requests)
+    held = await poller.cycle(req)
+    assert (held.outcome, held.error) == ("held", "budget") and jittered(held, INTERVAL_S)
+    await query(pool, "UPDATE employee_budgets SET state = 'normal' WHERE employee = %s "
+                "RETURNING 1", req.employee)  # fmt: skip
+    await query(pool, "INSERT INTO employee_health (employee, degraded_since) VALUES (%s, now()) "
+                "RETURNING 1", req.employee)  # fmt: skip
+    assert (await poller.cycle(req)).error == "degraded"
+    assert len(endpoint.requests) == asked  # not even fetched
+    row = await cursor_row(pool, req)
+    assert (row["cursor"], row["skipped"], row["failures"]) == ("p2", 2, 0)
+    await query(pool, "UPDATE employee_health SET degraded_since = NULL WHERE employee = %s "
+                "RETURNING 1", req.employee)  # fmt: skip
+    assert (await poller.cycle(req)).appended == 1
+
+
 async def test_an_attempt_that_read_an_older_row_writes_nothing(
     pool: AsyncConnectionPool[Conn], endpoint: PollEndpoint, poller: Poller
 ) -> None:

@@ -32,6 +32,8 @@ LANE_WORKER: Final = "worker"
 THREAD_MAIN: Final = "main"
 # Trigger kinds of customer channels (the customer lane).
 CHANNEL_KINDS: Final = ("telegram", "whatsapp_business", "discord", "email")
+# A customer's message read this long after it was sent carries a lateness note (SPEC §15).
+CUSTOMER_LATE_NOTE_AFTER_S: Final = 60.0
 # A channel driver marks a group conversation with this CloudEvents extension attribute.
 GROUP_ATTRIBUTE: Final = "chatkind"
 GROUP_CHAT: Final = "group"
@@ -96,6 +98,7 @@ SOURCE_INTERNAL: Final = "internal"
 SOURCE_ALARM: Final = "alarm"
 SOURCE_IPC: Final = "ipc"
 SOURCE_TOOL: Final = "tool"
+SOURCE_CRON: Final = "cron"  # a cron trigger's ticks: `cron:<employee>/<trigger>`
 INTERNAL_SOURCE_KINDS: Final = (SOURCE_INTERNAL, SOURCE_ALARM, SOURCE_IPC, SOURCE_TOOL)
 # Sources the HTTP edge owns: never publishable over gRPC, by anyone.
 HTTP_EDGE_SOURCE_KINDS: Final = (SOURCE_WEBHOOK, SOURCE_CHAT)
@@ -410,16 +413,21 @@ TYPE_IPC_TASK: Final = "eventos.ipc.task"
 TYPE_IPC_RESULT: Final = "eventos.ipc.task.result"
 TYPE_IPC_TIMED_OUT: Final = "eventos.ipc.task.timed_out"
 TYPE_IPC_DIGEST: Final = "eventos.ipc.digest"
+TYPE_IPC_MESSAGE_EXPIRED: Final = "eventos.ipc.message.expired"  # the sender's notice (SPEC §15)
+TYPE_IPC_TASK_EXPIRED: Final = "eventos.ipc.task.expired"  # the delegator's notice (SPEC §15)
 IPC_ROUTE_KIND: Final = "ipc"
 TASK_OPEN: Final = "open"
 TASK_DONE: Final = "done"
 TASK_TIMED_OUT: Final = "timed_out"
 TASK_CANCELLED: Final = "cancelled"
+TASK_EXPIRED: Final = "expired"  # undelivered past the staleness bound (SPEC §15)
+IPC_STALE_AFTER_S: Final = 86400.0  # messages and tasks undelivered this long expire (SPEC §15)
+IPC_EXPIRE_BATCH: Final = 100  # expired by one pass of the router's messaging upkeep
 IPC_TEXT_MAX: Final = 16 * 1024  # characters of a message, task or result
 IPC_OPEN_TASKS_MAX: Final = 200  # open tasks one employee has delegated (SPEC §15)
 IPC_PENDING_MAX: Final = 500  # undelivered ipc inputs per target (SPEC §15)
 IPC_DEADLINE_MAX_S: Final = 30 * 86400
-IPC_UPKEEP_EVERY_S: Final = 5.0  # the router's digest check
+IPC_UPKEEP_EVERY_S: Final = 5.0  # the router's digest check and staleness sweep
 STORM_HOPS_MAX: Final = 8
 STORM_RATE_PER_MIN: Final = 10.0  # per edge (sender → target)
 STORM_BURST: Final = 20.0

@@ -501,6 +501,22 @@ class AlarmSettings:
 
 
 @dataclass(frozen=True)
+class MessagingSettings:
+    """Messaging between employees (SPEC §10, §15): how long a message or task may wait
+    undelivered before it expires and its sender is told (`EVENTOS_MESSAGING_STALE_AFTER_S`)."""
+
+    stale_after_s: float = names.IPC_STALE_AFTER_S
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> MessagingSettings:
+        env = os.environ if env is None else env
+        stale = _float(env, "EVENTOS_MESSAGING_STALE_AFTER_S", cls.stale_after_s)
+        if stale <= 0:
+            raise ConfigError(f"EVENTOS_MESSAGING_STALE_AFTER_S must be > 0, got {stale}")
+        return cls(stale_after_s=stale)
+
+
+@dataclass(frozen=True)
 class HttpBounds:
     """Defaults pass real traffic untouched: headers of 32 KiB (providers send a few KiB),
     10 s for them, 30 s of silence within a body, 1,024 connections.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from psycopg_pool import AsyncConnectionPool
@@ -16,12 +16,12 @@ from eventos.db import Conn, open_pool
 from eventos.db.migrate import drop_expired_partitions, ensure_partitions
 from eventos.db.sql import Q
 from eventos.delivery.routing import RouteStats, route_pass
-from eventos.messaging import storm
+from eventos.messaging import staleness, storm
 from eventos.operator import events as operator_events
 from eventos.runtime.metrics import ROUTER_DELIVERIES, ROUTER_ROWS, count_dead
 from eventos.runtime.service import Service
 from eventos.runtime.wake import Kicker, WakeServicer, WakeSignal
-from eventos.settings import DatabaseSettings, ServiceSettings
+from eventos.settings import DatabaseSettings, MessagingSettings, ServiceSettings
 from eventos.timeline import entries as timeline
 from eventos.v1 import wake_pb2_grpc
 
@@ -36,10 +36,12 @@ class RouterConfig:
 
     database: DatabaseSettings
     service: ServiceSettings
+    messaging: MessagingSettings = field(default_factory=MessagingSettings)
 
     @classmethod
     def from_env(cls) -> RouterConfig:
-        return cls(DatabaseSettings.from_env(), ServiceSettings.from_env(NAME))
+        return cls(DatabaseSettings.from_env(), ServiceSettings.from_env(NAME),
+                   MessagingSettings.from_env())  # fmt: skip
 
 
 def count(stats: RouteStats) -> None:
@@ -93,16 +95,20 @@ async def upkeep_loop(pool: AsyncConnectionPool[Conn]) -> None:
         await asyncio.sleep(UPKEEP_INTERVAL_S)
 
 
-async def messaging_loop(pool: AsyncConnectionPool[Conn],
+async def messaging_loop(pool: AsyncConnectionPool[Conn], settings: MessagingSettings,
                          every_s: float = names.IPC_UPKEEP_EVERY_S) -> None:  # fmt: skip
-    """The storm guards' due digests, every few seconds (SPEC §10; task deadlines are alarms,
-    fired by the delegator's supervisor)."""
+    """The storm guards' due digests and the messages and tasks undelivered past their bound,
+    every few seconds (SPEC §10, §15; task deadlines are alarms, fired by the delegator's
+    supervisor)."""
     while True:
         try:
             async with pool.connection() as conn:
                 digests = await storm.flush_due(conn, datetime.now(UTC))
-            if digests:
-                log.info("messaging upkeep: %d digests", digests)
+                expired = await staleness.expire_undelivered(
+                    conn, datetime.now(UTC), settings.stale_after_s
+                )
+            if digests or expired:
+                log.info("messaging upkeep: %d digests, %d expired", digests, expired)
         except Exception:
             log.exception("messaging upkeep failed; next try in %.0f s", every_s)
         await asyncio.sleep(every_s)
@@ -136,7 +142,7 @@ async def build(cfg: RouterConfig) -> Service:
         loops=[
             lambda: route_loop(pool, signal, kicker, cfg.service.poll_interval_s),
             lambda: upkeep_loop(pool),
-            lambda: messaging_loop(pool),
+            lambda: messaging_loop(pool, cfg.messaging),
         ],
         on_stop=[stop],
     )

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
@@ -321,15 +321,31 @@ class Effects:
                 await _tolerate_missing(handle.signal(names.SIGNAL_WAKE, rpc_timeout=CALL_TIMEOUT))
 
 
+async def tick_interval_s(conn: Conn, req: ScheduleFire, scheduled_for: str) -> float | None:
+    """The tick's interval: until its schedule's next time (a tick pending longer expires)."""
+    cur = await conn.execute(Q["generation_control"],
+                             {"employee": req.employee, "generation": req.generation})  # fmt: skip
+    row = await cur.fetchone()
+    if row is None:
+        return None
+    zone = str(row["spec"].get("spec", {}).get("timezone", "UTC"))
+    for name, t in triggers_of(row["spec"], "cron"):
+        if name == req.trigger:
+            gap = cron.interval_after(str(t.schedule), zone, datetime.fromisoformat(scheduled_for))
+            return gap.total_seconds() if gap is not None else None
+    return None
+
+
 async def fire_schedule(conn: Conn, req: ScheduleFire, scheduled_for: str) -> bool:
-    """Append a cron tick once per scheduled time (dedupe `<schedule>:<scheduled time>`)."""
-    (outcome,) = await append(
-        conn,
-        [tick_record(req.employee, req.trigger, "cron", f"{req.schedule_id}:{scheduled_for}",
-                     {"text": req.text or f"[cron trigger {req.trigger} fired]",
-                      "trigger": req.trigger,
-                      "scheduled_for": scheduled_for})],
-    )  # fmt: skip
+    """Append a cron tick once per scheduled time (dedupe `<schedule>:<scheduled time>`),
+    carrying its interval (`every_s`: the relay and the router expire it past that, SPEC §15)."""
+    data: dict[str, Any] = {"text": req.text or f"[cron trigger {req.trigger} fired]",
+                            "trigger": req.trigger, "scheduled_for": scheduled_for}  # fmt: skip
+    every_s = await tick_interval_s(conn, req, scheduled_for)
+    if every_s is not None:
+        data["every_s"] = every_s
+    dedupe = f"{req.schedule_id}:{scheduled_for}"
+    (outcome,) = await append(conn, [tick_record(req.employee, req.trigger, "cron", dedupe, data)])
     return isinstance(outcome, Accepted)
 
 

@@ -444,6 +444,10 @@ class Relay:
             async with self.pool.connection() as conn:
                 await self._hold_window(conn, stream_key)
             return False, [], False
+        if any(r["type"] == names.TYPE_TRIGGER_CRON for r in rows) and await self._expire_ticks(
+            stream_key
+        ):
+            return False, await self._read(stream_key), False  # send what is left
         batch = take_batch(rows, room_inputs, room_bytes)
         if not await self._send(stream, batch):
             return False, await self._read(stream_key), False  # a dead letter: try the rest
@@ -456,6 +460,14 @@ class Relay:
         done = not rest and not again
         found = await self._commit(stream_key, token, batch[-1].seq, again, release=done)
         return True, rest or found, done
+
+    async def _expire_ticks(self, stream_key: str) -> bool:
+        """Expire the stream's cron ticks a newer one superseded or older than one interval
+        (SPEC §15: a hold just lifted must not run them); whether any was."""
+        async with self.pool.connection() as conn:
+            params = {"subscriptions": [], "stream_keys": [stream_key]}
+            cur = await conn.execute(Q["cron_ticks_expire"], params)
+            return bool(await cur.fetchall())
 
     async def _hold_window(self, conn: Conn, stream_key: str) -> None:
         """Hold the stream while its window is still full, counted under the stream's lock."""

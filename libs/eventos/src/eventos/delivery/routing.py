@@ -513,7 +513,19 @@ async def route_sources(conn: Conn, sources: list[str], stats: RouteStats,
             else:
                 _plan(batch, row, mine, stats)
         await batch.flush(conn, stats)
+        await _expire_ticks(conn, found, subs)
     return len(found)
+
+
+async def _expire_ticks(conn: Conn, found: list[dict[str, Any]],
+                        subs: dict[str, list[dict[str, Any]]]) -> None:  # fmt: skip
+    """One pending tick per schedule (SPEC §15): the ticks just routed supersede the older
+    ones still waiting (a hold, a busy stream), in the routing transaction."""
+    cron = {str(r["source_key"]) for r in found
+            if str(r["source_key"]).startswith(names.SOURCE_CRON + ":")}  # fmt: skip
+    ids = [int(sub["id"]) for source in cron for sub in subs[source]]
+    if ids:
+        await conn.execute(Q["cron_ticks_expire"], {"subscriptions": ids, "stream_keys": []})
 
 
 async def route_pass(conn: Conn, *, sources: int = SOURCES_PER_PASS,

@@ -43,7 +43,8 @@ class PollEnded(EventOSError):
 
 @dataclass(frozen=True)
 class Verdict:
-    """How a cycle ended (`appended`, `skipped`, `failed`, `stale`) and when the next comes."""
+    """How a cycle ended (`appended`, `skipped`, `held` with its hold in `error`, `failed`,
+    `stale`) and when the next comes."""
 
     outcome: str
     delay_s: float
@@ -134,6 +135,10 @@ class Poller:
             base = int(trigger.interval_s or names.POLL_INTERVAL_MIN_S)
             await conn.execute(Q["poll_cursor_create"], {**p, "interval_s": base})
             row = await _one(conn, "poll_cursor_get", p)
+            hold = (await _one(conn, "poll_hold", p))["hold"]
+            if hold is not None:  # the relay would hold what it appends (SPEC §9): no fetch
+                await conn.execute(Q["poll_cursor_skip"], p)
+                return Verdict("held", self.delay(int(row["interval_s"])), error=hold)
             source = names.source_key(names.SOURCE_POLL, f"{req.employee}/{req.trigger}")
             cap = {"source_key": source, "cap": names.POLL_UNROUTED_MAX}
             unrouted = int((await _one(conn, "ingress_unrouted_count", cap))["n"])

@@ -115,3 +115,16 @@ def check_zone(name: str) -> str:
         raise CronInvalid(f"unknown time zone {name!r}: use an IANA name such as Europe/Paris")
     ZoneInfo(name)
     return name
+
+
+def interval_after(expr: str, zone: str, at: datetime) -> timedelta | None:
+    """How long after `at` the schedule's next time comes (one interval, SPEC §15: a tick
+    pending longer is stale); None for what is not an expression this module accepts."""
+    gap = every(expr)
+    if gap is not None:
+        return gap
+    try:
+        nxt = next(CronSim(five_fields(expr) or expr, at.astimezone(ZoneInfo(zone))))
+    except (CronSimError, ValueError, KeyError, StopIteration, zoneinfo.ZoneInfoNotFoundError):
+        return None
+    return nxt - at

@@ -56,6 +56,8 @@ def _input(kind: str, d: dict[str, Any]) -> str:
         return f"input #{seq} back in the queue"
     if kind == "input.skipped":
         return f"input #{seq} skipped: its trigger's turn was running"
+    if kind == "input.expired":
+        return f"input #{seq} expired ({d.get('reason') or 'past its bound'})"
     return f"input #{seq} dead ({d.get('reason') or 'no reason'})"
 
 

@@ -66,7 +66,10 @@ async def send_to_employee(ctx: ToolContext, args: dict[str, Any]) -> dict[str, 
     me, mid = ctx.call.employee, event_id("msg", ctx)
     wake = ipc.peer_wake(me, ctx.call.lane, ctx.call.thread, to, ctx.call.chain_id,
                          ctx.call.hop + 1, next_path(ctx))  # fmt: skip
-    data = {"text": f"[message {mid} from {me}]\n{args['text']}", "from": me, "message_id": mid}
+    # Where the sender is told if it expires undelivered (SPEC §15): the sending conversation.
+    origin = {"lane": ctx.call.lane, "thread": ctx.call.thread, "route": ctx.call.route}
+    data = {"text": f"[message {mid} from {me}]\n{args['text']}", "from": me, "message_id": mid,
+            "origin": origin}  # fmt: skip
     await append(ctx.conn, [ipc.record(wake, names.TYPE_IPC_MESSAGE, mid, data)])
     return {"message_id": mid}
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import Priority, WorkflowIDReusePolicy
@@ -38,6 +38,7 @@ from temporalio.workflow import (
 
 with workflow.unsafe.imports_passed_through():
     from eventos import names
+    from eventos.alarms.timing import humanize
     from eventos.contracts import (
         Admission,
         AdmitRequest,
@@ -90,11 +91,31 @@ def hold_reason(exc: ActivityError) -> str | None:
     return None
 
 
-def user_message(item: DeliveryItem) -> ChatMessage:
-    """An input as the model reads it: chat text, else the event's JSON (or its reference)."""
+def late_note(item: DeliveryItem, now: datetime | None) -> str:
+    """SPEC §15: a customer's message the model reads more than CUSTOMER_LATE_NOTE_AFTER_S
+    after the customer sent it (the event's `time`, the provider's own) says so, as a late
+    alarm does, so the answer can take the wait into account; else nothing."""
+    if now is None or item.route.get("kind") not in names.CHANNEL_KINDS:
+        return ""
+    sent = (item.payload or {}).get("time")
+    try:
+        at = datetime.fromisoformat(sent) if isinstance(sent, str) else None
+    except ValueError:
+        return ""
+    if at is None or at.tzinfo is None:
+        return ""
+    late = (now - at).total_seconds()
+    if late <= names.CUSTOMER_LATE_NOTE_AFTER_S:
+        return ""
+    return f"\n[late: sent at {at.isoformat()}, read {humanize(late)} later]"
+
+
+def user_message(item: DeliveryItem, now: datetime | None = None) -> ChatMessage:
+    """An input as the model reads it: chat text (a customer's message read late with its
+    lateness note), else the event's JSON (or its reference)."""
     data = (item.payload or {}).get("data")
     if isinstance(data, dict) and isinstance(data.get("text"), str):
-        return ChatMessage("user", data["text"])
+        return ChatMessage("user", data["text"] + late_note(item, now))
     if item.body_ref:
         return ChatMessage("user", f"[{item.type} event; body stored as {item.body_ref}]")
     return ChatMessage("user", f"[{item.type} event] {json.dumps(data, sort_keys=True)[:8000]}")
@@ -305,7 +326,7 @@ class TurnWorkflow:
         for item in items:
             data = (item.payload or {}).get("data") or {}
             if item.type != names.TYPE_TOOL_RETRY or not isinstance(data, dict):
-                out.append(user_message(item))
+                out.append(user_message(item, workflow.now()))
                 continue
             call = ToolCall(f"retry-{item.ingress_id}", str(data.get("name")),
                             json.dumps(data.get("arguments") or {}))  # fmt: skip

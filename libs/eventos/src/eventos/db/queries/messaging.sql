@@ -57,3 +57,31 @@ RETURNING from_employee;
 UPDATE ipc_tasks SET status = 'cancelled', result = 'the delegating generation was reset',
     completed_at = now()
 WHERE from_employee = %(employee)s AND from_generation = %(generation)s AND status = 'open';
+
+-- name: ipc_undelivered_expire
+-- SPEC §15: messages and tasks from other employees still not handed to their entity (held by
+-- a pause, a budget, a degraded employee) since before `before` are `expired` with the reason;
+-- at most `limit` a pass, oldest first (bus_deliveries_ipc_waiting). Rows another transaction
+-- holds are left for the next pass.
+WITH doomed AS (
+    SELECT d.id FROM bus_deliveries d
+    JOIN bus_streams s ON s.stream_key = d.stream_key
+    WHERE d.status IN ('pending', 'held')
+      AND d.type IN ('eventos.ipc.message', 'eventos.ipc.task')
+      AND d.ingress_received_at < %(before)s AND d.seq > s.delivered_seq
+    ORDER BY d.ingress_received_at
+    LIMIT %(limit)s
+    FOR UPDATE OF d SKIP LOCKED
+)
+UPDATE bus_deliveries d SET status = 'expired', reason = %(reason)s, updated_at = now()
+FROM doomed
+WHERE d.id = doomed.id
+RETURNING d.type, d.payload, d.chain_id, d.hop, d.ingress_received_at,
+          split_part(d.stream_key, '/', 1) AS target;
+
+-- name: ipc_task_expire
+-- A task whose wake expired undelivered: an open task moves to `expired` by compare-and-swap
+-- (one settled meanwhile is left alone), in the staleness sweep's transaction.
+UPDATE ipc_tasks SET status = 'expired', result = %(reason)s, completed_at = %(now)s
+WHERE id = %(id)s AND status = 'open'
+RETURNING id, from_employee, to_employee, reply_to, chain_id, hop, path;

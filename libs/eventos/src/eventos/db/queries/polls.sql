@@ -45,3 +45,12 @@ RETURNING failures;
 -- A skipped cycle (too many of the source's rows unrouted): counted; the cursor stays.
 UPDATE poll_cursors SET skipped = skipped + 1, updated_at = now()
 WHERE employee = %(employee)s AND generation = %(generation)s AND trigger_name = %(trigger)s;
+
+-- name: poll_hold
+-- Why an employee's background work is held now (SPEC §9, §12): its budget past normal, or the
+-- employee degraded; NULL when nothing holds it. A held poll fetches nothing.
+SELECT CASE WHEN coalesce(b.state, 'normal') <> 'normal' THEN 'budget'
+            WHEN h.degraded_since IS NOT NULL THEN 'degraded' END AS hold
+FROM (SELECT %(employee)s::text AS employee) e
+LEFT JOIN employee_budgets b ON b.employee = e.employee
+LEFT JOIN employee_health h ON h.employee = e.employee;

@@ -1,10 +1,10 @@
 -- name: deliveries_expire
--- Finished deliveries past the retention (SPEC §15): done or failed ones after `days`, dead
+-- Finished deliveries past the retention (SPEC §15): done, failed or expired ones after `days`, dead
 -- ones (dead letters) after `dead_days`; never one still pending, held or delivered. At most
 -- `limit` of each a pass, oldest first (bus_deliveries_finished, bus_deliveries_dead).
 WITH doomed AS (
     (SELECT id FROM bus_deliveries
-     WHERE status IN ('done', 'failed') AND updated_at < now() - make_interval(days => %(days)s)
+     WHERE status IN ('done', 'failed', 'expired') AND updated_at < now() - make_interval(days => %(days)s)
      ORDER BY updated_at LIMIT %(limit)s)
     UNION ALL
     (SELECT id FROM bus_deliveries
@@ -12,7 +12,7 @@ WITH doomed AS (
      ORDER BY updated_at, id LIMIT %(limit)s)
 ), gone AS (
     DELETE FROM bus_deliveries d USING doomed
-    WHERE d.id = doomed.id AND d.status IN ('done', 'failed', 'dead')
+    WHERE d.id = doomed.id AND d.status IN ('done', 'failed', 'expired', 'dead')
     RETURNING 1
 )
 SELECT count(*) AS n FROM gone;
