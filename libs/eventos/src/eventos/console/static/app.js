@@ -1,6 +1,6 @@
 // The console's shell: sign-in, the pages a token may see, and hash routing (`#/page/name`).
 import { get, session, ApiError } from './api.js';
-import { h, replace, link } from './dom.js';
+import { h, replace, link, tick } from './dom.js';
 import * as signin from './pages/signin.js';
 import * as employees from './pages/employees.js';
 import * as employee from './pages/employee.js';
@@ -93,4 +93,5 @@ session.onSignedOut((reason) => { me = null; show(reason); });
 window.addEventListener('hashchange', () => {
   if (me && (!location.hash || location.hash.startsWith('#/'))) show();
 });
+setInterval(() => tick(main), 5000); // "12s ago" stays true
 if (session.token()) start(); else show();
