@@ -60,5 +60,6 @@ def cmd_users(args: argparse.Namespace) -> int:
         emit(args, {"removed": args.name}, f"user/{args.name} removed")
     else:
         rows = client.users()
-        emit(args, rows, "\n".join(table(rows, USER_COLUMNS)) if rows else "no users")
+        text, wide = ("\n".join(table(rows, USER_COLUMNS, wide=w)) for w in (False, True))
+        emit(args, rows, text if rows else "no users", wide if rows else "no users")
     return 0

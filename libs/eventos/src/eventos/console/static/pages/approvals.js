@@ -20,7 +20,7 @@ function card(a, decide) {
         a.send_status ? ` · send ${a.send_status}` : ''));
 }
 
-export async function render(main, { args, signal, say, failed }) {
+export async function render(main, { args, signal, say, failed, live }) {
   const employee = args[0] || '';
   const state = select('state', STATES, 'pending');
   const list = h('div', { class: 'cards' });
@@ -40,6 +40,7 @@ export async function render(main, { args, signal, say, failed }) {
   }
   state.addEventListener('change', load);
   replace(main, h('h1', null, employee ? `Approvals of ${employee}` : 'Approvals'),
-    h('div', { class: 'filters' }, field('State', state), button('Refresh', load)), list);
+    h('div', { class: 'filters' }, field('State', state)), list);
+  live(['approval'], load, employee || undefined);
   await load();
 }

@@ -5,7 +5,7 @@ import { h, replace, when, field, button, table } from '../dom.js';
 
 const COLUMNS = ['Letter', 'Reason', 'Source', 'Employee', 'What', 'Died', 'Replayed', ''];
 
-export async function render(main, { signal, say, failed }) {
+export async function render(main, { signal, say, failed, live }) {
   const reason = h('input', { name: 'reason', autocomplete: 'off' });
   const source = h('input', { name: 'source', autocomplete: 'off' });
   const employee = h('input', { name: 'employee', autocomplete: 'off' });
@@ -69,5 +69,6 @@ export async function render(main, { signal, say, failed }) {
   form.addEventListener('submit', (e) => { e.preventDefault(); load(null); });
   more.hidden = true;
   replace(main, h('h1', null, 'Dead letters'), form, confirmBox, holder, more);
+  live(['dead_letter'], () => load(null));
   await load(null);
 }

@@ -7,7 +7,7 @@ const STATUSES = [['', 'Every status'], ['unknown', 'Unknown'], ['failed', 'Fail
   ['queued', 'Queued'], ['sending', 'Sending'], ['sent', 'Sent'], ['expired', 'Expired']];
 const COLUMNS = ['Id', 'Employee', 'Channel', 'Status', 'Why', 'Updated', ''];
 
-export async function render(main, { args, signal, say, failed }) {
+export async function render(main, { args, signal, say, failed, live }) {
   const employee = args[0] || '';
   const status = select('status', STATUSES, '');
   const holder = h('div');
@@ -38,6 +38,7 @@ export async function render(main, { args, signal, say, failed }) {
   status.addEventListener('change', () => load(null));
   replace(main, h('h1', null, 'Outbox'),
     h('p', { class: 'muted' }, 'Retry sends a row once more: check first that it did not arrive.'),
-    h('div', { class: 'filters' }, field('Status', status), button('Refresh', () => load(null))), holder, more);
+    h('div', { class: 'filters' }, field('Status', status)), holder, more);
+  live(['outbox'], () => load(null), employee || undefined);
   await load(null);
 }
