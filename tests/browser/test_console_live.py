@@ -81,9 +81,14 @@ async def test_every_page_updates_live_and_the_nav_counts_follow(stack: Stack, t
         turns = page.locator("details.turn")
         await expect(turns.first).to_be_visible()
         before = await turns.count()
+        # A keyboard user's place is kept: the focused button has the focus after the redraw.
+        conversations = page.get_by_role("table", name="Newest generation first")
+        focused = await conversations.get_by_role("button").first.text_content()
+        await conversations.get_by_role("button", name=focused, exact=True).focus()
         await chat_api(s, "one more turn")
         await expect(turns).to_have_count(before + 1)
         await expect(turns.first).to_contain_text("done")
+        await expect(conversations.get_by_role("button", name=focused, exact=True)).to_be_focused()
 
     # Employees: stopped from elsewhere, the row says so.
     await tab.open("employees")

@@ -25,6 +25,17 @@ export function replace(el, ...children) {
   return add(el, children);
 }
 
+// `replace` for a list a live page reads again: the button or link that had the focus in it
+// has it again after (found by its name), so a keyboard user keeps their place.
+export function redraw(el, ...children) {
+  const had = el.contains(document.activeElement) ? document.activeElement : null;
+  const name = (e) => `${e.tagName}:${e.getAttribute('aria-label') || e.textContent}`;
+  const key = had && name(had);
+  replace(el, ...children);
+  if (key) Array.from(el.querySelectorAll('a, button, summary')).find((e) => name(e) === key)?.focus();
+  return el;
+}
+
 // A link to a console page: hash routes carry only employee names and ids.
 export function link(route, text) {
   return h('a', { href: '#/' + route.map(encodeURIComponent).join('/') }, text);

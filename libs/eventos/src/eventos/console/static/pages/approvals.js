@@ -1,6 +1,6 @@
 // Approvals: each held send or tool call with its draft, approved or declined here.
 import { get, post } from '../api.js';
-import { h, replace, when, field, select, button } from '../dom.js';
+import { h, replace, redraw, when, field, select, button } from '../dom.js';
 
 const STATES = [['pending', 'Pending'], ['approved', 'Approved'], ['declined', 'Declined'],
   ['expired', 'Expired'], ['', 'Every state']];
@@ -27,7 +27,7 @@ export async function render(main, { args, signal, say, failed, live }) {
   async function load() {
     try {
       const doc = await get('/v1/approvals', { state: state.value, employee }, signal);
-      replace(list, doc.approvals.length ? doc.approvals.map((a) => card(a, decide))
+      redraw(list, doc.approvals.length ? doc.approvals.map((a) => card(a, decide))
         : h('p', null, 'Nothing here.'));
     } catch (err) { if (!signal.aborted) failed(err); }
   }

@@ -1,7 +1,7 @@
 // Attention items: what needs the owner, with each item's actions (Retry a send, Release a
 // thread, …), acknowledged or resolved here.
 import { get, post } from '../api.js';
-import { h, replace, when, field, select, button } from '../dom.js';
+import { h, replace, redraw, when, field, select, button } from '../dom.js';
 
 const STATES = [['open,acked', 'Open or acknowledged'], ['open', 'Open'], ['acked', 'Acknowledged'],
   ['resolved', 'Resolved']];
@@ -36,7 +36,7 @@ export async function render(main, { args, signal, say, failed, live }) {
       shown = (cursor ? shown : 0) + doc.attention.length;
       const cards = doc.attention.map((item) => card(item, act));
       if (cursor) list.append(...cards);
-      else replace(list, cards.length ? cards : h('p', null, 'Nothing needs attention.'));
+      else redraw(list, cards.length ? cards : h('p', null, 'Nothing needs attention.'));
       next = doc.next_cursor;
       more.hidden = !next;
     } catch (err) { if (!signal.aborted) failed(err); }

@@ -3,7 +3,7 @@
 // employee that is not there is one not-found state. Every part is read again, live, when the
 // operator event stream tells of a change of this employee.
 import { get } from '../api.js';
-import { h, replace, table, section, when, usd, button, field, select } from '../dom.js';
+import { h, replace, redraw, table, section, when, usd, button, field, select } from '../dom.js';
 
 function seconds(a, b) {
   if (!a || !b) return '';
@@ -82,7 +82,7 @@ export async function render(main, { args, signal, live, notFound: gone }) {
   turnsBox.draw = (rows) => {
     // A turn opened stays open when the list is read again.
     const open = new Set(Array.from(turnsBox.querySelectorAll('details[open]'), (d) => d.dataset.turn));
-    replace(turnsBox, rows.length ? rows.map(turnView) : h('p', null, 'No turn yet.'));
+    redraw(turnsBox, rows.length ? rows.map(turnView) : h('p', null, 'No turn yet.'));
     for (const d of turnsBox.querySelectorAll('details')) if (open.has(d.dataset.turn)) d.open = true;
   };
   const turns = pager(turnsBox, async (cursor, limit) => {
@@ -101,7 +101,7 @@ export async function render(main, { args, signal, live, notFound: gone }) {
     t.classList.add('timeline'); // compact on a phone: two lines an entry
     return t;
   };
-  timelineBox.draw = (rows) => replace(timelineBox, rows.length ? tlTable(rows)
+  timelineBox.draw = (rows) => redraw(timelineBox, rows.length ? tlTable(rows)
     : h('p', null, 'Nothing on the timeline for this filter.'));
   const timeline = pager(timelineBox, async (cursor, limit) => {
     const doc = await get(`${base}/timeline`, { ...filter, cursor, limit }, signal);
@@ -131,7 +131,7 @@ export async function render(main, { args, signal, live, notFound: gone }) {
 
   const convBox = h('div');
   const convCols = ['Conversation', 'Lane', 'Generation', 'Turns', 'Not yet consumed', 'Updated'];
-  convBox.draw = (rows) => replace(convBox, rows.length ? table('Newest generation first', convCols, rows, (c) => [
+  convBox.draw = (rows) => redraw(convBox, rows.length ? table('Newest generation first', convCols, rows, (c) => [
     button(`${c.agent}/${c.thread}`, () => pickThread(c.thread), { class: 'link', title: 'Only this thread' }),
     c.lane, String(c.generation), String(c.turns),
     [String(c.unconsumed), c.hold_reason ? h('span', { class: 'muted' }, ` (held: ${c.hold_reason})`) : ''],

@@ -1,6 +1,6 @@
 // Employees: state, generation, budget gauge, pending inputs by class, open attention items.
 import { get } from '../api.js';
-import { h, replace, link, table, usd, button } from '../dom.js';
+import { h, replace, redraw, link, table, usd, button } from '../dom.js';
 
 const COLUMNS = ['Employee', 'State', 'Generation', 'Budget today', 'Pending inputs', 'Attention'];
 
@@ -50,7 +50,7 @@ export async function render(main, { signal, failed, live }) {
       if (!cursor) rows.length = 0;
       rows.push(...page.employee_summaries);
       next = page.next_cursor;
-      replace(holder, rows.length ? table('Employees by name', COLUMNS, rows, cells)
+      redraw(holder, rows.length ? table('Employees by name', COLUMNS, rows, cells)
         : h('p', null, 'No employee is applied yet.'));
       more.hidden = !next;
     } catch (err) { if (!signal.aborted) failed(err); }

@@ -1,7 +1,7 @@
 // The outbox: what left or waits to leave (never a recipient or a body); an `unknown` or
 // `failed` send can be sent once more with Retry.
 import { get, post } from '../api.js';
-import { h, replace, when, field, select, button, table } from '../dom.js';
+import { h, replace, redraw, when, field, select, button, table } from '../dom.js';
 
 const STATUSES = [['', 'Every status'], ['unknown', 'Unknown'], ['failed', 'Failed'], ['held', 'Held'],
   ['queued', 'Queued'], ['sending', 'Sending'], ['sent', 'Sent'], ['expired', 'Expired']];
@@ -31,7 +31,7 @@ export async function render(main, { args, signal, say, failed, live }) {
       rows.push(...doc.outbox);
       next = doc.next_before;
       more.hidden = !next;
-      replace(holder, rows.length ? table('Newest first', COLUMNS, rows, cells) : h('p', null, 'Nothing here.'));
+      redraw(holder, rows.length ? table('Newest first', COLUMNS, rows, cells) : h('p', null, 'Nothing here.'));
     } catch (err) { if (!signal.aborted) failed(err); }
   }
   more.hidden = true;
