@@ -4,7 +4,8 @@
 The browser is found through one setting, EVENTOS_TEST_BROWSER (a Chromium executable); unset,
 Debian's /usr/bin/chromium where it is installed (`make test` installs it as root), else the
 Chromium that `playwright install chromium` downloaded. Every page the tests visit is saved as a
-screenshot under test-output/console/ (git-ignored); docs/console/ holds copies for the docs.
+screenshot under test-output/console/ (git-ignored), on a desktop and on a phone (`NAME-phone`);
+docs/console/ holds copies for the docs.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Console:
 
     page: Page
     base: str
+    phone: bool = False
     errors: list[str] = field(default_factory=list)
     urls: list[str] = field(default_factory=list)
 
@@ -83,10 +85,15 @@ class Console:
         await self.page.evaluate("r => { location.hash = r }", "#/" + "/".join(route))
 
     async def shot(self, name: str) -> Path:
-        """Save the page as it is now under test-output/console/."""
+        """Save the page as it is now under test-output/console/: a desktop tab's as NAME.png
+        and, at a phone's width, NAME-phone.png; a phone tab's as NAME.png only."""
         SHOTS.mkdir(parents=True, exist_ok=True)
         path = SHOTS / f"{name}.png"
         await self.page.screenshot(path=str(path), full_page=True)
+        if not self.phone:
+            await self.page.set_viewport_size(PHONE)  # type: ignore[arg-type]
+            await self.page.screenshot(path=str(SHOTS / f"{name}-phone.png"), full_page=True)
+            await self.page.set_viewport_size(DESKTOP)  # type: ignore[arg-type]
         return path
 
     def check_clean(self, *secrets: str) -> None:
@@ -104,9 +111,11 @@ class Tabs:
     browser: Browser
     opened: list[Console] = field(default_factory=list)
 
-    async def open(self, base: str, viewport: dict[str, int] = DESKTOP) -> Console:
-        context = await self.browser.new_context(viewport=viewport)  # type: ignore[arg-type]
-        console = Console(await context.new_page(), base)
+    async def open(self, base: str, viewport: dict[str, int] = DESKTOP,
+                   timezone: str | None = None) -> Console:  # fmt: skip
+        """A tab at this size, in this time zone (None: the machine's)."""
+        context = await self.browser.new_context(viewport=viewport, timezone_id=timezone)  # type: ignore[arg-type]
+        console = Console(await context.new_page(), base, phone=viewport == PHONE)
         console.watch()
         self.opened.append(console)
         return console

@@ -199,3 +199,28 @@ async def test_the_console_page_and_assets_carry_csp_and_cache_headers(ingress_u
             assert answer.headers["referrer-policy"] == "no-referrer"
         assert (stale.status_code, missing.status_code, posted.status_code) == (404, 404, 405)
         assert "<script>" not in page.text and "style=" not in page.text  # nothing inline
+
+
+async def test_counts_say_what_waits_for_the_caller(
+    started: str, ingress_url: str, pool: AsyncConnectionPool[Conn]
+) -> None:
+    frank = await user(ingress_url, "frank")
+    before = (await call(ingress_url, "GET", "/v1/counts")).json()
+    assert before == {"attention_open": 0, "approvals_pending": 0, "outbox_unknown": 0,
+                      "cap": 1000}  # fmt: skip
+    async with pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO attention_items (employee, kind, severity, ref, audience, state) VALUES "
+            "(%(e)s, 'test_kind', 'warning', 'c1', NULL, 'open'), "
+            "(%(e)s, 'test_kind', 'warning', 'c2', 'frank', 'open'), "
+            "(%(e)s, 'test_kind', 'warning', 'c3', 'frank', 'acked'), "
+            "(%(e)s, 'test_kind', 'warning', 'c4', NULL, 'resolved')",
+            {"e": started},
+        )
+        await conn.commit()
+    admin = (await call(ingress_url, "GET", "/v1/counts")).json()
+    assert admin["attention_open"] == 2  # open only: an acknowledged item was seen
+    mine = (await call(ingress_url, "GET", "/v1/counts", frank)).json()
+    assert mine == {"attention_open": 1, "approvals_pending": 0, "outbox_unknown": None,
+                    "cap": 1000}  # fmt: skip
+    assert (await call(ingress_url, "GET", "/v1/counts", "eos_u_not-a-token")).status_code == 401

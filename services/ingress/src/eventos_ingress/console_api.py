@@ -1,6 +1,8 @@
 """The owner API's reads for the web console (issue 16), each one bounded page:
 
 - `GET /v1/me`: who the token is (its audience, admin or not) and the employees it may chat with;
+- `GET /v1/counts`: what waits for the caller, for the console's navigation (attention items
+  open, approvals pending, outbox rows `unknown`);
 - `GET /v1/employee-summaries`: employees with state, generation, budget, pending inputs by
   class and open attention items (admin);
 - `GET /v1/employees/{name}/conversations` and `.../turns` (turns with their steps and cost;
@@ -76,6 +78,12 @@ class ConsoleApi:
         async with self.pool.connection() as conn:
             employees = await reads.chat_employees(conn)
         return JSONResponse({"name": caller.audience, "admin": caller.admin, "chat": employees})
+
+    async def counts(self, request: Request, caller: Caller) -> Response:
+        """What waits for the caller, counted (its own audience's unless admin)."""
+        async with self.pool.connection() as conn:
+            found = await reads.counts(conn, caller.audience, caller.admin, caller.since)
+        return JSONResponse(found)
 
     async def summaries(self, request: Request, caller: Caller) -> Response:
         """Employees by name with what the console's employees page shows."""

@@ -399,6 +399,14 @@ def _page_of(key: str, item: str) -> Schema:
 
 SCHEMAS |= {
     "Me": obj({"name": STR, "admin": BOOL, "chat": {"type": "array", "items": STR}}),
+    "Counts": obj(
+        {
+            "attention_open": INT,
+            "approvals_pending": INT,
+            "outbox_unknown": nullable(INT),
+            "cap": INT,
+        }
+    ),
     "Budget": obj(
         {"daily_usd": nullable(NUM), "spent_usd": NUM, "reserved_usd": NUM, "state": STR}
     ),
@@ -906,6 +914,13 @@ def _console_paths(employee: dict[str, str]) -> dict[str, Any]:
         "/v1/me": {
             "get": op(
                 "Who this token is, and the employees it may chat with", (200, "the caller", "Me")
+            )
+        },
+        "/v1/counts": {
+            "get": op(
+                "What waits for the caller, counted up to `cap` each: attention items open, "
+                "approvals pending, outbox rows `unknown` (null for a user)",
+                (200, "the counts", "Counts"),
             )
         },
         "/v1/employee-summaries": {

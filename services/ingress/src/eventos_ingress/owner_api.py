@@ -233,6 +233,7 @@ class OwnerApi:
             op("/v1/users/{name}", self.user_remove, "DELETE"),
             # The web console's reads (console_api.py).
             op("/v1/me", self.console.me, "GET", users=True),
+            op("/v1/counts", self.console.counts, "GET", users=True),
             op("/v1/employee-summaries", self.console.summaries, "GET"),
             op("/v1/employees/{name}/conversations", self.console.conversations, "GET"),
             op("/v1/employees/{name}/turns", self.console.turns, "GET"),

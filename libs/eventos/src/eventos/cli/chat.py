@@ -7,7 +7,7 @@ import time
 import uuid
 
 from eventos.cli.instance import CliError, UsageError, owner_client
-from eventos.cli.output import Column, emit, table
+from eventos.cli.output import Column, emit, table, time_columns
 from eventos.client.owner_api import OwnerClient
 
 WAIT_POLL_S = 0.2
@@ -15,7 +15,7 @@ USER_COLUMNS = [
     Column("NAME", lambda r: r["name"], 4),
     Column("CLASS", lambda r: r.get("class")),
     Column("DAILY_USD", lambda r: "share" if r.get("daily_usd") is None else r["daily_usd"]),
-    Column("CREATED", lambda r: r["created_at"]),
+    *time_columns("CREATED", lambda r: r["created_at"]),
 ]
 
 
@@ -60,5 +60,6 @@ def cmd_users(args: argparse.Namespace) -> int:
         emit(args, {"removed": args.name}, f"user/{args.name} removed")
     else:
         rows = client.users()
-        emit(args, rows, "\n".join(table(rows, USER_COLUMNS)) if rows else "no users")
+        text, wide = ("\n".join(table(rows, USER_COLUMNS, wide=w)) for w in (False, True))
+        emit(args, rows, text if rows else "no users", wide if rows else "no users")
     return 0

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from eventos.cli import output, watch
+from eventos.cli import output, times, watch
 from eventos.cli.instance import CliError, owner_client
 from eventos.cli.output import Column, emit, emit_one, table
 from eventos.client.owner_api import OwnerApiError, OwnerClient
@@ -134,7 +134,7 @@ def cmd_get(args: argparse.Namespace) -> int:
 def _degraded_line(degraded: dict[str, Any] | None) -> str:
     if not degraded:
         return "no"
-    return f"since {degraded['since']}: {degraded['reason']}"
+    return f"since {times.exact(degraded['since'])}: {degraded['reason']}"
 
 
 def _intent_line(intent: dict[str, Any] | None) -> str:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from eventos.cli import output, watch
+from eventos.cli import output, times, watch
 from eventos.cli.instance import CliError, UsageError, owner_client
 from eventos.cli.output import Column, emit, emit_one, table
 from eventos.client.owner_api import OwnerClient
@@ -50,14 +50,14 @@ def parse_selector(text: str) -> dict[str, Any]:
 
 def _letter_line(r: dict[str, Any]) -> str:
     replayed = f"replayed as ingress-{r['replayed_as']}" if r["replayed_as"] else "-"
-    return (f"{r['id']:<18}{r['reason']:<18}{r['at'][:19]:<21}{r['source']:<28}"
+    return (f"{r['id']:<18}{r['reason']:<18}{times.ago(r['at']):<10}{r['source']:<28}"
             f"{r['employee'] or '-':<16}{replayed}\n    {r['preview']}")  # fmt: skip
 
 
 LETTER_WIDE = [
     Column("ID", lambda r: r["id"]),
     Column("REASON", lambda r: r["reason"]),
-    Column("AT", lambda r: r["at"]),
+    Column("AT", lambda r: times.exact(r["at"])),
     Column("SOURCE", lambda r: r["source"]),
     Column("EMPLOYEE", lambda r: r["employee"]),
     Column("STREAM", lambda r: r["stream"]),
@@ -79,7 +79,7 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
              "limit": args.limit, "cursor": args.cursor}  # fmt: skip
     page = owner_client(args).dead_letters(query)
     rows = page["dead_letters"]
-    lines = [f"{'ID':<18}{'REASON':<18}{'AT':<21}{'SOURCE':<28}{'EMPLOYEE':<16}REPLAYED"]
+    lines = [f"{'ID':<18}{'REASON':<18}{'AT':<10}{'SOURCE':<28}{'EMPLOYEE':<16}REPLAYED"]
     lines += [_letter_line(r) for r in rows] or ["no dead letters"]
     wide = table(rows, LETTER_WIDE) if rows else ["no dead letters"]
     emit(args, page, "\n".join(lines + _more(page)), "\n".join(wide + _more(page)))
@@ -120,11 +120,12 @@ def item_lines(r: dict[str, Any]) -> str:
     """An attention item on two lines: what it is, then its detail."""
     actions = ", ".join(r["actions"]) or "-"
     head = f"{r['id']:<8}{r['employee']:<16}{r['kind']:<22}{r['severity']:<9}{r['state']:<10}"
-    return f"{head}{r['count']:<7}{r['last_seen'][:19]:<21}{actions}\n        {r['detail'] or ''}"
+    seen = times.ago(r["last_seen"])
+    return f"{head}{r['count']:<7}{seen:<10}{actions}\n        {r['detail'] or ''}"
 
 
 ITEM_HEADER = (f"{'ID':<8}{'EMPLOYEE':<16}{'KIND':<22}{'SEVERITY':<9}{'STATE':<10}{'COUNT':<7}"
-               f"{'LAST SEEN':<21}ACTIONS")  # fmt: skip
+               f"{'LAST SEEN':<10}ACTIONS")  # fmt: skip
 ITEM_WIDE = [
     Column("ID", lambda r: r["id"], 6),
     Column("EMPLOYEE", lambda r: r["employee"], 14),
@@ -132,8 +133,8 @@ ITEM_WIDE = [
     Column("SEVERITY", lambda r: r["severity"], 8),
     Column("STATE", lambda r: r["state"], 8),
     Column("COUNT", lambda r: r["count"], 5),
-    Column("FIRST SEEN", lambda r: r["first_seen"][:19], 19),
-    Column("LAST SEEN", lambda r: r["last_seen"][:19], 19),
+    Column("FIRST SEEN", lambda r: times.exact(r["first_seen"]), 25),
+    Column("LAST SEEN", lambda r: times.exact(r["last_seen"]), 25),
     Column("REF", lambda r: r["ref"], 12),
     Column("AUDIENCE", lambda r: r["audience"], 8),
     Column("ACTIONS", lambda r: ",".join(r["actions"]), 7),

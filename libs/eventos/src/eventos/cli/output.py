@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from eventos.cli import times
+
 TEXT, JSON, YAML, WIDE = "text", "json", "yaml", "wide"
 FORMATS = (TEXT, JSON, YAML, WIDE)
 Row = dict[str, Any]
@@ -57,12 +59,24 @@ def emit_one(args: argparse.Namespace, doc: object, text: str) -> None:
 @dataclass(frozen=True)
 class Column:
     """A table column: its title, its value in a row, its least width, whether only `wide`
-    shows it."""
+    shows it, or only the default table (`narrow`: its `wide` twin says more)."""
 
     title: str
     value: Callable[[Row], object]
     width: int = 0
     wide: bool = False
+    narrow: bool = False
+
+
+AGO_WIDTH = 8  # `100d ago`
+EXACT_WIDTH = 25  # `2026-12-05T03:04:05+01:00`
+
+
+def time_columns(title: str, value: Callable[[Row], str | None]) -> list[Column]:
+    """A time as one column: how long ago in the table, when (ISO 8601 with its offset) in
+    `wide` (cli/times.py)."""
+    return [Column(title, lambda r: times.ago(value(r)), AGO_WIDTH, narrow=True),
+            Column(title, lambda r: times.exact(value(r)), EXACT_WIDTH, wide=True)]  # fmt: skip
 
 
 def cell(value: object) -> str:
@@ -77,7 +91,7 @@ def table(rows: Sequence[Row], columns: Sequence[Column], *, wide: bool = False,
           header: bool = True) -> list[str]:  # fmt: skip
     """The rows as aligned lines (the header first); without a header (a watch's next row)
     each column keeps its least width."""
-    shown = [c for c in columns if wide or not c.wide]
+    shown = [c for c in columns if not (c.narrow if wide else c.wide)]
     cells = [[cell(c.value(r)) for c in shown] for r in rows]
     widths = [max([c.width, len(c.title) if header else 0, *(len(row[i]) for row in cells)])
               for i, c in enumerate(shown)]  # fmt: skip

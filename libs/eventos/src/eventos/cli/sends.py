@@ -6,19 +6,20 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from eventos.cli import times
 from eventos.cli.instance import UsageError, owner_client
-from eventos.cli.output import Column, emit, table
+from eventos.cli.output import Column, emit, table, time_columns
 
 OUTBOX_COLUMNS = [
     Column("ID", lambda r: r["id"], 6),
     Column("EMPLOYEE", lambda r: r["employee"], 14),
     Column("KIND", lambda r: r["kind"], 18),
     Column("STATUS", lambda r: r["status"], 7),
-    Column("UPDATED", lambda r: r["updated_at"], 25),
+    *time_columns("UPDATED", lambda r: r["updated_at"]),
     Column("THREAD", lambda r: r.get("thread"), wide=True),
     Column("TURN", lambda r: r.get("turn_id"), wide=True),
     Column("ACCOUNT", lambda r: r.get("account"), wide=True),
-    Column("CREATED", lambda r: r.get("created_at"), wide=True),
+    Column("CREATED", lambda r: times.exact(r.get("created_at")), wide=True),
     Column("WHY", lambda r: r.get("held_reason") or r.get("error")),
 ]
 APPROVAL_WIDE = [
@@ -28,7 +29,7 @@ APPROVAL_WIDE = [
     Column("STATE", lambda r: r["state"]),
     Column("CHANNEL", lambda r: r.get("channel")),
     Column("AUDIENCE", lambda r: r.get("audience")),
-    Column("EXPIRES", lambda r: r["expires_at"]),
+    Column("EXPIRES", lambda r: times.exact(r["expires_at"])),
     Column("DECIDED BY", lambda r: r.get("decided_by")),
     Column("DRAFT", lambda r: (r.get("draft") or "").replace("\n", " ")[:80]),
 ]
@@ -52,7 +53,8 @@ def cmd_outbox(args: argparse.Namespace) -> int:
 
 def _approval_lines(r: dict[str, Any]) -> str:
     draft = (r.get("draft") or "").replace("\n", " ")
-    return (f"{r['id']}  {r['state']:<8} {r['channel'] or '-':<18} expires {r['expires_at']}\n"
+    expires = times.ago(r["expires_at"])
+    return (f"{r['id']}  {r['state']:<8} {r['channel'] or '-':<18} expires {expires}\n"
             f"    {draft[:200]}")  # fmt: skip
 
 

@@ -7,13 +7,13 @@ from typing import Any
 
 from eventos.cli import output, watch
 from eventos.cli.instance import owner_client
-from eventos.cli.output import Column, emit, emit_one, table
+from eventos.cli.output import Column, emit, emit_one, table, time_columns
 from eventos.client.owner_api import OwnerClient
 
 FOLLOW_PAGE = 200
 
 ENTRY_COLUMNS = [
-    Column("AT", lambda e: e["at"][:23], 23),
+    *time_columns("AT", lambda e: e["at"]),
     Column("KIND", lambda e: e["kind"], 16),
     Column("THREAD", lambda e: e["thread"], 18),
     Column("CHAIN", lambda e: e["chain_id"], wide=True),
@@ -22,12 +22,12 @@ ENTRY_COLUMNS = [
 ]
 
 WAITING_COLUMNS = [
-    Column("SINCE", lambda r: r["since"][:19], 19),
+    *time_columns("SINCE", lambda r: r["since"]),
     Column("THREAD", lambda r: r["thread"], 18),
     Column("SEQ", lambda r: r["seq"], 4),
     Column("CLASS", lambda r: f"C{r['class']}" if r["class"] else None, 5),
     Column("GATE", lambda r: r["gate"]["code"], 19),
-    Column("UNTIL", lambda r: (r["gate"]["until"] or "")[:19], 19),
+    *time_columns("UNTIL", lambda r: r["gate"]["until"]),
     Column("STATUS", lambda r: r["status"], wide=True),
     Column("STREAM", lambda r: r["stream"], wide=True),
     Column("WHY", lambda r: r["gate"]["text"]),

@@ -17,6 +17,7 @@ from eventos.errors import InputInvalid, NotFound
 CHAT_EMPLOYEES_MAX = 200  # the employees a caller may pick to chat with
 PENDING_CAP = 1000  # inputs counted per employee; past it the count says "at least"
 STEPS_CAP = 50  # model calls, and tool calls, shown per turn
+COUNT_CAP = 1000  # what the navigation counts, each; past it the console says "1000+"
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,16 @@ def _summary(row: dict[str, Any], pending: dict[str, int], attention: int) -> di
         "pending_capped": sum(pending.values()) >= PENDING_CAP,
         "attention_open": attention,
     }  # fmt: skip
+
+
+async def counts(conn: Conn, audience: str, admin: bool, since: datetime | None) -> dict[str, Any]:
+    """What waits for the caller (the console's navigation): attention items open, approvals
+    pending, outbox rows `unknown` (None for a user), each counted up to COUNT_CAP."""
+    params = {"audience": audience, "admin": admin, "since": since, "cap": COUNT_CAP}
+    cur = await conn.execute(Q["console_counts"], params)
+    row = await cur.fetchone()
+    assert row is not None  # one row, always
+    return {**row, "cap": COUNT_CAP}
 
 
 async def conversations(conn: Conn, employee: str, after: str | None, limit: int) -> Page:

@@ -129,3 +129,26 @@ WHERE employee = %(employee)s AND audience = %(audience)s AND session = %(sessio
 -- name: console_employee_exists
 -- Whether an employee was applied (its spec is not read).
 SELECT 1 AS found FROM employees WHERE name = %(name)s;
+
+-- name: console_counts
+-- What waits for the caller, for the console's navigation, each counted up to `cap`: attention
+-- items open (not yet acknowledged), approvals pending, outbox rows `unknown` (admin only, else
+-- NULL). A user's are its own audience's since its record, as the lists show them.
+SELECT
+    (SELECT count(*) FROM (
+        SELECT 1 FROM attention_items
+        WHERE state = 'open'
+          AND (%(admin)s OR (audience = %(audience)s
+                             AND (%(since)s::timestamptz IS NULL
+                                  OR first_seen >= %(since)s::timestamptz)))
+        LIMIT %(cap)s) a) AS attention_open,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM approvals
+        WHERE state = 'pending' AND taken_at IS NULL
+          AND (%(admin)s OR (audience = %(audience)s
+                             AND (%(since)s::timestamptz IS NULL
+                                  OR created_at >= %(since)s::timestamptz)))
+        LIMIT %(cap)s) p) AS approvals_pending,
+    CASE WHEN %(admin)s THEN (SELECT count(*) FROM (
+        SELECT 1 FROM outbound_messages WHERE status = 'unknown' LIMIT %(cap)s) o)
+    END AS outbox_unknown;

@@ -1,6 +1,6 @@
 // Approvals: each held send or tool call with its draft, approved or declined here.
 import { get, post } from '../api.js';
-import { h, replace, when, field, select, button } from '../dom.js';
+import { h, replace, redraw, when, field, select, button } from '../dom.js';
 
 const STATES = [['pending', 'Pending'], ['approved', 'Approved'], ['declined', 'Declined'],
   ['expired', 'Expired'], ['', 'Every state']];
@@ -20,14 +20,14 @@ function card(a, decide) {
         a.send_status ? ` · send ${a.send_status}` : ''));
 }
 
-export async function render(main, { args, signal, say, failed }) {
+export async function render(main, { args, signal, say, failed, live }) {
   const employee = args[0] || '';
   const state = select('state', STATES, 'pending');
   const list = h('div', { class: 'cards' });
   async function load() {
     try {
       const doc = await get('/v1/approvals', { state: state.value, employee }, signal);
-      replace(list, doc.approvals.length ? doc.approvals.map((a) => card(a, decide))
+      redraw(list, doc.approvals.length ? doc.approvals.map((a) => card(a, decide))
         : h('p', null, 'Nothing here.'));
     } catch (err) { if (!signal.aborted) failed(err); }
   }
@@ -40,6 +40,7 @@ export async function render(main, { args, signal, say, failed }) {
   }
   state.addEventListener('change', load);
   replace(main, h('h1', null, employee ? `Approvals of ${employee}` : 'Approvals'),
-    h('div', { class: 'filters' }, field('State', state), button('Refresh', load)), list);
+    h('div', { class: 'filters' }, field('State', state)), list);
+  live(['approval'], load, employee || undefined);
   await load();
 }

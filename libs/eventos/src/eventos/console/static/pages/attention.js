@@ -1,7 +1,7 @@
 // Attention items: what needs the owner, with each item's actions (Retry a send, Release a
 // thread, …), acknowledged or resolved here.
 import { get, post } from '../api.js';
-import { h, replace, when, field, select, button } from '../dom.js';
+import { h, replace, redraw, when, field, select, button } from '../dom.js';
 
 const STATES = [['open,acked', 'Open or acknowledged'], ['open', 'Open'], ['acked', 'Acknowledged'],
   ['resolved', 'Resolved']];
@@ -23,18 +23,20 @@ function card(item, act) {
       button('Resolve', () => act(item, 'resolve'), { 'aria-label': `Resolve ${item.kind} ${item.id}` })) : '');
 }
 
-export async function render(main, { args, signal, say, failed }) {
+export async function render(main, { args, signal, say, failed, live }) {
   const employee = args[0] || '';
   const state = select('state', STATES, 'open,acked');
   const list = h('div', { class: 'cards' });
   const more = button('More', () => load(next));
   let next = null;
-  async function load(cursor) {
+  let shown = 0;
+  async function load(cursor, limit) {
     try {
-      const doc = await get('/v1/attention', { state: state.value, employee, cursor }, signal);
+      const doc = await get('/v1/attention', { state: state.value, employee, cursor, limit }, signal);
+      shown = (cursor ? shown : 0) + doc.attention.length;
       const cards = doc.attention.map((item) => card(item, act));
       if (cursor) list.append(...cards);
-      else replace(list, cards.length ? cards : h('p', null, 'Nothing needs attention.'));
+      else redraw(list, cards.length ? cards : h('p', null, 'Nothing needs attention.'));
       next = doc.next_cursor;
       more.hidden = !next;
     } catch (err) { if (!signal.aborted) failed(err); }
@@ -49,6 +51,7 @@ export async function render(main, { args, signal, say, failed }) {
   more.hidden = true;
   state.addEventListener('change', () => load(null));
   replace(main, h('h1', null, employee ? `Attention: ${employee}` : 'Attention'),
-    h('div', { class: 'filters' }, field('State', state), button('Refresh', () => load(null))), list, more);
+    h('div', { class: 'filters' }, field('State', state)), list, more);
+  live(['attention'], () => load(null, Math.min(200, Math.max(50, shown))), employee || undefined);
   await load(null);
 }

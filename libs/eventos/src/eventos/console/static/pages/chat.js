@@ -15,7 +15,7 @@ function pick(main, me) {
     : h('p', null, 'No employee takes chat now.'));
 }
 
-export async function render(main, { me, args, signal, failed }) {
+export async function render(main, { me, args, signal, failed, notFound }) {
   const name = args[0];
   if (!name) { pick(main, me); return; }
   const base = `/v1/employees/${encodeURIComponent(name)}/chat`;
@@ -35,7 +35,13 @@ export async function render(main, { me, args, signal, failed }) {
     return h('li', { class: 'msg theirs' }, h('p', null, text), h('small', null, name));
   }
 
-  const history = await get(base, { limit: 20 }, signal);
+  let history;
+  try {
+    history = await get(base, { limit: 20 }, signal);
+  } catch (err) {
+    if (err.status === 404) { notFound(`No employee is named “${name}”.`); return; }
+    throw err;
+  }
   for (const m of history.messages.slice().reverse()) {
     log.append(mine(m));
     if (m.reply !== null) log.append(reply(m.reply));

@@ -1,11 +1,11 @@
 // Dead letters, and replay in two steps: the server first answers what a selector would replay
 // (count and sample) with a confirmation token; only confirming replays.
 import { get, post } from '../api.js';
-import { h, replace, when, field, button, table } from '../dom.js';
+import { h, replace, redraw, when, field, button, table } from '../dom.js';
 
 const COLUMNS = ['Letter', 'Reason', 'Source', 'Employee', 'What', 'Died', 'Replayed', ''];
 
-export async function render(main, { signal, say, failed }) {
+export async function render(main, { signal, say, failed, live }) {
   const reason = h('input', { name: 'reason', autocomplete: 'off' });
   const source = h('input', { name: 'source', autocomplete: 'off' });
   const employee = h('input', { name: 'employee', autocomplete: 'off' });
@@ -60,7 +60,7 @@ export async function render(main, { signal, say, failed }) {
       rows.push(...doc.dead_letters);
       next = doc.next_cursor;
       more.hidden = !next;
-      replace(holder, rows.length ? table('Newest first', COLUMNS, rows, cells) : h('p', null, 'No dead letter.'));
+      redraw(holder, rows.length ? table('Newest first', COLUMNS, rows, cells) : h('p', null, 'No dead letter.'));
     } catch (err) { if (!signal.aborted) failed(err); }
   }
   const form = h('form', { class: 'filters' }, field('Reason', reason), field('Source', source),
@@ -69,5 +69,6 @@ export async function render(main, { signal, say, failed }) {
   form.addEventListener('submit', (e) => { e.preventDefault(); load(null); });
   more.hidden = true;
   replace(main, h('h1', null, 'Dead letters'), form, confirmBox, holder, more);
+  live(['dead_letter'], () => load(null));
   await load(null);
 }

@@ -1,6 +1,6 @@
 // Employees: state, generation, budget gauge, pending inputs by class, open attention items.
 import { get } from '../api.js';
-import { h, replace, link, table, usd, button } from '../dom.js';
+import { h, replace, redraw, link, table, usd, button } from '../dom.js';
 
 const COLUMNS = ['Employee', 'State', 'Generation', 'Budget today', 'Pending inputs', 'Attention'];
 
@@ -39,22 +39,24 @@ function cells(row) {
   ];
 }
 
-export async function render(main, { signal, failed }) {
+export async function render(main, { signal, failed, live }) {
   const rows = [];
   const holder = h('div');
   const more = button('More', () => load(next));
   let next = null;
-  async function load(cursor) {
+  async function load(cursor, limit) {
     try {
-      const page = await get('/v1/employee-summaries', { cursor }, signal);
+      const page = await get('/v1/employee-summaries', { cursor, limit }, signal);
+      if (!cursor) rows.length = 0;
       rows.push(...page.employee_summaries);
       next = page.next_cursor;
-      replace(holder, rows.length ? table('Employees by name', COLUMNS, rows, cells)
+      redraw(holder, rows.length ? table('Employees by name', COLUMNS, rows, cells)
         : h('p', null, 'No employee is applied yet.'));
       more.hidden = !next;
     } catch (err) { if (!signal.aborted) failed(err); }
   }
-  replace(main, h('h1', null, 'Employees'),
-    h('p', null, button('Refresh', () => { rows.length = 0; load(null); })), holder, more);
+  replace(main, h('h1', null, 'Employees'), holder, more);
+  // Live: read again (as many rows as shown) when an employee, a turn, an item or a letter changes.
+  live(['employee', 'turn', 'attention', 'dead_letter'], () => load(null, Math.min(200, Math.max(50, rows.length))));
   await load(null);
 }

@@ -1,13 +1,13 @@
 // The outbox: what left or waits to leave (never a recipient or a body); an `unknown` or
 // `failed` send can be sent once more with Retry.
 import { get, post } from '../api.js';
-import { h, replace, when, field, select, button, table } from '../dom.js';
+import { h, replace, redraw, when, field, select, button, table } from '../dom.js';
 
 const STATUSES = [['', 'Every status'], ['unknown', 'Unknown'], ['failed', 'Failed'], ['held', 'Held'],
   ['queued', 'Queued'], ['sending', 'Sending'], ['sent', 'Sent'], ['expired', 'Expired']];
 const COLUMNS = ['Id', 'Employee', 'Channel', 'Status', 'Why', 'Updated', ''];
 
-export async function render(main, { args, signal, say, failed }) {
+export async function render(main, { args, signal, say, failed, live }) {
   const employee = args[0] || '';
   const status = select('status', STATUSES, '');
   const holder = h('div');
@@ -31,13 +31,14 @@ export async function render(main, { args, signal, say, failed }) {
       rows.push(...doc.outbox);
       next = doc.next_before;
       more.hidden = !next;
-      replace(holder, rows.length ? table('Newest first', COLUMNS, rows, cells) : h('p', null, 'Nothing here.'));
+      redraw(holder, rows.length ? table('Newest first', COLUMNS, rows, cells) : h('p', null, 'Nothing here.'));
     } catch (err) { if (!signal.aborted) failed(err); }
   }
   more.hidden = true;
   status.addEventListener('change', () => load(null));
   replace(main, h('h1', null, 'Outbox'),
     h('p', { class: 'muted' }, 'Retry sends a row once more: check first that it did not arrive.'),
-    h('div', { class: 'filters' }, field('Status', status), button('Refresh', () => load(null))), holder, more);
+    h('div', { class: 'filters' }, field('Status', status)), holder, more);
+  live(['outbox'], () => load(null), employee || undefined);
   await load(null);
 }
