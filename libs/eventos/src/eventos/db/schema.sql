@@ -1248,3 +1248,6 @@ BEGIN
     RETURN NULL;
 END
 $$;
+
+-- The console navigation's count of outbox rows whose fate is unknown (migration 0031).
+CREATE INDEX outbound_messages_unknown ON outbound_messages (id) WHERE status = 'unknown';
