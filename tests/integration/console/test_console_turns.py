@@ -140,3 +140,35 @@ async def test_a_transcript_is_the_admins_alone_and_every_view_is_on_the_timelin
         missing = await s.api.get(f"/v1/employees/{s.name}/turns/turn-nobody-1/transcript")
         assert missing.status_code == 404
         assert len(await viewed(s)) == 2
+
+
+async def test_a_retried_model_call_counts_its_attempts(stack_of: Any) -> None:
+    async with stack_of(ConsoleSettings()) as s:
+        turn_id = await answered_turn(s, "try twice\nfail: 500 1")  # the first attempt fails
+        turn = (await s.api.get(f"/v1/employees/{s.name}/turns/{turn_id}")).json()
+        (step,) = [x for x in turn["steps"] if x["kind"] == "llm"]
+        assert step["attempts"] == 2 and step["state"] == "settled", step
+        assert step["output_tokens"] > 0 and step["duration_s"] is not None
+
+
+async def test_a_dead_letter_and_its_attention_item_name_the_failed_turn(stack_of: Any) -> None:
+    async with stack_of(ConsoleSettings()) as s:
+        doc = {"client_message_id": uuid.uuid4().hex, "text": "refuse me\nfail: 400"}
+        sent = await s.api.post(f"/v1/employees/{s.name}/chat", json=doc)
+        assert sent.status_code == 202, sent.text
+
+        async def letter() -> dict[str, Any] | None:
+            r = await s.api.get("/v1/dead-letters", params={"employee": s.name})
+            rows = r.json()["dead_letters"]
+            return rows[0] if rows else None
+
+        async with egress_running(s):
+            dead = await wait_for(letter, timeout=120, interval=0.2, what="the dead letter")
+        turn_id = dead["turn_id"]
+        assert turn_id, dead
+        turn = (await s.api.get(f"/v1/employees/{s.name}/turns/{turn_id}")).json()
+        assert turn["status"] == "failed" and turn["error"]
+        items = (await s.api.get("/v1/attention", params={"employee": s.name,
+                                                          "kind": "dead_input"})).json()  # fmt: skip
+        (item,) = items["attention"]
+        assert item["turn_id"] == turn_id

@@ -4,6 +4,7 @@ import { h, replace, link } from './dom.js';
 import * as signin from './pages/signin.js';
 import * as employees from './pages/employees.js';
 import * as employee from './pages/employee.js';
+import * as turn from './pages/turn.js';
 import * as chat from './pages/chat.js';
 import * as approvals from './pages/approvals.js';
 import * as attention from './pages/attention.js';
@@ -15,6 +16,7 @@ import * as users from './pages/users.js';
 const PAGES = {
   employees: [employees, 'Employees', true],
   employee: [employee, null, true],
+  turn: [turn, null, true],
   chat: [chat, 'Chat', false],
   approvals: [approvals, 'Approvals', false],
   attention: [attention, 'Attention', false],
@@ -47,7 +49,7 @@ function drawNav(route) {
   const items = Object.entries(PAGES).filter(([r, [, label]]) => label && allowed(r));
   replace(nav, h('ul', null, items.map(([r, [, label]]) => {
     const a = link([r], label);
-    if (r === route || (route === 'employee' && r === 'employees')) a.setAttribute('aria-current', 'page');
+    if (r === route || ((route === 'employee' || route === 'turn') && r === 'employees')) a.setAttribute('aria-current', 'page');
     return h('li', null, a);
   })));
   replace(who, me.admin ? 'admin' : me.name, ' ',

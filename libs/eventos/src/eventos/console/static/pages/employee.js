@@ -1,7 +1,8 @@
 // One employee: why its inputs wait, its conversations, its turns (steps and cost) and its
 // timeline. Each part loads on its own: one that fails says so and the others still show.
 import { get } from '../api.js';
-import { h, replace, table, section, when, usd, button, field, select } from '../dom.js';
+import { h, replace, table, section, when, usd, button, field, select, link } from '../dom.js';
+import { duration } from './turn.js';
 
 function seconds(a, b) {
   if (!a || !b) return '';
@@ -50,17 +51,19 @@ function waitingPart(name, signal) {
   return section('Why waiting', box);
 }
 
-function turnView(t) {
+function turnView(name, t) {
+  const took = (s) => ` · ${duration(s.duration_s)}${s.attempts > 1 ? ` · ${s.attempts} attempts` : ''}`;
   const steps = t.steps.map((s) => h('li', null, s.kind === 'llm'
-    ? [h('strong', null, 'model '), s.model, ` · ${s.input_tokens ?? '?'} → ${s.output_tokens ?? '?'} tokens · ${usd(s.usd)} · ${s.state}`]
-    : [h('strong', null, 'tool '), s.name, ` (${s.effect}) · ${s.status}`, s.outcome ? ` · ${s.outcome}` : '']));
+    ? [h('strong', null, 'model '), s.model, ` · ${s.input_tokens ?? '?'} → ${s.output_tokens ?? '?'} tokens · ${usd(s.usd)} · ${s.state}`, took(s)]
+    : [h('strong', null, 'tool '), s.name, ` (${s.effect}) · ${s.status}`, s.outcome ? ` · ${s.outcome}` : '', took(s)]));
   return h('details', { class: 'turn' },
     h('summary', null, h('span', { class: `state state-${t.status}` }, t.status), ` turn ${t.n} · ${t.agent}/${t.thread} · `,
       usd(t.cost_usd), ` · ${t.input_tokens}→${t.output_tokens} tokens · `, when(t.started_at),
       t.ended_at ? ` · ${seconds(t.started_at, t.ended_at)}` : ''),
     t.error ? h('p', { class: 'error' }, t.error) : '',
     steps.length ? h('ol', { class: 'steps' }, steps) : h('p', { class: 'muted' }, 'No step.'),
-    t.steps_capped ? h('p', { class: 'muted' }, 'Only the first steps are shown.') : '');
+    t.steps_capped ? h('p', { class: 'muted' }, 'Only the first steps are shown.') : '',
+    h('p', null, link(['turn', name, t.id], `Open turn ${t.n}`)));
 }
 
 export async function render(main, { args, signal, failed }) {
@@ -71,7 +74,7 @@ export async function render(main, { args, signal, failed }) {
   const head = h('p', { class: 'muted' }, 'Loading…');
 
   const turnsBox = h('div');
-  turnsBox.draw = (rows) => replace(turnsBox, rows.length ? rows.map(turnView) : h('p', null, 'No turn yet.'));
+  turnsBox.draw = (rows) => replace(turnsBox, rows.length ? rows.map((t) => turnView(name, t)) : h('p', null, 'No turn yet.'));
   const turns = pager(turnsBox, async (cursor) => {
     const doc = await get(`${base}/turns`, { thread: filter.thread, cursor, limit: 20 }, signal);
     return [doc.turns, doc.next_cursor];
