@@ -14,16 +14,19 @@ function tokens(s) {
     : `${s.input_tokens ?? '?'} → ${s.output_tokens ?? '?'}`;
 }
 
+// A model call's last attempt: its reservation's state in words.
+const CALL_STATES = { settled: 'answered', released: 'failed (not billed)', reserved: 'running' };
+
 const STEP_COLUMNS = ['Step', 'What', 'Started', 'Took', 'Attempts', 'Tokens', 'Cost', 'Outcome'];
 
 function stepCells(s) {
   const llm = s.kind === 'llm';
   return [
-    llm ? `model call ${s.step ?? ''}`.trim() : 'tool call',
+    llm ? `model call ${s.step === null || s.step === undefined ? '' : s.step + 1}`.trim() : 'tool call',
     llm ? h('code', null, s.model) : [h('code', null, s.name), ` (${s.effect})`],
     when(s.at), duration(s.duration_s), String(s.attempts ?? 1),
     llm ? tokens(s) : '—', llm ? usd(s.usd) : '—',
-    llm ? h('span', { class: `state state-${s.state}` }, s.state)
+    llm ? h('span', { class: `state state-${s.state}` }, CALL_STATES[s.state] || s.state)
       : [h('span', { class: `state state-${s.status}` }, s.status), s.outcome ? ` · ${s.outcome}` : ''],
   ];
 }
