@@ -7,6 +7,7 @@ timeline (who, when)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,9 +38,10 @@ def stack_of(
     """The Telegram stack with owner chat, its ingress with these console settings."""
 
     @contextlib.asynccontextmanager
-    async def make(console: ConsoleSettings) -> AsyncIterator[Stack]:
+    async def make(console: ConsoleSettings, tools: tuple[str, ...] = ()) -> AsyncIterator[Stack]:
         async with telegram_stack(pool, db_settings, tmp_path, temporal_settings, outbox_keys,
-                                  llm_endpoints, spec_extra=CHAT, console=console) as s:  # fmt: skip
+                                  llm_endpoints, spec_extra=CHAT, tools=tools,
+                                  console=console) as s:  # fmt: skip
             yield s
 
     return make
@@ -149,6 +151,20 @@ async def test_a_retried_model_call_counts_its_attempts(stack_of: Any) -> None:
         (step,) = [x for x in turn["steps"] if x["kind"] == "llm"]
         assert step["attempts"] == 2 and step["state"] == "settled", step
         assert step["output_tokens"] > 0 and step["duration_s"] is not None
+
+
+async def test_a_tool_call_is_a_step_with_its_duration_and_attempts(stack_of: Any) -> None:
+    async with stack_of(ConsoleSettings(), tools=("set_alarm",)) as s:
+        args = json.dumps({"text": "water the plants", "in_s": 3600})
+        turn_id = await answered_turn(s, f"remind me\ncall: set_alarm {args}")
+        turn = (await s.api.get(f"/v1/employees/{s.name}/turns/{turn_id}")).json()
+        kinds = [x["kind"] for x in turn["steps"]]
+        assert kinds == ["llm", "tool", "llm"], kinds  # in the order they happened
+        tool = turn["steps"][1]
+        assert tool["name"] == "set_alarm" and tool["status"] == "done" and tool["attempts"] == 1
+        assert tool["duration_s"] is not None and tool["ended_at"] is not None
+        assert [x["step"] for x in turn["steps"] if x["kind"] == "llm"] == [0, 1]
+        assert "water the plants" not in str(turn)  # never the arguments or the result
 
 
 async def test_a_dead_letter_and_its_attention_item_name_the_failed_turn(stack_of: Any) -> None:
