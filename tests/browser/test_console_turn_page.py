@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser_stack import Tabs, browser, expect, tabs  # noqa: F401
+from browser_stack import PHONE, Tabs, browser, expect, tabs  # noqa: F401
 from channel_stack import Stack, egress_running, telegram_stack
 from conftest import ADMIN_TOKEN, E2E_TIMEOUT_S
 from playwright.async_api import Page
@@ -122,7 +122,16 @@ async def test_a_turn_shows_its_steps_and_the_admin_reads_its_transcript(
     r = await s.api.get(f"/v1/employees/{s.name}/timeline", params={"kind": "transcript"})
     (entry,) = r.json()["timeline"]
     assert entry["summary"].endswith("viewed by owner")
+    # On a phone the steps stack as cards and nothing scrolls sideways.
+    phone = await tabs.open(base(s), viewport=PHONE)
+    await phone.sign_in(ADMIN_TOKEN)
+    await phone.open("turn", s.name, entry["ref"])
+    await expect(phone.page.locator("td[data-label=Attempts]")).to_have_text("2")
+    wide = await phone.page.evaluate("() => document.documentElement.scrollWidth > innerWidth")
+    assert not wide
+    await phone.shot("turn-phone")
     tab.check_clean(ADMIN_TOKEN, "list today")
+    phone.check_clean(ADMIN_TOKEN)
 
 
 async def test_with_transcripts_off_the_console_says_how_to_turn_them_on(

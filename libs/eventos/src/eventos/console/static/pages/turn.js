@@ -95,7 +95,7 @@ export async function render(main, { me, args, signal, failed }) {
   }
   replace(main,
     h('h1', null, `Turn ${t.n} of `, link(['employee', name], name)),
-    h('p', { class: 'muted' }, h('code', null, t.id)),
+    h('p', { class: 'muted turn-id' }, h('code', null, t.id)),
     facts(t),
     t.error ? section('Why it failed', h('p', { class: 'error' }, t.error)) : '',
     section('Steps', t.steps.length ? table('Each model and tool call, in order', STEP_COLUMNS, t.steps, stepCells)
