@@ -122,6 +122,14 @@ async def test_a_turn_shows_its_steps_and_the_admin_reads_its_transcript(
     r = await s.api.get(f"/v1/employees/{s.name}/timeline", params={"kind": "transcript"})
     (entry,) = r.json()["timeline"]
     assert entry["summary"].endswith("viewed by owner")
+    # The view is on the employee's timeline, and its entry leads back to the turn.
+    await tab.open("employee", s.name)
+    await page.get_by_role(
+        "link", name=re.compile(r"^transcript of turn \d+ viewed by owner$")
+    ).click()
+    await expect(
+        page.get_by_role("heading", name=re.compile(rf"^Turn \d+ of {s.name}$"))
+    ).to_be_visible()
     # On a phone the steps stack as cards and nothing scrolls sideways.
     phone = await tabs.open(base(s), viewport=PHONE)
     await phone.sign_in(ADMIN_TOKEN)

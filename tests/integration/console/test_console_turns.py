@@ -125,6 +125,7 @@ async def test_a_transcript_is_the_admins_alone_and_every_view_is_on_the_timelin
 
         r = await s.api.get(path)
         assert r.status_code == 200, r.text
+        assert r.headers["cache-control"] == "no-store"  # message text: no cache keeps it
         doc = r.json()
         assert doc["turn"]["id"] == turn_id and doc["messages_capped"] is False
         roles = [m["role"] for m in doc["messages"]]

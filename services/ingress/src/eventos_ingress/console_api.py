@@ -132,7 +132,9 @@ class ConsoleApi:
         async with self.pool.connection() as conn:
             doc = await transcripts.read(conn, request.path_params["name"], turn_id,
                                          caller.audience)  # fmt: skip
-        return JSONResponse(doc)
+        return JSONResponse(
+            doc, headers={"Cache-Control": "no-store"}
+        )  # message text: kept nowhere
 
     async def chat_history(self, request: Request, caller: Caller) -> Response:
         """The caller's messages in a session newest first, each with its reply."""

@@ -85,7 +85,7 @@ export async function render(main, { args, signal, failed }) {
   timelineBox.draw = (rows) => replace(timelineBox, rows.length ? table('Newest first', tlCols, rows, (e) => [
     when(e.at), e.kind, e.thread || '',
     e.chain_id ? button(e.chain_id.slice(0, 12), () => { filter.chain = e.chain_id; chainInput.value = e.chain_id; timeline.reload(); }, { class: 'link', title: `Only chain ${e.chain_id}` }) : '',
-    e.summary || '',
+    /^(turn|transcript)\./.test(e.kind) && e.ref ? link(['turn', name, e.ref], e.summary || e.kind) : (e.summary || ''),
   ]) : h('p', null, 'Nothing on the timeline for this filter.'));
   const timeline = pager(timelineBox, async (cursor) => {
     const doc = await get(`${base}/timeline`, { ...filter, cursor }, signal);
