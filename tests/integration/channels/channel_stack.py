@@ -22,6 +22,7 @@ from test_turns import IDLE_S, PRICES, ROLL_AFTER, local_spec, pump
 from eventos.channels.senders import Sender
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.telegram import TelegramApi, TelegramSender
+from eventos.console.settings import ConsoleSettings
 from eventos.control.intent_deliverer import Deliverer
 from eventos.db import Conn
 from eventos.delivery.relay import Relay
@@ -157,9 +158,11 @@ async def channel_services(
     pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
     temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
     *, secrets: SecretStore, channels: ChannelSettings, senders: Senders,
+    console: ConsoleSettings | None = None,
 ) -> AsyncIterator[Services]:  # fmt: skip
     cfg = ingress_config(db_settings, tmp_path, secrets=secrets, channels=channels,
-                         llm_endpoints=llm_endpoints)  # fmt: skip
+                         llm_endpoints=llm_endpoints,
+                         console=console or ConsoleSettings())  # fmt: skip
     client = await connect(temporal_settings.address, temporal_settings.namespace)
     queue = f"wf-{uuid.uuid4().hex[:8]}"
     async with httpx.AsyncClient() as http, running_ingress(cfg) as ingress:
@@ -195,7 +198,8 @@ async def channel_services(
 async def telegram_stack(
     pool: AsyncConnectionPool[Conn], db_settings: DatabaseSettings, tmp_path: Path,
     temporal_settings: TemporalSettings, outbox_keys: OutboxKeys, llm_endpoints: LlmEndpoints,
-    spec_extra: str = "", tools: tuple[str, ...] = (), **settings: Any,
+    spec_extra: str = "", tools: tuple[str, ...] = (), console: ConsoleSettings | None = None,
+    **settings: Any,
 ) -> AsyncIterator[Stack]:  # fmt: skip
     fake = FakeTelegram()
     await fake.start()
@@ -211,7 +215,7 @@ async def telegram_stack(
     try:
         async with channel_services(pool, db_settings, tmp_path, temporal_settings, outbox_keys,
                                     llm_endpoints, secrets=secrets, channels=channels,
-                                    senders=senders) as s:  # fmt: skip
+                                    senders=senders, console=console) as s:  # fmt: skip
             await apply_and_start(pool, telegram_spec(name, spec_extra, tools))
             yield Stack(name, fake, token, pool, s.api, s.egress, s.db, s.queue, s.client,
                         s.ingress_config, s.consuming)  # fmt: skip

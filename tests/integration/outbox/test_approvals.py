@@ -239,6 +239,7 @@ async def test_a_tool_call_that_needs_approval_runs_only_once_approved(
             ap = await wait_for(lambda w=words: pending_call(w), timeout=60,
                                 what=f"the approval of {words!r}")  # fmt: skip
             assert ap["draft"].startswith("set_alarm ") and ap["channel"] is None
+            assert ap["rule"] == "approvals.tools: set_alarm" and ap["turn_id"]  # issue 26
             assert words not in [a["text"] for a in await alarms()]  # not made before
             assert s.fake.sent(s.token, chat) == []  # the turn waits for the decision
             r = await s.api.post(f"/v1/approvals/{ap['id']}:{verb}")

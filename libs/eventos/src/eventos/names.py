@@ -521,6 +521,7 @@ TIMELINE_KINDS: Final = {
     "task": ("task.delegated", "task.done", "task.timed_out", "task.cancelled"),
     "tool": ("tool.done", "tool.unknown"),
     "attention": ("attention.raised",),
+    "transcript": ("transcript.viewed",),  # the admin read a turn's transcript (console)
 }  # fmt: skip
 
 # The operator event stream (issue 16, `GET /v1/events`; docs/events.md): kinds by family,

@@ -42,6 +42,11 @@ def env_int(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+def env_bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """A true/false setting (1/0, true/false, yes/no, on/off); ConfigError otherwise."""
+    return _bool(env, name, default)
+
+
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name)
     if raw is None or raw == "":

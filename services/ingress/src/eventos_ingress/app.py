@@ -17,6 +17,7 @@ from eventos.channels.settings import ChannelSettings
 from eventos.channels.telegram import TelegramApi, TelegramReader
 from eventos.console import serve as console
 from eventos.console.assets import Assets
+from eventos.console.settings import ConsoleSettings
 from eventos.db import Conn, open_pool
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.owner.wakeups import StreamWakeups
@@ -79,6 +80,7 @@ class IngressConfig:
     llm_endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)
     channels: ChannelSettings = field(default_factory=ChannelSettings)
     sched: SchedConfig = field(default_factory=SchedConfig)  # explains admission's waits
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
 
     @classmethod
     def from_env(cls) -> IngressConfig:
@@ -94,6 +96,7 @@ class IngressConfig:
             llm_endpoints=LlmEndpoints.from_env(),
             channels=ChannelSettings.from_env(),
             sched=SchedConfig.from_env(),
+            console=ConsoleSettings.from_env(),
         )
 
 
@@ -135,7 +138,7 @@ async def build(cfg: IngressConfig) -> Service:
     )
     wakeups = StreamWakeups(cfg.database)
     owner = OwnerApi(pool, cfg.admin.token, wakeups, kicker, cfg.llm_endpoints, cfg.sched,
-                     cfg.secrets.purposes)  # fmt: skip
+                     cfg.secrets.purposes, cfg.console)  # fmt: skip
     drivers = DriverTable(pool, cfg.secrets, cfg.grpc.internal_token)
     servicer = EventIngressServicer(pool, committer, drivers, cfg.grpc, kicker)
     http = provider_client()

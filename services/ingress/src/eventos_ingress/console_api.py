@@ -6,7 +6,10 @@
 - `GET /v1/employee-summaries`: employees with state, generation, budget, pending inputs by
   class and open attention items (admin);
 - `GET /v1/employees/{name}/conversations` and `.../turns` (turns with their steps and cost;
-  admin);
+  admin), `.../turns/{turn_id}` (one turn);
+- `GET /v1/employees/{name}/turns/{turn_id}/transcript`: what the model was asked and answered
+  in a turn (admin only, and only with `EVENTOS_CONSOLE_TRANSCRIPTS` on; each view is recorded
+  on the employee's timeline);
 - `GET /v1/employees/{name}/chat`: the caller's own messages in a session with their replies,
   and the event id its live stream goes on from.
 
@@ -16,7 +19,7 @@ and `?cursor=`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -25,14 +28,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from eventos import names
-from eventos.console import reads
+from eventos.console import reads, transcripts
+from eventos.console.settings import TRANSCRIPTS_VAR, ConsoleSettings
 from eventos.db import Conn
-from eventos.errors import InputInvalid
+from eventos.errors import Forbidden, InputInvalid
 
 PAGE_DEFAULT = 50
 PAGE_MAX = 200
 SESSION_MAX = 64
 THREAD_MAX = 200
+TURN_ID_MAX = 600
+TRANSCRIPTS_OFF = (f"transcript views are off on this instance: set {TRANSCRIPTS_VAR}=1 in the "
+                   "ingress's environment and restart it to turn them on")  # fmt: skip
 
 
 class Caller(Protocol):
@@ -65,6 +72,13 @@ def _text(request: Request, key: str, high: int) -> str | None:
     return value
 
 
+def _turn_id(request: Request) -> str:
+    value = str(request.path_params["turn_id"])
+    if not 0 < len(value) <= TURN_ID_MAX:
+        raise InputInvalid("turn_id", f"must be 1 to {TURN_ID_MAX} characters")
+    return value
+
+
 def _page(key: str, page: reads.Page) -> Response:
     return JSONResponse({key: page.rows, "next_cursor": page.next_cursor})
 
@@ -72,6 +86,7 @@ def _page(key: str, page: reads.Page) -> Response:
 @dataclass
 class ConsoleApi:
     pool: AsyncConnectionPool[Conn]
+    settings: ConsoleSettings = field(default_factory=ConsoleSettings)
 
     async def me(self, request: Request, caller: Caller) -> Response:
         """Who this token is, and the employees it may chat with."""
@@ -106,6 +121,28 @@ class ConsoleApi:
         async with self.pool.connection() as conn:
             page = await reads.turns(conn, request.path_params["name"], thread, after, limit)
         return _page("turns", page)
+
+    async def turn(self, request: Request, caller: Caller) -> Response:
+        """One turn of an employee with its steps (durations, attempts), cost and error."""
+        turn_id = _turn_id(request)
+        async with self.pool.connection() as conn:
+            found = await reads.turn(conn, request.path_params["name"], turn_id)
+        return JSONResponse(found)
+
+    async def transcript(self, request: Request, caller: Caller) -> Response:
+        """What the model was asked and answered in a turn (admin; opt-in); the view is
+        recorded on the employee's timeline."""
+        if not caller.admin:  # the route is the admin's already; never a user's, whatever
+            raise Forbidden("only the admin token may read a transcript")
+        if not self.settings.transcripts:
+            raise Forbidden(TRANSCRIPTS_OFF)
+        turn_id = _turn_id(request)
+        async with self.pool.connection() as conn:
+            doc = await transcripts.read(conn, request.path_params["name"], turn_id,
+                                         caller.audience)  # fmt: skip
+        return JSONResponse(
+            doc, headers={"Cache-Control": "no-store"}
+        )  # message text: kept nowhere
 
     async def chat_history(self, request: Request, caller: Caller) -> Response:
         """The caller's messages in a session newest first, each with its reply."""

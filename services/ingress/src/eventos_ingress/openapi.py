@@ -172,7 +172,7 @@ SCHEMAS: dict[str, Schema] = {
         },
         {
             k: nullable(STR)
-            for k in ("audience", "acked_at", "acked_by", "resolved_at", "resolved_by")
+            for k in ("audience", "acked_at", "acked_by", "resolved_at", "resolved_by", "turn_id")
         },
     ),
     "AttentionPage": obj(
@@ -222,7 +222,8 @@ SCHEMAS: dict[str, Schema] = {
             "replay_of": nullable(STR),
             "replayed_at": nullable(STR),
             "replayed_as": nullable(INT),
-        }
+        },
+        {"turn_id": nullable(STR)},
     ),
     "DeadLetterPage": obj(
         {
@@ -325,6 +326,8 @@ SCHEMAS: dict[str, Schema] = {
                 "decided_by",
                 "taken_at",
                 "created_at",
+                "turn_id",
+                "rule",
             )
         },
     ),
@@ -453,6 +456,10 @@ SCHEMAS |= {
             "effect": STR,
             "status": STR,
             "outcome": nullable(STR),
+            "ended_at": nullable(TIME),
+            "duration_s": nullable(NUM),
+            "step": nullable(INT),
+            "attempts": INT,
         },
     ),
     "Turn": obj(
@@ -476,6 +483,27 @@ SCHEMAS |= {
         }
     ),
     "TurnPage": _page_of("turns", "Turn"),
+    "TranscriptMessage": obj(
+        {
+            "n": INT,
+            "role": nullable(STR),
+            "content": STR,
+            "tool_calls": {
+                "type": "array",
+                "items": obj({"id": nullable(STR), "name": nullable(STR), "arguments": STR}),
+            },
+            "tool_call_id": nullable(STR),
+            "name": nullable(STR),
+            "truncated": BOOL,
+        }
+    ),
+    "Transcript": obj(
+        {
+            "turn": ref("Turn"),
+            "messages": {"type": "array", "items": ref("TranscriptMessage")},
+            "messages_capped": BOOL,
+        }
+    ),
     "ChatHistoryMessage": obj(
         {
             "message_id": INT,
@@ -910,6 +938,7 @@ def _console_paths(employee: dict[str, str]) -> dict[str, Any]:
     ]
     thread = {"name": "thread", "in": "query", "required": False, "schema": STR}
     session = {"name": "session", "in": "query", "required": False, "schema": STR}
+    turn = {"name": "turn_id", "in": "path", "required": True, "schema": STR}
     return {
         "/v1/me": {
             "get": op(
@@ -945,6 +974,26 @@ def _console_paths(employee: dict[str, str]) -> dict[str, Any]:
                 (200, "a page of turns", "TurnPage"),
                 errors=employee,
                 params=[NAME, thread, *page],
+            )
+        },
+        "/v1/employees/{name}/turns/{turn_id}": {
+            "get": op(
+                "One turn with its steps (durations, attempts), cost and error (admin only)",
+                (200, "the turn", "Turn"),
+                errors={"404": "no such employee or turn"},
+                params=[NAME, turn],
+            )
+        },
+        "/v1/employees/{name}/turns/{turn_id}/transcript": {
+            "get": op(
+                "What the model was asked and answered in a turn (admin only, and only with "
+                "EVENTOS_CONSOLE_TRANSCRIPTS on; each view is recorded on the timeline)",
+                (200, "the turn's transcript messages", "Transcript"),
+                errors={
+                    "403": "a user token, or transcript views are off on this instance",
+                    "404": "no such employee or turn",
+                },
+                params=[NAME, turn],
             )
         },
         "/v1/employees/{name}/chat": {

@@ -25,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
 
 from eventos import names
+from eventos.console.settings import ConsoleSettings
 from eventos.db import Conn, translate
 from eventos.employees import deletion, intents, lifecycle
 from eventos.errors import (
@@ -145,11 +146,12 @@ class OwnerApi:
     endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)  # what apply allows models
     sched: SchedConfig = field(default_factory=SchedConfig)  # admission's, to explain waits
     purposes: SecretPurposes = field(default_factory=SecretPurposes)  # what apply allows refs
+    console_settings: ConsoleSettings = field(default_factory=ConsoleSettings)
 
     def __post_init__(self) -> None:
         self.outbox = OutboxApi(self.pool)
         self.approvals = ApprovalsApi(self.pool, self.kicker)
-        self.console = ConsoleApi(self.pool)
+        self.console = ConsoleApi(self.pool, self.console_settings)
         self.operator = OperatorApi(self.pool, self.kicker)
 
         self.timeline = TimelineApi(self.pool, self.sched)
@@ -237,6 +239,8 @@ class OwnerApi:
             op("/v1/employee-summaries", self.console.summaries, "GET"),
             op("/v1/employees/{name}/conversations", self.console.conversations, "GET"),
             op("/v1/employees/{name}/turns", self.console.turns, "GET"),
+            op("/v1/employees/{name}/turns/{turn_id}", self.console.turn, "GET"),
+            op("/v1/employees/{name}/turns/{turn_id}/transcript", self.console.transcript, "GET"),
             op("/v1/employees/{name}/chat", self.console.chat_history, "GET", users=True),
         ]
 

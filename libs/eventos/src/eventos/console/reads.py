@@ -134,13 +134,28 @@ async def turns(
               "limit": limit + 1}  # fmt: skip
     cur = await conn.execute(Q["console_turns"], params)
     page = _page(await cur.fetchall(), limit, ["started_at", "id"])
-    ids = [str(r["id"]) for r in page.rows]
+    return Page(await _with_steps(conn, page.rows), page.next_cursor)
+
+
+async def turn(conn: Conn, employee: str, turn_id: str) -> dict[str, Any]:
+    """One turn of an employee with its steps and cost; NotFound when it has no such turn."""
+    await employee_exists(conn, employee)
+    cur = await conn.execute(Q["console_turn"], {"employee": employee, "turn_id": turn_id})
+    row = await cur.fetchone()
+    if row is None:
+        raise NotFound(f"{employee} has no turn {turn_id!r}")
+    (found,) = await _with_steps(conn, [row])
+    return found
+
+
+async def _with_steps(conn: Conn, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    ids = [str(r["id"]) for r in rows]
     steps: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
     for query, kind in (("console_turn_llm_steps", "llm"), ("console_turn_tool_steps", "tool")):
         cur = await conn.execute(Q[query], {"turns": ids, "cap": STEPS_CAP})
         for r in await cur.fetchall():
             steps[str(r.pop("turn_id"))].append({"kind": kind, **r})
-    return Page([_turn(r, steps[str(r["id"])]) for r in page.rows], page.next_cursor)
+    return [_turn(r, steps[str(r["id"])]) for r in rows]
 
 
 def _turn(row: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -151,9 +166,17 @@ def _turn(row: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
         "cost_usd": float(sum((s["usd"] or Decimal(0) for s in llm), Decimal(0))),
         "input_tokens": sum(s["input_tokens"] or 0 for s in llm),
         "output_tokens": sum(s["output_tokens"] or 0 for s in llm),
-        "steps": [plain(s) for s in steps],
+        "steps": [_step(s) for s in steps],
         "steps_capped": len(steps) >= STEPS_CAP,
     }
+
+
+def _step(step: dict[str, Any]) -> dict[str, Any]:
+    """A step as JSON, with how long it took (first attempt's start to last one's end)."""
+    at, ended = step["at"], step.pop("ended_at")
+    took = None if ended is None else round(max((ended - at).total_seconds(), 0.0), 3)
+    return {**plain(step), "ended_at": None if ended is None else ended.isoformat(),
+            "duration_s": took}  # fmt: skip
 
 
 @dataclass(frozen=True)

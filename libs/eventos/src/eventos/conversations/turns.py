@@ -202,7 +202,8 @@ def _audience_column(turn: TurnInput) -> str | None:
 async def dead_letter(conn: Conn, req: DeadLetter) -> None:
     """Settle a twice-failed turn's inputs as dead (the stream moves on) and tell the owner."""
     async with conn.transaction():
-        params = {"stream_key": req.stream_key, "seqs": req.seqs, "reason": req.reason[:500]}
+        params = {"stream_key": req.stream_key, "seqs": req.seqs, "reason": req.reason[:500],
+                  "turn_id": req.turn_id}  # fmt: skip
         dead = await conn.execute(Q["deliveries_dead_letter"], params)
         await conn.execute(Q["chat_messages_dead"], {"ingress_ids": req.ingress_ids})
         await conn.execute(Q["stream_consume"], {"stream_key": req.stream_key})

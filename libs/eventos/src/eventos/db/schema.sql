@@ -1251,3 +1251,6 @@ $$;
 
 -- The console navigation's count of outbox rows whose fate is unknown (migration 0031).
 CREATE INDEX outbound_messages_unknown ON outbound_messages (id) WHERE status = 'unknown';
+
+-- A dead letter keeps the turn that failed twice (the console links it; migration 0032).
+ALTER TABLE bus_deliveries ADD COLUMN turn_id text;

@@ -23,7 +23,7 @@ from eventos.operator.pages import decode_cursor, encode_cursor
 
 FIELDS = ("id", "employee", "kind", "severity", "ref", "detail", "first_seen", "last_seen",
           "count", "state", "audience", "acked_at", "acked_by", "resolved_at",
-          "resolved_by")  # fmt: skip
+          "resolved_by", "turn_id")  # fmt: skip
 
 
 class Caller(Protocol):

@@ -94,6 +94,7 @@ def view(row: dict[str, Any]) -> dict[str, Any]:
         "type": row["type"], "size": row["size"], "preview": preview(row),
         "chain_id": row["chain_id"], "replay_of": row["replay_of"],
         "replayed_at": _iso(row["replayed_at"]), "replayed_as": row["replayed_as"],
+        "turn_id": row.get("turn_id"),
     }  # fmt: skip
 
 

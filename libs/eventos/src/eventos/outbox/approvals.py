@@ -197,8 +197,28 @@ async def decide(conn: Conn, ident: str, state: str, *, by: str, admin: bool,
     return await get(conn, ident, audience=by, admin=admin, since=since)
 
 
-def view(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+def rule_of(row: dict[str, Any]) -> str:
+    """The rule that held it, in the spec's words: `approvals.tools: <tool>` for a tool call,
+    `approvals.sends: <channel kind>` for a send on a channel that needs approval, and
+    `content_rules: <ids>` for one a content rule matched (never what matched)."""
+    if row.get("kind") == "tool":
+        return f"approvals.tools: {str(row.get('draft') or '').split(' ', 1)[0]}"
+    held = [r for r in str(row.get("held_reason") or "").split(",") if r]
+    rules = [r for r in held if r != names.APPROVAL_HELD]
+    said = [f"content_rules: {', '.join(rules)}"] if rules else []
+    if names.APPROVAL_HELD in held or not held:
+        said.insert(0, f"approvals.sends: {row.get('channel') or 'its channel'}")
+    return "; ".join(said)
+
+
+def view(row: dict[str, Any], admin: bool = True) -> dict[str, Any]:
+    """An approval as the API shows it; the admin also sees the rule that held it (a user's
+    own approvals were handed to it by a rule; which one stays the admin's, as on the operator
+    event stream)."""
+    out = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()
+           if k != "held_reason"}  # fmt: skip
+    out["rule"] = rule_of(row) if admin else None
+    return out
 
 
 def _visible(row: dict[str, Any], audience: str, admin: bool, since: datetime | None) -> bool:
@@ -216,7 +236,7 @@ async def get(conn: Conn, ident: str, *, audience: str, admin: bool,
     row = await cur.fetchone()
     if row is None or not _visible(row, audience, admin, since):
         raise NotFound(f"no approval {ident}")
-    return view(dict(row))
+    return view(dict(row), admin)
 
 
 async def listed(conn: Conn, *, audience: str, admin: bool, state: str | None,
@@ -226,7 +246,7 @@ async def listed(conn: Conn, *, audience: str, admin: bool, state: str | None,
         "audience": audience, "admin": admin, "state": state, "employee": employee,
         "limit": limit, "since": since,
     })  # fmt: skip
-    return [view(dict(r)) for r in await cur.fetchall()]
+    return [view(dict(r), admin) for r in await cur.fetchall()]
 
 
 async def nudge(client: Client, ident: str) -> bool:

@@ -113,9 +113,13 @@ def _attention(kind: str, d: dict[str, Any]) -> str:
     return f"attention: {d.get('attention')} ({d.get('severity')})"
 
 
+def _transcript(kind: str, d: dict[str, Any]) -> str:
+    return f"transcript of turn {d.get('n')} viewed by {d.get('by')}"
+
+
 WORDS: dict[str, Callable[[str, dict[str, Any]], str]] = {
     "input": _input, "turn": _turn, "reply": _reply, "alarm": _alarm, "task": _task,
-    "tool": _tool, "attention": _attention,
+    "tool": _tool, "attention": _attention, "transcript": _transcript,
 }  # fmt: skip
 
 

@@ -5,6 +5,7 @@ import { h, replace, link, tick } from './dom.js';
 import * as signin from './pages/signin.js';
 import * as employees from './pages/employees.js';
 import * as employee from './pages/employee.js';
+import * as turn from './pages/turn.js';
 import * as chat from './pages/chat.js';
 import * as approvals from './pages/approvals.js';
 import * as attention from './pages/attention.js';
@@ -16,6 +17,7 @@ import * as users from './pages/users.js';
 const PAGES = {
   employees: [employees, 'Employees', true],
   employee: [employee, null, true],
+  turn: [turn, null, true],
   chat: [chat, 'Chat', false],
   approvals: [approvals, 'Approvals', false],
   attention: [attention, 'Attention', false],
@@ -62,7 +64,7 @@ function drawNav(route) {
   replace(nav, h('ul', null, items.map(([r, [, label]]) => {
     const a = link([r], label);
     a.dataset.route = r;
-    if (r === route || (route === 'employee' && r === 'employees')) a.setAttribute('aria-current', 'page');
+    if (r === route || ((route === 'employee' || route === 'turn') && r === 'employees')) a.setAttribute('aria-current', 'page');
     return h('li', null, a);
   })));
   replace(who, liveState, ' · ', me.admin ? 'admin' : me.name, ' ',

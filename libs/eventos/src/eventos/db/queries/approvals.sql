@@ -86,15 +86,16 @@ RETURNING id, employee, generation, state, decision_seq;
 SELECT a.id, a.employee, a.generation, a.thread, a.turn_id, a.kind, a.outbound_id, a.audience,
     a.state, a.expires_at, a.reminded_at, a.decided_at, a.decided_by, a.taken_at,
     a.created_at, a.tool_call, o.kind AS channel, coalesce(o.body, a.draft) AS draft,
-    o.status AS send_status
+    o.status AS send_status, o.held_reason
 FROM approvals a LEFT JOIN outbound_messages o ON o.id = a.outbound_id
 WHERE a.id = %(id)s;
 
 -- name: approvals_list
 -- Approvals newest first, of one state; a user's: only those handed to it (since its record).
-SELECT a.id, a.employee, a.thread, a.kind, a.state, a.expires_at, a.decided_at, a.decided_by,
-    a.taken_at, a.created_at, o.kind AS channel, coalesce(o.body, a.draft) AS draft,
-    o.status AS send_status
+-- `held_reason` (a send's: the content rules' ids, or `approval`) names the rule that held it.
+SELECT a.id, a.employee, a.thread, a.turn_id, a.kind, a.state, a.expires_at, a.decided_at,
+    a.decided_by, a.taken_at, a.created_at, o.kind AS channel,
+    coalesce(o.body, a.draft) AS draft, o.status AS send_status, o.held_reason
 FROM approvals a LEFT JOIN outbound_messages o ON o.id = a.outbound_id
 WHERE (%(state)s::text IS NULL OR a.state = %(state)s)
   AND (%(admin)s OR (a.audience = %(audience)s

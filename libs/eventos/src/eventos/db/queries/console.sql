@@ -76,33 +76,68 @@ WHERE employee = %(employee)s
 ORDER BY started_at DESC, id DESC
 LIMIT %(limit)s;
 
+-- name: console_turn
+-- One turn of an employee, as the turns page lists it.
+SELECT id, generation, agent, thread, n, class, status, started_at, ended_at,
+       left(error, 500) AS error, admission_wait_s
+FROM turns
+WHERE employee = %(employee)s AND id = %(turn_id)s;
+
 -- name: console_turn_llm_steps
--- The model calls of these turns (up to `cap` each): model, tokens and what they cost (a
--- reservation still open counts its estimate).
+-- The model calls of these turns (up to `cap` each), one row per call with its attempts (a
+-- spend key is `{workflow}:{activity}:{attempt}`; the activity `…:step-N[-rK]`): model, tokens
+-- and what they cost (a reservation still open counts its estimate), when the first attempt
+-- began and the last one ended (NULL: still running), and the last attempt's state.
 SELECT t.id AS turn_id, x.*
 FROM unnest(%(turns)s::text[]) AS t(id)
 CROSS JOIN LATERAL (
-    SELECT created_at AS at, model, state, input_tokens, output_tokens,
-           coalesce(actual_usd, CASE WHEN state = 'reserved' THEN estimate_usd ELSE 0 END)
-               AS usd
-    FROM spend_events
-    WHERE turn_id = t.id
-    ORDER BY created_at
+    SELECT min(e.created_at) AS at,
+           CASE WHEN bool_and(e.settled_at IS NOT NULL) THEN max(e.settled_at) END AS ended_at,
+           (array_agg(e.model ORDER BY e.created_at DESC))[1] AS model,
+           (array_agg(e.state ORDER BY e.created_at DESC))[1] AS state,
+           substring(min(e.key) FROM ':step-([0-9]+)')::integer AS step,
+           count(*)::integer AS attempts,
+           sum(e.input_tokens)::integer AS input_tokens,
+           sum(e.output_tokens)::integer AS output_tokens,
+           sum(coalesce(e.actual_usd,
+                        CASE WHEN e.state = 'reserved' THEN e.estimate_usd ELSE 0 END)) AS usd
+    FROM spend_events e
+    WHERE e.turn_id = t.id
+    GROUP BY coalesce(substring(e.key FROM '^(.*):[0-9]+$'), e.key)
+    ORDER BY min(e.created_at)
     LIMIT %(cap)s
 ) x;
 
 -- name: console_turn_tool_steps
--- The tool calls of these turns (up to `cap` each): name, effect and outcome, never the
--- arguments or the result.
+-- The tool calls of these turns (up to `cap` each): name, effect and outcome, attempts, when
+-- each began and finished; never the arguments or the result.
 SELECT t.id AS turn_id, x.*
 FROM unnest(%(turns)s::text[]) AS t(id)
 CROSS JOIN LATERAL (
-    SELECT created_at AS at, name, effect, status, outcome
+    SELECT created_at AS at, finished_at AS ended_at, name, effect, status, outcome, attempts
     FROM tool_calls
     WHERE turn_id = t.id
     ORDER BY created_at
     LIMIT %(cap)s
 ) x;
+
+-- name: console_turn_transcript
+-- The transcript messages a turn appended (its inputs as the model read them, its answers,
+-- its tool calls and their results), in order, up to `cap`; each message's text is cut at
+-- `chars` characters by the caller.
+SELECT n, message
+FROM transcript_messages
+WHERE employee = %(employee)s AND generation = %(generation)s AND agent = %(agent)s
+  AND thread = %(thread)s AND turn_id = %(turn_id)s
+ORDER BY n
+LIMIT %(cap)s;
+
+-- name: console_transcript_viewed
+-- A view of a turn's transcript, on the employee's timeline: who looked, and when.
+INSERT INTO employee_timeline (employee, kind, thread, chains, ref, detail)
+SELECT employee, 'transcript.viewed', thread, coalesce(chains, '{}'), id,
+       jsonb_build_object('n', n, 'by', %(by)s::text, 'messages', %(messages)s::integer)
+FROM turns WHERE id = %(turn_id)s AND employee = %(employee)s;
 
 -- name: console_chat_history
 -- A page of one audience's messages in a session, newest first, each with its reply.

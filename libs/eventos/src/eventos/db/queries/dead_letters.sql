@@ -11,7 +11,7 @@ SELECT * FROM (
              THEN substring(i.error FROM '^[a-z_]+') ELSE 'other' END AS reason,
         left(i.error, 500) AS detail, i.source_key AS source, owner.employee,
         NULL::text AS stream, i.type, i.size, i.chain_id, i.replay_of, i.replayed_at,
-        i.replayed_as,
+        i.replayed_as, NULL::text AS turn_id,
         CASE WHEN jsonb_typeof(doc.data) = 'object' THEN ARRAY(
             SELECT left(k, 40) FROM jsonb_object_keys(doc.data) AS k LIMIT 10) END AS data_keys
     FROM bus_ingress i
@@ -31,7 +31,7 @@ SELECT * FROM (
         CASE WHEN substring(coalesce(d.reason, '') FROM '^[a-z_]+') = ANY(%(reasons)s::text[])
              THEN substring(d.reason FROM '^[a-z_]+') ELSE 'other' END,
         left(d.reason, 500), s.source_key, s.employee, d.stream_key, d.type, d.size,
-        d.chain_id, o.replay_of, d.replayed_at, d.replayed_as,
+        d.chain_id, o.replay_of, d.replayed_at, d.replayed_as, d.turn_id,
         CASE WHEN jsonb_typeof(doc.data) = 'object' THEN ARRAY(
             SELECT left(k, 40) FROM jsonb_object_keys(doc.data) AS k LIMIT 10) END
     FROM bus_deliveries d

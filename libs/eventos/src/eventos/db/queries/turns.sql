@@ -174,8 +174,9 @@ SET status = 'queued', claim_token = NULL, claimed_at = NULL, provider_called_at
 WHERE id = %(id)s AND status = 'sending' AND claim_token = %(token)s;
 
 -- name: deliveries_dead_letter
--- A turn's inputs that failed twice are dead-lettered with a reason.
-UPDATE bus_deliveries SET status = 'dead', reason = %(reason)s, updated_at = now()
+-- A turn's inputs that failed twice are dead-lettered with a reason and the turn's id.
+UPDATE bus_deliveries SET status = 'dead', reason = %(reason)s, turn_id = %(turn_id)s,
+    updated_at = now()
 WHERE stream_key = %(stream_key)s AND seq = ANY(%(seqs)s) AND status IN ('pending', 'delivered');
 
 -- name: deliveries_skip

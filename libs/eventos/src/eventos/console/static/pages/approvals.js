@@ -1,15 +1,17 @@
 // Approvals: each held send or tool call with its draft, approved or declined here.
 import { get, post } from '../api.js';
 import { h, replace, redraw, when, field, select, button } from '../dom.js';
+import { about } from '../links.js';
 
 const STATES = [['pending', 'Pending'], ['approved', 'Approved'], ['declined', 'Declined'],
   ['expired', 'Expired'], ['', 'Every state']];
 
-function card(a, decide) {
+function card(me, a, decide) {
   const what = a.kind === 'tool' ? 'Tool call' : `Send${a.channel ? ` on ${a.channel}` : ''}`;
   return h('article', { class: 'card', 'aria-label': `Approval ${a.id}` },
-    h('h2', null, `${what} · ${a.employee}`),
+    h('h2', null, `${what} · `, about(me, a.employee, a.turn_id)),
     h('p', { class: 'muted' }, a.id, ' · asked ', when(a.created_at), ' · expires ', when(a.expires_at)),
+    a.rule ? h('p', null, a.state === 'pending' ? 'Held by the rule ' : 'Held by ', h('code', null, a.rule)) : '',
     h('pre', { class: 'draft' }, a.draft ?? '(the draft is stored by reference and not shown)'),
     a.state === 'pending'
       ? h('p', { class: 'actions' },
@@ -20,14 +22,14 @@ function card(a, decide) {
         a.send_status ? ` · send ${a.send_status}` : ''));
 }
 
-export async function render(main, { args, signal, say, failed, live }) {
+export async function render(main, { me, args, signal, say, failed, live }) {
   const employee = args[0] || '';
   const state = select('state', STATES, 'pending');
   const list = h('div', { class: 'cards' });
   async function load() {
     try {
       const doc = await get('/v1/approvals', { state: state.value, employee }, signal);
-      redraw(list, doc.approvals.length ? doc.approvals.map((a) => card(a, decide))
+      redraw(list, doc.approvals.length ? doc.approvals.map((a) => card(me, a, decide))
         : h('p', null, 'Nothing here.'));
     } catch (err) { if (!signal.aborted) failed(err); }
   }

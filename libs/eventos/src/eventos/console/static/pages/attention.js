@@ -2,6 +2,7 @@
 // thread, …), acknowledged or resolved here.
 import { get, post } from '../api.js';
 import { h, replace, redraw, when, field, select, button } from '../dom.js';
+import { about } from '../links.js';
 
 const STATES = [['open,acked', 'Open or acknowledged'], ['open', 'Open'], ['acked', 'Acknowledged'],
   ['resolved', 'Resolved']];
@@ -10,10 +11,10 @@ function label(action) {
   return action.charAt(0).toUpperCase() + action.slice(1).replace(/_/g, ' ');
 }
 
-function card(item, act) {
+function card(me, item, act) {
   const live = item.state !== 'resolved';
   return h('article', { class: `card severity-${item.severity}`, 'aria-label': `Attention item ${item.id}` },
-    h('h2', null, `${item.kind} · ${item.employee}`),
+    h('h2', null, `${item.kind} · `, about(me, item.employee, item.turn_id)),
     h('p', { class: 'muted' }, `${item.severity} · ${item.ref} · seen ${item.count}× · first `,
       when(item.first_seen), ' · last ', when(item.last_seen), ` · ${item.state}`),
     item.detail ? h('p', null, item.detail) : '',
@@ -23,7 +24,7 @@ function card(item, act) {
       button('Resolve', () => act(item, 'resolve'), { 'aria-label': `Resolve ${item.kind} ${item.id}` })) : '');
 }
 
-export async function render(main, { args, signal, say, failed, live }) {
+export async function render(main, { me, args, signal, say, failed, live }) {
   const employee = args[0] || '';
   const state = select('state', STATES, 'open,acked');
   const list = h('div', { class: 'cards' });
@@ -34,7 +35,7 @@ export async function render(main, { args, signal, say, failed, live }) {
     try {
       const doc = await get('/v1/attention', { state: state.value, employee, cursor, limit }, signal);
       shown = (cursor ? shown : 0) + doc.attention.length;
-      const cards = doc.attention.map((item) => card(item, act));
+      const cards = doc.attention.map((item) => card(me, item, act));
       if (cursor) list.append(...cards);
       else redraw(list, cards.length ? cards : h('p', null, 'Nothing needs attention.'));
       next = doc.next_cursor;

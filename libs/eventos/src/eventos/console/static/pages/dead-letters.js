@@ -2,10 +2,11 @@
 // (count and sample) with a confirmation token; only confirming replays.
 import { get, post } from '../api.js';
 import { h, replace, redraw, when, field, button, table } from '../dom.js';
+import { about } from '../links.js';
 
 const COLUMNS = ['Letter', 'Reason', 'Source', 'Employee', 'What', 'Died', 'Replayed', ''];
 
-export async function render(main, { signal, say, failed, live }) {
+export async function render(main, { me, signal, say, failed, live }) {
   const reason = h('input', { name: 'reason', autocomplete: 'off' });
   const source = h('input', { name: 'source', autocomplete: 'off' });
   const employee = h('input', { name: 'employee', autocomplete: 'off' });
@@ -50,7 +51,7 @@ export async function render(main, { signal, say, failed, live }) {
 
   const cells = (d) => [d.id, [h('code', null, d.reason),
     d.detail && d.detail !== d.reason ? h('span', { class: 'muted' }, ` ${d.detail}`) : ''],
-    d.source, d.employee || '', d.preview, when(d.at),
+    d.source, about(me, d.employee, d.turn_id), d.preview, when(d.at),
     d.replayed_at ? [when(d.replayed_at), d.replayed_as ? ` as ${d.replayed_as}` : ''] : '',
     d.replayed_at ? '' : button('Replay…', () => ask({ ids: [d.id] }), { 'aria-label': `Replay dead letter ${d.id}` })];
   async function load(cursor) {

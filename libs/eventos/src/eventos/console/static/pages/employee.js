@@ -3,7 +3,8 @@
 // employee that is not there is one not-found state. Every part is read again, live, when the
 // operator event stream tells of a change of this employee.
 import { get } from '../api.js';
-import { h, replace, redraw, table, section, when, usd, button, field, select } from '../dom.js';
+import { h, replace, redraw, table, section, when, usd, button, field, select, link } from '../dom.js';
+import { duration } from './turn.js';
 
 function seconds(a, b) {
   if (!a || !b) return '';
@@ -56,17 +57,19 @@ function waitingPart(name, signal) {
   return { part: section('Why waiting', box), load };
 }
 
-function turnView(t) {
+function turnView(name, t) {
+  const took = (s) => ` · ${duration(s.duration_s)}${s.attempts > 1 ? ` · ${s.attempts} attempts` : ''}`;
   const steps = t.steps.map((s) => h('li', null, s.kind === 'llm'
-    ? [h('strong', null, 'model '), s.model, ` · ${s.input_tokens ?? '?'} → ${s.output_tokens ?? '?'} tokens · ${usd(s.usd)} · ${s.state}`]
-    : [h('strong', null, 'tool '), s.name, ` (${s.effect}) · ${s.status}`, s.outcome ? ` · ${s.outcome}` : '']));
+    ? [h('strong', null, 'model '), s.model, ` · ${s.input_tokens ?? '?'} → ${s.output_tokens ?? '?'} tokens · ${usd(s.usd)} · ${s.state}`, took(s)]
+    : [h('strong', null, 'tool '), s.name, ` (${s.effect}) · ${s.status}`, s.outcome ? ` · ${s.outcome}` : '', took(s)]));
   return h('details', { class: 'turn', 'data-turn': t.id },
     h('summary', null, h('span', { class: `state state-${t.status}` }, t.status), ` turn ${t.n} · ${t.agent}/${t.thread} · `,
       usd(t.cost_usd), ` · ${t.input_tokens}→${t.output_tokens} tokens · `, when(t.started_at),
       t.ended_at ? ` · ${seconds(t.started_at, t.ended_at)}` : ''),
     t.error ? h('p', { class: 'error' }, t.error) : '',
     steps.length ? h('ol', { class: 'steps' }, steps) : h('p', { class: 'muted' }, 'No step.'),
-    t.steps_capped ? h('p', { class: 'muted' }, 'Only the first steps are shown.') : '');
+    t.steps_capped ? h('p', { class: 'muted' }, 'Only the first steps are shown.') : '',
+    h('p', null, link(['turn', name, t.id], `Open turn ${t.n}`)));
 }
 
 export async function render(main, { args, signal, live, notFound: gone }) {
@@ -82,7 +85,7 @@ export async function render(main, { args, signal, live, notFound: gone }) {
   turnsBox.draw = (rows) => {
     // A turn opened stays open when the list is read again.
     const open = new Set(Array.from(turnsBox.querySelectorAll('details[open]'), (d) => d.dataset.turn));
-    redraw(turnsBox, rows.length ? rows.map(turnView) : h('p', null, 'No turn yet.'));
+    redraw(turnsBox, rows.length ? rows.map((t) => turnView(name, t)) : h('p', null, 'No turn yet.'));
     for (const d of turnsBox.querySelectorAll('details')) if (open.has(d.dataset.turn)) d.open = true;
   };
   const turns = pager(turnsBox, async (cursor, limit) => {
@@ -96,7 +99,7 @@ export async function render(main, { args, signal, live, notFound: gone }) {
     const t = table('Newest first', tlCols, rows, (e) => [
     when(e.at), e.kind, e.thread || '',
     e.chain_id ? button(e.chain_id.slice(0, 12), () => { filter.chain = e.chain_id; chainInput.value = e.chain_id; timeline.reload(); }, { class: 'link', title: `Only chain ${e.chain_id}` }) : '',
-    e.summary || '',
+    /^(turn|transcript)\./.test(e.kind) && e.ref ? link(['turn', name, e.ref], e.summary || e.kind) : (e.summary || ''),
     ]);
     t.classList.add('timeline'); // compact on a phone: two lines an entry
     return t;
