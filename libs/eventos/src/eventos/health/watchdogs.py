@@ -14,6 +14,10 @@ condition cleared:
   1, 2, 4 … 60 s retries; ref `intent:<id>`), or an outbox row still queued or sending after
   `stuck_send_attempts` (5) claims (the provider kept deferring or failing it; ref
   `outbox#<id>`).
+- `stuck_turn` (ref: the turn): a turn holding a slot with no step progress (no completed LLM
+  step, no slot regained) for `stuck_turn_s` (10 minutes): a step or a tool call hangs, or its
+  workflow task keeps failing. Suspended and parked turns hold no slot and are not reported;
+  the item resolves once the turn steps again or ends.
 """
 
 from __future__ import annotations
@@ -97,6 +101,20 @@ async def stuck_retries(conn: Conn, cfg: SupervisionSettings, now: datetime) -> 
     return found
 
 
+async def stuck_turns(conn: Conn, cfg: SupervisionSettings, now: datetime) -> list[Alert]:
+    quiet_before = now - timedelta(seconds=cfg.stuck_turn_s)
+    cur = await conn.execute(Q["turns_stuck"], {"now": now, "quiet_before": quiet_before,
+                                                "limit": ITEMS_READ})  # fmt: skip
+    return [
+        Alert(r["employee"], r["id"],
+              f"C{r['class']} turn {r['id']} holds its slot with no step progress for "
+              f"{int(r['quiet_s'] // 60)} minutes (more than {cfg.stuck_turn_s:g} s): a step or "
+              "a tool call hangs, or its workflow task keeps failing (its timeline shows the last "
+              "step; a day without one cancels it)")
+        for r in await cur.fetchall()
+    ]  # fmt: skip
+
+
 async def watch(conn: Conn, cfg: SupervisionSettings, now: datetime) -> Watched:
     """Every watchdog once: raise what each finds, resolve what each no longer finds."""
     done = Watched()
@@ -106,6 +124,8 @@ async def watch(conn: Conn, cfg: SupervisionSettings, now: datetime) -> Watched:
     await _report(conn, done, names.ATTENTION_WINDOW_STALLED, found)
     found = await stuck_retries(conn, cfg, now)
     await _report(conn, done, names.ATTENTION_STUCK_RETRY, found)
+    found = await stuck_turns(conn, cfg, now)
+    await _report(conn, done, names.ATTENTION_STUCK_TURN, found)
     return done
 
 

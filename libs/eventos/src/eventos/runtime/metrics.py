@@ -122,7 +122,7 @@ BACKSTOPS = _counter(
 WATCHDOG_ALERTS = _counter(
     "eventos_watchdog_alerts_total",
     "Attention items the supervision watchdogs raised (router_stalled, window_stalled, "
-    "stuck_retry), by kind.",
+    "stuck_retry, stuck_turn), by kind.",
     ("kind",),
 )
 THREADS_QUARANTINED = _gauge("eventos_threads_quarantined", "Threads quarantined now.")
