@@ -243,3 +243,19 @@ LIMIT %(limit)s;
 SELECT id, employee, kind, attempts, status FROM outbound_messages
 WHERE status IN ('queued', 'sending') AND attempts >= %(attempts)s
 ORDER BY id LIMIT %(limit)s;
+
+-- name: workflow_employees
+-- The employee each workflow id belongs to, where the database knows it: an entity (its
+-- stream), a turn, an approval, or a generation's supervisor, poll or cron tick (by id prefix);
+-- NULL for any other.
+SELECT w.id, coalesce(s.employee, t.employee, a.employee, g.employee) AS employee
+FROM unnest(%(ids)s::text[]) AS w(id)
+LEFT JOIN LATERAL (SELECT employee FROM bus_streams WHERE entity_id = w.id LIMIT 1) s ON true
+LEFT JOIN turns t ON t.id = w.id
+LEFT JOIN approvals a ON starts_with(w.id, 'approval-') AND a.id = substr(w.id, 10)
+LEFT JOIN LATERAL (
+    SELECT employee FROM generations
+    WHERE w.id = 'emp-' || employee || '-g' || generation
+       OR starts_with(w.id, 'poll-' || employee || '-g' || generation || '-')
+       OR starts_with(w.id, 'cron-' || employee || '-g' || generation || '-')
+    ORDER BY length(employee) DESC LIMIT 1) g ON true;

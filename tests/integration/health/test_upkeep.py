@@ -1,0 +1,75 @@
+"""The relay's instance-wide upkeep sweep on the whole in-process stack and the dev server: an
+alarm whose `alarms_changed` hint was lost fires from the sweep, late with its note, and a
+workflow whose workflow task keeps failing (Temporal's `TemporalReportedProblems` flag, after 3
+failed tasks in a row) is a `workflow_task_failing` item of its employee until it closes."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from temporalio.common import Priority
+from test_alarms import armed, consumed, past_alarm, supervised_employee
+from test_router import query
+from test_turns import Instance, instance  # noqa: F401 (the in-process stack fixture)
+
+from eventos import names
+from eventos.health.upkeep import upkeep_once
+from eventos.settings import AlarmSettings
+from eventos.testing import wait_for
+
+
+async def test_an_alarm_whose_hint_was_lost_fires_from_the_sweep(
+    instance: Instance,  # noqa: F811
+) -> None:
+    name = await supervised_employee(instance)
+    await armed(instance, name)  # its supervisor read the alarms once: none then
+    # Set behind the supervisor's back, no `alarms_changed` sent: the hint is lost, and its
+    # timer would not look again for up to an hour.
+    aid = await past_alarm(instance.pool, name, "renew the domain", 120)
+    status = await query(instance.pool, "SELECT status FROM alarms WHERE id = %s", aid)
+    assert status == [{"status": "scheduled"}]
+    done = await upkeep_once(instance.pool, None, AlarmSettings())
+    assert (done.alarms_fired, done.generations) == (1, [f"{name}/g1"])
+    text = await consumed(instance, name, "renew the domain")
+    assert "[late: due at " in text and "fired 2 min" in text
+    again = await upkeep_once(instance.pool, None, AlarmSettings())  # fired once, whoever fires
+    assert (again.alarms_fired, again.generations) == (0, [])
+    rows = await query(instance.pool, "SELECT count(*) AS n FROM bus_ingress WHERE dedupe_key = %s",
+                       f"alarm:{aid}")  # fmt: skip
+    assert rows == [{"n": 1}]
+
+
+async def item(instance: Instance, ref: str) -> dict[str, Any] | None:  # noqa: F811
+    rows = await query(instance.pool, "SELECT employee, severity, state, detail FROM "
+                       "attention_items WHERE kind = %s AND ref = %s",
+                       names.ATTENTION_WORKFLOW_TASK_FAILING, ref)  # fmt: skip
+    return rows[0] if rows else None
+
+
+async def test_a_workflow_whose_task_keeps_failing_is_an_item_until_it_closes(
+    instance: Instance,  # noqa: F811
+) -> None:
+    # A PollWorkflow of the employee's generation started with an argument it cannot decode:
+    # each of its workflow tasks fails on the real worker (the workflow itself never fails).
+    wf_id = names.poll_id(instance.name, 1, f"broken-{uuid.uuid4().hex[:6]}")
+    handle = await instance.client.start_workflow(
+        names.WF_POLL, "not a poll trigger", id=wf_id, task_queue=instance.relay.task_queue,
+        priority=Priority(priority_key=4),
+    )  # fmt: skip
+
+    async def flagged() -> dict[str, Any] | None:
+        done = await upkeep_once(instance.pool, instance.client, AlarmSettings())
+        return await item(instance, wf_id) if wf_id in (done.failing or []) else None
+
+    found = await wait_for(flagged, timeout=60, interval=2, what="the failing workflow's item")
+    assert (found["employee"], found["severity"], found["state"]) == (
+        instance.name, "error", "open")  # fmt: skip
+    assert names.WF_POLL in found["detail"] and "WorkerUnhandledFailure" in found["detail"]
+    await handle.terminate("test: done")
+
+    async def resolved() -> bool:
+        await upkeep_once(instance.pool, instance.client, AlarmSettings())
+        return (await item(instance, wf_id) or {}).get("state") == "resolved"
+
+    await wait_for(resolved, timeout=30, interval=1, what="the item resolved once it closed")
