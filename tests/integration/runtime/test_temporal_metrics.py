@@ -47,8 +47,11 @@ async def test_runtime_metrics_reach_the_registry_by_queue(
     assert f'temporal_workflow_task_schedule_to_start_latency_seconds_count{{queue="{queue}"' in (
         text
     ), text
-    activity_waits = [line for line in text.splitlines()
-                      if line.startswith("temporal_activity_schedule_to_start_latency_seconds_")]
+    activity_waits = [
+        line
+        for line in text.splitlines()
+        if line.startswith("temporal_activity_schedule_to_start_latency_seconds_")
+    ]
     assert any(f'queue="{queue}"' in line for line in activity_waits), text
     assert f'queue="{queue}"' in text
     assert "temporal_sticky_cache_size" in text
