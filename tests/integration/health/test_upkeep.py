@@ -5,6 +5,7 @@ failed tasks in a row) is a `workflow_task_failing` item of its employee until i
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -14,13 +15,16 @@ from test_router import query
 from test_turns import Instance, instance  # noqa: F401 (the in-process stack fixture)
 
 from eventos import names
-from eventos.health.upkeep import upkeep_once
-from eventos.settings import AlarmSettings
+from eventos.health.upkeep import upkeep_loop, upkeep_once
+from eventos.runtime.service import cancel_and_wait
+from eventos.runtime.temporal import TemporalConnection
+from eventos.settings import AlarmSettings, SupervisionSettings, TemporalSettings
 from eventos.testing import wait_for
 
 
 async def test_an_alarm_whose_hint_was_lost_fires_from_the_sweep(
     instance: Instance,  # noqa: F811
+    temporal_settings: TemporalSettings,
 ) -> None:
     name = await supervised_employee(instance)
     await armed(instance, name)  # its supervisor read the alarms once: none then
@@ -29,9 +33,14 @@ async def test_an_alarm_whose_hint_was_lost_fires_from_the_sweep(
     aid = await past_alarm(instance.pool, name, "renew the domain", 120)
     status = await query(instance.pool, "SELECT status FROM alarms WHERE id = %s", aid)
     assert status == [{"status": "scheduled"}]
-    done = await upkeep_once(instance.pool, None, AlarmSettings())
-    assert (done.alarms_fired, done.generations) == (1, [f"{name}/g1"])
-    text = await consumed(instance, name, "renew the domain")
+    # The relay's loop, sweeping every second here (every 5 minutes by default).
+    cfg = SupervisionSettings(upkeep_s=1)
+    temporal = TemporalConnection(temporal_settings)
+    sweeping = asyncio.create_task(upkeep_loop(instance.pool, temporal, cfg, AlarmSettings()))
+    try:
+        text = await consumed(instance, name, "renew the domain")
+    finally:
+        await cancel_and_wait([sweeping], 10)
     assert "[late: due at " in text and "fired 2 min" in text
     again = await upkeep_once(instance.pool, None, AlarmSettings())  # fired once, whoever fires
     assert (again.alarms_fired, again.generations) == (0, [])
