@@ -80,19 +80,36 @@ async def fire_overdue_alarms(pool: AsyncConnectionPool[Conn], cfg: AlarmSetting
         await conn.commit()
         for row in rows:
             employee, generation = str(row["employee"]), int(row["generation"])
-            for _ in range(BATCHES_MAX):
-                fired = await store.fire_due(conn, employee, generation, str(row["zone"]),
-                                             limit=cfg.fire_batch,
-                                             note_after_s=cfg.late_note_after_s)  # fmt: skip
-                await conn.commit()  # each batch is its own transaction, as the supervisor's
-                done.alarms_fired += fired.fired + fired.cancelled
-                done.alarms_missed += fired.missed
-                if fired.fired + fired.missed + fired.cancelled < cfg.fire_batch:
-                    break
+            try:
+                fired, missed = await _fire_generation(conn, cfg, employee, generation,
+                                                       str(row["zone"]))  # fmt: skip
+            except Exception as exc:  # one generation's bad row must not stop the others
+                await conn.rollback()
+                log.warning("upkeep: firing %s g%d's overdue alarms failed: %s", employee,
+                            generation, exc)  # fmt: skip
+                continue
+            done.alarms_fired += fired
+            done.alarms_missed += missed
             done.generations.append(f"{employee}/g{generation}")
             log.warning("upkeep: %s g%d had %d alarm(s) overdue by over %g s (a lost "
-                        "alarms_changed hint, or its supervisor is down): fired here",
-                        employee, generation, row["overdue"], OVERDUE_S)  # fmt: skip
+                        "alarms_changed hint, or its supervisor is down): %d fired, %d missed "
+                        "here", employee, generation, row["overdue"], OVERDUE_S, fired,
+                        missed)  # fmt: skip
+
+
+async def _fire_generation(conn: Conn, cfg: AlarmSettings, employee: str, generation: int,
+                           zone: str) -> tuple[int, int]:  # fmt: skip
+    """Fire a generation's due alarms in batches (each its own transaction, as the
+    supervisor's); answer how many fired and how many were missed."""
+    fired = missed = 0
+    for _ in range(BATCHES_MAX):
+        batch = await store.fire_due(conn, employee, generation, zone, limit=cfg.fire_batch,
+                                     note_after_s=cfg.late_note_after_s)  # fmt: skip
+        await conn.commit()
+        fired, missed = fired + batch.fired, missed + batch.missed
+        if batch.fired + batch.missed + batch.cancelled < cfg.fire_batch:
+            break
+    return fired, missed
 
 
 async def report_failing_tasks(pool: AsyncConnectionPool[Conn], client: Client,
