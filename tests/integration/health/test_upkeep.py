@@ -9,6 +9,7 @@ import asyncio
 import uuid
 from typing import Any
 
+from metrics_table import sample
 from temporalio.common import Priority
 from test_alarms import armed, consumed, past_alarm, supervised_employee
 from test_router import query
@@ -16,6 +17,7 @@ from test_turns import Instance, instance  # noqa: F401 (the in-process stack fi
 
 from eventos import names
 from eventos.health.upkeep import upkeep_loop, upkeep_once
+from eventos.runtime.metrics import ALARMS_SWEPT
 from eventos.runtime.service import cancel_and_wait
 from eventos.runtime.temporal import TemporalConnection
 from eventos.settings import AlarmSettings, SupervisionSettings, TemporalSettings
@@ -36,12 +38,14 @@ async def test_an_alarm_whose_hint_was_lost_fires_from_the_sweep(
     # The relay's loop, sweeping every second here (every 5 minutes by default).
     cfg = SupervisionSettings(upkeep_s=1)
     temporal = TemporalConnection(temporal_settings)
+    swept = sample(ALARMS_SWEPT, outcome="fired")
     sweeping = asyncio.create_task(upkeep_loop(instance.pool, temporal, cfg, AlarmSettings()))
     try:
         text = await consumed(instance, name, "renew the domain")
     finally:
         await cancel_and_wait([sweeping], 10)
     assert "[late: due at " in text and "fired 2 min" in text
+    assert sample(ALARMS_SWEPT, outcome="fired") == swept + 1
     again = await upkeep_once(instance.pool, None, AlarmSettings())  # fired once, whoever fires
     assert (again.alarms_fired, again.generations) == (0, [])
     rows = await query(instance.pool, "SELECT count(*) AS n FROM bus_ingress WHERE dedupe_key = %s",

@@ -7,7 +7,8 @@ unique while open.
   supervisor's hourly re-read, and a supervisor that does not run (lost, its task failing) fired
   none. The sweep fires every alarm of a running generation overdue by more than OVERDUE_S
   itself, with the supervisor's own `fire_due` (the same compare-and-swap and dedupe keys: an
-  occurrence enters the bus once, whoever fires it; the lateness note and `if_late` apply).
+  occurrence enters the bus once, whoever fires it; the lateness note and `if_late` apply),
+  and counts them in `eventos_alarms_swept_total{outcome}`: a steady count means hints are lost.
 - **Workflow tasks that keep failing** (SPEC §12, a Temporal problem). Temporal flags a running
   workflow whose workflow task failed or timed out several times in a row (the search attribute
   `TemporalReportedProblems`; `system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute`
@@ -35,6 +36,7 @@ from eventos.alarms import store
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.health import watchdogs
+from eventos.runtime.metrics import ALARMS_SWEPT
 from eventos.runtime.temporal import TemporalConnection
 from eventos.settings import AlarmSettings, SupervisionSettings
 
@@ -90,6 +92,8 @@ async def fire_overdue_alarms(pool: AsyncConnectionPool[Conn], cfg: AlarmSetting
                 continue
             done.alarms_fired += fired
             done.alarms_missed += missed
+            ALARMS_SWEPT.labels("fired").inc(fired)
+            ALARMS_SWEPT.labels("missed").inc(missed)
             done.generations.append(f"{employee}/g{generation}")
             log.warning("upkeep: %s g%d had %d alarm(s) overdue by over %g s (a lost "
                         "alarms_changed hint, or its supervisor is down): %d fired, %d missed "
