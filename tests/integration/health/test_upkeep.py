@@ -1,5 +1,6 @@
 """The relay's instance-wide upkeep sweep on the whole in-process stack and the dev server: an
-alarm whose `alarms_changed` hint was lost fires from the sweep, late with its note, and a
+alarm whose `alarms_changed` hint was lost fires from the sweep's loop, late with its note (an
+alarm just due is still its supervisor's, a paused generation's waits for Resume), and a
 workflow whose workflow task keeps failing (Temporal's `TemporalReportedProblems` flag, after 3
 failed tasks in a row) is a `workflow_task_failing` item of its employee until it closes."""
 
@@ -10,12 +11,21 @@ import uuid
 from typing import Any
 
 from metrics_table import sample
+from psycopg_pool import AsyncConnectionPool
 from temporalio.common import Priority
-from test_alarms import armed, consumed, past_alarm, supervised_employee
+from test_alarms import (  # noqa: F401 (`employee` is a fixture)
+    armed,
+    consumed,
+    employee,
+    past_alarm,
+    supervised_employee,
+)
 from test_router import query
 from test_turns import Instance, instance  # noqa: F401 (the in-process stack fixture)
 
 from eventos import names
+from eventos.db import Conn
+from eventos.employees import lifecycle
 from eventos.health.upkeep import upkeep_loop, upkeep_once
 from eventos.runtime.metrics import ALARMS_SWEPT
 from eventos.runtime.service import cancel_and_wait
@@ -51,6 +61,26 @@ async def test_an_alarm_whose_hint_was_lost_fires_from_the_sweep(
     rows = await query(instance.pool, "SELECT count(*) AS n FROM bus_ingress WHERE dedupe_key = %s",
                        f"alarm:{aid}")  # fmt: skip
     assert rows == [{"n": 1}]
+
+
+async def test_the_sweep_leaves_the_just_due_and_a_paused_generations_alarms_alone(
+    pool: AsyncConnectionPool[Conn],
+    employee: str,  # noqa: F811
+) -> None:
+    just_due = await past_alarm(pool, employee, "just due", 20)  # still its supervisor's
+    done = await upkeep_once(pool, None, AlarmSettings())
+    assert (done.alarms_fired, done.generations) == (0, [])
+    late = await past_alarm(pool, employee, "late", 600)
+    async with pool.connection() as conn:
+        await lifecycle.stop(conn, employee)
+    done = await upkeep_once(pool, None, AlarmSettings())
+    assert (done.alarms_fired, done.generations) == (0, [])  # paused: they wait for Resume
+    async with pool.connection() as conn:
+        await lifecycle.resume(conn, employee)
+    done = await upkeep_once(pool, None, AlarmSettings())  # all that is due, once overdue
+    assert (done.alarms_fired, done.generations) == (2, [f"{employee}/g1"])
+    rows = await query(pool, "SELECT id, status FROM alarms WHERE employee = %s", employee)
+    assert {r["id"]: r["status"] for r in rows} == {just_due: "fired", late: "fired"}
 
 
 async def item(instance: Instance, ref: str) -> dict[str, Any] | None:  # noqa: F811
