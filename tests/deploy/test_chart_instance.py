@@ -125,6 +125,9 @@ def test_tier_l_runs_the_full_temporal_server_at_64_shards_on_postgresql() -> No
     assert {s["sql"]["connectAddr"] for s in stores.values()} == {"pg.acme.internal:5432"}
     dynamic = named(docs, "ConfigMap", f"{P}-temporal-config")["data"]["dynamicconfig.yaml"]
     assert yaml.safe_load(dynamic)["matching.enableFairness"] == [{"value": True}]
+    # Workflows whose workflow task keeps failing are flagged for the relay's upkeep sweep.
+    problems = "system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute"
+    assert yaml.safe_load(dynamic)[problems] == [{"value": 3}]
 
 
 def test_tier_l_server_addresses_and_config_folder_are_values() -> None:
@@ -241,6 +244,7 @@ def test_tier_s_runs_the_pinned_dev_server_with_the_spec_flags() -> None:
     assert "matching.enableFairness=true" in dynamic
     assert "matching.numTaskqueueReadPartitions=1" in dynamic
     assert "matching.numTaskqueueWritePartitions=1" in dynamic
+    assert "system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute=3" in dynamic
     pragmas = flag_values(args, "--sqlite-pragma")
     assert "journal_mode=wal" in pragmas
     (db_file,) = flag_values(args, "--db-filename")

@@ -1,7 +1,8 @@
-"""The supervisor's start, stop, resume and reset path, its cron Schedules, and EG5's customer
-burst, in-process exactly as test_supervision and test_turns run them, but on the tier L
-server: the `temporal_settings` their `instance` fixture connects to is a namespace of the
-session's open-source Temporal server (the chart's config), not the dev server."""
+"""The supervisor's start, stop, resume and reset path, its cron Schedules, EG5's customer
+burst, and the upkeep sweep's item for a workflow whose task keeps failing, in-process exactly
+as test_supervision, test_turns and test_upkeep run them, but on the tier L server: the
+`temporal_settings` their `instance` fixture connects to is a namespace of the session's
+open-source Temporal server (the chart's config), not the dev server."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from test_supervision import (  # noqa: F401 (collected here, on tier L)
 from test_turns import (  # noqa: F401 (`instance` is a fixture; the test is collected here)
     instance,
     test_five_customer_messages_in_the_debounce_window_make_one_turn,
+)
+from test_upkeep import (  # noqa: F401 (the server's flag, on PostgreSQL visibility)
+    test_a_workflow_whose_task_keeps_failing_is_an_item_until_it_closes,
 )
 
 from eventos.settings import TemporalSettings

@@ -1,5 +1,6 @@
-"""The turn watchdog (SPEC §12) with a clock the test controls: slow-turn alerts per class, not
-counting time without a slot, and the 24-hour backstop that cancels a turn."""
+"""The turn watchdogs (SPEC §12) with a clock the test controls: slow-turn alerts per class, not
+counting time without a slot, the stuck-turn item (no step progress for 10 minutes) and the
+24-hour backstop that cancels a turn."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from test_turns import (  # noqa: F401 (`instance` is a fixture)
 )
 
 from eventos import names
+from eventos.health import watchdogs
+from eventos.health.loop import supervise_once
 from eventos.health.turn_watchdog import watch_once
+from eventos.settings import SupervisionSettings
 from eventos.testing import wait_for
 
 
@@ -73,3 +77,44 @@ async def test_a_turn_without_a_completed_step_for_24_hours_is_cancelled(
     # Gone from the running turns: a later pass does nothing more to it.
     again = await watch_once(instance.pool, instance.client, day + timedelta(minutes=5))
     assert turn["id"] not in again.cancelled + again.terminated
+
+
+async def test_a_turn_without_step_progress_is_a_stuck_turn_until_it_ends(
+    instance: Instance,
+) -> None:
+    await instance.chat("think it over\nsleep: 4")
+
+    async def running() -> dict[str, Any] | None:
+        q = "SELECT id, started_at FROM turns WHERE employee = %s AND status = 'running'"
+        rows = await query(instance.pool, q, instance.name)
+        return rows[0] if rows else None
+
+    turn = await wait_for(running, timeout=15, what="the turn running")
+    await step_started(instance, turn["id"])
+    cfg = SupervisionSettings()  # stuck after 10 minutes without step progress
+    quiet = turn["started_at"] + timedelta(minutes=9)
+    done = await supervise_once(instance.pool, None, cfg, now=quiet)
+    assert done.watched.open[names.ATTENTION_STUCK_TURN] == []
+    stuck = turn["started_at"] + timedelta(minutes=11)
+    async with instance.pool.connection() as conn:  # a suspended turn holds no slot
+        await conn.execute("UPDATE sched_leases SET state = 'suspended' WHERE turn_id = %s",
+                           (turn["id"],))  # fmt: skip
+        assert (await watchdogs.stuck_turns(conn, cfg, stuck)) == []
+        await conn.execute("UPDATE sched_leases SET state = 'active' WHERE turn_id = %s",
+                           (turn["id"],))  # fmt: skip
+    done = await supervise_once(instance.pool, None, cfg, now=stuck)
+    assert done.watched.open[names.ATTENTION_STUCK_TURN] == [turn["id"]]
+    q = "SELECT employee, ref, severity, state, detail FROM attention_items WHERE kind = %s"
+    (item,) = await query(instance.pool, q, names.ATTENTION_STUCK_TURN)
+    assert (item["employee"], item["ref"], item["severity"], item["state"]) == (
+        instance.name, turn["id"], "warning", "open")  # fmt: skip
+    assert "no step progress for 11 minutes" in item["detail"]
+
+    async def ended() -> bool:
+        q = "SELECT status FROM turns WHERE id = %s"
+        return (await query(instance.pool, q, turn["id"]))[0]["status"] != "running"
+
+    await wait_for(ended, timeout=30, what="the turn ended")
+    await supervise_once(instance.pool, None, cfg, now=stuck)
+    (item,) = await query(instance.pool, q, names.ATTENTION_STUCK_TURN)
+    assert item["state"] == "resolved"

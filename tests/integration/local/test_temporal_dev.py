@@ -73,6 +73,10 @@ def test_command_carries_the_tier_s_flags(tmp_path: Path) -> None:
     assert ("--dynamic-config-value", "matching.numTaskqueueReadPartitions=1") in pairs
     assert ("--dynamic-config-value", "matching.numTaskqueueWritePartitions=1") in pairs
     assert ("--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000") in pairs
+    assert (
+        "--dynamic-config-value",
+        "system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute=3",
+    ) in pairs
     assert ("--ip", "127.0.0.1") in pairs
     assert ("--namespace", NAMESPACE) in pairs
     ports = [dev.port, dev.http_port, dev.metrics_port]

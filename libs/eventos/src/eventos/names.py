@@ -492,6 +492,8 @@ ATTENTION_EMPLOYEE_DEGRADED: Final = "employee_degraded"
 ATTENTION_ROUTER_STALLED: Final = "router_stalled"
 ATTENTION_WINDOW_STALLED: Final = "window_stalled"
 ATTENTION_STUCK_RETRY: Final = "stuck_retry"
+ATTENTION_STUCK_TURN: Final = "stuck_turn"  # a turn holding a slot, no step progress for 10 min
+ATTENTION_WORKFLOW_TASK_FAILING: Final = "workflow_task_failing"  # Temporal flagged a workflow
 ACTION_RELEASE: Final = "release"  # a quarantined thread's held inputs flow again
 ACTION_CLEAR: Final = "clear"  # the owner clears a degraded employee
 # The `employee` of an item about the whole instance (no employee name has parentheses).

@@ -650,7 +650,9 @@ class SupervisionSettings:
     window_idle_s: float = 300.0  # a full window with no turn and no slot asked for this long
     stuck_intent_attempts: int = 8  # an intent still applying after this many attempts
     stuck_send_attempts: int = 5  # an outbox row still unsent after this many claims
+    stuck_turn_s: float = 600.0  # a turn holding a slot with no step progress for this long
     pass_s: float = 5.0  # the relay's supervision pass runs this often
+    upkeep_s: float = 300.0  # the relay's instance-wide upkeep sweep runs this often
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SupervisionSettings:

@@ -1,6 +1,7 @@
 """`python -m eventos_relay`: deliver streams to their entities, apply owner intents,
-re-arm Temporal from the database at boot, and watch running turns, approvals, failing
-threads, degraded employees, the router, windows and retries."""
+re-arm Temporal from the database at boot, watch running turns, approvals, failing
+threads, degraded employees, the router, windows and retries, and sweep the instance every 5
+minutes (overdue alarms, workflow tasks that keep failing)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ from eventos.control.intent_deliverer import Deliverer, deliverer_loop
 from eventos.delivery.relay import Relay, relay_loop
 from eventos.health.loop import supervise_loop
 from eventos.health.turn_watchdog import watchdog_loop
+from eventos.health.upkeep import upkeep_loop
 from eventos.outbox.approvals import approvals_loop
 from eventos.outbox.keys import OutboxKeys
 from eventos.runtime.gauges import gauge_loop, read_backlog
 from eventos.runtime.service import run_main
 from eventos.runtime.wiring import ConnectedConfig, build_connected
 from eventos.scheduling.policy import SchedConfig
-from eventos.settings import SupervisionSettings
+from eventos.settings import AlarmSettings, SupervisionSettings
 
 
 async def main() -> None:
@@ -33,6 +35,9 @@ async def main() -> None:
     service.loops.append(lambda: watchdog_loop(connected.pool, connected.temporal))
     supervision = SupervisionSettings.from_env()
     service.loops.append(lambda: supervise_loop(connected.pool, connected.temporal, supervision))
+    alarms = AlarmSettings.from_env()
+    service.loops.append(lambda: upkeep_loop(connected.pool, connected.temporal, supervision,
+                                             alarms))  # fmt: skip
     service.loops.append(lambda: approvals_loop(connected.pool, connected.temporal))
     service.loops.append(lambda: gauge_loop(read_backlog, connected.pool))
     await service.run()

@@ -14,6 +14,12 @@ condition cleared:
   1, 2, 4 … 60 s retries; ref `intent:<id>`), or an outbox row still queued or sending after
   `stuck_send_attempts` (5) claims (the provider kept deferring or failing it; ref
   `outbox#<id>`).
+- `stuck_turn` (ref: the turn): a turn holding a slot with no step progress (no completed LLM
+  step, no slot regained) for `stuck_turn_s` (10 minutes): a step or a tool call hangs, or its
+  workflow task keeps failing. Suspended and parked turns hold no slot and are not reported;
+  the item resolves once the turn steps again or ends.
+- `workflow_task_failing` (ref: the workflow id): reported by the relay's upkeep sweep
+  (`eventos.health.upkeep`), which lists the workflows Temporal flags.
 """
 
 from __future__ import annotations
@@ -97,19 +103,63 @@ async def stuck_retries(conn: Conn, cfg: SupervisionSettings, now: datetime) -> 
     return found
 
 
+async def stuck_turns(conn: Conn, cfg: SupervisionSettings, now: datetime) -> list[Alert]:
+    quiet_before = now - timedelta(seconds=cfg.stuck_turn_s)
+    cur = await conn.execute(Q["turns_stuck"], {"now": now, "quiet_before": quiet_before,
+                                                "limit": ITEMS_READ})  # fmt: skip
+    return [
+        Alert(r["employee"], r["id"],
+              f"C{r['class']} turn {r['id']} holds its slot with no step progress for "
+              f"{int(r['quiet_s'] // 60)} minutes (more than {cfg.stuck_turn_s:g} s): a step or "
+              "a tool call hangs, or its workflow task keeps failing (its timeline shows the last "
+              "step; a day without one cancels it)")
+        for r in await cur.fetchall()
+    ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FlaggedWorkflow:
+    """A running workflow Temporal flags: its workflow task keeps failing (the upkeep sweep)."""
+
+    id: str
+    type: str
+    queue: str
+    cause: str  # Temporal's cause of the last failure (an enum name, never a message)
+
+
+async def failing_workflow_tasks(conn: Conn, flagged: list[FlaggedWorkflow]) -> Watched:
+    """A `workflow_task_failing` item per flagged workflow, of the employee the database knows
+    its id by (else the instance's); the items of workflows no longer flagged resolve."""
+    cur = await conn.execute(Q["workflow_employees"], {"ids": [f.id for f in flagged]})
+    owners = {str(r["id"]): r["employee"] for r in await cur.fetchall()}
+    alerts = [
+        Alert(owners.get(f.id) or names.INSTANCE_ITEMS, f.id,
+              f"{f.type} {f.id} (queue {f.queue}): its workflow task keeps failing"
+              f"{f' ({f.cause})' if f.cause else ''}, so the workflow makes no progress; the "
+              "workers-workflow log names the exception (a bug, or a change that is not "
+              "deterministic)", "error")
+        for f in flagged
+    ]  # fmt: skip
+    done = Watched()
+    await report(conn, done, names.ATTENTION_WORKFLOW_TASK_FAILING, alerts)
+    return done
+
+
 async def watch(conn: Conn, cfg: SupervisionSettings, now: datetime) -> Watched:
     """Every watchdog once: raise what each finds, resolve what each no longer finds."""
     done = Watched()
     found = await router_stalled(conn, cfg, now)
-    await _report(conn, done, names.ATTENTION_ROUTER_STALLED, found)
+    await report(conn, done, names.ATTENTION_ROUTER_STALLED, found)
     found = await window_stalled(conn, cfg, now)
-    await _report(conn, done, names.ATTENTION_WINDOW_STALLED, found)
+    await report(conn, done, names.ATTENTION_WINDOW_STALLED, found)
     found = await stuck_retries(conn, cfg, now)
-    await _report(conn, done, names.ATTENTION_STUCK_RETRY, found)
+    await report(conn, done, names.ATTENTION_STUCK_RETRY, found)
+    found = await stuck_turns(conn, cfg, now)
+    await report(conn, done, names.ATTENTION_STUCK_TURN, found)
     return done
 
 
-async def _report(conn: Conn, done: Watched, kind: str, alerts: list[Alert]) -> None:
+async def report(conn: Conn, done: Watched, kind: str, alerts: list[Alert]) -> None:
     """Raise (or refresh) an item per alert of this kind; resolve the kind's others."""
     async with conn.transaction():
         for a in alerts:

@@ -52,6 +52,9 @@ DYNAMIC_CONFIG = {
     # most 20 times a second by default: every such hop then waits up to 50 ms. Reading as
     # often as there is work cuts an owner-chat turn from ~400 ms to ~150 ms.
     "history.transferProcessorMaxPollRPS": "1000",
+    # A running workflow whose workflow task failed or timed out 3 times in a row is flagged
+    # (`TemporalReportedProblems`): the relay's upkeep sweep raises an item for each.
+    "system.numConsecutiveWorkflowTaskProblemsToTriggerSearchAttribute": "3",
 }
 
 _POLL_INTERVAL = 0.1

@@ -121,10 +121,16 @@ BACKSTOPS = _counter(
     "Turns with no completed step for 24 hours, by what the backstop did.",
     ("action",),
 )
+ALARMS_SWEPT = _counter(
+    "eventos_alarms_swept_total",
+    "Overdue alarms the relay's upkeep sweep fired or missed because their supervisor did not "
+    "(a lost alarms_changed hint, a supervisor down), by outcome.",
+    ("outcome",),
+)
 WATCHDOG_ALERTS = _counter(
     "eventos_watchdog_alerts_total",
     "Attention items the supervision watchdogs raised (router_stalled, window_stalled, "
-    "stuck_retry), by kind.",
+    "stuck_retry, stuck_turn, workflow_task_failing), by kind.",
     ("kind",),
 )
 THREADS_QUARANTINED = _gauge("eventos_threads_quarantined", "Threads quarantined now.")
@@ -218,7 +224,7 @@ SERVED: Final[dict[str, tuple[MetricWrapperBase, ...]]] = {
     "router": (ROUTER_ROWS, ROUTER_DELIVERIES, DEAD_LETTERS, KICKS_SENT),
     "relay": (RELAY_LAG, PENDING_OLDEST_AGE, PENDING_HELD, BREAKERS_OPEN, DEAD_LETTERS,
               SLOW_TURNS, BACKSTOPS, WATCHDOG_ALERTS, THREADS_QUARANTINED, EMPLOYEES_DEGRADED,
-              DEGRADED_TRANSITIONS,
+              DEGRADED_TRANSITIONS, ALARMS_SWEPT,
               TURN_DURATION, EGRESS_LATENCY),  # turns lost and sends orphaned, at a re-arm
     "workers-workflow": (TURN_DURATION, RUN_SIGNALS, RUN_HISTORY_BYTES, ADMISSION_WAIT,
                          PARKED_TURNS, TOOL_CALLS, BUDGET_TRANSITIONS, DEAD_LETTERS,

@@ -98,3 +98,16 @@ SELECT min(a.due_at) AS due_at FROM alarms a
 JOIN generations g ON g.employee = a.employee AND g.generation = a.generation
 WHERE a.employee = %(employee)s AND a.generation = %(generation)s AND a.status = 'scheduled'
   AND g.state = 'running';
+
+-- name: alarms_overdue_generations
+-- Running generations with scheduled alarms overdue by more than `late_s` (by the database's
+-- clock): their supervisor did not fire them (a lost `alarms_changed` hint, a supervisor down).
+SELECT a.employee, a.generation,
+       coalesce(g.spec->'spec'->>'timezone', 'UTC') AS zone, count(*) AS overdue
+FROM alarms a
+JOIN generations g ON g.employee = a.employee AND g.generation = a.generation
+WHERE a.status = 'scheduled' AND a.due_at < now() - make_interval(secs => %(late_s)s)
+  AND g.state = 'running'
+GROUP BY a.employee, a.generation, 3
+ORDER BY min(a.due_at)
+LIMIT %(limit)s;

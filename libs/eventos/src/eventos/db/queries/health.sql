@@ -175,11 +175,12 @@ SELECT (SELECT count(*) FROM thread_health th
 -- name: health_item_raise
 -- Raise a watchdog's item, or refresh the open one (a condition that goes on is not a repeat:
 -- its count stays); `raised` when it is new. An item about a stream (`ref` its key) on a user's
--- chat thread is that user's too.
+-- chat thread is that user's too, and so is one about a turn (`ref` its id) on such a thread.
 INSERT INTO attention_items (employee, kind, severity, ref, detail, audience)
 VALUES (%(employee)s, %(kind)s, %(severity)s, %(ref)s, %(detail)s, (
     SELECT u.name FROM users u
-    WHERE u.thread IN (SELECT s.thread FROM bus_streams s WHERE s.stream_key = %(ref)s)
+    WHERE u.thread IN (SELECT s.thread FROM bus_streams s WHERE s.stream_key = %(ref)s
+                       UNION ALL SELECT t.thread FROM turns t WHERE t.id = %(ref)s)
     LIMIT 1))
 ON CONFLICT (kind, ref) WHERE state = 'open' DO UPDATE
     SET last_seen = now(), detail = EXCLUDED.detail
@@ -223,8 +224,38 @@ SELECT id, coalesce(employee, %(instance)s) AS employee, kind, attempts, outcome
 FROM intents WHERE state = 'applying' AND attempts >= %(attempts)s
 ORDER BY id LIMIT %(limit)s;
 
+-- name: turns_stuck
+-- Running turns holding a slot (an active lease) with no step progress since `quiet_before`:
+-- no completed LLM step since then, nor a start or a slot (re)gained (a turn back from a
+-- suspension or a park counts from its new grant). Suspended and parked turns hold no slot.
+SELECT t.id, t.employee, t.class,
+       extract(epoch FROM %(now)s - greatest(coalesce(t.last_step_at, t.started_at),
+                                             l.granted_at)) AS quiet_s
+FROM turns t
+JOIN sched_leases l ON l.turn_id = t.id AND l.state = 'active'
+WHERE t.status = 'running'
+  AND greatest(coalesce(t.last_step_at, t.started_at), l.granted_at) < %(quiet_before)s
+ORDER BY t.started_at
+LIMIT %(limit)s;
+
 -- name: sends_retrying
 -- Outbox rows still unsent after many claims (the provider keeps deferring or failing them).
 SELECT id, employee, kind, attempts, status FROM outbound_messages
 WHERE status IN ('queued', 'sending') AND attempts >= %(attempts)s
 ORDER BY id LIMIT %(limit)s;
+
+-- name: workflow_employees
+-- The employee each workflow id belongs to, where the database knows it: an entity (its
+-- stream), a turn, an approval, or a generation's supervisor, poll or cron tick (by id prefix);
+-- NULL for any other.
+SELECT w.id, coalesce(s.employee, t.employee, a.employee, g.employee) AS employee
+FROM unnest(%(ids)s::text[]) AS w(id)
+LEFT JOIN LATERAL (SELECT employee FROM bus_streams WHERE entity_id = w.id LIMIT 1) s ON true
+LEFT JOIN turns t ON t.id = w.id
+LEFT JOIN approvals a ON starts_with(w.id, 'approval-') AND a.id = substr(w.id, 10)
+LEFT JOIN LATERAL (
+    SELECT employee FROM generations
+    WHERE w.id = 'emp-' || employee || '-g' || generation
+       OR starts_with(w.id, 'poll-' || employee || '-g' || generation || '-')
+       OR starts_with(w.id, 'cron-' || employee || '-g' || generation || '-')
+    ORDER BY length(employee) DESC LIMIT 1) g ON true;
