@@ -113,9 +113,16 @@ SCHEMAS: dict[str, Schema] = {
         {
             "reply_status": {
                 "type": "string",
-                "enum": ["held_for_review"],
-                "description": "the reply is held for review (never its draft)",
-            }
+                "enum": ["held_for_review", "declined", "expired", "failed"],
+                "description": "what became of the reply while there is none to read: held "
+                "for review (never its draft), declined, expired undecided, or its send failed",
+            },
+            "gate": {
+                **nullable(ref("Gate")),
+                "description": "admin only: what holds the message now (the gate `waiting` "
+                "gives its input, or the approval its reply waits for)",
+            },
+            "reason": {**nullable(STR), "description": "admin only: why a dead one is dead"},
         },
     ),
     "UserCreate": obj(
@@ -362,7 +369,8 @@ SCHEMAS: dict[str, Schema] = {
             "code": STR,
             "text": STR,
             "until": nullable({"type": "string", "format": "date-time"}),
-        }
+        },
+        {"approval": {**STR, "description": "code `approval`: the approval it waits for"}},
     ),
     "WaitingInput": obj(
         {
