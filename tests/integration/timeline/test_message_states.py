@@ -4,7 +4,8 @@ message's own answer `GET …/chat/{id}`, and `eventosctl chat --wait` (its word
 code), on the real stack (router, relay, dev server, workers): answered; its reply held for
 approval by a content rule, and the messages queued behind it; a tool call held by
 `approvals.tools`; its reply declined, or expired undecided; stopped (paused); failed twice
-(dead-lettered); dead(reset)."""
+(dead-lettered); dead(reset); in a running turn; a user's held reply (the user reads no
+more than that it is held)."""
 
 from __future__ import annotations
 
@@ -252,3 +253,37 @@ async def test_a_message_whose_turn_fails_twice_is_dead_with_the_reason(ctl: Ctl
     rows = await query(ctl.emp.pool, "SELECT d.status FROM bus_deliveries d JOIN chat_messages m "
                        "ON m.ingress_id = d.ingress_id WHERE m.id = %s", got["message_id"])  # fmt: skip
     assert [r["status"] for r in rows] == ["dead"]
+
+
+async def test_a_message_in_a_running_turn_names_it_at_the_deadline(ctl: Ctl) -> None:
+    ident = uuid.uuid4().hex
+    code, out, err = await ctl.chat("take your time\nsleep: 6", timeout=0, ident=ident)
+    assert code == EXIT_FAILED, (out, err)
+    gate = await agreed(ctl.emp, message_id(out), "in_turn")
+    code, out, err = await ctl.chat("take your time", timeout=0.2, ident=ident)
+    assert code == EXIT_FAILED, (out, err)
+    assert f"message {message_id(out)} is delivered; it waits at in_turn: " in err
+    assert gate["text"].split(":")[0] in err  # `turn N runs since …`, as waiting says
+    await ctl.emp.reply(message_id(out), timeout=60)
+
+
+async def test_a_user_learns_only_that_its_reply_is_held_for_review(ctl: Ctl) -> None:
+    emp = ctl.emp
+    r = await emp.api.post("/v1/users", json={"name": f"u{uuid.uuid4().hex[:8]}"})
+    assert r.status_code == 201, r.text
+    where = ["--url", str(emp.api.base_url), "--token", r.json()["token"]]
+    ctl.capsys.readouterr()
+    argv = ["chat", emp.name, "a refund for me", "--wait", "--timeout", "60", *where]
+    code = await asyncio.to_thread(main, argv)
+    out = ctl.capsys.readouterr().out
+    assert code == EXIT_HELD, out
+    ident = message_id(out)
+    assert (
+        out.splitlines()[-1] == f"message {ident} held for approval: its reply is held for review"
+    )
+    ap = await pending_approval(emp)
+    mine = await emp.api.get(f"/v1/employees/{emp.name}/chat/{ident}",
+                             headers={"Authorization": f"Bearer {r.json()['token']}"})  # fmt: skip
+    assert mine.json() == {"message_id": ident, "status": "answered", "reply": None,
+                           "reply_status": names.REPLY_HELD}  # fmt: skip
+    assert ap["id"] not in out and "no-refunds" not in out
