@@ -88,6 +88,14 @@ async def message(emp: Instance, ident: int) -> dict[str, Any]:
     return r.json()  # type: ignore[no-any-return]
 
 
+async def history(emp: Instance, ident: int) -> str | None:
+    """The message's `reply_status` in the chat's history (the console's chat page reads it)."""
+    r = await emp.api.get(f"/v1/employees/{emp.name}/chat", params={"limit": 50})
+    assert r.status_code == 200, r.text
+    (row,) = [m for m in r.json()["messages"] if m["message_id"] == ident]
+    return row["reply_status"]  # type: ignore[no-any-return]
+
+
 async def waiting(emp: Instance) -> list[dict[str, Any]]:
     r = await emp.api.get(f"/v1/employees/{emp.name}/waiting", params={"limit": 200})
     assert r.status_code == 200, r.text
@@ -144,6 +152,7 @@ async def test_a_held_reply_and_the_messages_behind_it_wait_for_its_approval(ctl
     said = out.splitlines()[-1]
     assert said == f"message {first} held for approval: {gate['text']}"
     assert "answered" not in said
+    assert await history(emp, first) == names.REPLY_HELD  # the console's chat reads it too
 
     # The next message waits for that approval, and every surface says so.
     code, out, err = await ctl.chat("and hello again")
@@ -165,6 +174,7 @@ async def test_a_held_reply_and_the_messages_behind_it_wait_for_its_approval(ctl
     assert await waiting(emp) == []
     first_now = await message(emp, first)
     assert first_now["reply"] is not None and "gate" not in first_now
+    assert await history(emp, first) is None
 
 
 async def test_a_tool_call_held_for_approval_holds_the_message_in_its_turn(ctl: Ctl) -> None:
@@ -210,6 +220,7 @@ async def test_a_declined_reply_and_an_expired_one_are_never_answered(ctl: Ctl) 
 
         got = await wait_for(settled, timeout=60, what=f"the reply {state}")
         assert (got["status"], got["reply"], got.get("gate")) == ("answered", None, None)
+        assert await history(emp, got["message_id"]) == state
         code, out, err = await ctl.chat("resent", ident=ident)  # the same message, again
         assert code == EXIT_FAILED, (out, err)
         assert f"message {got['message_id']} was answered, but its reply {words}" in err

@@ -482,6 +482,9 @@ SCHEMAS |= {
             "text": STR,
             "status": STR,
             "reply": nullable(STR),
+            "reply_status": nullable(
+                {"type": "string", "enum": ["held_for_review", "declined", "expired", "failed"]}
+            ),
             "created_at": TIME,
         }
     ),

@@ -139,7 +139,7 @@ WHERE id = %(id)s AND status = 'sending';
 -- (its outbox row's status and approval: whether it is held for review, declined, expired)
 -- and its delivery (dead: why); never the held draft: that is the decider's to read.
 SELECT m.id, m.status, m.text, m.turn_id, m.ingress_id, r.text AS reply, r.id AS reply_id,
-    coalesce(o.status = 'held', false) AS held, o.status AS send_status, o.approval_id,
+    o.status AS send_status, o.approval_id,
     o.held_reason, a.state AS approval_state, a.expires_at AS approval_expires_at,
     t.n AS turn_n, d.status AS delivery_status, d.reason AS delivery_reason
 FROM chat_messages m
