@@ -11,6 +11,7 @@ from typing import Any
 from eventos import names
 from eventos.timeline.gates import (
     APPROVAL,
+    IN_TURN,
     TEMPORAL_UNAVAILABLE,
     Facts,
     StreamFacts,
@@ -65,9 +66,9 @@ def test_an_input_in_a_turn_whose_tool_call_waits_is_in_it() -> None:
     assert "of turn 3's tool call" in after.text
 
 
-def test_a_decided_approval_says_the_turn_acts_on_it_and_the_breaker_comes_first() -> None:
+def test_a_decided_approval_holds_no_more_and_the_breaker_comes_first() -> None:
     decided = delivered_gate(facts(), stream(held(approval_state="approved")), 1, "c-next")
-    assert (decided.code, decided.until) == (APPROVAL, None)
-    assert "approved; the turn acts on the decision" in decided.text
+    assert (decided.code, decided.until, decided.approval) == (IN_TURN, None, "ap-x-7")
+    assert decided.text.startswith("turn 3 acts on approval ap-x-7 (approved) and goes on")
     down = facts(breaker_probe_at=NOW + timedelta(seconds=5), breaker_opened_at=NOW)
     assert delivered_gate(down, stream(held()), 1, "c-next").code == TEMPORAL_UNAVAILABLE

@@ -213,9 +213,10 @@ def approval_gate(a: dict[str, Any], behind: bool) -> Gate:
                       a.get("approval_tool"))  # fmt: skip
     who = f"turn {a['n']}'s {what}" if behind else f"its turn's {what}"
     head = f"waits for approval {a['approval_id']} of {who} ({rule})"
-    if a["approval_state"] != names.APPROVAL_PENDING:
-        return Gate(APPROVAL, f"{head}: {a['approval_state']}; the turn acts on the decision "
-                    "and ends", None, a["approval_id"])  # fmt: skip
+    if a["approval_state"] != names.APPROVAL_PENDING:  # decided: no person holds it now
+        return Gate(IN_TURN, f"turn {a['n']} acts on approval {a['approval_id']} "
+                    f"({a['approval_state']}) and goes on: the input is in it or starts the "
+                    "next turn when it ends", None, a["approval_id"])  # fmt: skip
     if behind:
         after = "; the conversation's next turn starts once it is decided"
     elif what == "reply":
