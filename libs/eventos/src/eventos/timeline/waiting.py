@@ -179,7 +179,10 @@ async def waiting(conn: Conn, employee: str, limit: int, sched: SchedConfig,
         return Waiting()
     params = {"employee": employee, "generation": f.generation, "limit": limit, "stream": stream}
     rows = await _rows(conn, "waiting_inputs", params)
-    total = int((await _rows(conn, "waiting_count", params))[0]["n"])
+    if stream is None:
+        total = int((await _rows(conn, "waiting_count", params))[0]["n"])
+    else:  # one stream's, read for one input's gate: nothing counts what was left out
+        total = len(rows)
     if any(r["status"] == "delivered" for r in rows):
         await _scheduler(conn, f)
     streams = await _streams(conn, employee, f, rows) if rows else {}
