@@ -4,8 +4,8 @@ message's own answer `GET …/chat/{id}`, and `eventosctl chat --wait` (its word
 code), on the real stack (router, relay, dev server, workers): answered; its reply held for
 approval by a content rule, and the messages queued behind it; a tool call held by
 `approvals.tools`; its reply declined, or expired undecided; stopped (paused); failed twice
-(dead-lettered); dead(reset); in a running turn; a user's held reply (the user reads no
-more than that it is held)."""
+(dead-lettered); dead(reset); in a running turn; its turn suspended by the budget; a user's
+held reply (the user reads no more than that it is held)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from test_turns import Instance, instance, local_spec  # noqa: F401 (`instance` 
 from eventos import names
 from eventos.cli import main
 from eventos.outbox import approvals
+from eventos.scheduling import ledger
 from eventos.testing import wait_for
 
 pytestmark = pytest.mark.temporal
@@ -298,3 +299,26 @@ async def test_a_user_learns_only_that_its_reply_is_held_for_review(ctl: Ctl) ->
     assert mine.json() == {"message_id": ident, "status": "answered", "reply": None,
                            "reply_status": names.REPLY_HELD}  # fmt: skip
     assert ap["id"] not in out and "no-refunds" not in out
+
+
+async def test_a_message_whose_turn_the_budget_suspends_names_the_budget(
+    instance: Instance,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    name = f"b{uuid.uuid4().hex[:8]}"
+    spec = local_spec(name, "    - {kind: chat}\n") + "  budget: {daily_usd: 1}\n"
+    await apply_and_start(instance.pool, spec)
+    emp = dataclasses.replace(instance, name=name)
+    async with emp.pool.connection() as conn:
+        await ledger.refresh(conn, name)  # the budget's row and the period's spend row
+        await conn.execute("UPDATE employee_spend SET spent_usd = 0.995 WHERE employee = %s",
+                           (name,))  # fmt: skip
+    ctl, ident = Ctl(emp, capsys), uuid.uuid4().hex
+    code, out, err = await ctl.chat("one step too many", timeout=0, ident=ident)
+    assert code == EXIT_FAILED, (out, err)
+    gate = await agreed(emp, message_id(out), "budget_hold")  # the step refused: it suspends
+    assert "waits for the budget: budget max" in gate["text"], gate
+    code, out, err = await ctl.chat("one step too many", timeout=0.2, ident=ident)
+    assert code == EXIT_FAILED, (out, err)
+    assert err.strip() == (f"error: no reply within 0.2s: message {message_id(out)} is "
+                           f"delivered; it waits at budget_hold: {gate['text']}")  # fmt: skip
