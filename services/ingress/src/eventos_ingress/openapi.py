@@ -370,7 +370,7 @@ SCHEMAS: dict[str, Schema] = {
             "text": STR,
             "until": nullable({"type": "string", "format": "date-time"}),
         },
-        {"approval": {**STR, "description": "code `approval`: the approval it waits for"}},
+        {"approval": {**STR, "description": "the approval it waits for (or its turn acts on)"}},
     ),
     "WaitingInput": obj(
         {

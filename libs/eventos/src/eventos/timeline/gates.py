@@ -58,7 +58,7 @@ class Gate:
     code: str
     text: str
     until: datetime | None = None
-    approval: str | None = None  # the approval it waits for (code `approval`)
+    approval: str | None = None  # the approval it waits for (or its turn acts on)
 
 
 @dataclass

@@ -24,9 +24,9 @@ WHERE e.name = %(employee)s;
 
 -- name: waiting_inputs
 -- The generation's inputs not yet consumed (routed, not settled; of one stream when `stream`
--- is given), oldest first, with their
--- stream as a whole row (`stream`: a hold another part adds, and its end, are read by name)
--- and the stream's window use (inputs delivered and not consumed, and their bytes).
+-- is given), oldest first, with their stream as a whole row (`stream`: a hold another part
+-- adds, and its end, are read by name) and the stream's window use (inputs delivered and not
+-- consumed, and their bytes).
 SELECT d.id, d.seq, d.ingress_id, d.class, d.type, d.route, d.chain_id, d.hop, d.size,
        d.status, d.created_at, s.stream_key, s.lane, s.thread, s.hold_reason,
        to_jsonb(s) AS stream, w.inputs AS window_inputs, w.bytes AS window_bytes
