@@ -299,6 +299,14 @@ async def test_a_user_learns_only_that_its_reply_is_held_for_review(ctl: Ctl) ->
     assert mine.json() == {"message_id": ident, "status": "answered", "reply": None,
                            "reply_status": names.REPLY_HELD}  # fmt: skip
     assert ap["id"] not in out and "no-refunds" not in out
+    # Its next message waits behind that reply: the user is told so, and no more.
+    ctl.capsys.readouterr()
+    argv = ["chat", emp.name, "anyone there?", "--wait", "--timeout", "60", *where]
+    code = await asyncio.to_thread(main, argv)
+    out = ctl.capsys.readouterr().out
+    assert code == EXIT_HELD, out
+    assert out.splitlines()[-1] == (f"message {message_id(out)} held for approval: it waits "
+                                    "behind a reply of this conversation held for review")  # fmt: skip
 
 
 async def test_a_message_whose_turn_the_budget_suspends_names_the_budget(

@@ -119,8 +119,9 @@ SCHEMAS: dict[str, Schema] = {
             },
             "gate": {
                 **nullable(ref("Gate")),
-                "description": "admin only: what holds the message now (the gate `waiting` "
-                "gives its input, or the approval its reply waits for)",
+                "description": "what holds the message now (the gate `waiting` gives its "
+                "input, or the approval its reply waits for); a user reads one only when it "
+                "waits behind a reply held for review",
             },
             "reason": {**nullable(STR), "description": "admin only: why a dead one is dead"},
         },

@@ -12,10 +12,11 @@ from typing import Any
 from eventos import names
 from eventos.db import Conn
 from eventos.scheduling.policy import SchedConfig
-from eventos.timeline.gates import approval_gate
+from eventos.timeline.gates import APPROVAL, approval_gate
 from eventos.timeline.waiting import gate_view, input_gate
 
 WAITS = ("queued", "delivered")  # chat_messages.status of a message not consumed yet
+BEHIND_HELD = "it waits behind a reply of this conversation held for review"
 
 
 def reply_status(row: dict[str, Any]) -> str | None:
@@ -45,18 +46,24 @@ def _held_gate(row: dict[str, Any]) -> dict[str, Any]:
 
 async def message_view(conn: Conn, employee: str, row: dict[str, Any], sched: SchedConfig,
                        admin: bool) -> dict[str, Any]:  # fmt: skip
-    """The API's answer for one message (a user reads the status and reply_status only)."""
+    """The API's answer for one message (a user reads the status and reply_status, and a gate
+    only when it waits behind a reply held for review)."""
     body: dict[str, Any] = {"message_id": row["id"], "status": row["status"],
                             "reply": row["reply"]}  # fmt: skip
     fate = reply_status(row)
     if fate is not None:
         body["reply_status"] = fate
+    waits = row["status"] in WAITS and row["reply"] is None
+    gate = await input_gate(conn, employee, int(row["ingress_id"]), sched) if waits else None
     if not admin:
+        # A user learns that it waits behind a reply held for review, never which approval.
+        if gate is not None and gate["code"] == APPROVAL:
+            body["gate"] = {"code": APPROVAL, "text": BEHIND_HELD, "until": None}
         return body
     if fate == names.REPLY_HELD and row["approval_id"] is not None:
         body["gate"] = _held_gate(row)
-    elif row["status"] in WAITS and row["reply"] is None:
-        body["gate"] = await input_gate(conn, employee, int(row["ingress_id"]), sched)
+    elif waits:
+        body["gate"] = gate
     if row["status"] == "dead":
         body["reason"] = row["delivery_reason"]
     return body
