@@ -362,6 +362,8 @@ DECIDED_BY_ADMIN: Final = "admin"
 DECIDED_BY_USER: Final = "user"
 HELD_FOR_REVIEW: Final = "held for review"  # all a user is told of a reply the admin holds
 REPLY_HELD: Final = "held_for_review"  # a chat message's `reply_status` while its reply is held
+# What else became of a held reply (`reply_status`; docs/timeline.md "What became of a message").
+REPLY_DECLINED, REPLY_EXPIRED, REPLY_FAILED = "declined", "expired", "failed"
 APPROVAL_RENUDGE_S: Final = 10  # SPEC §11: a decided row not taken after 10 s is nudged again
 ATTENTION_APPROVAL_EXPIRING: Final = "approval_expiring"
 ATTENTION_APPROVAL_EXPIRED: Final = "approval_expired"

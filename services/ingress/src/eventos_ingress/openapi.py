@@ -113,9 +113,17 @@ SCHEMAS: dict[str, Schema] = {
         {
             "reply_status": {
                 "type": "string",
-                "enum": ["held_for_review"],
-                "description": "the reply is held for review (never its draft)",
-            }
+                "enum": ["held_for_review", "declined", "expired", "failed"],
+                "description": "what became of the reply while there is none to read: held "
+                "for review (never its draft), declined, expired undecided, or its send failed",
+            },
+            "gate": {
+                **nullable(ref("Gate")),
+                "description": "what holds the message now (the gate `waiting` gives its "
+                "input, or the approval its reply waits for); a user reads one only when it "
+                "waits behind a reply held for review",
+            },
+            "reason": {**nullable(STR), "description": "admin only: why a dead one is dead"},
         },
     ),
     "UserCreate": obj(
@@ -365,7 +373,8 @@ SCHEMAS: dict[str, Schema] = {
             "code": STR,
             "text": STR,
             "until": nullable({"type": "string", "format": "date-time"}),
-        }
+        },
+        {"approval": {**STR, "description": "the approval it waits for (or its turn acts on)"}},
     ),
     "WaitingInput": obj(
         {
@@ -510,6 +519,9 @@ SCHEMAS |= {
             "text": STR,
             "status": STR,
             "reply": nullable(STR),
+            "reply_status": nullable(
+                {"type": "string", "enum": ["held_for_review", "declined", "expired", "failed"]}
+            ),
             "created_at": TIME,
         }
     ),

@@ -43,6 +43,7 @@ from eventos.runtime.wake import Kicker
 from eventos.scheduling.policy import SchedConfig
 from eventos.secret_purposes import SecretPurposes
 from eventos.spec.model import parse_specs, yaml_documents
+from eventos.timeline import messages
 from eventos_ingress import bodies, openapi, problems
 from eventos_ingress.approvals_api import ApprovalsApi
 from eventos_ingress.console_api import ConsoleApi
@@ -356,10 +357,9 @@ class OwnerApi:
         async with self.pool.connection() as conn:
             row = await chat.message(conn, name, message_id, caller.audience,
                                      caller.since or chat.EPOCH)  # fmt: skip
-        # A held reply shows as held for review, never its draft (SPEC §17).
-        body = {"message_id": row["id"], "status": row["status"], "reply": row["reply"]}
-        if row["reply"] is None and row["held"]:
-            body["reply_status"] = names.REPLY_HELD
+            # A held reply shows as held for review, never its draft (SPEC §17); the admin
+            # reads the gate holding the message too (the one `waiting` gives it).
+            body = await messages.message_view(conn, name, row, self.sched, caller.admin)
         return JSONResponse(body)
 
     async def chat(self, request: Request, caller: Caller) -> Response:

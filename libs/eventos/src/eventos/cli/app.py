@@ -2,7 +2,8 @@
 
 Exit codes (docs/cli.md#exit-codes): 0 done; 1 refused, declined or failed; 2 bad usage; 3 not
 found (404); 4 the token was refused or may not do that (401, 403); 5 nothing answers (no
-instance configured, no connection, a timeout, the database for `migrate`).
+instance configured, no connection, a timeout, the database for `migrate`); 7 `chat --wait`:
+held for approval (eventos.cli.chat.EXIT_HELD).
 """
 
 from __future__ import annotations
@@ -108,7 +109,11 @@ def _chat_commands(add: operator.Add) -> None:
     p = add("chat", chat.cmd_chat, "send the owner's message (queued; answers 'queued')")
     p.add_argument("name")
     p.add_argument("text")
-    p.add_argument("--wait", action="store_true", help="wait for the reply and print it")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the reply and print it (exit 7: held for approval)",
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds --wait waits (60)")
     p.add_argument("--session", help="chat session (default: the owner's main session)")
     p.add_argument("--id", help="client message id (default: a fresh one; resend to dedupe)")

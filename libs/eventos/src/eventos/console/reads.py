@@ -13,6 +13,7 @@ from eventos.console import cursor
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import InputInvalid, NotFound
+from eventos.timeline.messages import reply_status
 
 CHAT_EMPLOYEES_MAX = 200  # the employees a caller may pick to chat with
 PENDING_CAP = 1000  # inputs counted per employee; past it the count says "at least"
@@ -209,6 +210,6 @@ async def chat_history(
         cur = await conn.execute(Q["console_chat_history"], params)
         page = _page(await cur.fetchall(), limit, ["id"])
     rows = [{"message_id": r["id"], "text": r["text"], "status": r["status"],
-             "reply": r["reply"], "created_at": r["created_at"].isoformat()}
-            for r in page.rows]  # fmt: skip
+             "reply": r["reply"], "reply_status": reply_status(r),
+             "created_at": r["created_at"].isoformat()} for r in page.rows]  # fmt: skip
     return History(Page(rows, page.next_cursor), last)

@@ -722,6 +722,7 @@ CREATE TABLE approvals (
     created_at    timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX approvals_open ON approvals (employee, state) WHERE taken_at IS NULL;
+CREATE INDEX approvals_turn ON approvals (turn_id);  -- a turn's approvals (waiting)
 
 ALTER TABLE intents DROP CONSTRAINT intents_kind_check;
 ALTER TABLE intents ADD CONSTRAINT intents_kind_check

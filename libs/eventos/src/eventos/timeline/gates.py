@@ -6,8 +6,9 @@ An input the relay has not sent yet meets the relay's checks in the relay's orde
 hold (`starting`, `paused`, `budget`, `window`, or any other a part of the system sets, with its
 `hold_until`), a retired generation, the budget (background work past 80%), a full window;
 else it goes with the relay's next pass. An input already in the entity's hands meets the
-entity's (workflows/conversation.py): the breaker, the running turn (parked, or held by the
-budget, else the input is in it or waits for it), the debounce, the admission gate (paused,
+entity's (workflows/conversation.py): the breaker, the turn that holds the conversation (waiting
+for an approval of its reply or of a tool call, parked, or held by the budget, else the input
+is in it or waits for it), the debounce, the admission gate (paused,
 budget), the queue for a slot (the class's ceiling, the employee's cap, the instance's
 capacity, or another class below its floor first); else its turn starts next.
 """
@@ -46,6 +47,7 @@ WINDOW_FULL, RETIRED, RELAY, ROUTING = "window_full", "retired", "relay", "routi
 IN_TURN, PARKED, DEBOUNCE, DELIVERED = "in_turn", "parked", "debounce", "delivered"
 CLASS_SLOT, CLASS_FLOOR, BREAKER_OPEN, EDGE_RATE = (
     "class_slot", "class_floor", "breaker_open", "edge_rate")  # fmt: skip
+APPROVAL = "approval"
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class Gate:
     code: str
     text: str
     until: datetime | None = None
+    approval: str | None = None  # the approval it waits for (or its turn acts on)
 
 
 @dataclass
@@ -89,6 +92,9 @@ class StreamFacts:
     born: dict[int, datetime]  # when each open input entered the bus
     running: dict[str, Any] | None = None  # the running turn (with its lease)
     last_ended_at: datetime | None = None
+    # The turn that waits for an approval (its reply's, saved already, or a tool call's): it
+    # holds the conversation until it ends (workflows/turn.py _approved, _tool_approved).
+    held: dict[str, Any] | None = None
 
 
 def _when(t: datetime | None) -> str:
@@ -150,6 +156,8 @@ def _window(s: StreamFacts) -> Gate:
     turn = s.running
     busy = f"; turn {turn['n']} runs since {_when(turn['started_at'])}" if turn else (
         "; no turn runs")  # fmt: skip
+    if s.held is not None:
+        busy = f"; turn {s.held['n']} waits for approval {s.held['approval_id']}"
     return Gate(WINDOW_FULL, f"the conversation's window is full: {s.window_inputs} inputs "
                 f"({s.window_bytes // 1024} KB) delivered and not consumed, at most "
                 f"{names.WINDOW_MAX_INPUTS} or {names.WINDOW_MAX_BYTES // 1024} KB{busy}; it "
@@ -182,11 +190,54 @@ def _parked(f: Facts, turn: dict[str, Any]) -> Gate:
     return Gate(PARKED, text, probe)
 
 
-def _in_turn(f: Facts, s: StreamFacts) -> Gate | None:
+def rule_words(kind: str | None, reasons: str | None, channel: str | None,
+               tool: str | None) -> str:  # fmt: skip
+    """What asked for an approval: the content rules (by id, never what matched), else
+    `spec.approvals.sends` for the channel, or `spec.approvals.tools` for the tool."""
+    if kind == "tool":
+        return f"spec.approvals.tools ({tool or 'a tool'})"
+    words = []
+    for reason in (reasons or names.APPROVAL_HELD).split(","):
+        if reason == names.APPROVAL_HELD:
+            words.append(f"spec.approvals.sends ({channel or 'its channel'})")
+        else:
+            words.append(f"content rule {reason}")
+    return ", ".join(words)
+
+
+def approval_gate(a: dict[str, Any], behind: bool) -> Gate:
+    """Waiting for an approval: which, asked by which rule, until its expiry; `behind`: the
+    input waits for a turn of its conversation that waits for it."""
+    what = "tool call" if a["approval_kind"] == "tool" else "reply"
+    rule = rule_words(a["approval_kind"], a.get("approval_reason"), a.get("approval_channel"),
+                      a.get("approval_tool"))  # fmt: skip
+    who = f"turn {a['n']}'s {what}" if behind else f"its turn's {what}"
+    head = f"waits for approval {a['approval_id']} of {who} ({rule})"
+    if a["approval_state"] != names.APPROVAL_PENDING:  # decided: no person holds it now
+        return Gate(IN_TURN, f"turn {a['n']} acts on approval {a['approval_id']} "
+                    f"({a['approval_state']}) and goes on: the input is in it or starts the "
+                    "next turn when it ends", None, a["approval_id"])  # fmt: skip
+    if behind:
+        after = "; the conversation's next turn starts once it is decided"
+    elif what == "reply":
+        after = "; approved, the reply goes out"
+    else:
+        after = "; the turn goes on once it is decided"
+    expires: datetime = a["approval_expires_at"]
+    return Gate(APPROVAL, f"{head}: approve or decline it; it expires at {_when(expires)}"
+                f"{after}", expires, a["approval_id"])  # fmt: skip
+
+
+def _in_turn(f: Facts, s: StreamFacts, chain: str | None = None) -> Gate | None:
+    if s.held is not None:
+        # A tool call's turn holds the inputs it took (their chains are on the turn, not
+        # consumed yet) and those after them; a held reply's turn consumed its own already.
+        took = s.held["status"] == "running" and chain in (s.held.get("chains") or [])
+        return approval_gate(s.held, behind=not took)
     turn = s.running
     if turn is None:
         return None
-    if turn["lease"] == "suspended":
+    if turn["lease"] == "suspended" and turn["suspended_reason"] != names.APPROVAL_HELD:
         if str(turn["suspended_reason"] or "").startswith(names.PARKED):
             return _parked(f, turn)
         return Gate(BUDGET_HOLD, f"turn {turn['n']} waits for the budget: " + _budget_text(f),
@@ -254,9 +305,10 @@ def _turn_hold(f: Facts, s: StreamFacts, klass: int) -> Gate | None:
     return _hold(f, s)
 
 
-def delivered_gate(f: Facts, s: StreamFacts, klass: int) -> Gate:
-    """An input its conversation holds and has not consumed, in the entity's order."""
-    gate = (_breaker(f) or _in_turn(f, s) or _debounce(f, s) or _admission(f, s, klass)
+def delivered_gate(f: Facts, s: StreamFacts, klass: int, chain: str | None = None) -> Gate:
+    """An input its conversation holds and has not consumed (of chain `chain`), in the
+    entity's order."""
+    gate = (_breaker(f) or _in_turn(f, s, chain) or _debounce(f, s) or _admission(f, s, klass)
             or _turn_hold(f, s, klass))  # fmt: skip
     if gate is not None:
         return gate

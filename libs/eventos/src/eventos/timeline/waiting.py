@@ -32,6 +32,9 @@ from eventos.timeline.words import source_words
 
 BREAKER_FRESH_S = 30.0  # a relay refreshes an open breaker at every probe (5 s)
 WAITERS_READ = 2000
+INPUT_READ = 200  # one input's gate: its stream's open inputs read up to here
+OPEN = ("pending", "held", "delivered")
+UNROUTED_TEXT = "accepted; the router has not routed it to a conversation yet"
 
 
 @dataclass
@@ -44,7 +47,10 @@ class Waiting:
 
 
 def gate_view(g: Gate) -> dict[str, Any]:
-    return {"code": g.code, "text": g.text, "until": g.until.isoformat() if g.until else None}
+    view = {"code": g.code, "text": g.text, "until": g.until.isoformat() if g.until else None}
+    if g.approval is not None:
+        view["approval"] = g.approval
+    return view
 
 
 async def _rows(conn: Conn, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -106,9 +112,12 @@ async def _streams(conn: Conn, employee: str, f: Facts, rows: list[dict[str, Any
     pairs = sorted({(r["stream_key"], str(r["route"].get("agent") or "")) for r in rows})
     params = {"employee": employee, "generation": f.generation,
               "streams": [p[0] for p in pairs], "agents": [p[1] for p in pairs],
-              "threads": [streams[p[0]].row["thread"] for p in pairs]}  # fmt: skip
+              "threads": [streams[p[0]].row["thread"] for p in pairs],
+              "approval_held": names.APPROVAL_HELD}  # fmt: skip
     for t in await _rows(conn, "waiting_turns", params):
         s = streams[t["stream_key"]]
+        if t["approval_id"] is not None:  # saved (its reply held) or not: it holds the stream
+            s.held = t
         if t["status"] == "running":
             s.running = t
         elif s.last_ended_at is None or t["ended_at"] > s.last_ended_at:
@@ -131,7 +140,7 @@ async def _unrouted(conn: Conn, employee: str, f: Facts, limit: int
                     ) -> tuple[list[dict[str, Any]], int]:  # fmt: skip
     params = {"employee": employee, "generation": f.generation, "limit": limit}
     rows = await _rows(conn, "waiting_unrouted", params)
-    gate = gate_view(Gate(ROUTING, "accepted; the router has not routed it to a conversation yet"))
+    gate = gate_view(Gate(ROUTING, UNROUTED_TEXT))
     entries = [{
         "stream": None, "thread": None, "lane": None, "seq": None, "class": None,
         "since": r["received_at"].isoformat(), "status": "accepted", "ref": str(r["id"]),
@@ -161,25 +170,51 @@ async def _digests(conn: Conn, employee: str, limit: int) -> list[dict[str, Any]
     return entries
 
 
-async def waiting(conn: Conn, employee: str, limit: int, sched: SchedConfig) -> Waiting:
-    """Every input of the employee not consumed yet (at most `limit` of each kind listed)."""
+async def waiting(conn: Conn, employee: str, limit: int, sched: SchedConfig,
+                  stream: str | None = None) -> Waiting:  # fmt: skip
+    """Every input of the employee not consumed yet (at most `limit` of each kind listed);
+    with `stream`, only that stream's routed inputs."""
     f = await _facts(conn, employee, sched)
     if f is None:
         return Waiting()
-    params = {"employee": employee, "generation": f.generation, "limit": limit}
+    params = {"employee": employee, "generation": f.generation, "limit": limit, "stream": stream}
     rows = await _rows(conn, "waiting_inputs", params)
-    total = int((await _rows(conn, "waiting_count", params))[0]["n"])
+    if stream is None:
+        total = int((await _rows(conn, "waiting_count", params))[0]["n"])
+    else:  # one stream's, read for one input's gate: nothing counts what was left out
+        total = len(rows)
     if any(r["status"] == "delivered" for r in rows):
         await _scheduler(conn, f)
     streams = await _streams(conn, employee, f, rows) if rows else {}
     out = Waiting(as_of=f.now)
     for r in rows:
         s, klass = streams[r["stream_key"]], int(r["class"])
-        gate = delivered_gate(f, s, klass) if r["status"] == "delivered" else (
+        gate = delivered_gate(f, s, klass, r["chain_id"]) if r["status"] == "delivered" else (
             pending_gate(f, s, klass))  # fmt: skip
         out.entries.append(_entry(r, gate))
+    if stream is not None:
+        return out
     unrouted, more_unrouted = await _unrouted(conn, employee, f, limit)
     entries = unrouted + out.entries + await _digests(conn, employee, limit)
     out.entries = entries[:limit]
     out.more = max(0, total - len(rows)) + more_unrouted + len(entries) - len(out.entries)
     return out
+
+
+async def input_gate(conn: Conn, employee: str, ingress_id: int, sched: SchedConfig
+                     ) -> dict[str, Any] | None:  # fmt: skip
+    """The gate `waiting` gives one input, by its ingress row (an owner message's); None once
+    nothing holds it (consumed, settled) or when it lies past what one answer reads."""
+    rows = await _rows(conn, "waiting_input_of", {"ingress_id": ingress_id})
+    if not rows:
+        return None
+    r = rows[0]
+    if r["delivery_id"] is None:
+        if r["ingress_status"] != "accepted":
+            return None
+        return gate_view(Gate(ROUTING, UNROUTED_TEXT))
+    if r["status"] not in OPEN:
+        return None
+    found = await waiting(conn, employee, INPUT_READ, sched, stream=str(r["stream_key"]))
+    ref = str(r["delivery_id"])
+    return next((e["gate"] for e in found.entries if e["ref"] == ref), None)

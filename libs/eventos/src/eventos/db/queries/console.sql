@@ -140,8 +140,9 @@ SELECT employee, 'transcript.viewed', thread, coalesce(chains, '{}'), id,
 FROM turns WHERE id = %(turn_id)s AND employee = %(employee)s;
 
 -- name: console_chat_history
--- A page of one audience's messages in a session, newest first, each with its reply.
-SELECT m.id, m.text, m.status, m.created_at, r.text AS reply
+-- A page of one audience's messages in a session, newest first, each with its reply and what
+-- became of its turn's reply (its outbox row's status and approval: held, declined, expired).
+SELECT m.id, m.text, m.status, m.created_at, r.text AS reply, o.send_status, o.approval_state
 FROM chat_messages m
 LEFT JOIN LATERAL (
     SELECT text FROM chat_events
@@ -149,6 +150,11 @@ LEFT JOIN LATERAL (
       AND audience = m.audience AND pos IS NOT NULL  -- not placed yet: the stream brings it
     ORDER BY pos LIMIT 1
 ) r ON m.turn_id IS NOT NULL
+LEFT JOIN LATERAL (
+    SELECT x.status AS send_status, a.state AS approval_state
+    FROM outbound_messages x LEFT JOIN approvals a ON a.id = x.approval_id
+    WHERE x.turn_id = m.turn_id AND x.kind = 'chat' ORDER BY x.id DESC LIMIT 1
+) o ON m.turn_id IS NOT NULL
 WHERE m.employee = %(employee)s AND m.audience = %(audience)s AND m.session = %(session)s
   AND (%(since)s::timestamptz IS NULL OR m.created_at >= %(since)s::timestamptz)
   AND (%(before)s::bigint IS NULL OR m.id < %(before)s::bigint)

@@ -135,13 +135,25 @@ UPDATE outbound_messages SET status = 'sent', updated_at = now()
 WHERE id = %(id)s AND status = 'sending';
 
 -- name: chat_message_get
--- One owner message of an audience with its reply, if any, and whether its reply is held for
--- review (never the held draft: that is the decider's to read).
-SELECT m.id, m.status, m.text, m.turn_id, r.text AS reply, r.id AS reply_id,
-    EXISTS (SELECT 1 FROM outbound_messages o
-            WHERE o.turn_id = m.turn_id AND o.kind = 'chat' AND o.status = 'held') AS held
+-- One owner message of an audience with its reply, if any, what became of its turn's reply
+-- (its outbox row's status and approval: whether it is held for review, declined, expired)
+-- and its delivery (dead: why); never the held draft: that is the decider's to read.
+SELECT m.id, m.status, m.text, m.turn_id, m.ingress_id, r.text AS reply, r.id AS reply_id,
+    o.status AS send_status, o.approval_id,
+    o.held_reason, a.state AS approval_state, a.expires_at AS approval_expires_at,
+    t.n AS turn_n, d.status AS delivery_status, d.reason AS delivery_reason
 FROM chat_messages m
 LEFT JOIN chat_events r ON r.turn_id = m.turn_id AND r.kind = 'reply'
+LEFT JOIN turns t ON t.id = m.turn_id
+LEFT JOIN LATERAL (
+    SELECT status, approval_id, held_reason FROM outbound_messages o
+    WHERE o.turn_id = m.turn_id AND o.kind = 'chat' ORDER BY o.id DESC LIMIT 1
+) o ON true
+LEFT JOIN approvals a ON a.id = o.approval_id
+LEFT JOIN LATERAL (
+    SELECT status, reason FROM bus_deliveries x WHERE x.ingress_id = m.ingress_id
+    ORDER BY x.id LIMIT 1
+) d ON true
 WHERE m.employee = %(employee)s AND m.audience = %(audience)s AND m.id = %(id)s
   AND m.created_at >= %(since)s;
 

@@ -23,9 +23,10 @@ CROSS JOIN (
 WHERE e.name = %(employee)s;
 
 -- name: waiting_inputs
--- The generation's inputs not yet consumed (routed, not settled), oldest first, with their
--- stream as a whole row (`stream`: a hold another part adds, and its end, are read by name)
--- and the stream's window use (inputs delivered and not consumed, and their bytes).
+-- The generation's inputs not yet consumed (routed, not settled; of one stream when `stream`
+-- is given), oldest first, with their stream as a whole row (`stream`: a hold another part
+-- adds, and its end, are read by name) and the stream's window use (inputs delivered and not
+-- consumed, and their bytes).
 SELECT d.id, d.seq, d.ingress_id, d.class, d.type, d.route, d.chain_id, d.hop, d.size,
        d.status, d.created_at, s.stream_key, s.lane, s.thread, s.hold_reason,
        to_jsonb(s) AS stream, w.inputs AS window_inputs, w.bytes AS window_bytes
@@ -42,6 +43,7 @@ CROSS JOIN LATERAL (
 ) d
 WHERE s.employee = %(employee)s AND s.generation = %(generation)s
   AND s.consumed_seq < s.next_seq - 1
+  AND (%(stream)s::text IS NULL OR s.stream_key = %(stream)s)
 ORDER BY d.created_at, d.id
 LIMIT %(limit)s;
 
@@ -53,11 +55,16 @@ WHERE d.subscription_id IN (SELECT id FROM bus_subscriptions
   AND d.status IN ('pending', 'held', 'delivered');
 
 -- name: waiting_turns
--- The running turns of some streams, with their admission lease (suspended: parked or held by
--- the budget), and when the last turn of each (stream, agent) ended. (A thread name is not a
--- stream's: `main` is the owner's talk lane and the worker lane's.)
-SELECT t.stream_key, t.id, t.n, t.agent, t.status, t.started_at, t.ended_at, l.state AS lease,
-       l.suspended_reason, l.suspended_at
+-- The running turns of some streams, with their admission lease (suspended: parked, held by
+-- the budget, or waiting for an approval), and when the last turn of each (stream, agent)
+-- ended. A turn whose lease waits for an approval (`approval_held`) comes with its newest
+-- approval: its id, kind, state, expiry and what asked for it (the outbox row's rule ids and
+-- channel, or the tool's name: a tool approval's draft starts with it); never the draft.
+-- (A thread name is not a stream's: `main` is the owner's talk lane and the worker lane's.)
+SELECT t.stream_key, t.id, t.n, t.agent, t.status, t.started_at, t.ended_at, t.chains,
+       l.state AS lease, l.suspended_reason, l.suspended_at, a.approval_id, a.approval_kind,
+       a.approval_state, a.approval_expires_at, a.approval_reason, a.approval_channel,
+       a.approval_tool
 FROM unnest(%(streams)s::text[], %(agents)s::text[], %(threads)s::text[]) AS k(stream, agent, thread)
 CROSS JOIN LATERAL (
     SELECT * FROM turns t
@@ -65,7 +72,16 @@ CROSS JOIN LATERAL (
       AND t.thread = k.thread AND t.stream_key = k.stream
     ORDER BY t.n DESC LIMIT 2
 ) t
-LEFT JOIN sched_leases l ON l.turn_id = t.id;
+LEFT JOIN sched_leases l ON l.turn_id = t.id
+LEFT JOIN LATERAL (
+    SELECT a.id AS approval_id, a.kind AS approval_kind, a.state AS approval_state,
+           a.expires_at AS approval_expires_at, o.held_reason AS approval_reason,
+           o.kind AS approval_channel,
+           CASE WHEN a.kind = 'tool' THEN split_part(a.draft, ' ', 1) END AS approval_tool
+    FROM approvals a LEFT JOIN outbound_messages o ON o.id = a.outbound_id
+    WHERE a.turn_id = t.id
+    ORDER BY a.created_at DESC LIMIT 1
+) a ON l.state = 'suspended' AND l.suspended_reason = %(approval_held)s;
 
 -- name: waiting_unrouted
 -- Accepted ingress rows of the generation's sources the router has not routed yet, oldest
@@ -90,3 +106,13 @@ LIMIT %(limit)s;
 -- name: waiting_slots_held
 -- The turns holding a slot now, by class, oldest grant first (what a queued input waits for).
 SELECT class, turn_id FROM sched_leases WHERE state = 'active' ORDER BY granted_at LIMIT 500;
+
+-- name: waiting_input_of
+-- One input by its ingress row (an owner message's): whether the router took it, and its
+-- delivery (one: owner chat has one consumer).
+SELECT i.status AS ingress_status, d.id AS delivery_id, d.stream_key, d.status
+FROM bus_ingress i
+LEFT JOIN LATERAL (
+    SELECT * FROM bus_deliveries x WHERE x.ingress_id = i.id ORDER BY x.id LIMIT 1
+) d ON true
+WHERE i.id = %(ingress_id)s;
