@@ -45,6 +45,8 @@ from eventos.local.embedded_pg import EmbeddedPostgres
 from eventos.local.examples import EXAMPLE_OPERATOR_ENV, ExampleOutcome, apply_examples
 from eventos.local.ports import free_port
 from eventos.local.processes import LockHeld, PidLock, Recorded, stop_groups
+from eventos.local.restarts import exit_text
+from eventos.local.servers import SupervisedServer
 from eventos.local.service_process import HOST, ServiceProcess
 from eventos.local.temporal_dev import TemporalDevServer
 from eventos.local.temporal_server import TemporalServer
@@ -62,10 +64,6 @@ GRPC_SERVICES = frozenset({"ingress", "router", "relay"})
 KICKS = {"ingress": "router", "router": "relay"}
 TIERS = ("S", "L")
 LLM_CLASSES = ("c1", "c2", "c3", "c4")  # tier L: one workers-llm process per class queue
-RESTART_BACKOFF_MAX_S = 30.0
-# A service that ran this long before it exited is not crash-looping: it restarts after the first
-# delay again (Kubernetes resets its back-off the same way, after a run of 10 minutes).
-RESTART_BACKOFF_RESET_S = 2 * RESTART_BACKOFF_MAX_S
 READY_POLL_S = 0.1
 SUPERVISE_POLL_S = 0.5
 
@@ -112,9 +110,12 @@ class LocalStack:
     employees: list[ExampleOutcome] = field(default_factory=list)
     postgres: EmbeddedPostgres | None = None
     temporal: TemporalDevServer | TemporalServer | None = None
+    # Start PostgreSQL and Temporal again when they exit (a fault harness that stops and starts
+    # them itself, for outages of a chosen length, turns this off).
+    heal_servers: bool = True
+    servers: list[SupervisedServer] = field(default_factory=list)
     _lock: PidLock = field(init=False)
     _stop: threading.Event = field(default_factory=threading.Event)
-    _warned: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -212,6 +213,7 @@ class LocalStack:
         self.say(f"starting PostgreSQL (embedded, data in {STATE_DIR}/pg) …")
         self.postgres = EmbeddedPostgres(self.state_dir / "pg", durable=True)
         self.postgres.start()
+        self.servers.append(SupervisedServer("PostgreSQL", self.postgres, self.say))
         self.database_url = self.postgres.ensure_database(DATABASE)
         self._link_log("postgres", self.postgres.log_path)
 
@@ -240,6 +242,8 @@ class LocalStack:
                 self.state_dir / "temporal", namespace=self.temporal_namespace
             )
         self.temporal.start()
+        label = "Temporal server" if self.tier == "L" else "Temporal dev server"
+        self.servers.append(SupervisedServer(label, self.temporal, self.say))
         self.temporal_address = self.temporal.address
         self._link_log("temporal", self.temporal.log_path)
 
@@ -433,44 +437,46 @@ class LocalStack:
     # -- run -----------------------------------------------------------------------------
 
     def supervise(self) -> None:
-        """Until a stop is requested, restart any service that exits, with a delay that grows
-        while it keeps exiting within a minute of its start."""
+        """Until a stop is requested, start again any process of the instance that exits
+        (PostgreSQL, Temporal, a service), with a delay that grows while it keeps exiting
+        within a minute of its start."""
         while not self._stop.wait(SUPERVISE_POLL_S):
             self.check_children()
 
     def check_children(self) -> None:
-        """One supervision pass."""
+        """One supervision pass: the servers first (PostgreSQL before the tier L Temporal
+        server, which keeps its databases there), then the services."""
+        if self.heal_servers:
+            for server in self.servers:
+                if self._stop.is_set():
+                    return
+                if server.check(time.monotonic()):
+                    self._write_stack()
         now = time.monotonic()
         for svc in self.services.values():
             code = svc.exit_code()
             if code is None:
                 continue
-            if not svc.restart_at:
-                if now - svc.started_at >= RESTART_BACKOFF_RESET_S:
-                    svc.restarts = 0
-                delay = min(RESTART_BACKOFF_MAX_S, 2.0**svc.restarts)
-                svc.restart_at = now + delay
-                self.say(f"{svc.name} exited with code {code}; restarting in {delay:g}s")
+            if not svc.restarts.planned:
+                delay = svc.restarts.plan(now - svc.started_at, now)
+                self.say(
+                    f"{svc.name} (pid {svc.pid}) {exit_text(code)}; "
+                    f"restart {svc.restarts.count + 1} in {delay:g}s"
+                )
                 self.say(f"last lines of {svc.log_path}:\n{svc.tail()}")
-            elif now >= svc.restart_at:
+            elif svc.restarts.due(now):
                 self.restart_service(svc.name)
-        for label, server in (("PostgreSQL", self.postgres), ("Temporal", self.temporal)):
-            process = server.process if server is not None else None
-            if process is not None and process.poll() is not None and label not in self._warned:
-                self._warned.add(label)
-                self.say(f"{label} exited with code {process.returncode}; Ctrl-C and `make run`")
 
     def restart_service(self, name: str) -> None:
         """Stop `name` if it runs, start it again on the same ports."""
         svc = self.services[name]
         if svc.exit_code() is None and svc.pid is not None:
             stop_groups([svc.pid], self.stop_timeout_s)
-        svc.restarts += 1
-        svc.restart_at = 0.0
+        attempt = svc.restarts.begin()
         svc.spawn(self.service_env(), self.root)
         self._write_pids()
         self._write_stack()
-        self.say(f"{name} restarted (pid {svc.pid})")
+        self.say(f"{name} restarted (pid {svc.pid}, restart {attempt})")
 
     # -- stop ----------------------------------------------------------------------------
 
