@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from eventos.local import ports
 from eventos.local.instance import LocalStack, StackError
 from eventos.local.processes import LockHeld, PidLock, Recorded, pid_alive, stop_groups
 from eventos.local.restarts import Restarts, exit_text
@@ -114,3 +115,33 @@ def test_the_restart_delay_grows_only_while_a_service_keeps_exiting_soon_after_i
 )  # fmt: skip
 def test_an_exit_is_said_with_its_code_or_signal(returncode: int, said: str) -> None:
     assert exit_text(returncode) == said
+
+
+def test_a_running_instance_renews_its_ports_reservations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ports, "RESERVATIONS", tmp_path / "reservations")
+    stack = LocalStack(tmp_path, say=lambda line: None)
+    svc = ServiceProcess("router", 23456, 23457, tmp_path / "router.log")
+    svc.process = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                   stdin=subprocess.PIPE)  # fmt: skip
+    stack.services["router"] = svc
+    aged = time.time() - ports.RESERVED_S + 60  # a minute before another picker may take them
+    reservations = [ports.RESERVATIONS / str(port) for port in (23456, 23457)]
+
+    def stamps() -> list[float]:
+        return [path.stat().st_mtime for path in reservations]
+
+    try:
+        assert stack.ports() == [23456, 23457]
+        for path in reservations:
+            assert ports.reserve(int(path.name))
+            os.utime(path, (aged, aged))
+        stack.check_children()  # not due yet
+        assert stamps() == [aged, aged]
+        monkeypatch.setattr(stack, "_renew_at", 0.0)
+        stack.check_children()
+        assert all(stamp > aged + ports.RESERVED_S / 2 for stamp in stamps())
+    finally:
+        svc.process.kill()
+        svc.process.wait()

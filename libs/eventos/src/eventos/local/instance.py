@@ -43,7 +43,7 @@ from eventos.db.migrate import Migration, migrate
 from eventos.errors import EventOSError
 from eventos.local.embedded_pg import EmbeddedPostgres
 from eventos.local.examples import EXAMPLE_OPERATOR_ENV, ExampleOutcome, apply_examples
-from eventos.local.ports import free_port
+from eventos.local.ports import RESERVED_S, free_port, renew
 from eventos.local.processes import LockHeld, PidLock, Recorded, stop_groups
 from eventos.local.restarts import exit_text
 from eventos.local.servers import SupervisedServer
@@ -66,6 +66,9 @@ TIERS = ("S", "L")
 LLM_CLASSES = ("c1", "c2", "c3", "c4")  # tier L: one workers-llm process per class queue
 READY_POLL_S = 0.1
 SUPERVISE_POLL_S = 0.5
+# Every process restarts on its ports: the instance keeps them reserved (eventos.local.ports)
+# for as long as it runs, renewing well before a reservation would age out.
+PORTS_RENEW_S = RESERVED_S / 4
 
 
 class StackError(EventOSError):
@@ -116,6 +119,7 @@ class LocalStack:
     servers: list[SupervisedServer] = field(default_factory=list)
     _lock: PidLock = field(init=False)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _renew_at: float = field(default_factory=lambda: time.monotonic() + PORTS_RENEW_S)
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -446,6 +450,9 @@ class LocalStack:
     def check_children(self) -> None:
         """One supervision pass: the servers first (PostgreSQL before the tier L Temporal
         server, which keeps its databases there), then the services."""
+        if time.monotonic() >= self._renew_at:
+            renew(self.ports())
+            self._renew_at = time.monotonic() + PORTS_RENEW_S
         if self.heal_servers:
             for server in self.servers:
                 if self._stop.is_set():
@@ -466,6 +473,13 @@ class LocalStack:
                 self.say(f"last lines of {svc.log_path}:\n{svc.tail()}")
             elif svc.restarts.due(now):
                 self.restart_service(svc.name)
+
+    def ports(self) -> list[int]:
+        """Every port the instance's processes listen on."""
+        held = [p for s in self.servers for p in s.ports()]
+        for svc in self.services.values():
+            held += [svc.http_port, *([svc.grpc_port] if svc.grpc_port else [])]
+        return held
 
     def restart_service(self, name: str) -> None:
         """Stop `name` if it runs, start it again on the same ports."""

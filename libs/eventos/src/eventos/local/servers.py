@@ -36,6 +36,16 @@ class SupervisedServer:
         process = self.server.process
         return process.pid if process is not None else None
 
+    def ports(self) -> list[int]:
+        """Every port the server was given (its restarts listen on the same)."""
+        server = self.server
+        found = [server.port]
+        if isinstance(server, TemporalDevServer):
+            found += [server.http_port, server.metrics_port, server.ui_port]
+        elif isinstance(server, TemporalServer):
+            found += [server.http_port, server.metrics_port, *server.internal_ports.values()]
+        return [port for port in found if port]
+
     def exited(self) -> int | None:
         """The return code once the server's process has exited, else None."""
         process = self.server.process
