@@ -281,13 +281,14 @@ def hooks_consumed(owner: OwnerClient, hooks: int) -> bool:
 
 
 def post_hook(doc: dict[str, Any], event_id: str) -> bool:
-    """One webhook to hello; True once ingress accepted it."""
+    """One webhook to hello; True once ingress took it (a retry of one it took, whose answer
+    was lost, is a duplicate)."""
     try:
         answer = httpx.post(f"{doc['ingress_url']}/hooks/hello", json={"n": event_id},
                             headers={"X-Event-Id": event_id}, timeout=5)  # fmt: skip
     except httpx.HTTPError:
         return False
-    return answer.status_code == 200 and answer.json()["status"] == "accepted"
+    return answer.status_code == 200 and answer.json()["status"] in ("accepted", "duplicate")
 
 
 def chat(owner: OwnerClient, text: str) -> int | None:
