@@ -3,11 +3,12 @@
 Embedded PostgreSQL (unless EVENTOS_DATABASE_URL is set), the Temporal dev server with the
 tier S flags (unless TEMPORAL_ADDRESS is set), migrations, and the six services as child
 processes, each in its own process group and health-checked on /readyz before the instance
-says "ready"; while it runs, any of these processes that exits is started again on its state and
-ports (eventos.local.servers, eventos.local.restarts). At tier L (`make run TIER=L`, docs/tier-l.md) the Temporal server is the
-open-source one built by `make tools`, on the chart's configuration and databases `temporal`
-and `temporal_visibility` of the instance's PostgreSQL, and the LLM workers are one process per
-class (`LLM_CLASS=c1` … `c4`), as the chart deploys them. State lives under `.eventos/` of
+says "ready"; while it runs, any of these processes that exits is started again on its state
+and ports (eventos.local.servers, eventos.local.restarts). At tier L (`make run TIER=L`,
+docs/tier-l.md) the Temporal server is the open-source one built by `make tools`, on the
+chart's configuration and databases `temporal` and `temporal_visibility` of the instance's
+PostgreSQL, and the LLM workers are one process per class (`LLM_CLASS=c1` … `c4`), as the
+chart deploys them. State lives under `.eventos/` of
 the working directory: `stack.json` (every address, written once ready, removed on a clean
 stop), `pids.json` (what a later run stops after a crash), `admin-token`, `internal-token`,
 `outbox-keys`, `logs/`, `pg/`, `temporal/`,
