@@ -27,13 +27,15 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from eventos import names
 from eventos.client.owner_api import InstanceUnreachable, OwnerApiError, OwnerClient
 from eventos.local.processes import pid_alive
+from eventos.settings import CHART_VAR, TOOLS_BIN_VAR
 from eventos.testing import wait_for_sync
 from eventos.v1 import ingress_pb2, ingress_pb2_grpc
 
 # Whole stacks of processes on a small shared machine: a longer hang limit than the default.
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
 READY_S = 45.0
 STOP_S = 30.0
 AMBIENT = ("EVENTOS_DATABASE_URL", "TEMPORAL_ADDRESS", "EVENTOS_ADMIN_TOKEN", "EVENTOS_SECRETS_DIR")
@@ -64,14 +66,14 @@ class Run:
         self.seen_pids.update(self.children(doc))
         return doc
 
-    def ready(self) -> dict[str, Any]:
+    def ready(self, timeout: float = READY_S) -> dict[str, Any]:
         """stack.json written, and the summary printed (examples applied)."""
 
         def summary_printed() -> dict[str, Any] | None:
             doc = self.stack()
             return doc if doc is not None and "Try:" in self.log() else None
 
-        doc = wait_for_sync(summary_printed, timeout=READY_S, interval=0.2, what="ready")
+        doc = wait_for_sync(summary_printed, timeout=timeout, interval=0.2, what="ready")
         assert doc is not None
         return doc
 
@@ -86,11 +88,11 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., Run]]:
     runs: list[Run] = []
     env = {k: v for k, v in os.environ.items() if k not in AMBIENT}
 
-    def start(**extra_env: str) -> Run:
+    def start(*args: str, **extra_env: str) -> Run:
         output = tmp_path / f"localstack-{len(runs)}.out"
         with output.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "eventos.local", "--examples", str(EXAMPLES)],
+                [sys.executable, "-m", "eventos.local", "--examples", str(EXAMPLES), *args],
                 cwd=tmp_path,
                 env={**env, **extra_env},
                 stdout=out,
@@ -333,14 +335,22 @@ def restarted(run: Run, name: str, old_pid: int) -> dict[str, Any] | None:
     return doc if pid and pid != old_pid and pid_alive(pid) else None
 
 
+@pytest.mark.parametrize("tier", ["S", pytest.param("L", marks=pytest.mark.tier_l)])
 def test_heals_itself_when_its_servers_and_a_service_are_killed(
-    launch: Callable[..., Run],
+    launch: Callable[..., Run], tier: str
 ) -> None:
-    """SIGKILL the Temporal dev server, then PostgreSQL, then a service: each is started again
-    on its state and ports and said in the log, and without help an owner message sent during
-    or after each outage is answered and a webhook accepted then is consumed."""
-    run = launch()
-    doc = run.ready()
+    """SIGKILL the Temporal server (the dev server; at tier L the full one, its databases on
+    the instance's PostgreSQL), then PostgreSQL, then a service: each is started again on its
+    state and ports and said in the log, and without help an owner message sent during or after
+    each outage is answered and a webhook accepted then is consumed."""
+    if tier == "S":
+        run, server, worker = launch(), "Temporal dev server", "workers-llm"
+    else:
+        tools = {TOOLS_BIN_VAR: str(ROOT / ".tools" / "bin"),
+                 CHART_VAR: str(ROOT / "deploy" / "helm" / "eventos")}  # fmt: skip
+        run, server, worker = launch("--tier", "L", **tools), "Temporal server", "workers-llm-c1"
+    # Tier L sets up the server's two databases (64 shards) and starts nine processes.
+    doc = run.ready(READY_S if tier == "S" else HEAL_S)
     owner = OwnerClient(doc["ingress_url"], doc["admin_token"])
     temporal, database = doc["temporal"]["address"], doc["database"]["url"]
     # hello's supervisor runs as long as its generation: the same run must survive each kill.
@@ -349,12 +359,12 @@ def test_heals_itself_when_its_servers_and_a_service_are_killed(
     # The Temporal dev server: killed, the instance keeps taking work, then drains it.
     old = doc["pids"]["temporal"]
     os.kill(old, signal.SIGKILL)
-    said = f"Temporal dev server (pid {old}) was killed by SIGKILL; restart 1 in 1s"
+    said = f"{server} (pid {old}) was killed by SIGKILL; restart 1 in 1s"
     wait_for_sync(lambda: said in run.log(), timeout=30, what="the kill said")
     message = wait_for_sync(lambda: chat(owner, "while-temporal-is-down"), timeout=30)
     assert wait_for_sync(lambda: post_hook(doc, "heal-1"), timeout=30)
     doc = wait_for_sync(lambda: restarted(run, "temporal", old), timeout=HEAL_S, what="restart")
-    assert "Temporal dev server restarted (pid" in run.log()
+    assert f"{server} restarted (pid" in run.log()
     assert doc["temporal"]["address"] == temporal  # the same port
     reply = wait_for_sync(lambda: answered(owner, message), timeout=HEAL_S, what="reply")
     assert "while-temporal-is-down" in reply
@@ -376,11 +386,11 @@ def test_heals_itself_when_its_servers_and_a_service_are_killed(
     assert "after-postgres-died" in reply
     wait_for_sync(lambda: hooks_consumed(owner, 2), timeout=HEAL_S, what="hook consumed")
 
-    # A service, as before: the LLM worker.
-    old = doc["pids"]["workers-llm"]
+    # A service, as before: the LLM worker (at tier L the owner chat's class's).
+    old = doc["pids"][worker]
     os.kill(old, signal.SIGKILL)
-    doc = wait_for_sync(lambda: restarted(run, "workers-llm", old), timeout=HEAL_S)
-    assert f"workers-llm (pid {old}) was killed by SIGKILL; restart 1 in 1s" in run.log()
+    doc = wait_for_sync(lambda: restarted(run, worker, old), timeout=HEAL_S)
+    assert f"{worker} (pid {old}) was killed by SIGKILL; restart 1 in 1s" in run.log()
     message = wait_for_sync(lambda: chat(owner, "after-a-worker-died"), timeout=HEAL_S)
     reply = wait_for_sync(lambda: answered(owner, message), timeout=HEAL_S, what="reply")
     assert "after-a-worker-died" in reply
