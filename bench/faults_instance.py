@@ -2,9 +2,10 @@
 
 It is `make run`'s instance (eventos.local.instance.LocalStack): embedded PostgreSQL, the Temporal
 server of the tier (the dev server at tier S, the full server at tier L), the six services as
-processes, and the instance's own supervision, which restarts a service that exits. What that
-supervision leaves to the operator (PostgreSQL and Temporal exiting) the harness does the way a
-production deployment would: the server comes back on the same state and ports.
+processes, and the instance's own supervision, which restarts a service that exits. The
+instance would start PostgreSQL and Temporal again too; here the harness does (heal_servers off),
+to hold each outage for the length it chose, the way a production deployment would: the server
+comes back on the same state and ports.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ class Instance:
     def __post_init__(self) -> None:
         env = {k: v for k, v in {**os.environ, **self.env}.items() if k not in AMBIENT}
         self.stack = LocalStack(self.root, examples_dir=self.specs, tier=self.tier, env=env,
-                                ready_timeout_s=180.0, say=self.say)  # fmt: skip
+                                ready_timeout_s=180.0, say=self.say,
+                                heal_servers=False)  # fmt: skip
 
     def start(self) -> None:
         """Start everything (the specs applied and started) and its supervision."""

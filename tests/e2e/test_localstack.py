@@ -6,6 +6,7 @@ EVENTOS_DATABASE_URL and TEMPORAL_ADDRESS are dropped so the embedded path is wh
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -21,16 +22,20 @@ import grpc
 import httpx
 import pytest
 from conftest import E2E_TIMEOUT_S
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from eventos import names
+from eventos.client.owner_api import InstanceUnreachable, OwnerApiError, OwnerClient
 from eventos.local.processes import pid_alive
+from eventos.settings import CHART_VAR, TOOLS_BIN_VAR
 from eventos.testing import wait_for_sync
 from eventos.v1 import ingress_pb2, ingress_pb2_grpc
 
 # Whole stacks of processes on a small shared machine: a longer hang limit than the default.
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
 READY_S = 45.0
 STOP_S = 30.0
 AMBIENT = ("EVENTOS_DATABASE_URL", "TEMPORAL_ADDRESS", "EVENTOS_ADMIN_TOKEN", "EVENTOS_SECRETS_DIR")
@@ -61,14 +66,14 @@ class Run:
         self.seen_pids.update(self.children(doc))
         return doc
 
-    def ready(self) -> dict[str, Any]:
+    def ready(self, timeout: float = READY_S) -> dict[str, Any]:
         """stack.json written, and the summary printed (examples applied)."""
 
         def summary_printed() -> dict[str, Any] | None:
             doc = self.stack()
             return doc if doc is not None and "Try:" in self.log() else None
 
-        doc = wait_for_sync(summary_printed, timeout=READY_S, interval=0.2, what="ready")
+        doc = wait_for_sync(summary_printed, timeout=timeout, interval=0.2, what="ready")
         assert doc is not None
         return doc
 
@@ -83,11 +88,11 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., Run]]:
     runs: list[Run] = []
     env = {k: v for k, v in os.environ.items() if k not in AMBIENT}
 
-    def start(**extra_env: str) -> Run:
+    def start(*args: str, **extra_env: str) -> Run:
         output = tmp_path / f"localstack-{len(runs)}.out"
         with output.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "eventos.local", "--examples", str(EXAMPLES)],
+                [sys.executable, "-m", "eventos.local", "--examples", str(EXAMPLES), *args],
                 cwd=tmp_path,
                 env={**env, **extra_env},
                 stdout=out,
@@ -249,3 +254,148 @@ def test_a_service_that_cannot_start_stops_everything(launch: Callable[..., Run]
     assert "Try:" not in log
     assert running_in(run.root) == []
     assert not (run.root / ".eventos" / "stack.json").exists()
+
+
+# A server killed under `make run` comes back after its first back-off delay (1 s), then its
+# start; the services reconnect on their own retry clocks. Generous for a loaded shared machine.
+HEAL_S = 180.0
+
+
+def answered(owner: OwnerClient, message_id: int) -> str | None:
+    """The reply to an owner message once there is one (None meanwhile, or while unreachable)."""
+    try:
+        reply = owner.message("hello", message_id)["reply"]
+    except (InstanceUnreachable, OwnerApiError):
+        return None
+    return None if reply is None else str(reply)
+
+
+def hooks_consumed(owner: OwnerClient, hooks: int) -> bool:
+    """`hooks` webhooks routed to hello, none dead, and nothing of hello's waits any more."""
+    try:
+        accepted = owner.timeline("hello", kind="input.accepted", limit=200)["timeline"]
+        dead = owner.timeline("hello", kind="input.dead", limit=200)["timeline"]
+        waiting = owner.waiting("hello")["waiting"]
+    except (InstanceUnreachable, OwnerApiError):
+        return False
+    assert dead == [], dead
+    return sum("webhook" in e["summary"] for e in accepted) >= hooks and waiting == []
+
+
+def post_hook(doc: dict[str, Any], event_id: str) -> bool:
+    """One webhook to hello; True once ingress took it (a retry of one it took, whose answer
+    was lost, is a duplicate)."""
+    try:
+        answer = httpx.post(f"{doc['ingress_url']}/hooks/hello", json={"n": event_id},
+                            headers={"X-Event-Id": event_id}, timeout=5)  # fmt: skip
+    except httpx.HTTPError:
+        return False
+    return answer.status_code == 200 and answer.json()["status"] in ("accepted", "duplicate")
+
+
+def chat(owner: OwnerClient, text: str) -> int | None:
+    """Queue an owner message to hello; its id once ingress took it."""
+    try:
+        return int(owner.chat("hello", text, f"heal-{text}")["message_id"])
+    except (InstanceUnreachable, OwnerApiError):
+        return None
+
+
+def current_run(address: str, workflow_id: str) -> dict[str, str]:
+    """The workflow's running run: {workflow id: run id}."""
+
+    async def described() -> dict[str, str]:
+        client = await Client.connect(address, namespace="default")
+        found = await client.get_workflow_handle(workflow_id).describe()
+        assert found.status == WorkflowExecutionStatus.RUNNING, found.status
+        return {workflow_id: found.run_id}
+
+    return asyncio.run(described())
+
+
+def still_running(address: str, runs: dict[str, str]) -> dict[str, str]:
+    """The workflow ids among `runs` no longer running the same run."""
+
+    async def described() -> dict[str, str]:
+        client = await Client.connect(address, namespace="default")
+        lost = {}
+        for workflow_id, run_id in runs.items():
+            found = await client.get_workflow_handle(workflow_id).describe()
+            if found.status != WorkflowExecutionStatus.RUNNING or found.run_id != run_id:
+                lost[workflow_id] = f"{found.status} {found.run_id}"
+        return lost
+
+    return asyncio.run(described())
+
+
+def restarted(run: Run, name: str, old_pid: int) -> dict[str, Any] | None:
+    """stack.json once it names another live process for `name` than `old_pid`."""
+    doc = run.stack()
+    pid = doc["pids"].get(name) if doc is not None else None
+    return doc if pid and pid != old_pid and pid_alive(pid) else None
+
+
+@pytest.mark.parametrize("tier", ["S", pytest.param("L", marks=pytest.mark.tier_l)])
+def test_heals_itself_when_its_servers_and_a_service_are_killed(
+    launch: Callable[..., Run], tier: str
+) -> None:
+    """SIGKILL the Temporal server (the dev server; at tier L the full one, its databases on
+    the instance's PostgreSQL), then PostgreSQL, then a service: each is started again on its
+    state and ports and said in the log, and without help an owner message sent during or after
+    each outage is answered and a webhook accepted then is consumed."""
+    if tier == "S":
+        run, server, worker = launch(), "Temporal dev server", "workers-llm"
+    else:
+        tools = {TOOLS_BIN_VAR: str(ROOT / ".tools" / "bin"),
+                 CHART_VAR: str(ROOT / "deploy" / "helm" / "eventos")}  # fmt: skip
+        run, server, worker = launch("--tier", "L", **tools), "Temporal server", "workers-llm-c1"
+    # Tier L sets up the server's two databases (64 shards) and starts nine processes.
+    doc = run.ready(READY_S if tier == "S" else HEAL_S)
+    owner = OwnerClient(doc["ingress_url"], doc["admin_token"])
+    temporal, database = doc["temporal"]["address"], doc["database"]["url"]
+    # hello's supervisor runs as long as its generation: the same run must survive each kill.
+    runs = current_run(temporal, names.supervisor_id("hello", 1))
+
+    # The Temporal dev server: killed, the instance keeps taking work, then drains it.
+    old = doc["pids"]["temporal"]
+    os.kill(old, signal.SIGKILL)
+    said = f"{server} (pid {old}) was killed by SIGKILL; restart 1 in 1s"
+    wait_for_sync(lambda: said in run.log(), timeout=30, what="the kill said")
+    message = wait_for_sync(lambda: chat(owner, "while-temporal-is-down"), timeout=30)
+    assert wait_for_sync(lambda: post_hook(doc, "heal-1"), timeout=30)
+    doc = wait_for_sync(lambda: restarted(run, "temporal", old), timeout=HEAL_S, what="restart")
+    assert f"{server} restarted (pid" in run.log()
+    assert doc["temporal"]["address"] == temporal  # the same port
+    reply = wait_for_sync(lambda: answered(owner, message), timeout=HEAL_S, what="reply")
+    assert "while-temporal-is-down" in reply
+    wait_for_sync(lambda: hooks_consumed(owner, 1), timeout=HEAL_S, what="hook consumed")
+    # Its SQLite file kept its state: the supervisor of before runs on.
+    assert still_running(temporal, runs) == {}
+
+    # PostgreSQL: killed with its lock file left behind; back on the same data and port.
+    old = doc["pids"]["postgres"]
+    os.kill(old, signal.SIGKILL)
+    said = f"PostgreSQL (pid {old}) was killed by SIGKILL; restart 1 in 1s"
+    wait_for_sync(lambda: said in run.log(), timeout=30, what="the kill said")
+    doc = wait_for_sync(lambda: restarted(run, "postgres", old), timeout=HEAL_S, what="restart")
+    assert "PostgreSQL restarted (pid" in run.log()
+    assert doc["database"]["url"] == database
+    assert wait_for_sync(lambda: post_hook(doc, "heal-2"), timeout=HEAL_S, what="hook taken")
+    message = wait_for_sync(lambda: chat(owner, "after-postgres-died"), timeout=HEAL_S)
+    reply = wait_for_sync(lambda: answered(owner, message), timeout=HEAL_S, what="reply")
+    assert "after-postgres-died" in reply
+    wait_for_sync(lambda: hooks_consumed(owner, 2), timeout=HEAL_S, what="hook consumed")
+
+    # A service, as before: the LLM worker (at tier L the owner chat's class's).
+    old = doc["pids"][worker]
+    os.kill(old, signal.SIGKILL)
+    doc = wait_for_sync(lambda: restarted(run, worker, old), timeout=HEAL_S)
+    assert f"{worker} (pid {old}) was killed by SIGKILL; restart 1 in 1s" in run.log()
+    message = wait_for_sync(lambda: chat(owner, "after-a-worker-died"), timeout=HEAL_S)
+    reply = wait_for_sync(lambda: answered(owner, message), timeout=HEAL_S, what="reply")
+    assert "after-a-worker-died" in reply
+    assert still_running(temporal, runs) == {}
+
+    run.process.send_signal(signal.SIGINT)
+    assert run.process.wait(STOP_S) == 0, run.log()
+    wait_for_sync(all_gone(run.children(doc)), timeout=STOP_S, what="every child gone")

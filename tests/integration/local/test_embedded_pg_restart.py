@@ -1,4 +1,5 @@
-"""The embedded server restarted from a thread while other threads run (the fault run's bug).
+"""The embedded server started again: from a thread while other threads run (the fault run's
+bug), and after a SIGKILL (what `make run`'s supervision does, on its data and port).
 
 The fault run restarts PostgreSQL from its schedule thread while the load's threads run. The
 server was spawned as the service user by changing credentials between fork and exec of that
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import os
 import pwd
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -64,3 +67,37 @@ def test_a_server_restarted_from_a_thread_among_busy_threads_comes_back(tmp_path
     finally:
         stop.set()
         pg.stop()
+
+
+def test_a_killed_server_starts_again_on_its_data_and_port(tmp_path: Path) -> None:
+    """A SIGKILL leaves postmaster.pid behind and a connected backend orphaned. Here the dead
+    server's pid has since been taken by another process (a live stranger named in the lock
+    file): that process is left alone, and the server starts on its data and port again."""
+    pg = EmbeddedPostgres(tmp_path / "pg", durable=True)
+    pg.start()
+    stranger = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        with psycopg.connect(pg.url(), autocommit=True) as conn:
+            conn.execute("CREATE TABLE kept (n int)")
+            conn.execute("INSERT INTO kept VALUES (7)")
+        orphan = psycopg.connect(pg.url(), autocommit=True)  # its backend outlives the kill
+        assert pg.process is not None
+        port, killed = pg.port, pg.process.pid
+        pg.process.kill()
+        pg.process.wait(30)
+        lock = pg.pgdata / "postmaster.pid"
+        lines = lock.read_text().splitlines()
+        assert lines[0] == str(killed)
+        lock.write_text("\n".join([str(stranger.pid), *lines[1:]]) + "\n")
+
+        pg.start()
+        assert pg.port == port and pg.process.pid != killed
+        assert stranger.poll() is None, "a process that is no server of ours was signalled"
+        with psycopg.connect(pg.url(), connect_timeout=10) as conn:
+            assert conn.execute("SELECT n FROM kept").fetchall() == [(7,)]
+        orphan.close()
+    finally:
+        pg.stop()
+        stranger.kill()
+        stranger.wait()

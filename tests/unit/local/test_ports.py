@@ -38,3 +38,12 @@ def test_an_aged_reservation_is_taken_over_once(own_reservations: Path) -> None:
     assert ports.reserve(12345, now=later)
     assert not ports.reserve(12345)  # the taker's reservation is fresh again
     assert sorted(os.listdir(own_reservations)) == ["12345"]
+
+
+def test_a_renewed_reservation_is_held_past_its_hour() -> None:
+    """`make run` runs for days and restarts its processes on their ports: it renews them."""
+    assert ports.reserve(23456)
+    later = time.time() + ports.RESERVED_S + 1
+    ports.renew([23456, 23457], now=later - 60)  # 23457 had none: reserved from then
+    assert not ports.reserve(23456, now=later)
+    assert not ports.reserve(23457, now=later)

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from eventos.local import ports
 from eventos.local.instance import LocalStack, StackError
 from eventos.local.processes import LockHeld, PidLock, Recorded, pid_alive, stop_groups
+from eventos.local.restarts import Restarts, exit_text
 from eventos.local.service_process import ServiceProcess
 from eventos.testing import wait_for_sync
 
@@ -86,19 +88,60 @@ def test_a_second_instance_on_the_same_folder_is_refused(tmp_path: Path) -> None
         running.release()
 
 
-@pytest.mark.parametrize(("ran_s", "restarts", "delay_s"), [(1.0, 5, 30.0), (120.0, 5, 1.0)])
+@pytest.mark.parametrize(
+    ("ran_s", "restarts", "delay_s", "attempt"), [(1.0, 5, 30.0, 6), (120.0, 5, 1.0, 1)]
+)
 def test_the_restart_delay_grows_only_while_a_service_keeps_exiting_soon_after_its_start(
-    tmp_path: Path, ran_s: float, restarts: int, delay_s: float
+    tmp_path: Path, ran_s: float, restarts: int, delay_s: float, attempt: int
 ) -> None:
     """A crash loop backs off up to 30 s; a service killed after a minute of work comes back
     after 1 s however often it was restarted before (the fault run kills each many times)."""
     said: list[str] = []
     stack = LocalStack(tmp_path, say=said.append)
-    svc = ServiceProcess("router", 1, None, tmp_path / "router.log", restarts=restarts)
+    svc = ServiceProcess("router", 1, None, tmp_path / "router.log", restarts=Restarts(restarts))
     svc.process = subprocess.Popen([sys.executable, "-c", "pass"])
     svc.process.wait()
     stack.services["router"] = svc
     svc.started_at = time.monotonic() - ran_s
     stack.check_children()
-    assert svc.restart_at - time.monotonic() == pytest.approx(delay_s, abs=0.5)
-    assert f"router exited with code 0; restarting in {delay_s:g}s" in said
+    assert svc.restarts.due_at - time.monotonic() == pytest.approx(delay_s, abs=0.5)
+    assert f"router (pid {svc.pid}) exited with code 0; restart {attempt} in {delay_s:g}s" in said
+
+
+@pytest.mark.parametrize(
+    ("returncode", "said"),
+    [(0, "exited with code 0"), (3, "exited with code 3"), (-9, "was killed by SIGKILL"),
+     (-15, "was killed by SIGTERM"), (-200, "was killed by signal 200")],
+)  # fmt: skip
+def test_an_exit_is_said_with_its_code_or_signal(returncode: int, said: str) -> None:
+    assert exit_text(returncode) == said
+
+
+def test_a_running_instance_renews_its_ports_reservations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ports, "RESERVATIONS", tmp_path / "reservations")
+    stack = LocalStack(tmp_path, say=lambda line: None)
+    svc = ServiceProcess("router", 23456, 23457, tmp_path / "router.log")
+    svc.process = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                                   stdin=subprocess.PIPE)  # fmt: skip
+    stack.services["router"] = svc
+    aged = time.time() - ports.RESERVED_S + 60  # a minute before another picker may take them
+    reservations = [ports.RESERVATIONS / str(port) for port in (23456, 23457)]
+
+    def stamps() -> list[float]:
+        return [path.stat().st_mtime for path in reservations]
+
+    try:
+        assert stack.ports() == [23456, 23457]
+        for path in reservations:
+            assert ports.reserve(int(path.name))
+            os.utime(path, (aged, aged))
+        stack.check_children()  # not due yet
+        assert stamps() == [aged, aged]
+        monkeypatch.setattr(stack, "_renew_at", 0.0)
+        stack.check_children()
+        assert all(stamp > aged + ports.RESERVED_S / 2 for stamp in stamps())
+    finally:
+        svc.process.kill()
+        svc.process.wait()

@@ -28,7 +28,7 @@ from pathlib import Path
 import psycopg
 
 from eventos.local.ports import free_port
-from eventos.local.processes import pid_alive
+from eventos.local.processes import cmdline, pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,8 @@ class EmbeddedPostgres:
         subprocess.run(self._spawned(args), check=True, capture_output=True, close_fds=False)
 
     def stop_leftover(self) -> None:
-        """Stop a server a crashed run left on this data directory."""
+        """Stop a server a crashed run left on this data directory; forget a lock file whose
+        server is gone and whose pid another process has taken since."""
         pidfile = self.pgdata / "postmaster.pid"
         if not pidfile.exists():
             return
@@ -139,6 +140,14 @@ class EmbeddedPostgres:
         except (ValueError, IndexError):
             return
         if not pid_alive(pid):
+            return  # a stale lock file: PostgreSQL replaces it itself
+        if str(self.pgdata) not in cmdline(pid):
+            # The server was killed and its pid reused: this process is no server of ours, and
+            # PostgreSQL would take it for one still running here and refuse to start. Its
+            # shared memory is checked by its key, not through this file, so an old backend
+            # still attached keeps the new server from starting all the same.
+            log.warning("removing a stale %s (pid %d is no PostgreSQL of it now)", pidfile, pid)
+            pidfile.unlink(missing_ok=True)
             return
         log.warning("stopping a leftover PostgreSQL (pid %d) on %s", pid, self.pgdata)
         os.kill(pid, signal.SIGINT)

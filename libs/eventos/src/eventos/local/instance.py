@@ -3,10 +3,12 @@
 Embedded PostgreSQL (unless EVENTOS_DATABASE_URL is set), the Temporal dev server with the
 tier S flags (unless TEMPORAL_ADDRESS is set), migrations, and the six services as child
 processes, each in its own process group and health-checked on /readyz before the instance
-says "ready". At tier L (`make run TIER=L`, docs/tier-l.md) the Temporal server is the
-open-source one built by `make tools`, on the chart's configuration and databases `temporal`
-and `temporal_visibility` of the instance's PostgreSQL, and the LLM workers are one process per
-class (`LLM_CLASS=c1` … `c4`), as the chart deploys them. State lives under `.eventos/` of
+says "ready"; while it runs, any of these processes that exits is started again on its state
+and ports (eventos.local.servers, eventos.local.restarts). At tier L (`make run TIER=L`,
+docs/tier-l.md) the Temporal server is the open-source one built by `make tools`, on the
+chart's configuration and databases `temporal` and `temporal_visibility` of the instance's
+PostgreSQL, and the LLM workers are one process per class (`LLM_CLASS=c1` … `c4`), as the
+chart deploys them. State lives under `.eventos/` of
 the working directory: `stack.json` (every address, written once ready, removed on a clean
 stop), `pids.json` (what a later run stops after a crash), `admin-token`, `internal-token`,
 `outbox-keys`, `logs/`, `pg/`, `temporal/`,
@@ -43,8 +45,10 @@ from eventos.db.migrate import Migration, migrate
 from eventos.errors import EventOSError
 from eventos.local.embedded_pg import EmbeddedPostgres
 from eventos.local.examples import EXAMPLE_OPERATOR_ENV, ExampleOutcome, apply_examples
-from eventos.local.ports import free_port
+from eventos.local.ports import RESERVED_S, free_port, renew
 from eventos.local.processes import LockHeld, PidLock, Recorded, stop_groups
+from eventos.local.restarts import exit_text
+from eventos.local.servers import SupervisedServer
 from eventos.local.service_process import HOST, ServiceProcess
 from eventos.local.temporal_dev import TemporalDevServer
 from eventos.local.temporal_server import TemporalServer
@@ -62,12 +66,11 @@ GRPC_SERVICES = frozenset({"ingress", "router", "relay"})
 KICKS = {"ingress": "router", "router": "relay"}
 TIERS = ("S", "L")
 LLM_CLASSES = ("c1", "c2", "c3", "c4")  # tier L: one workers-llm process per class queue
-RESTART_BACKOFF_MAX_S = 30.0
-# A service that ran this long before it exited is not crash-looping: it restarts after the first
-# delay again (Kubernetes resets its back-off the same way, after a run of 10 minutes).
-RESTART_BACKOFF_RESET_S = 2 * RESTART_BACKOFF_MAX_S
 READY_POLL_S = 0.1
 SUPERVISE_POLL_S = 0.5
+# Every process restarts on its ports: the instance keeps them reserved (eventos.local.ports)
+# for as long as it runs, renewing well before a reservation would age out.
+PORTS_RENEW_S = RESERVED_S / 4
 
 
 class StackError(EventOSError):
@@ -112,9 +115,13 @@ class LocalStack:
     employees: list[ExampleOutcome] = field(default_factory=list)
     postgres: EmbeddedPostgres | None = None
     temporal: TemporalDevServer | TemporalServer | None = None
+    # Start PostgreSQL and Temporal again when they exit (a fault harness that stops and starts
+    # them itself, for outages of a chosen length, turns this off).
+    heal_servers: bool = True
+    servers: list[SupervisedServer] = field(default_factory=list)
     _lock: PidLock = field(init=False)
     _stop: threading.Event = field(default_factory=threading.Event)
-    _warned: set[str] = field(default_factory=set)
+    _renew_at: float = field(default_factory=lambda: time.monotonic() + PORTS_RENEW_S)
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -212,6 +219,7 @@ class LocalStack:
         self.say(f"starting PostgreSQL (embedded, data in {STATE_DIR}/pg) …")
         self.postgres = EmbeddedPostgres(self.state_dir / "pg", durable=True)
         self.postgres.start()
+        self.servers.append(SupervisedServer("PostgreSQL", self.postgres, self.say))
         self.database_url = self.postgres.ensure_database(DATABASE)
         self._link_log("postgres", self.postgres.log_path)
 
@@ -240,6 +248,8 @@ class LocalStack:
                 self.state_dir / "temporal", namespace=self.temporal_namespace
             )
         self.temporal.start()
+        label = "Temporal server" if self.tier == "L" else "Temporal dev server"
+        self.servers.append(SupervisedServer(label, self.temporal, self.say))
         self.temporal_address = self.temporal.address
         self._link_log("temporal", self.temporal.log_path)
 
@@ -433,44 +443,56 @@ class LocalStack:
     # -- run -----------------------------------------------------------------------------
 
     def supervise(self) -> None:
-        """Until a stop is requested, restart any service that exits, with a delay that grows
-        while it keeps exiting within a minute of its start."""
+        """Until a stop is requested, start again any process of the instance that exits
+        (PostgreSQL, Temporal, a service), with a delay that grows while it keeps exiting
+        within a minute of its start."""
         while not self._stop.wait(SUPERVISE_POLL_S):
             self.check_children()
 
     def check_children(self) -> None:
-        """One supervision pass."""
+        """One supervision pass: the servers first (PostgreSQL before the tier L Temporal
+        server, which keeps its databases there), then the services."""
+        if time.monotonic() >= self._renew_at:
+            renew(self.ports())
+            self._renew_at = time.monotonic() + PORTS_RENEW_S
+        if self.heal_servers:
+            for server in self.servers:
+                if self._stop.is_set():
+                    return
+                if server.check(time.monotonic()):
+                    self._write_stack()
         now = time.monotonic()
         for svc in self.services.values():
             code = svc.exit_code()
             if code is None:
                 continue
-            if not svc.restart_at:
-                if now - svc.started_at >= RESTART_BACKOFF_RESET_S:
-                    svc.restarts = 0
-                delay = min(RESTART_BACKOFF_MAX_S, 2.0**svc.restarts)
-                svc.restart_at = now + delay
-                self.say(f"{svc.name} exited with code {code}; restarting in {delay:g}s")
+            if not svc.restarts.planned:
+                delay = svc.restarts.plan(now - svc.started_at, now)
+                self.say(
+                    f"{svc.name} (pid {svc.pid}) {exit_text(code)}; "
+                    f"restart {svc.restarts.count + 1} in {delay:g}s"
+                )
                 self.say(f"last lines of {svc.log_path}:\n{svc.tail()}")
-            elif now >= svc.restart_at:
+            elif svc.restarts.due(now):
                 self.restart_service(svc.name)
-        for label, server in (("PostgreSQL", self.postgres), ("Temporal", self.temporal)):
-            process = server.process if server is not None else None
-            if process is not None and process.poll() is not None and label not in self._warned:
-                self._warned.add(label)
-                self.say(f"{label} exited with code {process.returncode}; Ctrl-C and `make run`")
+
+    def ports(self) -> list[int]:
+        """Every port the instance's processes listen on."""
+        held = [p for s in self.servers for p in s.ports()]
+        for svc in self.services.values():
+            held += [svc.http_port, *([svc.grpc_port] if svc.grpc_port else [])]
+        return held
 
     def restart_service(self, name: str) -> None:
         """Stop `name` if it runs, start it again on the same ports."""
         svc = self.services[name]
         if svc.exit_code() is None and svc.pid is not None:
             stop_groups([svc.pid], self.stop_timeout_s)
-        svc.restarts += 1
-        svc.restart_at = 0.0
+        attempt = svc.restarts.begin()
         svc.spawn(self.service_env(), self.root)
         self._write_pids()
         self._write_stack()
-        self.say(f"{name} restarted (pid {svc.pid})")
+        self.say(f"{name} restarted (pid {svc.pid}, restart {attempt})")
 
     # -- stop ----------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import random
 import socket
 import tempfile
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
 # The kernel hands outgoing connections local ports from this range (Linux's default when the
@@ -23,7 +23,8 @@ PICK_ATTEMPTS = 64
 # `make run`) skips a port another picker reserved, free or not, until the reservation ages out.
 # Without it two pickers could both find a port free in the moment before either server binds
 # it, and one server fails "Address already in use" (seen with several test sessions at once).
-# An hour covers a stack's life: its services restart on the same ports after a kill.
+# An hour covers a test stack's life; `make run`, which may run for days and restarts every
+# process on the same ports, renews its reservations as it goes (renew).
 RESERVATIONS = Path(tempfile.gettempdir()) / f"eventos-ports-{os.getuid()}"
 RESERVED_S = 3600.0
 
@@ -84,3 +85,14 @@ def reserve(port: int, now: float | None = None) -> bool:
         for stale in RESERVATIONS.glob(f"{port}.stale.*"):
             stale.unlink(missing_ok=True)
     return False
+
+
+def renew(held: Iterable[int], now: float | None = None) -> None:
+    """Reserve the ports a running instance holds for another RESERVED_S from `now` (its
+    processes restart on them, however long it runs)."""
+    RESERVATIONS.mkdir(mode=0o700, exist_ok=True)
+    stamp = time.time() if now is None else now
+    for port in held:
+        path = RESERVATIONS / str(port)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        os.utime(path, (stamp, stamp))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from eventos.local.processes import Recorded
+from eventos.local.restarts import Restarts
 
 HOST = "127.0.0.1"
 LOG_TAIL_LINES = 40
@@ -28,8 +29,7 @@ class ServiceProcess:
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     recorded: Recorded | None = None
     log_offset: int = 0
-    restarts: int = 0
-    restart_at: float = 0.0
+    restarts: Restarts = field(default_factory=Restarts)
     started_at: float = 0.0  # time.monotonic() of the last spawn
     # The service this process runs when its name is not one (workers-llm-c1 runs
     # workers-llm), and the settings of this process alone (LLM_CLASS).
