@@ -18,7 +18,7 @@ from eventos.local.restarts import Restarts, exit_text
 from eventos.local.service_process import ServiceProcess
 from eventos.testing import wait_for_sync
 
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
 STUBBORN = [
     sys.executable,
     "-c",
@@ -46,6 +46,9 @@ def test_a_recorded_child_is_ours_only_while_it_runs_what_we_started(
     spawned: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
     pid = spawn(spawned, SLEEPER, tmp_path)
+    # Popen returns before the child has exec'd: until then its command line is ours (pytest's).
+    stdout = spawned[0].stdout
+    assert stdout is not None and stdout.readline() == b"up\n"
     assert Recorded(pid, " ".join(SLEEPER), str(tmp_path)).still_ours()
     assert not Recorded(pid, "something else", str(tmp_path)).still_ours()
     if Path("/proc/self").exists():
