@@ -57,7 +57,9 @@ async def test_a_record_the_database_refuses_fails_the_turn_with_its_reason(
     turns = await query(instance.pool, "SELECT status, error FROM turns ORDER BY n")
     assert [t["status"] for t in turns] == ["failed", "failed"]
     for t in turns:
-        assert t["error"] == "the database refused a record: unstorable (23514)"
+        assert t["error"] == (
+            "invalid_request: RecordRefused: the database refused a record: unstorable (23514)"
+        )  # category, type, the refusal's reason
         assert "poison" not in t["error"]  # the reason, never the row
     (delivery,) = await query(instance.pool, "SELECT status, reason FROM bus_deliveries")
     assert delivery["status"] == "dead"

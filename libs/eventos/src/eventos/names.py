@@ -506,7 +506,8 @@ TIMELINE_RETENTION_DAYS: Final = 30
 TIMELINE_KINDS: Final = {
     "input": ("input.accepted", "input.routed", "input.delivered", "input.pending", "input.dead",
               "input.skipped"),
-    "turn": ("turn.started", "turn.done", "turn.failed", "turn.cancelled", "turn.interrupted"),
+    "turn": ("turn.started", "turn.parked", "turn.done", "turn.failed", "turn.cancelled",
+             "turn.interrupted"),
     "reply": ("reply.queued", "reply.held", "reply.sent", "reply.failed", "reply.unknown",
               "reply.expired"),
     "alarm": ("alarm.set", "alarm.fired", "alarm.missed", "alarm.cancelled"),

@@ -219,12 +219,15 @@ async def suspend(conn: Conn, cfg: SchedConfig, req: SuspendTurn) -> list[str]:
             return []  # already suspended (a retried activity)
         if req.reason.startswith(names.PARKED):
             await conn.execute(Q["turn_parked"], {"turn_id": req.turn_id})
+            await conn.execute(Q["timeline_turn_parked"], {"turn_id": req.turn_id,
+                                                           "error": req.detail[:500]})  # fmt: skip
             PARKED_TURNS.labels(req.reason.split(":", 1)[-1].strip()).inc()
+            cause = f" ({req.detail})" if req.detail else ""  # eventos.failures: bounded
             await conn.execute(Q["attention_raise"], {
                 "employee": req.employee, "kind": names.ATTENTION_PARKED_TURN,
                 "severity": "warning", "ref": req.turn_id,
-                "detail": f"{req.reason}: the turn waits (no slot held), probing every 15 "
-                "minutes; Resume, a top-up or a fixed key release it",
+                "detail": (f"{req.reason}{cause}: the turn waits (no slot held), probing every "
+                           "15 minutes; Resume, a top-up or a fixed key release it")[:1000],
             })  # fmt: skip
         _, wake = await _serve(conn, cfg)
     return wake

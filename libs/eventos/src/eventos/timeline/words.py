@@ -66,6 +66,8 @@ def _turn(kind: str, d: dict[str, Any]) -> str:
         waited = d.get("waited_s")
         wait = f", waited {float(waited):.1f} s for a slot" if waited else ""
         return f"turn {n} started (C{d.get('class')}, {inputs}{wait})"
+    if kind == "turn.parked":
+        return f"turn {n} parked: {d.get('error') or 'a failure that may clear'}"
     steps = _plural(int(d.get("steps") or 0), "step")
     cost = f"{_plural(int(d.get('tokens') or 0), 'token')}, ${float(d.get('usd') or 0):.4f}"
     if kind == "turn.done":
