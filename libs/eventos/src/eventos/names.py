@@ -520,7 +520,8 @@ TIMELINE_KINDS: Final = {
 # retention.
 OPERATOR_EVENTS_RETENTION_DAYS: Final = 7
 OPERATOR_EVENT_KINDS: Final = {
-    "turn": ("turn.started", "turn.done", "turn.failed", "turn.cancelled", "turn.interrupted"),
+    "turn": ("turn.started", "turn.parked", "turn.done", "turn.failed", "turn.cancelled",
+             "turn.interrupted"),
     "outbox": ("outbox.queued", "outbox.held", "outbox.sent", "outbox.failed", "outbox.unknown",
                "outbox.expired"),
     "dead_letter": ("dead_letter.added",),
