@@ -112,6 +112,22 @@ def test_the_message_loses_credentials_and_quoted_content_and_is_bounded() -> No
     assert len(failures.reason(ApplicationError("y " * 5000, type="Boom"), 120)) <= 120
 
 
+@pytest.mark.parametrize(
+    ("stored", "label"),
+    [
+        ("rate: ProviderRateLimited: HTTP 429 (requests) from the provider", "rate"),
+        ("parked for 7 days (parked: ProviderAuthError): auth: ProviderAuthError: HTTP 401", "auth"),
+        ("invalid_request: RecordRefused: the database refused a record: x (23514)",
+         "invalid_request"),
+        ("entity cancelled", "other"),
+        ("a customer wrote 'rate: high' to us", "other"),
+        (None, "other"),
+    ],
+)  # fmt: skip
+def test_a_stored_cause_names_its_category_for_a_metric(stored: str | None, label: str) -> None:
+    assert failures.category_in(stored) == label
+
+
 def test_a_message_that_names_its_type_says_it_once() -> None:
     err = ApplicationError(
         "ProviderAuthError: HTTP 401 from the provider", type="ProviderAuthError"

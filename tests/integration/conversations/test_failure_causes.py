@@ -12,6 +12,7 @@ from typing import Any, cast
 import pytest
 from conftest import ADMIN_TOKEN
 from fake_openai import KEY, Answer, FakeOpenAI
+from metrics_table import sample
 from test_budget import chat
 from test_parking import fake, llm_endpoints, on, parked  # noqa: F401 (fixtures)
 from test_router import query
@@ -20,6 +21,7 @@ from test_turns import Instance, instance  # noqa: F401 (`instance` is a fixture
 
 from eventos import names
 from eventos.cli import main
+from eventos.runtime.metrics import TURN_FAILURES
 from eventos.testing import wait_for
 
 SECRET_TEXT = "my locker code is zebra-4471"  # what the owner wrote; the fake's error quotes it
@@ -91,8 +93,10 @@ async def test_a_failing_model_says_its_category_and_status_everywhere(
     await applied(instance, name, "start")
     no_retry = Answer(status=status, headers={"x-should-retry": "false"})
     fake.queue(no_retry, no_retry)
+    failed_before = sample(TURN_FAILURES, reason=category)
     await chat(instance, name, SECRET_TEXT)
     (delivery,) = await dead_lettered(instance, name)
+    assert sample(TURN_FAILURES, reason=category) == failed_before + 2  # the category alone
     cause = f"{category}: {kind}: HTTP {status}"
     assert delivery["reason"].startswith(f"turn_failed: {cause}")
     turns = await query(instance.pool, "SELECT error FROM turns WHERE employee = %s", name)

@@ -90,6 +90,8 @@ RPC_CATEGORIES: Final[dict[RPCStatusCode, str]] = {
     RPCStatusCode.OUT_OF_RANGE: INVALID_REQUEST,
 }
 
+# A stored cause starts with its category; a park that ran out names it after its reason.
+_CATEGORY_IN = re.compile(rf"(?:^|\): )({'|'.join(CATEGORIES)}): ")
 _LONG_QUOTE = re.compile(rf"'[^'\n]{{{QUOTE_MAX + 1},}}'|\"[^\"\n]{{{QUOTE_MAX + 1},}}\"")
 _SPACE = re.compile(r"\s+")
 
@@ -181,6 +183,13 @@ def describe(exc: BaseException) -> Failure:
     """The failure of `exc` by its innermost cause."""
     cause = innermost(exc)
     return Failure(type_of(cause), category_of(cause), clean(message_of(cause)))
+
+
+def category_in(text: str | None) -> str:
+    """The category a recorded cause names (`<category>: …` at its start, or after a park's
+    reason), else `other`: a metric's label from a stored reason, never its message."""
+    found = _CATEGORY_IN.search(text or "")
+    return found.group(1) if found else "other"
 
 
 def reason(exc: BaseException, limit: int = 500) -> str:

@@ -14,12 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eventos import names
+from eventos import failures, names
 from eventos.contracts import Admission, AdmitRequest, SuspendTurn
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.health import intensity
-from eventos.runtime.metrics import ADMISSION_WAIT, PARKED_TURNS, TURN_DURATION, class_label
+from eventos.runtime.metrics import (
+    ADMISSION_WAIT,
+    PARKED_TURNS,
+    TURN_DURATION,
+    TURN_FAILURES,
+    class_label,
+)
 from eventos.scheduling import policy
 from eventos.scheduling.policy import Load, SchedConfig, Waiter
 
@@ -204,6 +210,8 @@ async def release(conn: Conn, cfg: SchedConfig, tid: str, status: str,
     if changed and timing is not None:  # once per turn: a repeated release changes nothing
         labels = (class_label(int(timing["class"])), str(timing["status"]))
         TURN_DURATION.labels(*labels).observe(max(float(timing["duration_s"]), 0.0))
+        if status == names.TURN_FAILED:
+            TURN_FAILURES.labels(failures.category_in(error)).inc()
     return changed, wake
 
 
