@@ -90,6 +90,7 @@ async def save_attempts(inst: Instance) -> list[int]:
 
 async def test_a_tool_call_the_database_refuses_tells_the_model_a_short_reason(
     instance: Instance,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     name = f"k{uuid.uuid4().hex[:8]}"
     spec = local_spec(name, "    - {kind: chat}\n").replace(
@@ -111,3 +112,6 @@ async def test_a_tool_call_the_database_refuses_tells_the_model_a_short_reason(
         assert "violates" not in text and "23514" not in text
     # A transactional call's record rolls back with its refused write: nothing half-done.
     assert await query(instance.pool, "SELECT key FROM data_records") == []
+    # The operator's log names the cause's category and type (issue 26), never the row.
+    logged = [r.getMessage() for r in caplog.records if r.name == "eventos.tools.activity"]
+    assert logged and all(": invalid_request: CheckViolation (SQLSTATE 23514)" in m for m in logged)
