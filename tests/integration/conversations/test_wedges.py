@@ -112,6 +112,13 @@ async def test_a_tool_call_the_database_refuses_tells_the_model_a_short_reason(
         assert "violates" not in text and "23514" not in text
     # A transactional call's record rolls back with its refused write: nothing half-done.
     assert await query(instance.pool, "SELECT key FROM data_records") == []
+    # The timeline says the call failed and why (issue 26): category and type, never the row.
+    q = "SELECT detail FROM employee_timeline WHERE employee = %s AND kind = 'tool.failed'"
+    (entry,) = await query(instance.pool, q, name)
+    assert entry["detail"]["tool"] == "data_put"
+    assert entry["detail"]["error"] == "invalid_request: ToolDataRefused: " + (
+        "the database refused the call's data"
+    )
     # The operator's log names the cause's category and type (issue 26), never the row.
     logged = [r.getMessage() for r in caplog.records if r.name == "eventos.tools.activity"]
     assert logged and all(": invalid_request: CheckViolation (SQLSTATE 23514)" in m for m in logged)

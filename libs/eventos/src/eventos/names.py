@@ -231,6 +231,7 @@ ACT_FIRE_SCHEDULE: Final = "fire_schedule"
 ACT_BUDGET_REFRESH: Final = "budget_refresh"
 SIGNAL_BUDGET_CHANGED: Final = "budget_changed"
 ACT_SKIP_INPUTS: Final = "skip_inputs"
+ACT_TOOL_FAILED: Final = "record_tool_failed"
 ON_BUSY_SKIP: Final = "skip"
 ON_BUSY_MERGE: Final = "merge"
 # Intent kinds and states (the API and `eventosctl get` show the state).
@@ -512,7 +513,7 @@ TIMELINE_KINDS: Final = {
               "reply.expired"),
     "alarm": ("alarm.set", "alarm.fired", "alarm.missed", "alarm.cancelled"),
     "task": ("task.delegated", "task.done", "task.timed_out", "task.cancelled"),
-    "tool": ("tool.done", "tool.unknown"),
+    "tool": ("tool.done", "tool.unknown", "tool.failed"),
     "attention": ("attention.raised",),
 }  # fmt: skip
 

@@ -106,6 +106,8 @@ def _task(kind: str, d: dict[str, Any]) -> str:
 def _tool(kind: str, d: dict[str, Any]) -> str:
     if kind == "tool.unknown":
         return f"tool {d.get('tool')} unknown: it may or may not have happened"
+    if kind == "tool.failed":
+        return f"tool {d.get('tool')} failed: {d.get('error') or 'no cause recorded'}"
     return f"tool {d.get('tool')} done ({d.get('outcome') or 'ok'})"
 
 

@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         SuspendTurn,
         ToolCall,
         ToolCallInput,
+        ToolFailed,
         ToolResult,
         TurnInput,
         TurnResult,
@@ -76,6 +77,7 @@ PARK_PROBE = timedelta(minutes=15)
 PATCH_TOOLS = "tools-as-activities"
 PATCH_LOCAL_CHAT_SEND = "owner-chat-send-local"
 PATCH_TOOL_APPROVALS = "tool-approvals"  # calls named in spec.approvals.tools wait for the owner
+PATCH_TOOL_FAILED = "tool-failed-entry"  # a call failed for good writes its cause's entry
 
 
 def hold_reason(exc: ActivityError) -> str | None:
@@ -362,8 +364,17 @@ class TurnWorkflow:
             except ActivityError as exc:
                 text = json.dumps({"error": f"the tool failed: {tool_failure_reason(exc)}"})
                 result = ToolResult(text, names.TOOL_FAILED)
+                if workflow.patched(PATCH_TOOL_FAILED):  # the operator reads why
+                    failed = ToolFailed(turn.turn_id, call.id, call.name, failures.reason(exc))
+                    await self._tool_failed(failed)
             out.append(tool_message(call, result))
         return out
+
+    async def _tool_failed(self, failed: ToolFailed) -> None:
+        await workflow.execute_local_activity(
+            names.ACT_TOOL_FAILED, failed, activity_id=f"{failed.turn_id}:failed-{failed.call_id}",
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
 
     async def _save(self, req: SaveTurn) -> Saved:
         """The consuming save; a cancel meanwhile lets it finish and tells the entity first."""
