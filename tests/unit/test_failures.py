@@ -87,6 +87,19 @@ def test_every_cause_falls_in_one_category(exc: BaseException, category: str) ->
     assert category in failures.CATEGORIES
 
 
+def test_a_timed_out_step_says_timeout_and_its_last_attempts_cause() -> None:
+    """Temporal puts a retried activity's last failure below its time-out."""
+    timeout = TemporalTimeout("activity ScheduleToClose timeout", last_heartbeat_details=[],
+                              type=TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE)  # fmt: skip
+    timeout.__cause__ = status_error(500, {}, model="gpt-4o-mini")
+    failure = failures.describe(wrapped(timeout))
+    assert (failure.type, failure.category) == ("TimeoutError", "timeout")
+    assert failure.message == (
+        "activity ScheduleToClose timeout (last attempt: outage: ProviderServerError: HTTP 500 "
+        "from the provider for model 'gpt-4o-mini')"
+    )
+
+
 def test_python_causes_are_walked_too_and_a_cycle_ends() -> None:
     inner = ValueError("bad spec")
     outer = RuntimeError("wrapper")

@@ -18,6 +18,7 @@ Pure: safe in workflow code (it reads the failure it is given, nothing else).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -98,7 +99,7 @@ _SPACE = re.compile(r"\s+")
 
 def status_category(status: int, code: str | None = None) -> str:
     """The category of an HTTP error answer: 401/403 auth, 402 (or a quota code) quota, 429
-    rate, 408 timeout, 5xx outage, any other 4xx invalid request."""
+    rate, 408 and 504 timeout, other 5xx outage, any other 4xx invalid request."""
     if status == 402 or code == "insufficient_quota":
         return QUOTA
     if status in (401, 403):
@@ -127,15 +128,19 @@ class Failure:
         return f"{self.category}: {self.type}: {self.message}"
 
 
-def innermost(exc: BaseException) -> BaseException:
-    """The deepest cause of `exc` (Temporal's `.cause` is Python's `__cause__`)."""
-    seen = exc
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """The causes below `exc`, outermost first (Temporal's `.cause` is Python's `__cause__`)."""
+    seen = exc.__cause__
     for _ in range(CHAIN_MAX):
-        deeper = seen.__cause__
-        if deeper is None:
-            break
-        seen = deeper
-    return seen
+        if seen is None:
+            return
+        yield seen
+        seen = seen.__cause__
+
+
+def innermost(exc: BaseException) -> BaseException:
+    """The deepest cause of `exc`, or `exc` itself."""
+    return (exc, *causes(exc))[-1]
 
 
 def type_of(exc: BaseException) -> str:
@@ -180,7 +185,13 @@ def message_of(exc: BaseException) -> str:
 
 
 def describe(exc: BaseException) -> Failure:
-    """The failure of `exc` by its innermost cause."""
+    """The failure of `exc` by its innermost cause; a time-out on the way down is the cause,
+    with its last attempt's failure (Temporal puts that below a retried activity's time-out)."""
+    for seen in (exc, *causes(exc)):
+        if isinstance(seen, TemporalTimeout):
+            last = seen.__cause__
+            said = message_of(seen) + (f" (last attempt: {describe(last)})" if last else "")
+            return Failure("TimeoutError", TIMEOUT, clean(said))
     cause = innermost(exc)
     return Failure(type_of(cause), category_of(cause), clean(message_of(cause)))
 

@@ -81,14 +81,15 @@ PATCH_TOOL_FAILED = "tool-failed-entry"  # a call failed for good writes its cau
 
 
 def hold_reason(exc: ActivityError) -> str | None:
-    """Why a failed step holds the turn instead of failing it: the budget, or a park."""
-    cause = failures.innermost(exc)
-    if isinstance(cause, ApplicationError) and cause.type in BUDGET_REFUSALS:
-        return names.PAUSE_BUDGET
-    if isinstance(cause, ApplicationError) and cause.type in PARK_TYPES:
-        return f"{names.PARKED}: {cause.type}"
-    if isinstance(cause, ActivityTimeout):  # the step's whole time budget went by: an outage
-        return f"{names.PARKED}: {names.PROVIDER_OUTAGE}"
+    """Why a failed step holds the turn instead of failing it: the budget, or a park (by the
+    first cause that says, walking down: eventos.failures.causes)."""
+    for cause in failures.causes(exc):
+        if isinstance(cause, ApplicationError) and cause.type in BUDGET_REFUSALS:
+            return names.PAUSE_BUDGET
+        if isinstance(cause, ApplicationError) and cause.type in PARK_TYPES:
+            return f"{names.PARKED}: {cause.type}"
+        if isinstance(cause, ActivityTimeout):  # the step's whole time budget went by: outage
+            return f"{names.PARKED}: {names.PROVIDER_OUTAGE}"
     return None
 
 
@@ -110,14 +111,15 @@ def b2_note(count: int) -> ChatMessage:
 
 def tool_failure_reason(exc: ActivityError) -> str:
     """What the model reads of a failed call: the activity's fixed reason (or a missing
-    generation's), never an error's own text; a time-out as such."""
-    cause = failures.innermost(exc)
-    if isinstance(cause, ApplicationError):
-        if cause.type == "NotFound":
-            return cause.message
-        return names.TOOL_REASONS.get(cause.type or "", names.TOOL_REASON_INTERNAL)
-    if isinstance(cause, ActivityTimeout):
-        return names.TOOL_REASON_TIMEOUT
+    generation's), never an error's own text; a time-out as such (by the first cause that
+    says, walking down: eventos.failures.causes)."""
+    for cause in failures.causes(exc):
+        if isinstance(cause, ApplicationError):
+            if cause.type == "NotFound":
+                return cause.message
+            return names.TOOL_REASONS.get(cause.type or "", names.TOOL_REASON_INTERNAL)
+        if isinstance(cause, ActivityTimeout):
+            return names.TOOL_REASON_TIMEOUT
     return names.TOOL_REASON_INTERNAL
 
 
