@@ -152,6 +152,27 @@ def internal_append(doc: dict[str, Any], key: str) -> Any:
         return ingress_pb2_grpc.EventIngressStub(channel).Append(ev, timeout=10, metadata=auth)
 
 
+def check_operator_aids(run: Run, doc: dict[str, Any]) -> None:
+    """The Temporal Web UI runs on loopback at the address printed and in stack.json, and the
+    services' logs show exceptions' text (the operator's own instance; issue 26)."""
+    ui = doc["temporal"]["ui"]
+    assert ui.startswith("http://127.0.0.1:"), ui
+    assert f"Temporal Web UI   {ui}" in run.log()
+    page = wait_for_sync(lambda: _answers(ui), timeout=30, what="the Temporal Web UI answers")
+    assert "<html" in page.lower()
+    for name in names.SERVICES:
+        environ = Path(f"/proc/{doc['pids'][name]}/environ").read_bytes().split(b"\0")
+        assert b"EVENTOS_LOG_EXCEPTIONS=text" in environ, name
+
+
+def _answers(url: str) -> str | None:
+    try:
+        r = httpx.get(url, timeout=5, follow_redirects=True)
+    except httpx.HTTPError:
+        return None
+    return r.text if r.status_code == 200 else None
+
+
 def check_services(doc: dict[str, Any]) -> None:
     assert set(doc["services"]) == set(names.SERVICES)
     for name, svc in doc["services"].items():
@@ -175,6 +196,7 @@ def test_starts_serves_and_stops_on_ctrl_c(launch: Callable[..., Run]) -> None:
     assert internal_append(doc, "e2e-internal").status == ingress_pb2.Ack.ACCEPTED
     assert doc["ingress_url"] == doc["services"]["ingress"]["http"]
     check_services(doc)
+    check_operator_aids(run, doc)
     # hello needs nothing; support needs credentials nobody gave, so it was skipped.
     assert employees(doc) == {"hello": "running"}
     assert "support: skipped (needs openai-main, stripe-whsec, deploy-hook" in run.log()

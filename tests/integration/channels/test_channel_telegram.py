@@ -185,6 +185,9 @@ async def test_a_send_cut_off_mid_answer_is_unknown_and_only_retry_sends_it_agai
             names.ACTION_RETRY,
             "open",
         )
+        # Its cause's category first (issue 26): the connection broke, no answer came.
+        assert row["error"].startswith("outage: telegram did not answer: "), row["error"]
+        assert item["detail"].endswith(row["error"])
         # The turn is over and its send settled: nothing sends it again on its own.
         assert len(s.fake.calls(s.token, "sendMessage")) == 1
         listed = (await s.api.get("/v1/outbox", params={"status": "unknown"})).json()["outbox"]
@@ -199,6 +202,22 @@ async def test_a_send_cut_off_mid_answer_is_unknown_and_only_retry_sends_it_agai
     assert item["state"] == "resolved"
     again = await s.api.post(f"/v1/outbox/{row['id']}:retry")
     assert again.status_code == 409
+
+
+async def test_a_send_telegram_refuses_fails_naming_its_category_and_status(
+    stack: Stack,
+) -> None:
+    """The user blocked the bot: Telegram answers 403, the send is `failed` (never resent on its
+    own) with its cause's category and status, on the row and its attention item."""
+    s = stack
+    s.fake.block(s.token, 727272)
+    async with egress_running(s):
+        s.fake.customer_message(s.token, 727272, "my pin is 4471, remember it")
+        row = await s.one_outbox("failed")
+        (item,) = await s.attention(names.ATTENTION_SEND_FAILED)
+    assert row["error"].startswith("auth: ") and "403" in row["error"], row["error"]
+    assert item["detail"] == f"outbox row {row['id']} was refused: {row['error']}"
+    assert "4471" not in item["detail"] and s.token not in item["detail"]
 
 
 async def test_a_send_whose_worker_dies_after_the_call_is_unknown_not_resent(

@@ -44,6 +44,7 @@ async def test_a_schedule_temporal_refuses_fails_its_start_with_an_attention_ite
     sid = names.schedule_id(name, 1, "nightly")
     assert "cron trigger 'nightly'" in intent["outcome"]
     assert "Minute is not in range [0-59]" in intent["outcome"]
+    assert "refused its Schedule (invalid_request: RPCError: " in intent["outcome"]  # its category
     (item,) = await items_of(instance, name)
     assert (item["kind"], item["severity"], item["ref"]) == (
         names.ATTENTION_SCHEDULE_REFUSED,
@@ -133,6 +134,7 @@ async def test_an_intent_temporal_keeps_answering_with_an_error_fails_after_its_
         instance.deliverer.temporal = real
     assert intent["state"] == names.INTENT_FAILED, intent
     assert "no-such-namespace" in intent["outcome"] and "(after 2 attempts)" in intent["outcome"]
+    assert intent["outcome"].startswith("invalid_request: RPCError: "), intent  # its category
     (item,) = await items_of(instance, name)
     assert (item["kind"], item["ref"]) == (
         names.ATTENTION_INTENT_FAILED,

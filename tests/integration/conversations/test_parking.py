@@ -123,7 +123,10 @@ async def test_a_turn_parked_for_7_days_dead_letters_its_inputs(
         return rows[0] if rows else None
 
     delivery = await wait_for(dead, timeout=30, what="the input dead-lettered")
-    assert delivery["reason"] == "parked for 7 days (parked: ProviderCredentialMissing)"
+    assert delivery["reason"] == (
+        "parked for 7 days (parked: ProviderCredentialMissing): auth: ProviderCredentialMissing: "
+        f"credential 'key-{name}' is not available: secret 'key-{name}' is not available"
+    )  # the park's cause (eventos.failures)
     turns = await query(instance.pool, "SELECT status FROM turns WHERE employee = %s", name)
     assert turns == [{"status": "failed"}]  # no second turn tried it
     q = "SELECT status FROM chat_messages WHERE employee = %s AND id = %s"

@@ -57,7 +57,9 @@ async def test_a_record_the_database_refuses_fails_the_turn_with_its_reason(
     turns = await query(instance.pool, "SELECT status, error FROM turns ORDER BY n")
     assert [t["status"] for t in turns] == ["failed", "failed"]
     for t in turns:
-        assert t["error"] == "the database refused a record: unstorable (23514)"
+        assert t["error"] == (
+            "invalid_request: RecordRefused: the database refused a record: unstorable (23514)"
+        )  # category, type, the refusal's reason
         assert "poison" not in t["error"]  # the reason, never the row
     (delivery,) = await query(instance.pool, "SELECT status, reason FROM bus_deliveries")
     assert delivery["status"] == "dead"
@@ -88,6 +90,7 @@ async def save_attempts(inst: Instance) -> list[int]:
 
 async def test_a_tool_call_the_database_refuses_tells_the_model_a_short_reason(
     instance: Instance,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     name = f"k{uuid.uuid4().hex[:8]}"
     spec = local_spec(name, "    - {kind: chat}\n").replace(
@@ -109,3 +112,13 @@ async def test_a_tool_call_the_database_refuses_tells_the_model_a_short_reason(
         assert "violates" not in text and "23514" not in text
     # A transactional call's record rolls back with its refused write: nothing half-done.
     assert await query(instance.pool, "SELECT key FROM data_records") == []
+    # The timeline says the call failed and why (issue 26): category and type, never the row.
+    q = "SELECT detail FROM employee_timeline WHERE employee = %s AND kind = 'tool.failed'"
+    (entry,) = await query(instance.pool, q, name)
+    assert entry["detail"]["tool"] == "data_put"
+    assert entry["detail"]["error"] == "invalid_request: ToolDataRefused: " + (
+        "the database refused the call's data"
+    )
+    # The operator's log names the cause's category and type (issue 26), never the row.
+    logged = [r.getMessage() for r in caplog.records if r.name == "eventos.tools.activity"]
+    assert logged and all(": invalid_request: CheckViolation (SQLSTATE 23514)" in m for m in logged)

@@ -16,6 +16,7 @@ from conftest import PURPOSES, PURPOSES_VAR
 from fake_openai import KEY, Answer, FakeOpenAI
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from eventos import failures
 from eventos.contracts import ChatMessage, LlmStepInput, ModelRef, ToolCall, ToolSpec
 from eventos.llm import OpenAIChatProvider, provider_for
 from eventos.llm.endpoints import Endpoint, LlmEndpoints
@@ -278,32 +279,52 @@ def _date_in(seconds: float) -> str:
     return email.utils.format_datetime(datetime.now(UTC) + timedelta(seconds=seconds), usegmt=True)
 
 
-# (status, headers, error code) → (type, retryable, benign, Retry-After delay range in seconds)
+# (status, headers, error code) → (type, retryable, benign, Retry-After delay range in seconds,
+# the failure's category)
 ROWS = [
-    (429, {"retry-after": "1"}, "rate_limit_exceeded", "ProviderRateLimited", True, True, (1, 1)),
-    (429, {}, "rate_limit_exceeded", "ProviderRateLimited", True, True, None),
-    (429, {"retry-after": "3600"}, None, "ProviderRateLimited", True, True, (300, 300)),
-    (429, {"retry-after-ms": "1500"}, None, "ProviderRateLimited", True, True, (1.5, 1.5)),
-    (429, {}, "insufficient_quota", "ProviderQuotaExceeded", False, False, None),
-    (503, {"retry-after": "2"}, None, "ProviderUnavailable", True, True, (2, 2)),
-    (503, {}, None, "ProviderUnavailable", True, True, None),
-    (409, {}, None, "ProviderConflict", True, False, None),
-    (400, {"x-should-retry": "true"}, None, "ProviderBadRequest", True, False, None),
-    (500, {"x-should-retry": "false"}, None, "ProviderServerError", False, False, None),
-    (408, {}, None, "ProviderTimeout", True, False, None),
-    (500, {}, None, "ProviderServerError", True, False, None),
-    (502, {}, None, "ProviderServerError", True, False, None),
-    (504, {}, None, "ProviderServerError", True, False, None),
-    (400, {}, None, "ProviderBadRequest", False, False, None),
-    (401, {}, None, "ProviderAuthError", False, False, None),
-    (403, {}, None, "ProviderAuthError", False, False, None),
-    (404, {}, "model_not_found", "ProviderNotFound", False, False, None),
-    (422, {}, None, "ProviderBadRequest", False, False, None),
+    (
+        429,
+        {"retry-after": "1"},
+        "rate_limit_exceeded",
+        "ProviderRateLimited",
+        True,
+        True,
+        (1, 1),
+        "rate",
+    ),
+    (429, {}, "rate_limit_exceeded", "ProviderRateLimited", True, True, None, "rate"),
+    (429, {"retry-after": "3600"}, None, "ProviderRateLimited", True, True, (300, 300), "rate"),
+    (429, {"retry-after-ms": "1500"}, None, "ProviderRateLimited", True, True, (1.5, 1.5), "rate"),
+    (429, {}, "insufficient_quota", "ProviderQuotaExceeded", False, False, None, "quota"),
+    (503, {"retry-after": "2"}, None, "ProviderUnavailable", True, True, (2, 2), "outage"),
+    (503, {}, None, "ProviderUnavailable", True, True, None, "outage"),
+    (409, {}, None, "ProviderConflict", True, False, None, "invalid_request"),
+    (
+        400,
+        {"x-should-retry": "true"},
+        None,
+        "ProviderBadRequest",
+        True,
+        False,
+        None,
+        "invalid_request",
+    ),
+    (500, {"x-should-retry": "false"}, None, "ProviderServerError", False, False, None, "outage"),
+    (408, {}, None, "ProviderTimeout", True, False, None, "timeout"),
+    (500, {}, None, "ProviderServerError", True, False, None, "outage"),
+    (502, {}, None, "ProviderServerError", True, False, None, "outage"),
+    (504, {}, None, "ProviderTimeout", True, False, None, "timeout"),
+    (400, {}, None, "ProviderBadRequest", False, False, None, "invalid_request"),
+    (401, {}, None, "ProviderAuthError", False, False, None, "auth"),
+    (402, {}, None, "ProviderQuotaExceeded", False, False, None, "quota"),
+    (403, {}, None, "ProviderAuthError", False, False, None, "auth"),
+    (404, {}, "model_not_found", "ProviderNotFound", False, False, None, "invalid_request"),
+    (422, {}, None, "ProviderBadRequest", False, False, None, "invalid_request"),
 ]
 
 
 @pytest.mark.parametrize(
-    ("status", "headers", "code", "kind", "retryable", "benign", "delay"),
+    ("status", "headers", "code", "kind", "retryable", "benign", "delay", "cause"),
     ROWS,
     ids=[f"{r[0]}-{r[3]}-{'+'.join(r[1]) or 'plain'}-{r[2] or ''}" for r in ROWS],
 )
@@ -317,6 +338,7 @@ async def test_each_error_answer_is_classified_once_without_quoting_content(
     retryable: bool,
     benign: bool,
     delay: tuple[float, float] | None,
+    cause: str,
 ) -> None:
     fake.queue(Answer(status=status, headers=headers, code=code))
     with pytest.raises(ApplicationError) as caught:
@@ -331,6 +353,7 @@ async def test_each_error_answer_is_classified_once_without_quoting_content(
         assert err.next_retry_delay is not None
         assert delay[0] <= err.next_retry_delay.total_seconds() <= delay[1]
     assert err.details[0]["status"] == status
+    assert err.details[0]["category"] == cause == failures.describe(err).category
     assert len(fake.requests) == 1  # the client never retries by itself
     text = f"{err} {err.details!r}"
     assert "zebra" not in text and KEY[:8] not in text and "not allowed" not in text

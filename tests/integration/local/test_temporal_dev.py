@@ -89,8 +89,50 @@ def test_command_carries_the_tier_s_flags(tmp_path: Path) -> None:
 def test_command_with_ui_names_its_port(tmp_path: Path) -> None:
     dev = TemporalDevServer(tmp_path, headless=False, ui_port=18233)
     args = dev.command()
-    assert ("--ui-port", "18233") in set(pairwise(args))
+    assert ("--ui-port", "18233") in set(pairwise(args)) and "--ui-disable-news-fetch" in args
     assert "--headless" not in args and "--namespace" not in args
+
+
+def test_the_web_ui_answers_on_loopback_only(tmp_path: Path) -> None:
+    """`make run` turns the Web UI on: it answers at `ui_url`, on 127.0.0.1 (the server's own
+    address), and nothing listens on the machine's other addresses at its port."""
+    from eventos.testing import wait_for_sync  # here: it touches what the sandbox forbids
+
+    dev = TemporalDevServer(tmp_path / "temporal", namespace=NAMESPACE, headless=False)
+    try:
+        dev.start()
+        assert dev.ui_url == f"http://127.0.0.1:{dev.ui_port}"
+        answer = wait_for_sync(lambda: _ui_page(dev.ui_url or ""), timeout=30,
+                               what="the Web UI answers")  # fmt: skip
+        assert "<html" in answer.lower()
+        outside = _outside_address()
+        if outside is not None:
+            with pytest.raises(OSError):
+                socket.create_connection((outside, dev.ui_port), timeout=2).close()
+    finally:
+        dev.stop()
+    assert TemporalDevServer(tmp_path / "other").ui_url is None  # headless: none
+
+
+def _ui_page(url: str) -> str | None:
+    import httpx  # here: this module's workflow is sandboxed, and httpx imports urllib
+
+    try:
+        r = httpx.get(url, timeout=5, follow_redirects=True)
+    except httpx.HTTPError:
+        return None
+    return r.text if r.status_code == 200 else None
+
+
+def _outside_address() -> str | None:
+    """One of this machine's non-loopback IPv4 addresses, if it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: no packet is sent by a UDP connect
+            address: str = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
 
 
 async def test_serves_workflows_with_7_day_retention_and_keeps_them(

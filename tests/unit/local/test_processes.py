@@ -130,7 +130,7 @@ def test_a_running_instance_renews_its_ports_reservations(
                                    stdin=subprocess.PIPE)  # fmt: skip
     stack.services["router"] = svc
     aged = time.time() - ports.RESERVED_S + 60  # a minute before another picker may take them
-    reservations = [ports.RESERVATIONS / str(port) for port in (23456, 23457)]
+    reservations = [ports.reservations() / str(port) for port in (23456, 23457)]
 
     def stamps() -> list[float]:
         return [path.stat().st_mtime for path in reservations]

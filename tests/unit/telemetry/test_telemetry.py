@@ -17,7 +17,7 @@ from eventos.errors import ConfigError
 from eventos.telemetry.allowlist import DATAPOINT_KEYS, LOG_KEYS, RESOURCE_KEYS, violations
 from eventos.telemetry.bridge import RegistryBridge
 from eventos.telemetry.errors import ErrorCounter
-from eventos.telemetry.logs import JsonFormatter, TextFormatter
+from eventos.telemetry.logs import JsonFormatter, TextFormatter, configure_logging
 from eventos.telemetry.settings import LogSettings, TelemetrySettings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -153,6 +153,31 @@ def test_logs_at_info_and_above_show_an_exception_without_its_message(
     assert CANARY in formatter.format(record(logging.DEBUG))
 
 
+@pytest.mark.parametrize("form", ["text", "json"])
+def test_the_operators_own_logs_show_an_exceptions_text_redacted(
+    form: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`EVENTOS_LOG_EXCEPTIONS=text` (the local instance's services): an RPC error's message is
+    shown, not `(message not shown)`, and a credential in it is redacted by the handler."""
+    settings = LogSettings.from_env({"EVENTOS_LOG_FORMAT": form, "EVENTOS_LOG_EXCEPTIONS": "text"})
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    configure_logging(settings)
+    try:
+        try:
+            raise RuntimeError(
+                f"Connection refused to 127.0.0.1:7233 ({CANARY}) token=s3cr3t-v4lue"
+            )
+        except RuntimeError:
+            logging.getLogger("eventos.test").error("poll failed", exc_info=True)
+        err = capsys.readouterr().err
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    assert "Connection refused" in err and CANARY in err and "token=REDACTED" in err, err
+    assert "s3cr3t" not in err and "message not shown" not in err
+
+
 def test_json_logs_are_one_object_per_line() -> None:
     doc = json.loads(JsonFormatter().format(record(logging.WARNING)))
     assert doc["level"] == "WARNING" and doc["exception.type"] == "ValueError"
@@ -168,3 +193,6 @@ def test_log_settings() -> None:
         LogSettings.from_env({"EVENTOS_LOG_FORMAT": "xml"})
     with pytest.raises(ConfigError, match="EVENTOS_LOG_LEVEL"):
         LogSettings.from_env({"EVENTOS_LOG_LEVEL": "chatty"})
+    assert LogSettings.from_env({"EVENTOS_LOG_EXCEPTIONS": "TEXT"}).exceptions == "text"
+    with pytest.raises(ConfigError, match="EVENTOS_LOG_EXCEPTIONS"):
+        LogSettings.from_env({"EVENTOS_LOG_EXCEPTIONS": "everything"})

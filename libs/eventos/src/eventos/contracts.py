@@ -410,6 +410,17 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
+class ToolFailed:
+    """A tool call that failed for good (its activity's retries spent): its timeline entry
+    with the cause (eventos.failures: category, type, bounded message)."""
+
+    turn_id: str
+    call_id: str
+    tool: str
+    error: str
+
+
+@dataclass(frozen=True)
 class SkipInputs:
     """Ticks settled without a turn: their trigger's turn was running (`on_busy: skip`)."""
 

@@ -234,6 +234,7 @@ ACT_FIRE_SCHEDULE: Final = "fire_schedule"
 ACT_BUDGET_REFRESH: Final = "budget_refresh"
 SIGNAL_BUDGET_CHANGED: Final = "budget_changed"
 ACT_SKIP_INPUTS: Final = "skip_inputs"
+ACT_TOOL_FAILED: Final = "record_tool_failed"
 ON_BUSY_SKIP: Final = "skip"
 ON_BUSY_MERGE: Final = "merge"
 # Intent kinds and states (the API and `eventosctl get` show the state).
@@ -518,12 +519,13 @@ TIMELINE_RETENTION_DAYS: Final = 30
 TIMELINE_KINDS: Final = {
     "input": ("input.accepted", "input.routed", "input.delivered", "input.pending", "input.dead",
               "input.skipped"),
-    "turn": ("turn.started", "turn.done", "turn.failed", "turn.cancelled", "turn.interrupted"),
+    "turn": ("turn.started", "turn.parked", "turn.done", "turn.failed", "turn.cancelled",
+             "turn.interrupted"),
     "reply": ("reply.queued", "reply.held", "reply.sent", "reply.failed", "reply.unknown",
               "reply.expired"),
     "alarm": ("alarm.set", "alarm.fired", "alarm.missed", "alarm.cancelled"),
     "task": ("task.delegated", "task.done", "task.timed_out", "task.cancelled"),
-    "tool": ("tool.done", "tool.unknown"),
+    "tool": ("tool.done", "tool.unknown", "tool.failed"),
     "attention": ("attention.raised",),
     "transcript": ("transcript.viewed",),  # the admin read a turn's transcript (console)
 }  # fmt: skip
@@ -532,7 +534,8 @@ TIMELINE_KINDS: Final = {
 # retention.
 OPERATOR_EVENTS_RETENTION_DAYS: Final = 7
 OPERATOR_EVENT_KINDS: Final = {
-    "turn": ("turn.started", "turn.done", "turn.failed", "turn.cancelled", "turn.interrupted"),
+    "turn": ("turn.started", "turn.parked", "turn.done", "turn.failed", "turn.cancelled",
+             "turn.interrupted"),
     "outbox": ("outbox.queued", "outbox.held", "outbox.sent", "outbox.failed", "outbox.unknown",
                "outbox.expired"),
     "dead_letter": ("dead_letter.added",),

@@ -31,11 +31,20 @@ import nacl.exceptions
 import nacl.secret
 import nacl.signing
 
-from eventos import names
+from eventos import failures, names
 from eventos.bus.envelope import encoded_size, new_event_id
 from eventos.bus.inbox import IngressRecord
 from eventos.channels.http import CONNECT_TIMEOUT_S
-from eventos.channels.senders import Deferred, Delivered, Outgoing, Refused, SendOutcome, Unclear
+from eventos.channels.senders import (
+    Deferred,
+    Delivered,
+    Outgoing,
+    Refused,
+    SendOutcome,
+    Unclear,
+    http_category,
+    unanswered,
+)
 from eventos.channels.threads import thread_id
 from eventos.errors import EventOSError
 
@@ -333,7 +342,7 @@ class DiscordSender:
         try:
             cred = parse_credential(out.credential)
         except DiscordCredentialError as exc:
-            return Refused(str(exc))
+            return Refused(str(exc), failures.AUTH)
         outcome = await self._attempt(cred, out)
         if isinstance(outcome, Unclear):
             await asyncio.sleep(RESEND_PAUSE_S)
@@ -350,13 +359,13 @@ class DiscordSender:
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             return Deferred(f"discord unreachable: {type(exc).__name__}")  # nothing was sent
         except httpx.HTTPError as exc:  # the request may have reached Discord
-            return Unclear(f"discord did not answer: {type(exc).__name__}")
+            return Unclear(f"discord did not answer: {type(exc).__name__}", unanswered(exc))
         except DiscordError as exc:
             if exc.status == 429:
                 return Deferred(str(exc), exc.retry_after_s or 1.0)
             if exc.status >= 500 or exc.status == 0:
-                return Unclear(str(exc))
-            return Refused(str(exc))
+                return Unclear(str(exc), http_category(exc.status))
+            return Refused(str(exc), http_category(exc.status))
 
     async def _post(self, cred: DiscordCredential, out: Outgoing) -> SendOutcome:
         first: str | None = None

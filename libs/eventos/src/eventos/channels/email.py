@@ -55,6 +55,7 @@ from eventos.channels.email_records import (
 from eventos.channels.readers import Page
 from eventos.channels.senders import Deferred, Delivered, Outgoing, Refused, SendOutcome, Unclear
 from eventos.errors import EventOSError
+from eventos.failures import AUTH, INVALID_REQUEST
 
 T = TypeVar("T")
 TLS_MODES = ("none", "starttls", "tls")
@@ -351,7 +352,8 @@ def _refusal(code: int, reply: bytes | str) -> SendOutcome:
     reason = f"SMTP {code}: {' '.join(text.split())[:300]}"
     if 400 <= code < 500:
         return Deferred(reason, RETRY_421_S if code == 421 else None)
-    return Refused(reason)
+    # 530 and 535: authentication required or refused (RFC 4954).
+    return Refused(reason, AUTH if code in (530, 535) else INVALID_REQUEST)
 
 
 def _close(client: smtplib.SMTP) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from eventos import failures
+
 
 @dataclass(frozen=True)
 class Outgoing:
@@ -43,11 +45,23 @@ class Deferred:
 @dataclass(frozen=True)
 class Refused:
     reason: str
+    category: str = failures.INVALID_REQUEST  # why, for the owner (eventos.failures)
 
 
 @dataclass(frozen=True)
 class Unclear:
     reason: str
+    category: str = failures.OUTAGE
+
+
+def http_category(status: int) -> str:
+    """A provider's HTTP error status as a failure category (0: no answer: an outage)."""
+    return failures.status_category(status) if status else failures.OUTAGE
+
+
+def unanswered(exc: BaseException) -> str:
+    """A call that got no answer: timed out, or its connection broke."""
+    return failures.TIMEOUT if "Timeout" in type(exc).__name__ else failures.OUTAGE
 
 
 @dataclass(frozen=True)

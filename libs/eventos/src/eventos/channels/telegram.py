@@ -25,7 +25,16 @@ from eventos.bus.envelope import encoded_size, new_event_id
 from eventos.bus.inbox import IngressRecord
 from eventos.channels.http import CONNECT_TIMEOUT_S
 from eventos.channels.readers import Page
-from eventos.channels.senders import Deferred, Delivered, Outgoing, Refused, SendOutcome, Unclear
+from eventos.channels.senders import (
+    Deferred,
+    Delivered,
+    Outgoing,
+    Refused,
+    SendOutcome,
+    Unclear,
+    http_category,
+    unanswered,
+)
 from eventos.channels.threads import thread_id
 from eventos.errors import EventOSError
 
@@ -186,12 +195,12 @@ class TelegramSender:
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             return Deferred(f"telegram unreachable: {type(exc).__name__}")  # nothing was sent
         except httpx.HTTPError as exc:  # the request may have reached Telegram
-            return Unclear(f"telegram did not answer: {type(exc).__name__}")
+            return Unclear(f"telegram did not answer: {type(exc).__name__}", unanswered(exc))
         except TelegramError as exc:
             if exc.code == 429:
                 return Deferred(str(exc), exc.retry_after_s or 1.0)
             if exc.code >= 500 or exc.code == 0:
-                return Unclear(str(exc))
-            return Refused(str(exc))
+                return Unclear(str(exc), http_category(exc.code))
+            return Refused(str(exc), http_category(exc.code))
         message_id = result.get("message_id") if isinstance(result, dict) else None
         return Delivered(str(message_id))

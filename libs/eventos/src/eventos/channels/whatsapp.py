@@ -41,11 +41,14 @@ from eventos.channels.senders import (
     Refused,
     SendOutcome,
     Unclear,
+    http_category,
+    unanswered,
 )
 from eventos.channels.threads import counterpart_hash, instance_salt, thread_id
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import DatabaseUnavailable, SecretUnavailable
+from eventos.failures import AUTH, OUTAGE
 
 DRIVER = "whatsapp_business"
 TYPE_MESSAGE = "eventos.whatsapp.message"
@@ -376,7 +379,7 @@ class WhatsAppSender:
         try:
             cred = parse_credential(out.credential, out.account)
         except CredentialInvalid as exc:
-            return Refused(str(exc))
+            return Refused(str(exc), AUTH)
         if not out.body.strip():
             return Refused("an empty reply")
         if len(out.body) > TEXT_MAX:
@@ -415,7 +418,7 @@ class WhatsAppSender:
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             return Deferred(f"whatsapp unreachable: {type(exc).__name__}")  # nothing was sent
         except httpx.HTTPError as exc:  # the request may have reached Meta
-            return Unclear(f"whatsapp did not answer: {type(exc).__name__}")
+            return Unclear(f"whatsapp did not answer: {type(exc).__name__}", unanswered(exc))
         try:
             doc = response.json() if len(response.content) <= ANSWER_MAX_BYTES else None
         except ValueError:
@@ -438,5 +441,5 @@ def _outcome(exc: GraphError) -> SendOutcome:
     if exc.status == 429:
         return Deferred(str(exc), 1.0)
     if exc.status >= 500 or exc.status < 400:
-        return Unclear(str(exc))
-    return Refused(str(exc))
+        return Unclear(str(exc), http_category(exc.status) if exc.status >= 500 else OUTAGE)
+    return Refused(str(exc), http_category(exc.status))

@@ -27,7 +27,7 @@ from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from eventos import names
+from eventos import failures, names
 from eventos.contracts import (
     Control,
     EntityStatus,
@@ -94,7 +94,7 @@ class Deliverer:
                     settled += 1
                 except Exception as exc:  # Temporal unavailable, a deadline, or a bug: shown
                     # as the intent's outcome and retried later; never stuck silently.
-                    reason = f"{type(exc).__name__}: {exc}"[:500]
+                    reason = failures.reason(exc)  # its innermost cause, redacted, bounded
                     unreachable = _unreachable(exc)
                     if not unreachable and int(row["attempts"]) + 1 >= names.INTENT_ATTEMPTS_MAX:
                         # Temporal answered, with an error, every time: it will not apply.
@@ -179,7 +179,7 @@ class Deliverer:
                 name, update, id=f"intent-{row['id']}", result_type=SupervisorStatus
             )
         except WorkflowUpdateFailedError as exc:
-            raise IntentFailed(f"refused: {exc.cause or exc}") from exc
+            raise IntentFailed(f"refused: {failures.reason(exc)}") from exc
         return f"{done.state} at revision {done.revision}"
 
     async def _reset(self, conn: Conn, client: Client, row: dict[str, Any]) -> str:

@@ -37,7 +37,7 @@ from temporalio.client import (
 from temporalio.common import Priority, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from eventos import names
+from eventos import failures, names
 from eventos.bus.envelope import encoded_size, new_event_id
 from eventos.bus.inbox import Accepted, IngressRecord, append
 from eventos.contracts import (
@@ -202,7 +202,8 @@ class Effects:
                 # Temporal's answer is final: retrying it would loop for ever, unseen.
                 if exc.status not in SCHEDULE_REFUSALS:
                     raise
-                await self.schedule_refused(employee, generation, name, sid, exc.message)
+                await self.schedule_refused(employee, generation, name, sid,
+                                            failures.reason(exc, 300))  # fmt: skip
 
     async def schedule_refused(self, employee: str, generation: int, trigger: str, sid: str,
                                cause: str) -> None:  # fmt: skip

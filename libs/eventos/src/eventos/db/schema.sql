@@ -902,7 +902,8 @@ CREATE TRIGGER bus_deliveries_timeline_moved AFTER UPDATE ON bus_deliveries
     FOR EACH STATEMENT EXECUTE FUNCTION timeline_deliveries_moved();
 
 -- A turn ended: done (its consuming save), failed, cancelled or interrupted, with its steps
--- (completed model calls), tokens and cost from its spend events.
+-- (completed model calls), tokens and cost from its spend events, and a failure's whole cause
+-- (eventos.failures: bounded, redacted).
 CREATE FUNCTION timeline_turn_ended() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO employee_timeline (employee, kind, thread, chains, ref, detail)
@@ -911,7 +912,7 @@ BEGIN
                               'steps', s.steps, 'tokens', s.tokens, 'usd', s.usd,
                               'seconds', round(extract(epoch FROM clock_timestamp()
                                                                    - NEW.started_at), 3),
-                              'error', left(split_part(NEW.error, ':', 1), 80))
+                              'error', left(NEW.error, 500))
     FROM (SELECT count(*) FILTER (WHERE state = 'settled'
                                     AND coalesce(input_tokens, 0) + coalesce(output_tokens, 0) > 0)
                      AS steps,

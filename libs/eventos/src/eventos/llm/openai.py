@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from eventos import failures
 from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ModelRef, ToolCall
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -29,6 +30,7 @@ BENIGN_STATUSES = frozenset({429, 503})  # expected under load: no error-level l
 ERROR_TYPES = {
     400: "ProviderBadRequest",
     401: "ProviderAuthError",
+    402: "ProviderQuotaExceeded",  # payment required: billing, like `insufficient_quota`
     403: "ProviderAuthError",
     404: "ProviderNotFound",
     408: "ProviderTimeout",
@@ -36,6 +38,7 @@ ERROR_TYPES = {
     422: "ProviderBadRequest",
     429: "ProviderRateLimited",
     503: "ProviderUnavailable",
+    504: "ProviderTimeout",
 }
 # OpenAI's reasoning families refuse `max_tokens` (400 `unsupported_parameter`) and take
 # `max_completion_tokens`; every other model gets `max_tokens`, the one name vLLM, Ollama and
@@ -99,7 +102,7 @@ def status_error(
     """The ApplicationError for an HTTP error answer (SPEC §17: Temporal owns retrying)."""
     kind = ERROR_TYPES.get(status, "ProviderServerError" if status >= 500 else "ProviderBadRequest")
     retryable = status in RETRYABLE_STATUSES or status >= 500
-    if code == "insufficient_quota":  # billing, not load: retrying cannot help (SPEC §9 parking)
+    if code == "insufficient_quota" or status == 402:  # billing, not load (SPEC §9 parking)
         kind, retryable = "ProviderQuotaExceeded", False
     should_retry = headers.get("x-should-retry", "").strip().lower()
     if should_retry in ("true", "false"):  # the server's own verdict wins over the status
@@ -111,7 +114,12 @@ def status_error(
     where = f", request {request_id}" if request_id else ""
     return ApplicationError(
         f"{kind}: HTTP {status}{detail} from the provider for model {model!r}{where}",
-        {"status": status, "code": code, "retry_after_s": delay},
+        {
+            "status": status,
+            "code": code,
+            "retry_after_s": delay,
+            "category": failures.status_category(status, code),
+        },
         type=kind,
         non_retryable=not retryable,
         next_retry_delay=timedelta(seconds=delay) if delay else None,

@@ -58,6 +58,7 @@ from eventos.outbox.keys import new_key_entry
 from eventos.runtime.service import READYZ_PROBE_TIMEOUT_S
 from eventos.settings import DatabaseSettings, SecretStore, ServerTools
 from eventos.telemetry.redact import protect_logs
+from eventos.telemetry.settings import LOG_EXCEPTION_TEXT, LOG_EXCEPTIONS_VAR
 
 STATE_DIR = ".eventos"
 DATABASE = "eventos"
@@ -245,7 +246,7 @@ class LocalStack:
         else:
             self.say(f"starting the Temporal dev server (state in {STATE_DIR}/temporal) …")
             self.temporal = TemporalDevServer(
-                self.state_dir / "temporal", namespace=self.temporal_namespace
+                self.state_dir / "temporal", namespace=self.temporal_namespace, headless=False
             )
         self.temporal.start()
         label = "Temporal server" if self.tier == "L" else "Temporal dev server"
@@ -344,6 +345,8 @@ class LocalStack:
         )
         for var, value in EXAMPLE_OPERATOR_ENV.items():
             env.setdefault(var, value)
+        # The operator's own logs: an exception's text is shown (redacted), not only its type.
+        env.setdefault(LOG_EXCEPTIONS_VAR, LOG_EXCEPTION_TEXT)
         if self.outbox_keys_file is not None:
             env[OUTBOX_KEYS_FILE_VAR] = str(self.outbox_keys_file)
         for svc in self.services.values():
@@ -423,6 +426,8 @@ class LocalStack:
         if self.temporal is not None and self.temporal.process is not None:
             pids["temporal"] = self.temporal.process.pid
             temporal.update(embedded=True, log=str(self.temporal.log_path))
+            if (ui := self.temporal_ui()) is not None:
+                temporal["ui"] = ui
         pids.update({n: s.pid for n, s in self.services.items()})
         return {
             "version": 1,
@@ -526,6 +531,8 @@ class LocalStack:
         lines.append(f"  {'PostgreSQL':<17} {self.database_url}")
         where = f"{self.temporal_address} ({self.temporal_namespace}, tier {self.tier})"
         lines.append(f"  {'Temporal':<17} {where}")
+        if (ui := self.temporal_ui()) is not None:
+            lines.append(f"  {'Temporal Web UI':<17} {ui}")
         lines.append(
             f"  {'addresses':<17} {STATE_DIR}/stack.json (admin and internal tokens inside)"
         )
@@ -536,6 +543,12 @@ class LocalStack:
             lines.append(f"  {'employee':<17} {outcome.describe()}")
         lines += ["", f"Try:  {self.command_to_try()}", "Ctrl-C stops everything."]
         return "\n".join(lines)
+
+    def temporal_ui(self) -> str | None:
+        """The embedded dev server's Web UI (loopback), if this instance runs one."""
+        if isinstance(self.temporal, TemporalDevServer):
+            return self.temporal.ui_url
+        return None
 
     def admin_token_at(self) -> str:
         """Where the token to paste into the console's sign-in is: the file the first run wrote,

@@ -24,9 +24,18 @@ PICK_ATTEMPTS = 64
 # Without it two pickers could both find a port free in the moment before either server binds
 # it, and one server fails "Address already in use" (seen with several test sessions at once).
 # An hour covers a test stack's life; `make run`, which may run for days and restarts every
-# process on the same ports, renews its reservations as it goes (renew).
-RESERVATIONS = Path(tempfile.gettempdir()) / f"eventos-ports-{os.getuid()}"
+# process on the same ports, renews its reservations as it goes (renew). The folder is
+# `$TMPDIR/eventos-ports-<uid>`, found when first used (not at import: Temporal's workflow sandbox
+# refuses `tempfile` in a module a workflow's file imports); a test may set RESERVATIONS.
+RESERVATIONS: Path | None = None
 RESERVED_S = 3600.0
+
+
+def reservations() -> Path:
+    """The folder of this machine's reservations, created when missing."""
+    folder = RESERVATIONS or Path(tempfile.gettempdir()) / f"eventos-ports-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
 
 
 def ephemeral_range() -> tuple[int, int]:
@@ -67,8 +76,8 @@ def _bindable(host: str, port: int) -> bool:
 def reserve(port: int, now: float | None = None) -> bool:
     """Claim `port` for RESERVED_S among this machine's pickers; False when another holds it.
     A reservation that aged out is taken over by the one picker whose rename of it wins."""
-    RESERVATIONS.mkdir(mode=0o700, exist_ok=True)
-    path = RESERVATIONS / str(port)
+    folder = reservations()
+    path = folder / str(port)
     for _ in range(2):
         try:
             os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
@@ -82,7 +91,7 @@ def reserve(port: int, now: float | None = None) -> bool:
             os.rename(path, path.with_name(f"{port}.stale.{os.getpid()}.{random.random()}"))
         except FileNotFoundError:
             return False  # another picker took it over (or let it go) just now
-        for stale in RESERVATIONS.glob(f"{port}.stale.*"):
+        for stale in folder.glob(f"{port}.stale.*"):
             stale.unlink(missing_ok=True)
     return False
 
@@ -90,9 +99,9 @@ def reserve(port: int, now: float | None = None) -> bool:
 def renew(held: Iterable[int], now: float | None = None) -> None:
     """Reserve the ports a running instance holds for another RESERVED_S from `now` (its
     processes restart on them, however long it runs)."""
-    RESERVATIONS.mkdir(mode=0o700, exist_ok=True)
+    folder = reservations()
     stamp = time.time() if now is None else now
     for port in held:
-        path = RESERVATIONS / str(port)
+        path = folder / str(port)
         os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         os.utime(path, (stamp, stamp))

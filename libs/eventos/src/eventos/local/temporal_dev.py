@@ -2,7 +2,8 @@
 
 Used by `make run` and the tests when TEMPORAL_ADDRESS is not set. State lives in one SQLite file
 (WAL journal) under the state directory, so workflows survive a restart; the server listens on
-127.0.0.1 only, on named ports; a server left over by a crashed run of the same state directory is
+127.0.0.1 only, on named ports (its Web UI too, which `make run` turns on and the tests leave
+off); a server left over by a crashed run of the same state directory is
 stopped before a new one starts. Once up, the namespace's retention is set to 7 days.
 """
 
@@ -123,6 +124,11 @@ class TemporalDevServer:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def ui_url(self) -> str | None:
+        """The Web UI's address (on the server's own loopback address), unless headless."""
+        return None if self.headless or not self.ui_port else f"http://{self.host}:{self.ui_port}"
+
     def binary(self) -> Path:
         """The pinned `temporal` CLI: the one next to this Python, else the one on PATH."""
         beside = Path(sys.executable).parent / "temporal"
@@ -162,7 +168,10 @@ class TemporalDevServer:
             args += ["--dynamic-config-value", f"{key}={value}"]
         args += ["--ip", self.host, "--port", str(self.port)]
         args += ["--http-port", str(self.http_port), "--metrics-port", str(self.metrics_port)]
-        args += ["--headless"] if self.headless else ["--ui-port", str(self.ui_port)]
+        # The Web UI binds the server's address (`--ui-ip` defaults to `--ip`: loopback) and
+        # fetches no news from the internet.
+        ui = ["--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
+        args += ["--headless"] if self.headless else ui
         if self.namespace != "default":
             args += ["--namespace", self.namespace]
         args += ["--log-level", "warn"]

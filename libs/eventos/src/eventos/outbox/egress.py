@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import names
+from eventos import failures, names
 from eventos import secret_purposes as purposes
 from eventos.channels import buckets
 from eventos.channels.senders import (
@@ -39,6 +39,7 @@ from eventos.channels.senders import (
     Refused,
     Sender,
     SendOutcome,
+    Unclear,
 )
 from eventos.channels.settings import ChannelSettings
 from eventos.channels.threads import counterpart_hash, instance_salt
@@ -86,6 +87,12 @@ def recipient_of(row: dict[str, Any], keys: OutboxKeys) -> str | None:
         return None
     sealed = Sealed(str(row["recipient_key_id"]), bytes(row["recipient"]))
     return keys.open(sealed, employee=row["employee"], idempotency_key=row["idempotency_key"])
+
+
+def cause(outcome: Refused | Unclear) -> str:
+    """A failed or unclear send's cause as the owner reads it: `<category>: <reason>`, the
+    reason redacted and bounded (eventos.failures)."""
+    return f"{outcome.category}: {failures.clean(outcome.reason)}"
 
 
 async def _raise(conn: Conn, row: dict[str, Any], kind: str, detail: str,
@@ -269,12 +276,13 @@ class Egress:
                                         outcome.retry_after_s)  # fmt: skip
             raise SendWait(outcome.reason, outcome.retry_after_s or 1.0)
         if isinstance(outcome, Refused):
+            why = cause(outcome)
             async with conn.transaction():
-                await conn.execute(Q["outbound_refused"], {**p, "error": outcome.reason[:500]})
+                await conn.execute(Q["outbound_refused"], {**p, "error": why})
                 await _raise(conn, row, names.ATTENTION_SEND_FAILED,
-                             f"outbox row {row['id']} was refused: {outcome.reason}",
+                             f"outbox row {row['id']} was refused: {why}",
                              names.ACTION_RETRY)  # fmt: skip
-            log.warning("outbox row %d refused: %s", row["id"], outcome.reason)
+            log.warning("outbox row %d refused: %s", row["id"], why)
             return FAILED
         if isinstance(outcome, Held):  # the channel's rules hold it; the provider was not called
             async with conn.transaction():
@@ -290,7 +298,7 @@ class Egress:
             await conn.execute(Q["outbound_unclaim"], p)
             raise SendWait(f"unclear, called again with the same key: {outcome.reason}",
                            float(2**calls))  # fmt: skip
-        await self._unknown(conn, row, token, outcome.reason)
+        await self._unknown(conn, row, token, cause(outcome))
         return UNKNOWN
 
     async def _unknown(self, conn: Conn, row: dict[str, Any], token: str, reason: str) -> None:

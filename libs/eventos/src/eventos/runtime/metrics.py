@@ -162,6 +162,11 @@ ADMISSION_WAIT = _histogram(
 PARKED_TURNS = _counter(
     "eventos_turns_parked_total", "Turns parked (no slot held) by reason.", ("reason",)
 )
+TURN_FAILURES = _counter(
+    "eventos_turn_failures_total",
+    "Failed turns by their cause's category (eventos.failures; never its message).",
+    ("reason",),
+)
 TOOL_CALLS = _counter(
     "eventos_tool_calls_total", "Tool call attempts that ended, by tool and outcome.",
     ("tool", "outcome"),
@@ -227,7 +232,7 @@ SERVED: Final[dict[str, tuple[MetricWrapperBase, ...]]] = {
               DEGRADED_TRANSITIONS, ALARMS_SWEPT,
               TURN_DURATION, EGRESS_LATENCY),  # turns lost and sends orphaned, at a re-arm
     "workers-workflow": (TURN_DURATION, RUN_SIGNALS, RUN_HISTORY_BYTES, ADMISSION_WAIT,
-                         PARKED_TURNS, TOOL_CALLS, BUDGET_TRANSITIONS, DEAD_LETTERS,
+                         PARKED_TURNS, TURN_FAILURES, TOOL_CALLS, BUDGET_TRANSITIONS, DEAD_LETTERS,
                          ACTIVITY_RETRIES, THREAD_HOLDS),
     "workers-llm": (TOKEN_USAGE, OPERATION_DURATION, SLOT_WAIT, RATE_WAITS, BUDGET_TRANSITIONS,
                     ACTIVITY_RETRIES),

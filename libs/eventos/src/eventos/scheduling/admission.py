@@ -14,12 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eventos import names
+from eventos import failures, names
 from eventos.contracts import Admission, AdmitRequest, SuspendTurn
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.health import intensity
-from eventos.runtime.metrics import ADMISSION_WAIT, PARKED_TURNS, TURN_DURATION, class_label
+from eventos.runtime.metrics import (
+    ADMISSION_WAIT,
+    PARKED_TURNS,
+    TURN_DURATION,
+    TURN_FAILURES,
+    class_label,
+)
 from eventos.scheduling import policy
 from eventos.scheduling.policy import Load, SchedConfig, Waiter
 
@@ -204,6 +210,8 @@ async def release(conn: Conn, cfg: SchedConfig, tid: str, status: str,
     if changed and timing is not None:  # once per turn: a repeated release changes nothing
         labels = (class_label(int(timing["class"])), str(timing["status"]))
         TURN_DURATION.labels(*labels).observe(max(float(timing["duration_s"]), 0.0))
+        if status == names.TURN_FAILED:
+            TURN_FAILURES.labels(failures.category_in(error)).inc()
     return changed, wake
 
 
@@ -219,12 +227,15 @@ async def suspend(conn: Conn, cfg: SchedConfig, req: SuspendTurn) -> list[str]:
             return []  # already suspended (a retried activity)
         if req.reason.startswith(names.PARKED):
             await conn.execute(Q["turn_parked"], {"turn_id": req.turn_id})
+            await conn.execute(Q["timeline_turn_parked"], {"turn_id": req.turn_id,
+                                                           "error": req.detail[:500]})  # fmt: skip
             PARKED_TURNS.labels(req.reason.split(":", 1)[-1].strip()).inc()
+            cause = f" ({req.detail})" if req.detail else ""  # eventos.failures: bounded
             await conn.execute(Q["attention_raise"], {
                 "employee": req.employee, "kind": names.ATTENTION_PARKED_TURN,
                 "severity": "warning", "ref": req.turn_id,
-                "detail": f"{req.reason}: the turn waits (no slot held), probing every 15 "
-                "minutes; Resume, a top-up or a fixed key release it",
+                "detail": (f"{req.reason}{cause}: the turn waits (no slot held), probing every "
+                           "15 minutes; Resume, a top-up or a fixed key release it")[:1000],
             })  # fmt: skip
         _, wake = await _serve(conn, cfg)
     return wake

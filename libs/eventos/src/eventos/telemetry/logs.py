@@ -3,9 +3,10 @@
 
 At INFO and above a record's exception is shown as its type and frames only: an exception's
 message may quote a message, a prompt or a credential (a database driver's error quotes the
-row). At DEBUG the full traceback is shown, for a developer on their own instance, redacted
-like every record (eventos.telemetry.redact): the handler's filter removes tokens and
-credentials, and the client libraries log at WARNING at most.
+row). At DEBUG, or with `EVENTOS_LOG_EXCEPTIONS=text` (the local instance sets it: its logs are
+its operator's own), the full traceback is shown, redacted like every record
+(eventos.telemetry.redact): the handler's filter removes tokens and credentials, and the client
+libraries log at WARNING at most.
 """
 
 from __future__ import annotations
@@ -19,27 +20,30 @@ from typing import TextIO
 
 from eventos.telemetry.errors import frames_of, type_name
 from eventos.telemetry.redact import RedactingFilter, quiet_client_loggers, redact
-from eventos.telemetry.settings import LogSettings
+from eventos.telemetry.settings import LOG_EXCEPTION_TEXT, LogSettings
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def exception_text(record: logging.LogRecord) -> str:
-    """The record's exception: full at DEBUG, type and frames above."""
+def exception_text(record: logging.LogRecord, *, full: bool = False) -> str:
+    """The record's exception: full (redacted) at DEBUG or when `full`, type and frames
+    above."""
     if not record.exc_info or record.exc_info[0] is None:
         return ""
     exc_type, exc, tb = record.exc_info
-    if record.levelno <= logging.DEBUG:
+    if full or record.levelno <= logging.DEBUG:
         return redact("".join(traceback.format_exception(exc_type, exc, tb)).rstrip())
     lines = [f"  {path}:{line} in {function}" for path, line, function in frames_of(tb)]
     return "\n".join([f"{type_name(exc_type)} (message not shown)", *lines])
 
 
 class TextFormatter(logging.Formatter):
-    """The classic one-line format; exceptions as `exception_text`."""
+    """The classic one-line format; exceptions as `exception_text` (in full when
+    `full_exceptions`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, full_exceptions: bool = False) -> None:
         super().__init__(TEXT_FORMAT)
+        self.full_exceptions = full_exceptions
 
     def formatException(self, ei: object) -> str:
         return ""
@@ -52,13 +56,17 @@ class TextFormatter(logging.Formatter):
             line = super().format(record).rstrip()
         finally:
             record.exc_text = saved
-        extra = exception_text(record)
+        extra = exception_text(record, full=self.full_exceptions)
         return f"{line}\n{extra}" if extra else line
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message; an exception as its type and
-    frames (and its text at DEBUG)."""
+    frames (and its text at DEBUG, or always when `full_exceptions`)."""
+
+    def __init__(self, *, full_exceptions: bool = False) -> None:
+        super().__init__()
+        self.full_exceptions = full_exceptions
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, object] = {
@@ -72,8 +80,8 @@ class JsonFormatter(logging.Formatter):
             doc["exception.frames"] = [
                 f"{p}:{n} in {f}" for p, n, f in frames_of(record.exc_info[2])
             ]
-            if record.levelno <= logging.DEBUG:
-                doc["exception.text"] = exception_text(record)
+            if self.full_exceptions or record.levelno <= logging.DEBUG:
+                doc["exception.text"] = exception_text(record, full=True)
         return json.dumps(doc, ensure_ascii=False, default=str)
 
 
@@ -81,7 +89,9 @@ def configure_logging(settings: LogSettings, stream: TextIO | None = None) -> No
     """Replace the root logger's handlers with one stderr handler of the chosen format, its
     records redacted; the client libraries log at WARNING at most."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if settings.format == "json" else TextFormatter())
+    full = settings.exceptions == LOG_EXCEPTION_TEXT
+    formatter = JsonFormatter if settings.format == "json" else TextFormatter
+    handler.setFormatter(formatter(full_exceptions=full))
     handler.addFilter(RedactingFilter())
     quiet_client_loggers()
     root = logging.getLogger()

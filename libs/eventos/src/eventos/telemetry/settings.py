@@ -26,10 +26,15 @@ TIER_VAR = "EVENTOS_TIER"
 RELEASE_VAR = "EVENTOS_RELEASE"
 LOG_FORMAT_VAR = "EVENTOS_LOG_FORMAT"
 LOG_LEVEL_VAR = "EVENTOS_LOG_LEVEL"
+LOG_EXCEPTIONS_VAR = "EVENTOS_LOG_EXCEPTIONS"
 
 PROTOCOLS = ("grpc", "http/protobuf")
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# How a logged exception is shown at INFO and above: its type and frames (a shared or fleet
+# instance), or its text too, redacted (the operator's own instance: `make run`).
+LOG_EXCEPTION_TYPE, LOG_EXCEPTION_TEXT = "type", "text"
+LOG_EXCEPTIONS = (LOG_EXCEPTION_TYPE, LOG_EXCEPTION_TEXT)
 # The resource values, each of a shape that cannot carry a name or a sentence.
 INSTANCE_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
@@ -133,10 +138,13 @@ class TelemetrySettings:
 
 @dataclass(frozen=True)
 class LogSettings:
-    """`EVENTOS_LOG_FORMAT` (text or json) and `EVENTOS_LOG_LEVEL` (default INFO)."""
+    """`EVENTOS_LOG_FORMAT` (text or json), `EVENTOS_LOG_LEVEL` (default INFO) and
+    `EVENTOS_LOG_EXCEPTIONS` (`type`, the default: an exception's type and frames; `text`: its
+    redacted text too, for the operator's own instance)."""
 
     format: str = "text"
     level: str = "INFO"
+    exceptions: str = LOG_EXCEPTION_TYPE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> LogSettings:
@@ -147,4 +155,7 @@ class LogSettings:
         level = env.get(LOG_LEVEL_VAR, "").strip().upper() or cls.level
         if level not in LOG_LEVELS:
             raise ConfigError(f"{LOG_LEVEL_VAR} must be one of {', '.join(LOG_LEVELS)}")
-        return cls(fmt, level)
+        shown = env.get(LOG_EXCEPTIONS_VAR, "").strip().lower() or cls.exceptions
+        if shown not in LOG_EXCEPTIONS:
+            raise ConfigError(f"{LOG_EXCEPTIONS_VAR} must be one of {', '.join(LOG_EXCEPTIONS)}")
+        return cls(fmt, level, shown)

@@ -68,6 +68,8 @@ def _turn(kind: str, d: dict[str, Any]) -> str:
         waited = d.get("waited_s")
         wait = f", waited {float(waited):.1f} s for a slot" if waited else ""
         return f"turn {n} started (C{d.get('class')}, {inputs}{wait})"
+    if kind == "turn.parked":
+        return f"turn {n} parked: {d.get('error') or 'a failure that may clear'}"
     steps = _plural(int(d.get("steps") or 0), "step")
     cost = f"{_plural(int(d.get('tokens') or 0), 'token')}, ${float(d.get('usd') or 0):.4f}"
     if kind == "turn.done":
@@ -106,6 +108,8 @@ def _task(kind: str, d: dict[str, Any]) -> str:
 def _tool(kind: str, d: dict[str, Any]) -> str:
     if kind == "tool.unknown":
         return f"tool {d.get('tool')} unknown: it may or may not have happened"
+    if kind == "tool.failed":
+        return f"tool {d.get('tool')} failed: {d.get('error') or 'no cause recorded'}"
     return f"tool {d.get('tool')} done ({d.get('outcome') or 'ok'})"
 
 

@@ -24,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from eventos import names
+from eventos import failures, names
 from eventos.alarms import signal_changed
 from eventos.contracts import ToolCallInput, ToolResult
 from eventos.db import Conn, is_record_error
@@ -83,7 +83,8 @@ def failure(call: ToolCallInput, exc: Exception) -> ApplicationError:
         kind, retry = names.TOOL_ERROR_DATABASE, True
     else:
         kind, retry = names.TOOL_ERROR_INTERNAL, True
-    log.warning("tool call %s (%s) failed: %s (SQLSTATE %s)", call.key, call.name,
+    category = failures.TYPE_CATEGORIES.get(kind, failures.BUG)
+    log.warning("tool call %s (%s) failed: %s: %s (SQLSTATE %s)", call.key, call.name, category,
                 type(exc).__name__, sqlstate, exc_info=exc)  # fmt: skip
     return ApplicationError(names.TOOL_REASONS[kind], type=kind, non_retryable=not retry)
 

@@ -37,6 +37,7 @@ from eventos.contracts import (
     SkipInputs,
     SuspendTurn,
     TerminateWorkflow,
+    ToolFailed,
     TurnInput,
     UpgradeLease,
 )
@@ -52,6 +53,7 @@ from eventos.runtime.temporal import wake_entities
 from eventos.scheduling import admission
 from eventos.scheduling.policy import SchedConfig
 from eventos.settings import SupervisionSettings
+from eventos.timeline import writes as timeline
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -150,6 +152,11 @@ class DbActivities:
     async def skip_inputs(self, req: SkipInputs) -> None:
         await self._run(lambda conn: turns.skip_inputs(conn, req))
 
+    @activity.defn(name=names.ACT_TOOL_FAILED)
+    async def record_tool_failed(self, req: ToolFailed) -> None:
+        """A tool call that failed for good: its timeline entry with the cause."""
+        await self._run(lambda conn: timeline.tool_failed(conn, req))
+
     @activity.defn(name=names.ACT_RUN_EVENT)
     async def record_run_event(self, event: RunEvent) -> None:
         await self._run(lambda conn: turns.record_run_event(conn, event))
@@ -209,6 +216,7 @@ class DbActivities:
         return [
             self.admit_turn, self.release_turn, self.load_conversation, self.save_turn,
             self.dead_letter_inputs, self.load_inputs, self.record_run_event,
+            self.record_tool_failed,
             self.terminate_workflow, self.skip_inputs, self.suspend_turn, self.upgrade_lease,
             self.egress_send,  # owner chat's send, as a local activity of the turn
             self.entity_run_ended, self.approval_read, self.approval_remind,

@@ -26,7 +26,6 @@ from temporalio import workflow
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ActivityError,
-    ApplicationError,
     CancelledError,
     ChildWorkflowError,
     FailureError,
@@ -38,7 +37,7 @@ from temporalio.workflow import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from eventos import names
+    from eventos import failures, names
     from eventos.contracts import (
         Admission,
         AdmitRequest,
@@ -77,6 +76,7 @@ PATCH_RUN_METRICS = "run-metrics"  # a run reports its Signals and history size 
 # waited out an outage are not debounced a second time.
 PATCH_DEBOUNCE_BY_AGE = "debounce-by-input-age"
 RUN_ROLLED, RUN_CLOSED = "rolled", "closed"
+FAILURE_MAX = 500  # characters of a failed turn's cause (turns.error, the dead letter)
 
 
 def route_key(item: DeliveryItem) -> tuple[object, ...]:
@@ -115,15 +115,9 @@ def run_after(pending: list[DeliveryItem], head: DeliveryItem, after: int,
 
 
 def failure_reason(exc: BaseException) -> str:
-    """Why a turn failed: a refused record's reason (its SQLSTATE, never the row) when that is
-    the cause, else what the nearest cause says, as before (an error's own text may quote a
-    message, so only the reasons this code writes are lifted from deeper down)."""
-    seen: BaseException | None = exc
-    while isinstance(seen, FailureError):
-        if isinstance(seen, ApplicationError) and seen.type == names.RECORD_REFUSED:
-            return seen.message
-        seen = seen.cause
-    return str(getattr(exc, "cause", None) or exc)
+    """Why a turn failed, by its innermost cause (not the outer "Activity task failed"):
+    `<category>: <Type>: <message>`, redacted and bounded (eventos.failures)."""
+    return failures.reason(exc, FAILURE_MAX)
 
 
 @workflow.defn(name=names.WF_CONVERSATION)
@@ -327,9 +321,9 @@ class ConversationWorkflow:
             if isinstance(exc.cause, CancelledError):
                 status = names.TURN_CANCELLED
             else:
-                status, error = names.TURN_FAILED, failure_reason(exc)[:500]
+                status, error = names.TURN_FAILED, failure_reason(exc)
         except ActivityError as exc:
-            status, error = names.TURN_FAILED, failure_reason(exc)[:500]
+            status, error = names.TURN_FAILED, failure_reason(exc)
         held = await self._turn_ended(turn_id, status, error, consumed)
         if status == names.TURN_FAILED:
             left = {i.seq for i in self.pending}  # inputs a save consumed are not retried

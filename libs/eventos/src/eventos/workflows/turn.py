@@ -37,7 +37,7 @@ from temporalio.workflow import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from eventos import names
+    from eventos import failures, names
     from eventos.alarms.timing import humanize
     from eventos.contracts import (
         Admission,
@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         SuspendTurn,
         ToolCall,
         ToolCallInput,
+        ToolFailed,
         ToolResult,
         TurnInput,
         TurnResult,
@@ -77,17 +78,19 @@ PARK_PROBE = timedelta(minutes=15)
 PATCH_TOOLS = "tools-as-activities"
 PATCH_LOCAL_CHAT_SEND = "owner-chat-send-local"
 PATCH_TOOL_APPROVALS = "tool-approvals"  # calls named in spec.approvals.tools wait for the owner
+PATCH_TOOL_FAILED = "tool-failed-entry"  # a call failed for good writes its cause's entry
 
 
 def hold_reason(exc: ActivityError) -> str | None:
-    """Why a failed step holds the turn instead of failing it: the budget, or a park."""
-    cause = exc.cause
-    if isinstance(cause, ApplicationError) and cause.type in BUDGET_REFUSALS:
-        return names.PAUSE_BUDGET
-    if isinstance(cause, ApplicationError) and cause.type in PARK_TYPES:
-        return f"{names.PARKED}: {cause.type}"
-    if isinstance(cause, ActivityTimeout):  # the step's whole time budget went by: an outage
-        return f"{names.PARKED}: {names.PROVIDER_OUTAGE}"
+    """Why a failed step holds the turn instead of failing it: the budget, or a park (by the
+    first cause that says, walking down: eventos.failures.causes)."""
+    for cause in failures.causes(exc):
+        if isinstance(cause, ApplicationError) and cause.type in BUDGET_REFUSALS:
+            return names.PAUSE_BUDGET
+        if isinstance(cause, ApplicationError) and cause.type in PARK_TYPES:
+            return f"{names.PARKED}: {cause.type}"
+        if isinstance(cause, ActivityTimeout):  # the step's whole time budget went by: outage
+            return f"{names.PARKED}: {names.PROVIDER_OUTAGE}"
     return None
 
 
@@ -129,14 +132,15 @@ def b2_note(count: int) -> ChatMessage:
 
 def tool_failure_reason(exc: ActivityError) -> str:
     """What the model reads of a failed call: the activity's fixed reason (or a missing
-    generation's), never an error's own text; a time-out as such."""
-    cause = exc.cause
-    if isinstance(cause, ApplicationError):
-        if cause.type == "NotFound":
-            return cause.message
-        return names.TOOL_REASONS.get(cause.type or "", names.TOOL_REASON_INTERNAL)
-    if isinstance(cause, ActivityTimeout):
-        return names.TOOL_REASON_TIMEOUT
+    generation's), never an error's own text; a time-out as such (by the first cause that
+    says, walking down: eventos.failures.causes)."""
+    for cause in failures.causes(exc):
+        if isinstance(cause, ApplicationError):
+            if cause.type == "NotFound":
+                return cause.message
+            return names.TOOL_REASONS.get(cause.type or "", names.TOOL_REASON_INTERNAL)
+        if isinstance(cause, ActivityTimeout):
+            return names.TOOL_REASON_TIMEOUT
     return names.TOOL_REASON_INTERNAL
 
 
@@ -185,6 +189,7 @@ class TurnWorkflow:
         self.nudges = 0  # `released` and `wake` Signals
         self.klass = turn.klass  # raised by a merged input of a higher class
         self.approve_tools: list[str] = []  # tools whose calls wait for the owner's approval
+        self.cause = ""  # why the last step failed (eventos.failures), shown with a park
 
     @workflow.signal(name=names.SIGNAL_OFFER)
     def offer_inputs(self, offer: OfferInputs) -> None:
@@ -246,22 +251,23 @@ class TurnWorkflow:
                 why = hold_reason(exc)
                 if why is None:
                     raise
+                self.cause = failures.reason(exc)
             ended = await self._suspended(turn, why)
             if ended:
                 return ended
             self.resumes += 1
 
-    async def _suspend(self, turn: TurnInput, why: str) -> None:
+    async def _suspend(self, turn: TurnInput, why: str, detail: str = "") -> None:
         """Give the admission slot back (the lease stays, suspended, under the turn's id)."""
         await workflow.execute_local_activity(
-            names.ACT_SUSPEND, SuspendTurn(turn.turn_id, why, turn.employee),
+            names.ACT_SUSPEND, SuspendTurn(turn.turn_id, why, turn.employee, detail),
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
 
     async def _suspended(self, turn: TurnInput, why: str) -> str:
         """Hold no slot until admission grants it again: "" to go on, else why the turn ends
         (an Interrupt or Stop, a retired generation, 7 days parked)."""
-        await self._suspend(turn, why)
+        await self._suspend(turn, why, self.cause)
         return await self._readmit(turn, why)
 
     async def _readmit(self, turn: TurnInput, why: str, *, ask_first: bool = False) -> str:
@@ -286,7 +292,7 @@ class TurnWorkflow:
             if grant.gate == names.GEN_RETIRED:
                 return names.TURN_INTERRUPTED
             if grant.gate == names.GATE_PARKED_TOO_LONG:  # since its first park, by the database
-                return f"{grant.reason} ({why})"
+                return f"{grant.reason} ({why})" + (f": {self.cause}" if self.cause else "")
 
     async def _nudged(self, seen: int, timeout: timedelta) -> None:
         """Until a `released` or `wake` Signal, a stop, or the re-check deadline."""
@@ -381,8 +387,17 @@ class TurnWorkflow:
             except ActivityError as exc:
                 text = json.dumps({"error": f"the tool failed: {tool_failure_reason(exc)}"})
                 result = ToolResult(text, names.TOOL_FAILED)
+                if workflow.patched(PATCH_TOOL_FAILED):  # the operator reads why
+                    failed = ToolFailed(turn.turn_id, call.id, call.name, failures.reason(exc))
+                    await self._tool_failed(failed)
             out.append(tool_message(call, result))
         return out
+
+    async def _tool_failed(self, failed: ToolFailed) -> None:
+        await workflow.execute_local_activity(
+            names.ACT_TOOL_FAILED, failed, activity_id=f"{failed.turn_id}:failed-{failed.call_id}",
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
 
     async def _save(self, req: SaveTurn) -> Saved:
         """The consuming save; a cancel meanwhile lets it finish and tells the entity first."""

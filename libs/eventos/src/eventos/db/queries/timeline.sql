@@ -78,6 +78,27 @@ CROSS JOIN LATERAL (
 ORDER BY p.at, p.id
 LIMIT %(limit)s;
 
+-- name: timeline_tool_failed
+-- A tool call failed for good (its activity raised past its retries): its entry, on its turn's
+-- thread and chains, with the cause (eventos.failures; no content); once per call.
+INSERT INTO employee_timeline (employee, kind, thread, chains, ref, detail)
+SELECT t.employee, 'tool.failed', t.thread, coalesce(t.chains, '{}'), %(ref)s,
+       jsonb_build_object('tool', %(tool)s::text, 'outcome', 'failed', 'turn', t.id,
+                          'error', %(error)s::text)
+FROM turns t
+WHERE t.id = %(turn_id)s
+  AND NOT EXISTS (SELECT 1 FROM employee_timeline e
+                  WHERE e.employee = t.employee AND e.kind = 'tool.failed' AND e.ref = %(ref)s);
+
+-- name: timeline_turn_parked
+-- A turn parked (SPEC §9): its step failed for a reason that may clear; `error` is the step's
+-- cause (eventos.failures: category, type, bounded message; no content).
+INSERT INTO employee_timeline (employee, kind, thread, chains, ref, detail)
+SELECT employee, 'turn.parked', thread, coalesce(chains, '{}'), id,
+       jsonb_build_object('n', n, 'class', class, 'agent', agent,
+                          'error', nullif(%(error)s::text, ''))
+FROM turns WHERE id = %(turn_id)s;
+
 -- name: timeline_turn_started
 -- A turn loaded its inputs: their chains go on the turn (once: a retried load writes nothing)
 -- and its `started` entry is written, with how long it waited for its slot.
