@@ -10,7 +10,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from eventos.runtime import service
+from eventos.runtime import build, service
 from eventos.runtime.service import health_routes
 
 SECRET_DETAIL = 'connection to "pg.internal" user "eventos" password "hunter2" failed'
@@ -47,6 +47,7 @@ async def test_readyz_names_the_failed_checks_with_a_fixed_word(
         "service": "ingress",
         "ready": False,
         "failed": {"database": "unavailable", "temporal": "timeout"},
+        "release": build.running_release().as_json(),  # which code says so
     }
     assert "hunter2" not in answer.text and "OSError" not in answer.text
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
