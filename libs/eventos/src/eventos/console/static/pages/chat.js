@@ -8,6 +8,11 @@ function clientId() {
   return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
+// What became of a reply not there to read (the message's `reply_status`), in the chat's words.
+const REPLY_STATES = {
+  held_for_review: 'held for review', declined: 'declined', expired: 'expired', failed: 'failed',
+};
+
 function pick(main, me) {
   replace(main, h('h1', null, 'Chat'), me.chat.length
     ? [h('p', null, 'Choose an employee to chat with:'),
@@ -26,13 +31,16 @@ export async function render(main, { me, args, signal, failed, notFound }) {
   const mark = (ids, word) => ids.forEach((id) => { const el = sent.get(Number(id)); if (el) replace(el, word); });
 
   function mine(m) {
-    const state = h('span', { class: 'muted msg-state' }, m.status);
+    const state = h('span', { class: 'muted msg-state' }, REPLY_STATES[m.reply_status] || m.status);
     sent.set(Number(m.message_id), state);
     return h('li', { class: 'msg mine' }, h('p', null, m.text), h('small', null, 'you · ', state,
       m.created_at ? [' · ', when(m.created_at)] : ''));
   }
   function reply(text) {
     return h('li', { class: 'msg theirs' }, h('p', null, text), h('small', null, name));
+  }
+  function notice(text) {
+    return h('li', { class: 'msg notice muted', role: 'status' }, h('p', null, text));
   }
 
   let history;
@@ -84,6 +92,12 @@ export async function render(main, { me, args, signal, failed, notFound }) {
       if (kind === 'reply') {
         mark(turns.get(data.turn_id) || [], 'answered');
         log.append(reply(data.text));
+        log.lastChild.scrollIntoView({ block: 'end' });
+        return;
+      }
+      if (kind === 'notice') { // the reply is held for review (or the turn waits): said as such
+        mark(turns.get(data.turn_id) || [], data.text);
+        log.append(notice(data.text));
         log.lastChild.scrollIntoView({ block: 'end' });
         return;
       }
