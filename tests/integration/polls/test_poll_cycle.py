@@ -158,18 +158,18 @@ async def test_failures_double_the_interval_raise_driver_down_after_five_and_a_s
         assert (verdict.outcome, verdict.failures, verdict.error) == (
             "failed",
             failures,
-            "HTTP 503",
+            "outage: PollFailed: HTTP 503",  # its cause's category first (eventos.failures)
         )
         assert jittered(verdict, interval), (verdict, interval)
         row = await cursor_row(pool, req)
         assert (row["failures"], row["interval_s"], row["last_error"]) == (
             failures,
             interval,
-            "HTTP 503",
+            "outage: PollFailed: HTTP 503",
         )
         assert len(await attention(pool, req)) == (1 if failures == 5 else 0)
     (item,) = await attention(pool, req)
-    assert item["state"] == "open" and "failed 5 times in a row; last: HTTP 503" in item["detail"]
+    assert item["state"] == "open" and "failed 5 times in a row; last: outage: PollFailed: HTTP 503" in item["detail"]
     # The interval stops doubling at an hour.
     for _ in range(3):
         verdict = await poller.cycle(req)
@@ -187,12 +187,14 @@ async def test_failures_double_the_interval_raise_driver_down_after_five_and_a_s
 @pytest.mark.parametrize(
     ("status", "body", "error"),
     [
-        (200, b"{not json", "the response is not JSON: Expecting property name"),
-        (200, b'{"data": {}}', "no 'data.items' in the response"),
-        (200, b'{"data": {"items": {"a": 1}}}', "'data.items' is dict, not a list"),
-        (200, b'{"data": {"items": [{"id": "x"}, {"n": 2}]}}', "item 1 has no 'id'"),
-        (200, b'{"data": {"items": []}, "meta": {"next": {"a": 1}}}', "'meta.next' is dict, not a cursor"),
-        (404, b"", "HTTP 404"),
+        (200, b"{not json", "invalid_request: PollFailed: the response is not JSON: Expecting property name"),
+        (200, b'{"data": {}}', "invalid_request: PollFailed: no 'data.items' in the response"),
+        (200, b'{"data": {"items": {"a": 1}}}', "invalid_request: PollFailed: 'data.items' is dict, not a list"),
+        (200, b'{"data": {"items": [{"id": "x"}, {"n": 2}]}}', "invalid_request: PollFailed: item 1 has no 'id'"),
+        (200, b'{"data": {"items": []}, "meta": {"next": {"a": 1}}}', "invalid_request: PollFailed: 'meta.next' is dict, not a cursor"),
+        (404, b"", "invalid_request: PollFailed: HTTP 404"),
+        (401, b"", "auth: PollFailed: HTTP 401"),
+        (502, b"", "outage: PollFailed: HTTP 502"),
     ],
 )  # fmt: skip
 async def test_bad_answers_are_failures_with_a_clear_error_and_nothing_is_appended(
@@ -215,7 +217,7 @@ async def test_a_rate_limit_waits_its_retry_after_when_longer_than_the_backoff(
     req = await employee(pool, endpoint)
     endpoint.answer = (429, b"", {"Retry-After": "600"})
     limited = await poller.cycle(req)
-    assert (limited.error, limited.failures, limited.delay_s) == ("HTTP 429", 1, 600.0)
+    assert (limited.error, limited.failures, limited.delay_s) == ("rate: PollFailed: HTTP 429", 1, 600.0)
     endpoint.answer = (429, b"", {"Retry-After": "99999"})
     assert (await poller.cycle(req)).delay_s == 3600.0  # at most an hour
     endpoint.answer = (429, b"", {"Retry-After": "1"})
@@ -228,11 +230,12 @@ async def test_the_fetch_is_bounded_in_size_and_follows_no_redirect_to_another_h
     req = await employee(pool, endpoint)
     huge = page_body([{"id": str(i), "pad": "y" * 1000} for i in range(2500)], None)  # 2.5 MB
     endpoint.answer = (200, huge, {})
-    assert (await poller.cycle(req)).error == f"response over {names.POLL_RESPONSE_MAX_BYTES} bytes"
+    bad = "invalid_request: PollFailed: "
+    assert (await poller.cycle(req)).error == f"{bad}response over {names.POLL_RESPONSE_MAX_BYTES} bytes"
     endpoint.answer = (302, b"", {"Location": "http://localhost:9/elsewhere"})
-    assert (await poller.cycle(req)).error == "HTTP 302: redirect to another origin"
+    assert (await poller.cycle(req)).error == f"{bad}HTTP 302: redirect to another origin"
     endpoint.answer = (307, b"", {"Location": "/items"})
-    assert (await poller.cycle(req)).error == "more than 3 redirects"
+    assert (await poller.cycle(req)).error == f"{bad}more than 3 redirects"
     # A redirect within the origin is followed.
     endpoint.answer = None
     endpoint.redirects[None] = "/items?after=moved"
@@ -254,7 +257,7 @@ async def test_credentials_come_from_the_secret_reference(
     missing = await employee(pool, endpoint, ", auth: {scheme: bearer, secret: not-there}")
     asked = len(endpoint.requests)
     verdict = await poller.cycle(missing)
-    assert verdict.error == "secret 'not-there' is not available"
+    assert verdict.error == "auth: SecretUnavailable: secret 'not-there' is not available"
     assert len(endpoint.requests) == asked  # no request without its credential
 
 

@@ -106,8 +106,11 @@ class Forbidden(EventOSError):
 
 
 class PollFailed(EventOSError):
-    """The polled endpoint gave no usable page."""
+    """The polled endpoint gave no usable page; `category` says why as eventos.failures names
+    it (an answer the trigger cannot read is an invalid request's)."""
 
-    def __init__(self, message: str | None = None, retry_after_s: float | None = None) -> None:
+    def __init__(self, message: str | None = None, retry_after_s: float | None = None,
+                 category: str = "invalid_request") -> None:  # fmt: skip
         self.retry_after_s = retry_after_s  # a 429's Retry-After: the next poll not sooner
+        self.category = category
         super().__init__(message)

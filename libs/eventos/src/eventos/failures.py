@@ -165,6 +165,9 @@ def category_of(exc: BaseException) -> str:
         return RPC_CATEGORIES.get(exc.status, BUG)
     if isinstance(exc, (ConnectionError, OSError)):
         return OUTAGE
+    own = getattr(exc, "category", None)  # an error of ours that knows its category (PollFailed)
+    if own in CATEGORIES:
+        return str(own)
     return TYPE_CATEGORIES.get(type(exc).__name__, BUG)
 
 

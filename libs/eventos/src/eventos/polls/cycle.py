@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from psycopg_pool import AsyncConnectionPool
 
-from eventos import names
+from eventos import failures, names
 from eventos.bus.envelope import encoded_size, new_event_id
 from eventos.bus.inbox import (
     Accepted,
@@ -149,7 +149,7 @@ class Poller:
             page = parse_page(await fetch(self.http, trigger, row["cursor"], self.secrets), trigger)
             keyed = [(item_id(it, trigger, i), it) for i, it in enumerate(page.items)]
         except PollFailed as exc:
-            verdict = await self._failed(req, p, base, row, str(exc))
+            verdict = await self._failed(req, p, base, row, failures.reason(exc))
             if exc.retry_after_s is None:
                 return verdict
             # A rate limit's Retry-After (at most an hour) is waited for when it is longer.

@@ -16,10 +16,10 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from eventos import names
+from eventos import failures, names
 from eventos import secret_purposes as purposes
 from eventos.errors import PollFailed, SecretUnavailable
-from eventos.runtime.outbound import Resolver, client
+from eventos.runtime.outbound import OutboundRefused, Resolver, client
 from eventos.settings import OutboundSettings, SecretStore
 from eventos.spec.model import Trigger
 
@@ -58,7 +58,7 @@ def request_headers(trigger: Trigger, secrets: SecretStore) -> dict[str, str]:
             host = urlsplit(trigger.url).hostname or ""
             value = secrets.resolve(trigger.auth.secret, purposes.poll_purpose(host)).decode()
         except SecretUnavailable as exc:
-            raise PollFailed(str(exc)) from exc
+            raise PollFailed(str(exc), category=failures.AUTH) from exc
         if trigger.auth.scheme == "bearer":
             headers["Authorization"] = f"Bearer {value}"
         else:
@@ -88,9 +88,11 @@ async def _exchange(http: httpx.AsyncClient, url: str, headers: dict[str, str],
                 continue
             if response.status_code == httpx.codes.TOO_MANY_REQUESTS:
                 wait = response.headers.get("retry-after", "")
-                raise PollFailed("HTTP 429", float(wait) if wait.isdigit() else None)
+                raise PollFailed("HTTP 429", float(wait) if wait.isdigit() else None,
+                                 category=failures.RATE)  # fmt: skip
             if not response.is_success:
-                raise PollFailed(f"HTTP {response.status_code}")
+                code = response.status_code
+                raise PollFailed(f"HTTP {code}", category=failures.status_category(code))
             return await _read_capped(response, cap)
     raise PollFailed(f"more than {MAX_REDIRECTS} redirects")
 
@@ -111,9 +113,16 @@ async def fetch(
         async with asyncio.timeout(DEADLINE_S):
             return await _exchange(http, str(url), headers, cap)
     except TimeoutError:
-        raise PollFailed(f"no complete answer within {DEADLINE_S:.0f} s") from None
+        raise PollFailed(f"no complete answer within {DEADLINE_S:.0f} s",
+                         category=failures.TIMEOUT) from None  # fmt: skip
     except httpx.HTTPError as exc:
-        raise PollFailed(f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS]) from exc
+        # No answer (refused, reset, timed out) is the endpoint's outage or time-out; the
+        # outbound guard's refusal is the trigger's (its URL names an address not allowed).
+        category = failures.TIMEOUT if isinstance(exc, httpx.TimeoutException) else failures.OUTAGE
+        if isinstance(exc, OutboundRefused):
+            category = failures.INVALID_REQUEST
+        raise PollFailed(f"{type(exc).__name__}: {exc}"[:ERROR_MAX_CHARS],
+                         category=category) from exc  # fmt: skip
 
 
 def at_path(doc: Any, path: str) -> Any:
