@@ -169,7 +169,10 @@ async def test_failures_double_the_interval_raise_driver_down_after_five_and_a_s
         )
         assert len(await attention(pool, req)) == (1 if failures == 5 else 0)
     (item,) = await attention(pool, req)
-    assert item["state"] == "open" and "failed 5 times in a row; last: outage: PollFailed: HTTP 503" in item["detail"]
+    assert (
+        item["state"] == "open"
+        and "failed 5 times in a row; last: outage: PollFailed: HTTP 503" in item["detail"]
+    )
     # The interval stops doubling at an hour.
     for _ in range(3):
         verdict = await poller.cycle(req)
@@ -217,7 +220,11 @@ async def test_a_rate_limit_waits_its_retry_after_when_longer_than_the_backoff(
     req = await employee(pool, endpoint)
     endpoint.answer = (429, b"", {"Retry-After": "600"})
     limited = await poller.cycle(req)
-    assert (limited.error, limited.failures, limited.delay_s) == ("rate: PollFailed: HTTP 429", 1, 600.0)
+    assert (limited.error, limited.failures, limited.delay_s) == (
+        "rate: PollFailed: HTTP 429",
+        1,
+        600.0,
+    )
     endpoint.answer = (429, b"", {"Retry-After": "99999"})
     assert (await poller.cycle(req)).delay_s == 3600.0  # at most an hour
     endpoint.answer = (429, b"", {"Retry-After": "1"})
@@ -231,7 +238,9 @@ async def test_the_fetch_is_bounded_in_size_and_follows_no_redirect_to_another_h
     huge = page_body([{"id": str(i), "pad": "y" * 1000} for i in range(2500)], None)  # 2.5 MB
     endpoint.answer = (200, huge, {})
     bad = "invalid_request: PollFailed: "
-    assert (await poller.cycle(req)).error == f"{bad}response over {names.POLL_RESPONSE_MAX_BYTES} bytes"
+    assert (
+        await poller.cycle(req)
+    ).error == f"{bad}response over {names.POLL_RESPONSE_MAX_BYTES} bytes"
     endpoint.answer = (302, b"", {"Location": "http://localhost:9/elsewhere"})
     assert (await poller.cycle(req)).error == f"{bad}HTTP 302: redirect to another origin"
     endpoint.answer = (307, b"", {"Location": "/items"})
