@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from eventos.local.ports import free_port
 from eventos.runtime.service import Service
 
 
@@ -81,7 +82,12 @@ async def test_no_target_is_a_usage_error() -> None:
 async def test_a_target_ready_a_moment_later_passes() -> None:
     late = Service("egress", http_port=0, checks={"db": always_ready})
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        # SO_REUSEADDR, as the service's own socket has it: the connection accepted here
+        # inherits it, and while that connection closes (FIN_WAIT until the probe closes its
+        # end) the service may bind the port. Without it the bind fails "Address already in
+        # use" whenever the probe is slow to close (a loaded machine).
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", free_port()))  # reserved, below the ephemeral range
         s.listen()
         s.setblocking(False)
         port = s.getsockname()[1]
