@@ -249,6 +249,9 @@ DEAD_RESET: Final = "reset"  # the inputs of a generation that no longer runs
 _REASON_WORD = re.compile(r"[a-z_]+")
 
 
+_build_labels: dict[str, tuple[str, ...]] = {}  # each service's eventos_build_info labels
+
+
 def register(service: str) -> None:
     """Put the service's families (and the common ones) in the default registry, once each;
     `eventos_build_info` names the service."""
@@ -257,8 +260,13 @@ def register(service: str) -> None:
             REGISTRY.register(family)
             _registered.add(id(family))
     r = build.running_release()
-    BUILD_INFO.labels(service, r.version, r.build, r.image_tag, r.chart, r.temporal_server,
-                      str(r.migrations)).set(1)  # fmt: skip
+    labels = (service, r.version, r.build, r.image_tag, r.chart, r.temporal_server,
+              str(r.migrations))  # fmt: skip
+    before = _build_labels.get(service)
+    if before is not None and before != labels:  # one series a service, the release it runs now
+        BUILD_INFO.remove(*before)
+    BUILD_INFO.labels(*labels).set(1)
+    _build_labels[service] = labels
 
 
 def dead_reason(reason: str | None) -> str:
