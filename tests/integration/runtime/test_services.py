@@ -9,6 +9,7 @@ import httpx
 import pytest
 from conftest import run_service
 
+from eventos import settings
 from eventos.db.migrate import shipped_migrations
 from eventos.local.ports import free_port
 from eventos.runtime import build
@@ -18,9 +19,9 @@ from eventos.v1 import wake_pb2, wake_pb2_grpc
 
 pytestmark = pytest.mark.temporal
 DEPLOYED = {  # what the chart sets (tests/deploy/test_chart_instance.py)
-    build.IMAGE_TAG_VAR: "2026.12.1",
-    build.CHART_VERSION_VAR: "0.4.2",
-    build.TEMPORAL_SERVER_VAR: "temporalio/server:1.32.0",
+    settings.IMAGE_TAG_VAR: "2026.12.1",
+    settings.CHART_VERSION_VAR: "0.4.2",
+    settings.TEMPORAL_SERVER_VAR: "temporalio/server:1.32.0",
 }
 
 

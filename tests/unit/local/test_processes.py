@@ -18,12 +18,13 @@ from eventos.local.restarts import Restarts, exit_text
 from eventos.local.service_process import ServiceProcess
 from eventos.testing import wait_for_sync
 
-SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
+# A child that says it is up, then waits for a signal (the test kills it).
+SLEEPER = [sys.executable, "-c", "import signal; print('up', flush=True); signal.pause()"]
 STUBBORN = [
     sys.executable,
     "-c",
-    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True);"
-    " time.sleep(60)",
+    "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True);"
+    " signal.pause()",
 ]
 
 

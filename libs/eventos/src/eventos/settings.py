@@ -464,6 +464,33 @@ class HttpToolSettings:
         )
 
 
+# What the chart says about the deployment a process belongs to (runtime/build.py's release).
+IMAGE_TAG_VAR = "EVENTOS_IMAGE_TAG"
+CHART_VERSION_VAR = "EVENTOS_CHART_VERSION"
+TEMPORAL_SERVER_VAR = "EVENTOS_TEMPORAL_SERVER"
+RELEASE_PART_MAX = 128
+
+
+@dataclass(frozen=True)
+class ReleaseSettings:
+    """The deployment's parts of a release, as the chart sets them: `EVENTOS_IMAGE_TAG`,
+    `EVENTOS_CHART_VERSION`, `EVENTOS_TEMPORAL_SERVER` (each empty when unset, as for a process
+    started by hand or by `make run`; bounded to 128 characters)."""
+
+    image_tag: str = ""
+    chart: str = ""
+    temporal_server: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ReleaseSettings:
+        env = os.environ if env is None else env
+
+        def named(var: str) -> str:
+            return env.get(var, "").strip()[:RELEASE_PART_MAX]
+
+        return cls(named(IMAGE_TAG_VAR), named(CHART_VERSION_VAR), named(TEMPORAL_SERVER_VAR))
+
+
 @dataclass(frozen=True)
 class OutboundSettings:
     """`EVENTOS_OUTBOUND_ALLOW_PRIVATE`: let tools and polls reach private addresses (a test

@@ -11,8 +11,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
-import os
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -20,13 +18,9 @@ from typing import Any
 import temporalio
 
 from eventos.db.migrate import shipped_migrations
+from eventos.settings import ReleaseSettings
 
 PACKAGE_ROOT = Path(__file__).parents[1]  # eventos/, whose source the build id hashes
-# What the chart (or the local instance) says about the deployment this process belongs to.
-IMAGE_TAG_VAR = "EVENTOS_IMAGE_TAG"
-CHART_VERSION_VAR = "EVENTOS_CHART_VERSION"
-TEMPORAL_SERVER_VAR = "EVENTOS_TEMPORAL_SERVER"
-UNSET = ""  # a part the deployment did not name (a process started by hand)
 
 
 def release() -> str:
@@ -75,17 +69,12 @@ class Release:
         return asdict(self)
 
 
-def running_release(env: Mapping[str, str] | None = None) -> Release:
-    """This process's release: the code's own parts, and what the deployment named in
-    `EVENTOS_IMAGE_TAG`, `EVENTOS_CHART_VERSION` and `EVENTOS_TEMPORAL_SERVER` (each
-    empty when unset; values are bounded to 128 characters)."""
-    env = os.environ if env is None else env
-
-    def named(var: str) -> str:
-        return env.get(var, UNSET).strip()[:128]
-
+def running_release(deployed: ReleaseSettings | None = None) -> Release:
+    """This process's release: the code's own parts, and what the deployment named
+    (`ReleaseSettings`: the images' tag, the chart's version, the Temporal server)."""
+    deployed = deployed or ReleaseSettings.from_env()
     return Release(
-        version=release(), build=worker_build_id(), image_tag=named(IMAGE_TAG_VAR),
-        chart=named(CHART_VERSION_VAR), temporal_server=named(TEMPORAL_SERVER_VAR),
+        version=release(), build=worker_build_id(), image_tag=deployed.image_tag,
+        chart=deployed.chart, temporal_server=deployed.temporal_server,
         migrations=migration_level(),
     )  # fmt: skip
