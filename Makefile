@@ -221,6 +221,10 @@ lint: install ## ruff (format + lint), mypy, and the import contracts (layers, n
 test: lint browser $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## lint, then every test (unit, integration, e2e, browser, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
+# Run on each release's code, and commit tests/histories/<release>/ (docs/upgrades.md).
+record-histories: install ## record every workflow type's histories on this code into tests/histories/<release>/ for the replay gate
+	$(VENV)/bin/pytest -q tests/integration/runtime/record_histories.py
+
 deploy-check: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout, alert rules
 	$(VENV)/bin/pytest -q tests/deploy
 
@@ -264,7 +268,7 @@ bench: install $(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## 
 clean: ## remove the local instance state and the virtualenvs
 	rm -rf .eventos $(VENV) $(TOOLS)
 
-.PHONY: help install install-run temporal-server tools lock proto migrate run browser lint test deploy-check images test-images bench clean
+.PHONY: help install install-run temporal-server tools lock proto migrate run browser lint test record-histories deploy-check images test-images bench clean
 
 # ---- The local Kubernetes cluster (issue 28, point 2; docs/cluster.md) --------------------------
 # A single-node cluster on this machine: Kubernetes built from the published k8s.io/kubernetes
