@@ -29,7 +29,9 @@ import json
 import pytest
 from poll_endpoint import PollEndpoint, items
 from release_histories import this_release_folder
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
+from temporalio.service import RPCError
 from test_budget import chat
 from test_router import query
 from test_supervision import applied, described, new_employee
@@ -41,6 +43,12 @@ from eventos.testing import wait_for
 pytestmark = pytest.mark.temporal
 
 POLL_RUN_S = 90  # a poll's next attempt comes within its interval (30 s) and 10 % jitter
+
+
+def clear(scenario: str) -> None:
+    """A scenario recorded again replaces all its files (a chain may have fewer runs now)."""
+    for old in this_release_folder().glob(f"{scenario}-*.json"):
+        old.unlink()
 
 
 def write(name: str, history: WorkflowHistory) -> None:
@@ -69,6 +77,7 @@ async def write_chain(instance: Instance, prefix: str, workflow_id: str) -> None
 
 
 async def test_record_an_owner_chat(instance: Instance) -> None:
+    clear("chat")
     await instance.reply(await instance.chat("hello there"))
     await instance.reply(await instance.chat('look up\ncall: lookup {"q": 1}\ncall: weather {}'))
     first = await instance.chat("slow one\nsleep: 2\ncall: lookup {}")
@@ -79,11 +88,13 @@ async def test_record_an_owner_chat(instance: Instance) -> None:
     await wait_for(running, timeout=15, what="the third turn running")
     second = await instance.chat("and also this")
     assert await instance.reply(first) == await instance.reply(second)
-    turns = await query(instance.pool, "SELECT id FROM turns ORDER BY n")
+    q = "SELECT id FROM turns WHERE employee = %s ORDER BY n"
+    turns = await query(instance.pool, q, instance.name)
     for n, turn in enumerate(turns, 1):
         await instance.client.get_workflow_handle(turn["id"]).result()
         write(f"chat-turn-{n}", await history(instance, turn["id"]))
-    (stream,) = await query(instance.pool, "SELECT entity_id FROM bus_streams")
+    q = "SELECT entity_id FROM bus_streams WHERE employee = %s"
+    (stream,) = await query(instance.pool, q, instance.name)
     await write_chain(instance, "chat-conversation", stream["entity_id"])
 
 
@@ -113,6 +124,7 @@ async def test_record_a_working_day(instance: Instance) -> None:
         endpoint.page(None, items("feed", 3), "next")
         name = await new_employee(instance, working_day(endpoint.url))
         await applied(instance, name, "start")
+        clear("day")
         await record_the_day(instance, name)
     finally:
         endpoint.stop()
@@ -145,6 +157,17 @@ async def record_the_day(instance: Instance, name: str) -> None:
         return str(rows[0]["id"]) if rows else None
 
     approval = await wait_for(pending, timeout=60, what="the tool call held for approval")
+    approval_id = f"approval-{approval}"
+
+    async def waiting() -> bool:
+        """The ApprovalWorkflow read the row and waits (its timer): the decision nudges it."""
+        try:
+            got = await history(instance, approval_id)
+        except RPCError:  # the row commits just before the turn starts its child
+            return False
+        return any(e.event_type == EventType.EVENT_TYPE_TIMER_STARTED for e in got.events)
+
+    await wait_for(waiting, timeout=30, what="the approval's workflow waiting")
     r = await instance.api.post(f"/v1/approvals/{approval}:approve")
     assert r.status_code == 202, r.text
     await instance.reply(asked, timeout=60, name=name)
@@ -154,7 +177,6 @@ async def record_the_day(instance: Instance, name: str) -> None:
         return [r["status"] for r in await query(instance.pool, q, name)] == ["fired"]
 
     await wait_for(alarm_fired, timeout=30, what="the alarm fired by the supervisor")
-    approval_id = f"approval-{approval}"
     assert await instance.client.get_workflow_handle(approval_id).result() == "approved"
     write("day-approval", await history(instance, approval_id))
     (turn,) = await query(instance.pool, "SELECT turn_id FROM approvals WHERE id = %s", approval)

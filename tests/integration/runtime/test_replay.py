@@ -33,8 +33,9 @@ from eventos.runtime.build import release
 from eventos.runtime.payload_guard import GUARDED_DATA_CONVERTER
 from eventos.workers.roles import WORKFLOWS
 
-ALL = [r for folder in release_folders() for r in recorded(folder)]
-NEWEST = recorded(release_folders()[-1])
+FOLDERS = release_folders()
+ALL = [r for folder in FOLDERS for r in recorded(folder)]
+NEWEST = recorded(FOLDERS[-1]) if FOLDERS else []
 TYPES = {w.__temporal_workflow_definition.name: w for w in WORKFLOWS}  # type: ignore[attr-defined]
 
 
@@ -59,7 +60,8 @@ async def test_every_history_of_every_release_replays_on_this_code() -> None:
 
 
 def test_the_newest_release_is_this_code_and_has_a_history_of_every_workflow_type() -> None:
-    newest = release_folders()[-1].name
+    assert FOLDERS, "no release folder in tests/histories: make record-histories"
+    newest = FOLDERS[-1].name
     assert newest == release(), (
         f"this code is release {release()}, the newest histories are {newest}'s: record this "
         "release's (make record-histories) and commit tests/histories/" + release()
