@@ -12,8 +12,8 @@ workers on the real dev server and PostgreSQL) through two scenarios, so each hi
 the commands a real run makes:
 
 - `chat-*`: an owner chat of three turns: a plain answer, a tool batch (two calls answered
-  before the next step) and a merge of a message that arrived while the turn ran; the
-  entity's every run (it continues as new) and each turn.
+  before the next step) and a merge of a message that arrived while the turn ran; each turn,
+  and the entity's every run (it continues as new) up to its passivation when idle.
 - `day-*`: an employee with a poll, a cron trigger and `set_alarm` gated by `approvals.tools`,
   started through its supervisor: the poll appends a page (a cycle), the cron Schedule fires
   (a ScheduleFireWorkflow appends its tick), the owner asks for an alarm and approves the
@@ -95,7 +95,11 @@ async def test_record_an_owner_chat(instance: Instance) -> None:
         write(f"chat-turn-{n}", await history(instance, turn["id"]))
     q = "SELECT entity_id FROM bus_streams WHERE employee = %s"
     (stream,) = await query(instance.pool, q, instance.name)
-    await write_chain(instance, "chat-conversation", stream["entity_id"])
+    entity = instance.client.get_workflow_handle(stream["entity_id"])
+    # Idle (3 s here), the entity passivates: its last run holds the close sequence.
+    await wait_for(lambda: status_is(entity, WorkflowExecutionStatus.COMPLETED), timeout=60,
+                   interval=0.5, what="the entity passivated")  # fmt: skip
+    await write_chain(instance, "chat-conversation", entity.id)
 
 
 def working_day(url: str) -> object:

@@ -87,6 +87,8 @@ SHOWS: dict[str, dict[str, Callable[[HistoryEvent], bool]]] = {
     names.WF_CONVERSATION: {
         "a turn started": of_type(EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED),
         "a Signal": of_type(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED),
+        "continued as new": of_type(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW),
+        "passivated": of_type(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED),
     },
     names.WF_TURN: {
         "a tool call": started(names.ACT_TOOL),
