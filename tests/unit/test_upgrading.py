@@ -17,6 +17,8 @@ MIGRATIONS_DIR = ROOT / "libs/eventos/src/eventos/db/migrations"
 MIGRATION_NAME = re.compile(r"\b\d{4}_[a-z0-9_]+\.sql\b")
 RELEASE_HEADING = re.compile(r"^## (\S+)", re.MULTILINE)
 PATCH_CALLS = {"patched", "deprecate_patch"}
+# What each release's section says besides its migrations' lines.
+SECTION_PARTS = ["**Rolling back", "**Patch markers added", "**Retired", "**Operators"]
 
 
 def text() -> str:
@@ -69,9 +71,18 @@ def test_markers_are_read_by_literal_and_by_constant() -> None:
     assert markers(source) == {"by-constant", "lit"}
 
 
-def test_the_newest_release_is_the_package_version() -> None:
+def version_key(name: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in name.split("."))
+
+
+def test_the_newest_release_is_the_package_version_and_each_says_what_it_must() -> None:
     releases = RELEASE_HEADING.findall(text())
     assert releases, "UPGRADING.md has no release section"
     assert releases[0] == release(), (
         f"eventos is {release()}: open its section at the top of UPGRADING.md"
     )
+    assert releases == sorted(releases, key=version_key, reverse=True), "newest first"
+    sections = RELEASE_HEADING.split(text())[2::2]
+    for name, section in zip(releases, sections, strict=True):
+        missing = [part for part in SECTION_PARTS if part not in section]
+        assert missing == [], f"UPGRADING.md, {name}: say {missing}"
