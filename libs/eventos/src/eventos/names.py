@@ -553,3 +553,17 @@ TOOL_NAMES: Final = frozenset({
     "http_request",
     "data_get", "data_put", "data_list",
 })  # fmt: skip
+
+# Flags of a generation (`spec.flags`, SPEC §3, EG2): each documented name with its default and
+# what it does (docs/operations.md#flags). A generation freezes them with its snapshot; its
+# workflows read them from their input (StreamCursor, TurnInput), never from the database.
+# Applying a spec whose flags differ to a live generation drains it into a new one.
+FLAG_CONCURRENT_READ_ONLY_TOOLS: Final = "concurrent_read_only_tools"
+FLAGS: Final[dict[str, tuple[bool, str]]] = {
+    FLAG_CONCURRENT_READ_ONLY_TOOLS: (
+        False,
+        "a model response whose tool calls are all read-only runs them concurrently, at most "
+        "8 at once, and appends the results in call order (RFC-0006 §6.3)",
+    ),
+}
+READ_ONLY_BATCH_MAX_AT_ONCE: Final = 8  # concurrent read-only calls of one model response
