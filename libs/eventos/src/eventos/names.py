@@ -567,3 +567,14 @@ FLAGS: Final[dict[str, tuple[bool, str]]] = {
     ),
 }
 READ_ONLY_BATCH_MAX_AT_ONCE: Final = 8  # concurrent read-only calls of one model response
+# A flag change drains the live generation into a new one (eventos.employees.drain): the old one
+# is stopped with this pause reason until its running turns have stopped, then retired.
+PAUSE_DRAIN: Final = "drain"
+ATTENTION_GENERATION_DRAINED: Final = "generation_drained"  # the owner's notice of a drain
+DRAIN_WAIT_MAX_S: Final = 600  # the drain waits this long for the old turns to stop, then fails
+DRAIN_RECHECK_S: Final = 1.0  # how soon the deliverer looks again while the old turns stop
+
+
+def entity_id(employee: str, generation: int, lane: str, thread: str) -> str:
+    """A stream's ConversationWorkflow id, `conv-<employee>-g<gen>-<lane>-<thread>`."""
+    return f"conv-{employee}-g{generation}-{lane}-{thread}"
