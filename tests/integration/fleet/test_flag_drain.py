@@ -164,3 +164,40 @@ async def test_turning_a_flag_on_and_off_under_load_consumes_every_input_once(
         "generation 1 drained into generation 2",
         "generation 2 drained into generation 3",
     ]
+
+
+async def test_a_paused_generation_drains_into_a_paused_one(
+    instance: Instance,  # noqa: F811 (the fixture imported above)
+    server: Loopback,
+) -> None:
+    name = f"p{uuid.uuid4().hex[:8]}"
+    flag_off = http_employee(name, "[127.0.0.1]")
+    server.answer("/t", Answer(body=b'{"ok": 1}'))
+    await apply_and_start(instance.pool, flag_off)
+    await running(instance, name, 1)
+    stopped = await instance.api.post(f"/v1/employees/{name}:stop")
+    assert stopped.status_code == 202, stopped.text
+    stream = Stream(instance, name, server)
+    await stream.many(3)  # they wait while the owner keeps it paused
+    await apply(instance, flag_off.replace("spec:\n", FLAG_ON), draining=1)
+
+    async def paused_again() -> dict[str, object] | None:
+        gen = await generation(instance, name, 2)
+        intents = await query(instance.pool, "SELECT 1 FROM intents WHERE employee = %s AND "
+                                             "state = 'applying'", name)  # fmt: skip
+        return gen if gen is not None and gen["state"] == names.GEN_PAUSED and not intents else None
+
+    gen = await wait_for(paused_again, timeout=60, what="generation 2 paused again")
+    assert gen["pause_reason"] == names.PAUSE_OWNER
+    rows = await query(instance.pool, "SELECT stream_key, status FROM bus_deliveries "
+                                      "WHERE ingress_id = ANY(%s)", stream.ingress)  # fmt: skip
+    assert {(str(r["stream_key"]).split("/")[1], r["status"]) for r in rows} == {("g2", "pending")}
+    resumed = await instance.api.post(f"/v1/employees/{name}:resume")
+    assert resumed.status_code == 202, resumed.text
+
+    async def consumed() -> bool:
+        rows = await query(instance.pool, "SELECT status FROM bus_deliveries "
+                                          "WHERE ingress_id = ANY(%s)", stream.ingress)  # fmt: skip
+        return [r["status"] for r in rows] == ["done"] * len(stream.ingress)
+
+    await wait_for(consumed, timeout=90, what="the carried inputs consumed after Resume")
