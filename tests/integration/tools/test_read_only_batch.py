@@ -12,11 +12,14 @@ from collections.abc import Iterator
 import pytest
 from conftest import apply_and_start
 from loopback_http import Answer, Loopback, http_employee, loopback
+from temporalio.worker import Replayer
 from test_router import query
 from test_turns import Instance, instance, transcript  # noqa: F401 (the in-process stack fixture)
 
 from eventos import names
+from eventos.runtime.payload_guard import GUARDED_DATA_CONVERTER
 from eventos.testing import wait_for
+from eventos.workers.roles import WORKFLOWS
 
 CALLS = 12  # more than the 8 that may run at once
 AT_ONCE = names.READ_ONLY_BATCH_MAX_AT_ONCE
@@ -91,3 +94,9 @@ async def test_a_read_only_batch_runs_at_most_eight_at_once_in_call_order(
     assert [m["tool_call_id"] for m in results] == [c["id"] for c in asked["tool_calls"]]
     bodies = [json.loads(json.loads(m["content"])["body"]) for m in results]
     assert bodies == [{"i": i} for i in range(CALLS)]
+
+    # The batch's commands replay as they ran (the semaphore wakes its waiters in order).
+    (turn,) = await query(instance.pool, "SELECT id FROM turns WHERE employee = %s", name)
+    history = await instance.client.get_workflow_handle(turn["id"]).fetch_history()
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=GUARDED_DATA_CONVERTER)
+    await replayer.replay_workflow(history)

@@ -10,7 +10,7 @@ import pytest
 from eventos import names
 from eventos.employees.lifecycle import spec_digest
 from eventos.errors import SpecInvalid
-from eventos.spec.model import load_specs, resolve_flags
+from eventos.spec.model import load_specs, parse_spec, resolve_flags, yaml_documents
 
 DOCS = Path(__file__).parents[3] / "docs" / "flags.md"
 SPEC = """
@@ -69,3 +69,11 @@ def test_every_flag_is_documented_with_its_default() -> None:
     text = DOCS.read_text()
     for name, (default, _) in names.FLAGS.items():
         assert f"| `{name}` | `{str(default).lower()}` |" in text, name
+
+
+def test_a_stored_spec_with_a_flag_no_longer_documented_still_starts() -> None:
+    (spec,) = yaml_documents(with_flags("{gone_in_this_release: true}"))
+    stored = parse_spec(spec, stored=True)
+    assert stored.spec.resolved_flags() == {names.FLAG_CONCURRENT_READ_ONLY_TOOLS: False}
+    with pytest.raises(SpecInvalid):
+        parse_spec(spec)  # a new apply still refuses it

@@ -628,7 +628,6 @@ def _check_flags(spec: EmployeeSpec) -> list[tuple[str, str]]:
 
 def _check_cross_fields(spec: EmployeeSpec) -> list[tuple[str, str]]:
     errors: list[tuple[str, str]] = _check_tools(spec) + _check_content_rules(spec)
-    errors += _check_flags(spec)
     agents = {a.name for a in spec.spec.agents}
     if len(agents) != len(spec.spec.agents):
         errors.append(("spec.agents", "agent names must be unique"))
@@ -672,6 +671,8 @@ def parse_spec(data: object, *, stored: bool = False) -> EmployeeSpec:
         ]
         raise SpecInvalid(errors) from None
     cross = _check_cross_fields(spec)
+    if not stored:  # a flag a later release no longer documents takes no effect (resolve_flags)
+        cross += _check_flags(spec)
     if cross:
         raise SpecInvalid(cross)
     return spec
