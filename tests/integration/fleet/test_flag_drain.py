@@ -201,3 +201,44 @@ async def test_a_paused_generation_drains_into_a_paused_one(
         return [r["status"] for r in rows] == ["done"] * len(stream.ingress)
 
     await wait_for(consumed, timeout=90, what="the carried inputs consumed after Resume")
+
+
+async def test_a_resume_before_the_drain_keeps_the_generation_and_its_flags(
+    instance: Instance,  # noqa: F811 (the fixture imported above)
+    server: Loopback,
+) -> None:
+    name = f"r{uuid.uuid4().hex[:8]}"
+    flag_off = http_employee(name, "[127.0.0.1]")
+    held = threading.Event()
+    server.answer("/held", Answer(gate=held))
+    await apply_and_start(instance.pool, flag_off)
+    stream = Stream(instance, name, server)
+    await stream.send("/held", calls=1)
+
+    async def at_server() -> bool:
+        return bool(server.requests("/held"))
+
+    await wait_for(at_server, timeout=60, what="the held call at the server")
+    await apply(instance, flag_off.replace("spec:\n", FLAG_ON), draining=1)
+    resumed = await instance.api.post(f"/v1/employees/{name}:resume")
+    assert resumed.status_code == 202, resumed.text  # the owner changed their mind
+    held.set()
+
+    async def settled() -> list[dict[str, object]] | None:
+        rows = await query(instance.pool, "SELECT kind, state, outcome FROM intents "
+                                          "WHERE employee = %s ORDER BY id", name)  # fmt: skip
+        return rows if rows and all(r["state"] == "applied" for r in rows) else None
+
+    rows = await wait_for(settled, timeout=60, what="the intents applied")
+    assert [r["kind"] for r in rows] == ["stop", "resume"]
+    assert "nothing to drain" in str(rows[0]["outcome"])
+    assert await generation(instance, name, 2) is None
+    gen = await generation(instance, name, 1)
+    assert gen is not None and gen["state"] == names.GEN_RUNNING and gen["flags"] is None
+
+    async def consumed() -> bool:
+        rows = await query(instance.pool, "SELECT status FROM bus_deliveries "
+                                          "WHERE ingress_id = ANY(%s)", stream.ingress)  # fmt: skip
+        return [r["status"] for r in rows] == ["done"]
+
+    await wait_for(consumed, timeout=60, what="the stopped turn's input consumed in generation 1")
