@@ -29,6 +29,7 @@ class Answer:
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "application/json"})
     hold_first: int = 0  # hold this many requests until released
     cut: bool = False  # close the connection mid-body (a call that broke off)
+    gate: threading.Event | None = None  # hold every request until the test sets it
 
 
 class Loopback:
@@ -37,6 +38,9 @@ class Loopback:
     def __init__(self) -> None:
         self.answers: dict[str, Answer] = {}
         self.seen: list[Seen] = []
+        self.in_flight = 0  # requests the server holds or answers right now
+        self.max_in_flight = 0
+        self.answered: list[str] = []  # paths in the order their answers were written
         self.release = threading.Event()
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -67,9 +71,21 @@ class Loopback:
                 with server.lock:
                     server.seen.append(Seen(self.command, path, dict(self.headers), body))
                     count = len([s for s in server.seen if s.path == path])
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    self._answer(path, count)
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+                        server.answered.append(path)
+
+            def _answer(self, path: str, count: int) -> None:
                 answer = server.answers.get(path, Answer(404, b'{"error": "no such path"}'))
                 if count <= answer.hold_first:
                     server.release.wait(HOLD_MAX_S)
+                if answer.gate is not None:
+                    answer.gate.wait(HOLD_MAX_S)
                 self.send_response(answer.status)
                 for name, value in answer.headers.items():
                     self.send_header(name, value)

@@ -32,6 +32,9 @@ class StreamCursor:
     # Failed tries so far of inputs still pending, as [seq, tries] (carried by continue-as-new,
     # so a failed input is still retried once only, then dead-lettered).
     failures: list[list[int]] = field(default_factory=list)
+    # The generation's flags (names.FLAGS), frozen with its snapshot; the relay reads them with
+    # the stream, continue-as-new carries them and each turn gets them in its input.
+    flags: dict[str, bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,7 @@ class TurnInput:
     klass: int
     route: dict[str, Any]
     inputs: list[DeliveryItem]
+    flags: dict[str, bool] = field(default_factory=dict)  # the generation's (StreamCursor)
 
 
 @dataclass(frozen=True)

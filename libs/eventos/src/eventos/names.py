@@ -553,3 +553,28 @@ TOOL_NAMES: Final = frozenset({
     "http_request",
     "data_get", "data_put", "data_list",
 })  # fmt: skip
+
+# Flags of a generation (`spec.flags`, SPEC §3, EG2): each documented name with its default and
+# what it does (docs/operations.md#flags). A generation freezes them with its snapshot; its
+# workflows read them from their input (StreamCursor, TurnInput), never from the database.
+# Applying a spec whose flags differ to a live generation drains it into a new one.
+FLAG_CONCURRENT_READ_ONLY_TOOLS: Final = "concurrent_read_only_tools"
+FLAGS: Final[dict[str, tuple[bool, str]]] = {
+    FLAG_CONCURRENT_READ_ONLY_TOOLS: (
+        False,
+        "a model response whose tool calls are all read-only runs them concurrently, at most "
+        "8 at once, and appends the results in call order (RFC-0006 §6.3)",
+    ),
+}
+READ_ONLY_BATCH_MAX_AT_ONCE: Final = 8  # concurrent read-only calls of one model response
+# A flag change drains the live generation into a new one (eventos.employees.drain): the old one
+# is stopped with this pause reason until its running turns have stopped, then retired.
+PAUSE_DRAIN: Final = "drain"
+ATTENTION_GENERATION_DRAINED: Final = "generation_drained"  # the owner's notice of a drain
+DRAIN_WAIT_MAX_S: Final = 600  # the drain waits this long for the old turns to stop, then fails
+DRAIN_RECHECK_S: Final = 1.0  # how soon the deliverer looks again while the old turns stop
+
+
+def entity_id(employee: str, generation: int, lane: str, thread: str) -> str:
+    """A stream's ConversationWorkflow id, `conv-<employee>-g<gen>-<lane>-<thread>`."""
+    return f"conv-{employee}-g{generation}-{lane}-{thread}"

@@ -59,7 +59,11 @@ SCHEMAS: dict[str, Schema] = {
         {
             "applied": {
                 "type": "array",
-                "items": obj({"name": STR, "created": BOOL, "changed": BOOL}),
+                "items": obj(
+                    {"name": STR, "created": BOOL, "changed": BOOL},
+                    # Flags changed: this live generation drains into a new one (docs/flags.md).
+                    {"draining": INT},
+                ),
             }
         }
     ),

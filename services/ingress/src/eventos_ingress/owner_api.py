@@ -27,7 +27,7 @@ from starlette.routing import BaseRoute, Match, Route
 from eventos import names
 from eventos.console.settings import ConsoleSettings
 from eventos.db import Conn, translate
-from eventos.employees import deletion, intents, lifecycle
+from eventos.employees import deletion, drain, intents, lifecycle
 from eventos.errors import (
     EventOSError,
     Forbidden,
@@ -284,8 +284,10 @@ class OwnerApi:
         applied = []
         async with self.pool.connection() as conn:
             for spec in specs:
-                a = await lifecycle.apply(conn, spec, self.endpoints, self.purposes)
-                applied.append({"name": a.name, "created": a.created, "changed": a.changed})
+                # A flag change drains the live generation into a new one (docs/flags.md).
+                a, draining = await drain.apply(conn, spec, self.endpoints, self.purposes)
+                item = {"name": a.name, "created": a.created, "changed": a.changed}
+                applied.append(item | ({"draining": draining} if draining is not None else {}))
         return JSONResponse({"applied": applied})
 
     async def list(self, request: Request, caller: Caller) -> Response:

@@ -77,6 +77,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def _applied_line(client: OwnerClient, item: dict[str, Any]) -> str:
     verb = "created" if item["created"] else "configured" if item["changed"] else "unchanged"
     line = f"employee/{item['name']} {verb}"
+    if item.get("draining") is not None:
+        return line + f" (flags changed: generation {item['draining']} drains into a new one)"
     if item["changed"] and not item["created"]:
         state = client.get(item["name"])["state"]
         if state != "stopped":

@@ -40,7 +40,7 @@ from eventos.contracts import (
 from eventos.control.supervisor import Effects
 from eventos.db import Conn, translate
 from eventos.db.sql import Q
-from eventos.employees import intents
+from eventos.employees import drain, intents
 from eventos.errors import DatabaseUnavailable
 from eventos.outbox import approvals, egress
 from eventos.outbox.keys import OutboxKeys
@@ -86,6 +86,9 @@ class Deliverer:
                 try:
                     deadline = REARM_S if row["kind"] == names.INTENT_REARM else self.attempt_s
                     outcome = await asyncio.wait_for(self._attempt(conn, row), deadline)
+                except drain.NotYet as exc:  # by design, not a failure: no attempt counted
+                    wait = {"id": row["id"], "outcome": str(exc), "delay_s": names.DRAIN_RECHECK_S}
+                    await conn.execute(Q["intent_wait"], wait)
                 except SupervisorLost as exc:  # its own attention item asks for Reset
                     await self._settle(conn, row, names.INTENT_FAILED, str(exc))
                     settled += 1
@@ -155,8 +158,28 @@ class Deliverer:
         how, revision = await ensure_supervisor(conn, client, employee, generation,
                                                 self.workflow_queue)  # fmt: skip
         if revision >= int(row["revision"]):  # started from a control block that has it
-            return f"supervisor {how} at revision {revision}"
-        return await self._update(client, row, how)
+            outcome = f"supervisor {how} at revision {revision}"
+        else:
+            outcome = await self._update(client, row, how)
+        if kind == names.INTENT_STOP and drain.draining(row["payload"].get("pause_reason")):
+            return await self._drain(conn, row, outcome)
+        return outcome
+
+    async def _drain(self, conn: Conn, row: dict[str, Any], stopped: str) -> str:
+        """A flag change's Stop is applied once the generation is drained into a new one
+        (eventos.employees.drain); until its turns have stopped it waits, within a bound."""
+        try:
+            drained = await drain.complete(conn, str(row["employee"]), int(row["generation"]))
+        except drain.NotYet as exc:
+            if float(row["age_s"]) > names.DRAIN_WAIT_MAX_S:
+                raise IntentFailed(
+                    f"{exc}: gave up after {names.DRAIN_WAIT_MAX_S} s; the "
+                    "generation stays paused (Resume or Reset it)"
+                ) from exc
+            raise
+        if drained is None:
+            return f"{stopped}; nothing to drain (reset, resumed or drained meanwhile)"
+        return drained.outcome()
 
     async def _update(self, client: Client, row: dict[str, Any], started: str) -> str:
         """Send the intent's Update unless the supervisor already has its revision."""

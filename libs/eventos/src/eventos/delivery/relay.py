@@ -49,6 +49,7 @@ from eventos.runtime.metrics import BREAKERS_OPEN, DEAD_RESET, RELAY_LAG, class_
 from eventos.runtime.payload_guard import PayloadTooLarge
 from eventos.runtime.temporal import TemporalConnection
 from eventos.runtime.wake import WakeSignal
+from eventos.spec.model import resolve_flags
 
 log = logging.getLogger(__name__)
 
@@ -489,7 +490,7 @@ class Relay:
             generation=int(stream["generation"]), lane=stream["lane"], thread=stream["thread"],
             applied_seq=int(stream["delivered_seq"]), reload_after=int(stream["consumed_seq"]),
             roll_after=self.entity_roll_after, idle_s=self.entity_idle_s,
-            cancel_grace_s=self.entity_cancel_grace_s,
+            cancel_grace_s=self.entity_cancel_grace_s, flags=resolve_flags(stream["flags"]),
         )  # fmt: skip
         try:
             client: Client = await self.temporal.get()

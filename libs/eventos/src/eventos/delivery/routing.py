@@ -193,7 +193,7 @@ def class_of(sub: dict[str, Any], envelope: object) -> int | None:
 
 def entity_id(employee: str, generation: int, lane: str, thread: str) -> str:
     """The ConversationWorkflow id of a stream (SPEC §7)."""
-    return f"conv-{employee}-g{generation}-{lane}-{thread}"
+    return names.entity_id(employee, generation, lane, thread)
 
 
 def _route_of(sub: dict[str, Any], envelope: object, thread: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -503,6 +504,14 @@ class ContentRule(_Strict):
         )
 
 
+def resolve_flags(given: dict[str, Any] | None) -> dict[str, bool]:
+    """Every documented flag (names.FLAGS) from a snapshot's `spec.flags`: its value when it is
+    a boolean, else the default (a name no longer documented is left out)."""
+    given = given if isinstance(given, dict) else {}
+    return {name: given[name] if isinstance(given.get(name), bool) else default
+            for name, (default, _) in names.FLAGS.items()}  # fmt: skip
+
+
 class EmployeeBody(_Strict):
     timezone: str = "UTC"
     budget: Budget | None = None
@@ -512,6 +521,13 @@ class EmployeeBody(_Strict):
     content_rules: list[ContentRule] = Field(
         default_factory=list, max_length=names.CONTENT_RULES_MAX
     )
+    # Documented names only (names.FLAGS), frozen in each generation; absent: every default
+    # (and the stored spec, with its digest, stays as it was before flags existed).
+    flags: dict[str, StrictBool] | None = Field(default=None, max_length=len(names.FLAGS))
+
+    def resolved_flags(self) -> dict[str, bool]:
+        """Every documented flag: the spec's value, else its default."""
+        return resolve_flags(self.flags)
 
     @field_validator("timezone")
     @classmethod
@@ -604,6 +620,12 @@ def _check_content_rules(spec: EmployeeSpec) -> list[tuple[str, str]]:
     return errors
 
 
+def _check_flags(spec: EmployeeSpec) -> list[tuple[str, str]]:
+    known = ", ".join(sorted(names.FLAGS))
+    return [(f"spec.flags.{name}", f"unknown flag {name!r}; known flags: {known}")
+            for name in spec.spec.flags or {} if name not in names.FLAGS]  # fmt: skip
+
+
 def _check_cross_fields(spec: EmployeeSpec) -> list[tuple[str, str]]:
     errors: list[tuple[str, str]] = _check_tools(spec) + _check_content_rules(spec)
     agents = {a.name for a in spec.spec.agents}
@@ -649,6 +671,8 @@ def parse_spec(data: object, *, stored: bool = False) -> EmployeeSpec:
         ]
         raise SpecInvalid(errors) from None
     cross = _check_cross_fields(spec)
+    if not stored:  # a flag a later release no longer documents takes no effect (resolve_flags)
+        cross += _check_flags(spec)
     if cross:
         raise SpecInvalid(cross)
     return spec

@@ -261,7 +261,8 @@ class ConversationWorkflow:
             return grant.gate or "queued"
         self.slot_of = grant.turn_id
         turn = TurnInput(grant.turn_id, c.employee, c.generation, req.agent, c.thread,
-                         c.stream_key, req.klass, dict(first.route), inputs)  # fmt: skip
+                         c.stream_key, req.klass, dict(first.route), inputs,
+                         flags=dict(c.flags))  # fmt: skip
         self.turn = await workflow.start_child_workflow(
             names.WF_TURN, turn, id=grant.turn_id, result_type=TurnResult,
             task_queue=workflow.info().task_queue,
@@ -447,7 +448,8 @@ class ConversationWorkflow:
         workflow.continue_as_new(
             StreamCursor(c.stream_key, c.employee, c.generation, c.lane, c.thread,
                          self.applied_seq, reload_after=reload_after, roll_after=c.roll_after,
-                         idle_s=c.idle_s, cancel_grace_s=c.cancel_grace_s, failures=failures)
+                         idle_s=c.idle_s, cancel_grace_s=c.cancel_grace_s, failures=failures,
+                         flags=dict(c.flags))
         )  # fmt: skip
 
     async def _drain(self) -> None:

@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         UpgradeLease,
         bounded_transcript,
     )
+    from eventos.tools import registry as tool_registry
     from eventos.workflows import policies
 
 
@@ -79,6 +80,8 @@ PATCH_TOOLS = "tools-as-activities"
 PATCH_LOCAL_CHAT_SEND = "owner-chat-send-local"
 PATCH_TOOL_APPROVALS = "tool-approvals"  # calls named in spec.approvals.tools wait for the owner
 PATCH_TOOL_FAILED = "tool-failed-entry"  # a call failed for good writes its cause's entry
+# A batch of read-only calls runs at once when the generation's flag says so (RFC-0006 §6.3).
+PATCH_READ_ONLY_BATCH = "read-only-batch-at-once"
 
 
 def hold_reason(exc: ActivityError) -> str | None:
@@ -161,6 +164,10 @@ def causal(items: list[DeliveryItem]) -> tuple[str, int, list[str]]:
             if isinstance(who, str) and who not in path:
                 path.append(who)
     return items[0].chain_id, max(i.hop for i in items), path[: names.STORM_PATH_MAX]
+
+
+# What every call of a turn carries about its wake: chain, hop, path, input types, tasks.
+Woke = tuple[str, int, list[str], list[str], list[str]]
 
 
 def task_ids(items: list[DeliveryItem]) -> list[str]:
@@ -345,10 +352,13 @@ class TurnWorkflow:
     async def _tools(self, turn: TurnInput, calls: list[ToolCall], consumed: list[DeliveryItem],
                      retry_of: str | None = None) -> list[ChatMessage]:  # fmt: skip
         """The whole batch, in order, each call an activity with an id from (turn, call);
-        a call that failed for good is told to the model as such."""
-        chain, hop, path = causal(consumed)
-        woken_by = sorted({i.type for i in consumed})
-        woken_tasks = task_ids(consumed)
+        a call that failed for good is told to the model as such. With the generation's flag
+        `concurrent_read_only_tools` a batch of read-only calls runs at once (_tools_at_once)."""
+        woke = (*causal(consumed), sorted({i.type for i in consumed}), task_ids(consumed))
+        if (retry_of is None and turn.flags.get(names.FLAG_CONCURRENT_READ_ONLY_TOOLS)
+                and len(calls) > 1 and all(self._read_only(c) for c in calls)
+                and workflow.patched(PATCH_READ_ONLY_BATCH)):  # fmt: skip
+            return await self._tools_at_once(turn, calls, woke)
         out: list[ChatMessage] = []
         for call in calls:
             if (
@@ -369,29 +379,58 @@ class TurnWorkflow:
                                                 f"was {verdict}; it was not made"})  # fmt: skip
                     out.append(tool_message(call, ToolResult(text, names.TOOL_REFUSED)))
                     continue
-            req = ToolCallInput(
-                turn.employee, turn.generation, turn.agent, turn.thread,
-                names.lane_of(turn.stream_key), turn.stream_key, turn.turn_id, call.id,
-                call.name, call.arguments, self.klass, dict(turn.route), chain, hop, path,
-                woken_by, retry_of, woken_tasks,
-            )  # fmt: skip
-            try:
-                result = await workflow.execute_activity(
-                    names.ACT_TOOL, req, result_type=ToolResult,
-                    activity_id=f"{turn.turn_id}:tool-{call.id}",
-                    priority=Priority(priority_key=self.klass, fairness_key=turn.employee),
-                    start_to_close_timeout=policies.TOOL_ATTEMPT_TIMEOUT,
-                    schedule_to_close_timeout=policies.TOOL_BUDGET,
-                    heartbeat_timeout=policies.TOOL_HEARTBEAT, retry_policy=policies.TOOL_RETRY,
-                )  # fmt: skip
-            except ActivityError as exc:
-                text = json.dumps({"error": f"the tool failed: {tool_failure_reason(exc)}"})
-                result = ToolResult(text, names.TOOL_FAILED)
-                if workflow.patched(PATCH_TOOL_FAILED):  # the operator reads why
-                    failed = ToolFailed(turn.turn_id, call.id, call.name, failures.reason(exc))
-                    await self._tool_failed(failed)
-            out.append(tool_message(call, result))
+            out.append(await self._call(turn, call, woke, retry_of))
         return out
+
+    def _read_only(self, call: ToolCall) -> bool:
+        """A call that may run beside others: read-only by the registry, within its bound,
+        and waiting for no approval."""
+        return (
+            len(call.arguments.encode()) <= names.TOOL_ARGUMENTS_MAX_BYTES
+            and call.name not in self.approve_tools
+            and tool_registry.read_only(call.name, call.arguments)
+        )
+
+    async def _tools_at_once(self, turn: TurnInput, calls: list[ToolCall],
+                             woke: Woke) -> list[ChatMessage]:  # fmt: skip
+        """RFC-0006 §6.3: a batch of read-only calls starts together, at most 8 at once (the
+        next starts as one ends); the results are appended in call order, whatever order they
+        came in (asyncio.gather keeps it; the semaphore wakes its waiters in order, so the
+        commands replay the same)."""
+        gate = asyncio.Semaphore(names.READ_ONLY_BATCH_MAX_AT_ONCE)
+
+        async def one(call: ToolCall) -> ChatMessage:
+            async with gate:
+                return await self._call(turn, call, woke, None)
+
+        return list(await asyncio.gather(*(one(c) for c in calls)))
+
+    async def _call(self, turn: TurnInput, call: ToolCall, woke: Woke,
+                    retry_of: str | None) -> ChatMessage:  # fmt: skip
+        """One call as an activity; a call that failed for good becomes an error message."""
+        chain, hop, path, woken_by, woken_tasks = woke
+        req = ToolCallInput(
+            turn.employee, turn.generation, turn.agent, turn.thread,
+            names.lane_of(turn.stream_key), turn.stream_key, turn.turn_id, call.id,
+            call.name, call.arguments, self.klass, dict(turn.route), chain, hop, path,
+            woken_by, retry_of, woken_tasks,
+        )  # fmt: skip
+        try:
+            result = await workflow.execute_activity(
+                names.ACT_TOOL, req, result_type=ToolResult,
+                activity_id=f"{turn.turn_id}:tool-{call.id}",
+                priority=Priority(priority_key=self.klass, fairness_key=turn.employee),
+                start_to_close_timeout=policies.TOOL_ATTEMPT_TIMEOUT,
+                schedule_to_close_timeout=policies.TOOL_BUDGET,
+                heartbeat_timeout=policies.TOOL_HEARTBEAT, retry_policy=policies.TOOL_RETRY,
+            )  # fmt: skip
+        except ActivityError as exc:
+            text = json.dumps({"error": f"the tool failed: {tool_failure_reason(exc)}"})
+            result = ToolResult(text, names.TOOL_FAILED)
+            if workflow.patched(PATCH_TOOL_FAILED):  # the operator reads why
+                failed = ToolFailed(turn.turn_id, call.id, call.name, failures.reason(exc))
+                await self._tool_failed(failed)
+        return tool_message(call, result)
 
     async def _tool_failed(self, failed: ToolFailed) -> None:
         await workflow.execute_local_activity(

@@ -32,12 +32,13 @@ FROM unnest(%(stream_keys)s::text[], %(tokens)s::bigint[]) AS g(stream_key, toke
 WHERE l.name = 'relay:' || g.stream_key AND l.owner = %(owner)s AND l.fencing_token = g.token;
 
 -- name: stream_next_batches
--- Leased streams with their generation's and budget's state, whether the employee is degraded, their window use (inputs delivered
+-- Leased streams with their generation's state and flags, their budget's state, whether the employee is degraded, their window use (inputs delivered
 -- to the entity and not yet consumed) and their next pending inputs in seq order, up to `limit`
 -- and until `max_bytes` is reached: one row per input, or one row with a NULL seq for a stream
 -- with none pending. One round trip for the next batches of every stream asked about.
 SELECT s.stream_key, s.employee, s.generation, s.lane, s.thread, s.delivered_seq, s.consumed_seq,
        s.hold_reason, s.entity_id, s.top_pending_class, g.state AS generation_state,
+       g.spec -> 'spec' -> 'flags' AS flags,
        coalesce(b.state, 'normal') AS budget_state, w.inputs AS window_inputs, w.bytes AS window_bytes,
        h.degraded_since IS NOT NULL AS degraded,
        d.seq, d.ingress_id, d.class, d.type, d.route, d.chain_id, d.hop, d.causation_id, d.size,

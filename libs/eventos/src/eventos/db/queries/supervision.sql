@@ -43,7 +43,8 @@ FROM intents WHERE id = %(id)s;
 -- The deliverer's next intents: the oldest open one of each employee (instance-wide ones
 -- count as one more "employee"), due for an attempt, locked for this transaction. A later
 -- intent of an employee waits while an earlier one is open: intents apply in order.
-SELECT i.id, i.employee, i.generation, i.kind, i.revision, i.payload, i.attempts
+SELECT i.id, i.employee, i.generation, i.kind, i.revision, i.payload, i.attempts,
+       extract(epoch FROM now() - i.created_at)::float8 AS age_s
 FROM intents i
 WHERE i.state = 'applying' AND i.next_attempt_at <= now()
   AND NOT EXISTS (
