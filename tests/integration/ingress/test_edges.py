@@ -49,7 +49,7 @@ FRAMINGS = {
 # Short body bounds so a test waits seconds; the in-flight caps small so slow senders fill one.
 BOUNDS = HttpBounds(body_idle_timeout_s=2.0, body_timeout_s=3.0, body_min_rate=1,
                     body_rate_grace_s=1.0, max_in_flight=4, hooks_max_in_flight=3,
-                    streams_max_in_flight=2, keep_alive_s=6.0)  # fmt: skip
+                    streams_max_in_flight=2, keep_alive_s=6)  # fmt: skip
 
 
 @pytest.fixture

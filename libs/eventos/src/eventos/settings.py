@@ -571,7 +571,7 @@ class HttpBounds:
 
     max_header_bytes: int = 32 * 1024
     header_timeout_s: float = 10.0
-    keep_alive_s: float = 20.0
+    keep_alive_s: int = 20  # seconds
     body_idle_timeout_s: float = 30.0
     max_in_flight: int = 256
     max_connections: int = 1024
