@@ -157,5 +157,13 @@ async def test_a_turn_that_saves_after_the_reset_committed_settles_its_inputs_do
 
     await wait_for(consumed, timeout=30, what="the turn's save settled its input done")
     assert await dead_letters(instance, name) == set()
-    r = await instance.api.get(f"/v1/employees/{name}/chat/{message_id}")
-    assert r.json()["status"] == "answered" and "[local]" in r.json()["reply"]
+
+    async def answered() -> dict[str, Any] | None:
+        # The save marks the message answered; egress adds the reply when it sends it.
+        doc: dict[str, Any] = (
+            await instance.api.get(f"/v1/employees/{name}/chat/{message_id}")
+        ).json()
+        return doc if doc["reply"] is not None else None
+
+    doc = await wait_for(answered, timeout=30, what="the reply sent")
+    assert doc["status"] == "answered" and "[local]" in doc["reply"]

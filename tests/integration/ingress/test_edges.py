@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -48,7 +49,7 @@ FRAMINGS = {
 # Short body bounds so a test waits seconds; the in-flight caps small so slow senders fill one.
 BOUNDS = HttpBounds(body_idle_timeout_s=2.0, body_timeout_s=3.0, body_min_rate=1,
                     body_rate_grace_s=1.0, max_in_flight=4, hooks_max_in_flight=3,
-                    streams_max_in_flight=2)  # fmt: skip
+                    streams_max_in_flight=2, keep_alive_s=6)  # fmt: skip
 
 
 @pytest.fixture
@@ -75,6 +76,21 @@ async def exchange(port: int, data: bytes) -> bytes:
 
 def status(answer: bytes) -> int:
     return int(answer.split(b" ", 2)[1])
+
+
+async def test_an_idle_connection_is_kept_for_the_keep_alive_setting(edges: Service) -> None:
+    """The server closes an idle kept-alive connection after `keep_alive_s`, not before (it
+    was uvicorn's 5 s, the same as httpx's own idle expiry: both ends let go at once, and a
+    request sent on a connection being closed failed with a read error)."""
+    port = edges.bound_http_port
+    assert port is not None
+    sent = time.monotonic()
+    answer = await exchange(port, b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")  # until it closes
+    kept = time.monotonic() - sent
+    assert status(answer) == 200
+    # A timer never fires early; 6 s is past uvicorn's own 5 s, so the setting is what held it.
+    assert kept >= BOUNDS.keep_alive_s, kept
+    assert HttpBounds().keep_alive_s > httpx.Limits().keepalive_expiry  # type: ignore[operator]
 
 
 async def test_malformed_framing_is_a_4xx_never_a_5xx(edges: Service) -> None:

@@ -101,3 +101,19 @@ def test_a_killed_server_starts_again_on_its_data_and_port(tmp_path: Path) -> No
         pg.stop()
         stranger.kill()
         stranger.wait()
+
+
+def test_an_initdb_that_fails_says_why(tmp_path: Path) -> None:
+    """A refused initdb raises with its own words (it was a bare CalledProcessError, whose
+    output nobody saw)."""
+    pg = EmbeddedPostgres(tmp_path / "pg", durable=False)
+    pg.pgdata.mkdir(parents=True)
+    (pg.pgdata / "left-behind").write_text("not a cluster")
+    try:
+        pg.init()
+    except RuntimeError as exc:
+        said = str(exc)
+    else:
+        raise AssertionError("initdb into a non-empty folder succeeded")
+    assert said.startswith(f"initdb of {pg.pgdata} failed (exit 1):"), said
+    assert "exists but is not empty" in said, said

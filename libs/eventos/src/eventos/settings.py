@@ -562,10 +562,16 @@ class HttpBounds:
     uploads and normal traffic beside them), event streams (`streams_max_in_flight`, 256, each
     open for as long as its client reads) and everything else, the owner API among it
     (`max_in_flight`, 256). A service declares which of its paths are hooks and streams
-    (`eventos.runtime.http_bounds.CapClass`); in the others every request is of the last."""
+    (`eventos.runtime.http_bounds.CapClass`); in the others every request is of the last.
+
+    An idle kept-alive connection is closed after `keep_alive_s` (20 s): longer than clients
+    keep an idle connection themselves (httpx and the CLI 5 s), so the client is the one to
+    drop it. With uvicorn's 5 s both ends gave up at the same moment, and a request a client
+    sent on a connection the server was closing failed with a read error."""
 
     max_header_bytes: int = 32 * 1024
     header_timeout_s: float = 10.0
+    keep_alive_s: int = 20  # seconds
     body_idle_timeout_s: float = 30.0
     max_in_flight: int = 256
     max_connections: int = 1024

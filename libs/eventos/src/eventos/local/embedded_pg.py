@@ -37,6 +37,7 @@ SERVICE_USER = "eventos-pg"
 SUPERUSER = "postgres"
 USER_LOCK = "/tmp/eventos-pg-user.lock"
 USERADD_EXISTS = 9  # useradd(8): the user already exists
+INITDB_TIMEOUT_S = 300.0  # minutes on a loaded machine; never unbounded
 
 
 def bin_dir() -> Path:
@@ -127,7 +128,14 @@ class EmbeddedPostgres:
         args += ["--auth=trust", "--encoding=UTF8", "--locale=C"]
         if not self.durable:
             args.append("--no-sync")
-        subprocess.run(self._spawned(args), check=True, capture_output=True, close_fds=False)
+        done = subprocess.run(
+            self._spawned(args), capture_output=True, close_fds=False, timeout=INITDB_TIMEOUT_S
+        )
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout).decode(errors="replace").strip()
+            raise RuntimeError(
+                f"initdb of {self.pgdata} failed (exit {done.returncode}): {said[-800:]}"
+            )
 
     def stop_leftover(self) -> None:
         """Stop a server a crashed run left on this data directory; forget a lock file whose

@@ -206,6 +206,7 @@ class Service:
             InFlightCap(self.app(), b.max_in_flight, self.in_flight_classes),
             http=bounded_protocol(b),
             limit_concurrency=b.max_connections,
+            timeout_keep_alive=b.keep_alive_s,
             log_level="warning",
             lifespan="off",
             access_log=False,

@@ -68,6 +68,37 @@ def _dump_tasks(name: str) -> None:
     err.flush()
 
 
+# Each session's temporary folders live under this folder of the system's temp dir, one
+# folder a session, not in /tmp/pytest-of-<user>: pytest takes that folder back to mode 0700 at
+# every session's start, which locked the embedded PostgreSQL's unprivileged user out of the
+# folders of every session already running (its initdb or start then failed).
+SESSIONS_DIR = "eventos-tests"
+SESSIONS_KEPT = 3  # ended sessions' folders kept (they hold only failed tests' folders)
+
+
+def _ended_sessions(root: Path) -> list[Path]:
+    """Folders of sessions whose process is gone, newest first."""
+    ended = []
+    for folder in root.glob("s*-*"):
+        pid = folder.name[1:].split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            ended.append(folder)
+    return sorted(ended, key=lambda f: f.stat().st_mtime, reverse=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A session folder of its own for the run (its xdist workers take theirs inside it),
+    unless --basetemp names one; ended sessions' folders past the newest few are removed."""
+    if config.option.basetemp or hasattr(config, "workerinput"):
+        return
+    root = Path(tempfile.gettempdir()) / SESSIONS_DIR
+    root.mkdir(exist_ok=True)
+    root.chmod(0o755)
+    for folder in _ended_sessions(root)[SESSIONS_KEPT:]:
+        shutil.rmtree(folder, ignore_errors=True)
+    config.option.basetemp = tempfile.mkdtemp(prefix=f"s{os.getpid()}-", dir=root)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`make test` runs the suite on several pytest-xdist workers (`--dist loadgroup`), each
     with its own PostgreSQL and dev server: the tier L tests go to one worker, so one tier L
