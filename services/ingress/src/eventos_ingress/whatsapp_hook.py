@@ -38,6 +38,7 @@ from eventos.db.sql import Q
 from eventos.errors import DatabaseUnavailable, SecretUnavailable, SignatureInvalid
 from eventos.runtime.metrics import INGRESS_ANSWERS
 from eventos.runtime.wake import Kicker
+from eventos.secret_files import SecretVersions
 from eventos.settings import SecretStore
 from eventos_ingress.hooks import BodyStalled, BodyTooLarge, receive_body
 from eventos_ingress.raw_http import Answer, ClientDisconnect, HookRequest
@@ -86,9 +87,8 @@ class WhatsAppHook:
         if not subscribed:
             return Answer(404, {"error": f"no running employee reads WhatsApp account {account}"})
         try:
-            cred = whatsapp.parse_credential(
-                self.secrets.resolve(account, purposes.CHANNEL), account
-            )
+            found = self.secrets.versions(account, purposes.CHANNEL)
+            cred = whatsapp.parse_credential(found.current, account)
         except SecretUnavailable as exc:  # CredentialInvalid too: says what is wrong, no value
             log.error("whatsapp %s: %s", account, exc)
             return Answer(503, {"error": "the account's credential is unavailable"}, RETRY_AFTER)
@@ -96,16 +96,16 @@ class WhatsAppHook:
             return _verification(request, cred)
         if request.method != "POST":
             return Answer(405, {"error": "use GET or POST"}, {"Allow": "GET, POST"})
-        return await self._notification(request, source, cred)
+        return await self._notification(request, source, cred, _previous_app_secret(found))
 
-    async def _notification(self, request: HookRequest, source: str,
-                            cred: whatsapp.Credential) -> Answer:  # fmt: skip
+    async def _notification(self, request: HookRequest, source: str, cred: whatsapp.Credential,
+                            previous: bytes | None = None) -> Answer:  # fmt: skip
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
             return Answer(413, {"error": f"body over {self.max_body} bytes"})
         spool = Spool()
         try:
-            cfg = VerifyConfig(SCHEME, cred.app_secret.encode())
+            cfg = VerifyConfig(SCHEME, cred.app_secret.encode(), previous=previous)
             check = start_check(cfg, request.headers, time.time())
             await receive_body(request, self.max_body, spool, [check], self.body_idle_timeout_s)
             check.finish()
@@ -188,3 +188,16 @@ def _verification(request: HookRequest, cred: whatsapp.Credential) -> Answer:
     if mode != "subscribe" or not right or not challenge or len(challenge) > CHALLENGE_MAX:
         return Answer(403, {"error": "verification refused"})
     return Answer(200, challenge)
+
+
+def _previous_app_secret(found: SecretVersions) -> bytes | None:
+    """The app secret of the account's credential before a rotation, within its overlap window
+    (eventos.secret_files), when it differs from the current one."""
+    if found.previous is None:
+        return None
+    try:
+        previous = whatsapp.parse_credential(found.previous, "previous").app_secret.encode()
+    except SecretUnavailable:
+        return None
+    current = whatsapp.parse_credential(found.current, "current").app_secret.encode()
+    return previous if previous != current else None
