@@ -76,14 +76,14 @@ class RotatingFile:
     """One secret file (the admin token's): its current value and, for the overlap window after
     a change, the previous one."""
 
-    def __init__(self, path: Path, files: SecretFiles) -> None:
-        self.path, self.files = path, files
+    def __init__(self, path: Path, files: SecretFiles, name: str) -> None:
+        self.path, self.files, self.name = path, files, name
 
     def versions(self) -> SecretVersions:
         """The current (and previous) value; SecretUnavailable if the file is gone or empty."""
-        found = self.files.read_path(self.path, self.path.name)
+        found = self.files.read_path(self.path, self.name)
         if found is None or not found.current:
-            raise SecretUnavailable(f"secret file {self.path.name!r} is missing or empty")
+            raise SecretUnavailable(f"the {self.name} file is missing or empty")
         return found
 
 

@@ -330,7 +330,7 @@ class AdminSettings:
         if not path:
             return cls(token=_admin_token(_get(env, "EVENTOS_ADMIN_TOKEN")))
         overlap, recheck = rotation_windows(env)
-        rotating = RotatingFile(Path(path), SecretFiles(None, overlap, recheck))
+        rotating = RotatingFile(Path(path), SecretFiles(None, overlap, recheck), "admin token")
         try:
             token = rotating.versions().current.decode()
         except (SecretUnavailable, UnicodeDecodeError):
