@@ -194,6 +194,7 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ .Values.telemetry.otlpEndpoint | quote }}
 OTEL_EXPORTER_OTLP_PROTOCOL: {{ .Values.telemetry.otlpProtocol | quote }}
 OTEL_RESOURCE_ATTRIBUTES: {{ printf "service.namespace=eventos,service.version=%s,eventos.instance.id=%s,eventos.tier=%s" (include "eventos.release" .) .Values.instance.id .Values.tier | quote }}
 EVENTOS_SCHED_CAPACITY: {{ .Values.scheduler.capacity | toString | quote }}
+EVENTOS_SECRETS_OVERLAP_S: {{ .Values.secrets.rotationOverlapSeconds | toString | quote }}
 {{- range $class, $max := .Values.scheduler.classMax }}
 {{ printf "EVENTOS_SCHED_CLASS_MAX_%s" ($class | upper) }}: {{ $max | toString | quote }}
 {{- end }}

@@ -141,7 +141,7 @@ class SecretFiles:
             elif value != entry.value:
                 entry.previous, entry.previous_until = entry.value, now + self.overlap_s
                 entry.value = value
-                log.warning("secret %r rotated: the new value is in use; the previous one is "
+                log.info("secret %r rotated: the new value is in use; the previous one is "
                             "still accepted for %.0f s", name, self.overlap_s)  # fmt: skip
             entry.checked_at = max(entry.checked_at, now)
             return self._versions(entry, now)
