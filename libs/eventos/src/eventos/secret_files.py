@@ -106,7 +106,13 @@ class SecretFiles:
             self._open(directory)
 
     def _open(self, directory: Path) -> None:
-        for n, path in enumerate(sorted(directory.iterdir())):
+        try:
+            paths = sorted(directory.iterdir())
+        except OSError as exc:
+            log.warning("secrets directory cannot be listed (%s); each secret is read on first "
+                        "use, and a rotation before it is not noticed", exc.strerror)  # fmt: skip
+            return
+        for n, path in enumerate(paths):
             if n >= MAX_FILES:
                 log.warning("secrets directory holds over %d files; the rest are read on first "
                             "use, and a rotation before it is not noticed", MAX_FILES)  # fmt: skip
