@@ -32,7 +32,7 @@ def test_a_change_is_used_after_the_recheck_and_the_previous_value_kept_for_the_
     (tmp_path / "hook").write_text("new-value\n")
     assert files.read("hook") == SecretVersions(b"old-value")  # within the recheck
     clock.now += 1
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         assert files.read("hook") == SecretVersions(b"new-value", b"old-value")
     assert "'hook' rotated" in caplog.text
     assert "old-value" not in caplog.text and "new-value" not in caplog.text
