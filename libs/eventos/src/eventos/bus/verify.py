@@ -39,6 +39,8 @@ class BodyCheck:
     """A signature check fed the body chunk by chunk (the HMAC is computed as it arrives, so a
     large body is never buffered for it); `finish` raises SignatureInvalid unless it matches."""
 
+    verified_with = CURRENT  # which value of the secret signed it, once `finish` accepted it
+
     def __init__(
         self,
         key: bytes | None = None,
@@ -53,9 +55,6 @@ class BodyCheck:
     def update(self, chunk: bytes) -> None:
         if self._mac is not None:
             self._mac.update(chunk)
-
-    # Which secret the request was signed with, once `finish` accepted it.
-    verified_with = CURRENT
 
     def finish(self) -> None:
         if self._mac is not None and not self._accept(self._mac.digest()):
