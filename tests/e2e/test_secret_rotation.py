@@ -175,6 +175,11 @@ def telegram_rows(url: str) -> int:
                    {"s": f"telegram:{ACCOUNT}"}))  # fmt: skip
 
 
+def replies(telegram: FakeInThread, token: str) -> list[object]:
+    """What the bot sent the customer (its messages stay with it across a revoke)."""
+    return list(telegram.call(telegram.fake.sent, token, 4242))
+
+
 def test_secrets_rotate_while_traffic_flows_and_no_service_restarts(
     stack: Stack, telegram: FakeInThread, secrets_dir: Path, admin_dir: Path,
     db_settings: DatabaseSettings,
@@ -184,6 +189,7 @@ def test_secrets_rotate_while_traffic_flows_and_no_service_restarts(
     bot = (secrets_dir / ACCOUNT).read_text().strip()
     telegram.call(telegram.fake.customer_message, bot, 4242, "before the rotation")
     until(lambda: telegram_rows(db) == 1, 60, "the message before the rotation read", stack)
+    until(lambda: len(replies(telegram, bot)) == 1, 90, "its reply sent (egress)", stack)
     traffic = Traffic(url)
     traffic.start()
     try:
@@ -218,12 +224,13 @@ def test_secrets_rotate_while_traffic_flows_and_no_service_restarts(
     assert traffic.refused() == [], "refused a value the overlap or the rotation should accept"
 
     # A channel credential: the bot's token is revoked and its file rewritten; the reader (in
-    # ingress, no restart) reads on with the new one.
+    # ingress, no restart) reads on with the new one ...
     new_bot = telegram.call(telegram.fake.revoke, bot)
     write_secret(secrets_dir, ACCOUNT, new_bot)
     telegram.call(telegram.fake.customer_message, new_bot, 4242, "after the rotation")
     until(lambda: telegram_rows(db) == 2, 60, "the message after the rotation read", stack)
-    assert telegram.call(telegram.fake.calls, new_bot, "getUpdates")
+    # ... and egress, another process, sends the reply with the new token.
+    until(lambda: len(replies(telegram, new_bot)) == 2, 90, "the reply after it sent", stack)
 
     after = {name: proc.proc.process.pid for name, proc in stack.procs.items() if proc.proc.process}
     assert after == pids
