@@ -175,6 +175,14 @@ def telegram_rows(url: str) -> int:
                    {"s": f"telegram:{ACCOUNT}"}))  # fmt: skip
 
 
+def previous_counted(url: str) -> float:
+    """eventos_webhook_previous_secret_total as ingress's /metrics serves it."""
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("eventos_webhook_previous_secret_total "):
+            return float(line.split()[1])
+    raise AssertionError("ingress serves no eventos_webhook_previous_secret_total")
+
+
 def replies(telegram: FakeInThread, token: str) -> list[object]:
     """What the bot sent the customer (its messages stay with it across a revoke)."""
     return list(telegram.call(telegram.fake.sent, token, 4242))
@@ -222,6 +230,7 @@ def test_secrets_rotate_while_traffic_flows_and_no_service_restarts(
         traffic.stop.set()
         traffic.join(30)
     assert traffic.refused() == [], "refused a value the overlap or the rotation should accept"
+    assert previous_counted(url) >= len(HOOKS)  # the metric an operator alerts on
 
     # A channel credential: the bot's token is revoked and its file rewritten; the reader (in
     # ingress, no restart) reads on with the new one ...

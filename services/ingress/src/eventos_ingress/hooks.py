@@ -41,7 +41,12 @@ from eventos.bus.verify import (
 )
 from eventos.db import Conn
 from eventos.errors import QueueFull, SecretUnavailable, SignatureInvalid
-from eventos.runtime.metrics import INGRESS_ANSWERS, INGRESS_APPEND_SECONDS, count_dead
+from eventos.runtime.metrics import (
+    INGRESS_ANSWERS,
+    INGRESS_APPEND_SECONDS,
+    WEBHOOK_PREVIOUS_SECRET,
+    count_dead,
+)
 from eventos.runtime.wake import Kicker
 from eventos.settings import SecretStore
 from eventos_ingress.limits import HookLimits, SourceLimits
@@ -233,6 +238,7 @@ class Hooks:
     def _signed_with_previous(self, endpoint: Endpoint) -> None:
         """Say, at most once a minute per path, that a sender still signs with the secret a
         rotation replaced (the event itself records it: `verifiedwith: previous`)."""
+        WEBHOOK_PREVIOUS_SECRET.inc()
         now = time.monotonic()
         if now - self._previous_logged.get(endpoint.path, float("-inf")) >= PREVIOUS_LOG_EVERY_S:
             self._previous_logged[endpoint.path] = now

@@ -28,7 +28,7 @@ from eventos import names
 from eventos import secret_purposes as purposes
 from eventos.bus.blobs import Spool
 from eventos.bus.inbox import Accepted, Duplicate, Rejected, append, append_isolated
-from eventos.bus.verify import VerifyConfig, start_check
+from eventos.bus.verify import PREVIOUS, VerifyConfig, start_check
 from eventos.channels import whatsapp
 from eventos.channels.backlog import account_backlog, raise_pause, resolve_pause
 from eventos.channels.readers import unstorable
@@ -36,7 +36,7 @@ from eventos.channels.threads import instance_salt
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import DatabaseUnavailable, SecretUnavailable, SignatureInvalid
-from eventos.runtime.metrics import INGRESS_ANSWERS
+from eventos.runtime.metrics import INGRESS_ANSWERS, WEBHOOK_PREVIOUS_SECRET
 from eventos.runtime.wake import Kicker
 from eventos.secret_files import SecretVersions
 from eventos.settings import SecretStore
@@ -109,6 +109,8 @@ class WhatsAppHook:
             check = start_check(cfg, request.headers, time.time())
             await receive_body(request, self.max_body, spool, [check], self.body_idle_timeout_s)
             check.finish()
+            if check.verified_with == PREVIOUS:
+                WEBHOOK_PREVIOUS_SECRET.inc()
             body = spool.value() if spool.in_memory else await spool.read_all()
         except SignatureInvalid as exc:
             return Answer(401, {"error": str(exc)})
