@@ -89,8 +89,27 @@ def test_the_admin_token_file_rotates_with_an_overlap(tmp_path: Path) -> None:
     assert admin.tokens() == (b"first-admin-token-0123456789",)
     path.write_text("second-admin-token-0123456789")
     assert admin.tokens() == (b"second-admin-token-0123456789", b"first-admin-token-0123456789")
-    path.write_text("short")  # a bad write is not taken as the token
-    assert admin.tokens() == (b"first-admin-token-0123456789",)
+    path.write_text("short")  # a bad write is not taken as the token: the last good one stays
+    assert admin.tokens() == (b"second-admin-token-0123456789",)
+    path.write_text("third-admin-token-0123456789")  # the junk before it is no previous token
+    assert admin.tokens() == (b"third-admin-token-0123456789",)
+    path.unlink()
+    assert admin.tokens() == (b"third-admin-token-0123456789",)
+
+
+def test_an_unreadable_admin_token_file_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "token"
+    path.write_text("first-admin-token-0123456789")
+    admin = AdminSettings.from_env({"EVENTOS_ADMIN_TOKEN_FILE": str(path),
+                                    "EVENTOS_SECRETS_RECHECK_S": "0"})  # fmt: skip
+    path.unlink()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert admin.tokens() == (b"first-admin-token-0123456789",)
+    assert caplog.text.count("the last good admin token stays in use") == 1
+    assert "first-admin-token" not in caplog.text
 
 
 def test_the_admin_token_file_must_hold_a_token_at_boot(tmp_path: Path) -> None:

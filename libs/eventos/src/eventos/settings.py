@@ -322,6 +322,8 @@ class AdminSettings:
 
     token: str = field(repr=False)
     token_file: RotatingFile | None = field(default=None, repr=False, compare=False)
+    # The last good token read from the file, and the last complaint logged about it.
+    _state: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AdminSettings:
@@ -341,18 +343,23 @@ class AdminSettings:
 
     def tokens(self) -> tuple[bytes, ...]:
         """The tokens accepted now: the file's current one (and the previous one within the
-        window), or the variable's; a file that became unreadable keeps the last good token."""
+        window), or the variable's. A file that became unreadable, empty or too short keeps the
+        last good token in use (said once, never its value)."""
         if self.token_file is None:
             return (self.token.encode(),)
         try:
             found = self.token_file.versions()
+            if len(found.current) < ADMIN_TOKEN_MIN:
+                raise SecretUnavailable(f"the admin token file holds under {ADMIN_TOKEN_MIN} bytes")
         except SecretUnavailable as exc:
-            log.warning("admin token: %s; the last one read stays in use", exc)
-            return (self.token.encode(),)
-        if len(found.current) < ADMIN_TOKEN_MIN:
-            log.warning("admin token: the file holds under %d characters; ignored", ADMIN_TOKEN_MIN)
-            return (self.token.encode(),)
-        return found.all()
+            if self._state.get("complaint") != str(exc):
+                self._state["complaint"] = str(exc)
+                log.warning("%s; the last good admin token stays in use", exc)
+            return (self._state.get("good", self.token.encode()),)
+        self._state["good"] = found.current
+        self._state.pop("complaint", None)
+        # A previous value that was never a valid token (a bad write in between) is not one now.
+        return tuple(token for token in found.all() if len(token) >= ADMIN_TOKEN_MIN)
 
 
 ADMIN_TOKEN_MIN = 16
