@@ -53,6 +53,16 @@ def test_a_rotation_is_seen_for_a_secret_not_used_before_it(tmp_path: Path) -> N
     assert files.read("hook") == SecretVersions(b"new-value", b"old-value")
 
 
+def test_a_rewrite_seen_half_done_keeps_the_value_before_it_as_previous(tmp_path: Path) -> None:
+    """`echo new > file` truncates, then writes: a read in between sees an empty file."""
+    (tmp_path / "hook").write_text("old-value")
+    files = SecretFiles(tmp_path, overlap_s=60, recheck_s=0, clock=Clock())
+    (tmp_path / "hook").write_text("")
+    assert files.read("hook") == SecretVersions(b"", b"old-value")
+    (tmp_path / "hook").write_text("new-value")
+    assert files.read("hook") == SecretVersions(b"new-value", b"old-value")
+
+
 def test_a_missing_or_oversized_file_is_not_a_secret(tmp_path: Path) -> None:
     files = SecretFiles(tmp_path, recheck_s=0)
     assert files.read("absent") is None

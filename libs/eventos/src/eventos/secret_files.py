@@ -145,7 +145,10 @@ class SecretFiles:
             if entry is None:
                 entry = self._entries[path] = _Entry(value, now)
             elif value != entry.value:
-                entry.previous, entry.previous_until = entry.value, now + self.overlap_s
+                # An empty file in between (a rewrite seen half done: truncated, not yet
+                # written) is never a previous value; the one before it stays.
+                if entry.value:
+                    entry.previous, entry.previous_until = entry.value, now + self.overlap_s
                 entry.value = value
                 log.info("secret %r rotated: the new value is in use; the previous one is "
                             "still accepted for %.0f s", name, self.overlap_s)  # fmt: skip
