@@ -127,6 +127,14 @@ class FakeTelegram(LoopbackFake):
         self.bots[token] = Bot(token, user, next_update=random.randint(10**8, 9 * 10**8))
         return token
 
+    def revoke(self, token: str) -> str:
+        """BotFather's /revoke: the bot gets a new token (returned) and the old one answers 401
+        from now on; its chats, updates and offsets stay."""
+        bot = self.bots.pop(token)
+        bot.token = f"{bot.user['id']}:AA{random.randbytes(16).hex()}"
+        self.bots[bot.token] = bot
+        return bot.token
+
     def add_chat(
         self, token: str, chat_id: int, *, chat_type: ChatType = "private",
         title: str = "Customers", first_name: str = "Ada", username: str | None = None,

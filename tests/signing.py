@@ -50,3 +50,26 @@ def deploy(body: bytes) -> dict[str, str]:
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+def signed(scheme: str, secret: str, body: bytes, event_id: str) -> dict[str, str]:
+    """Headers of a request to a webhook of `scheme` signed with `secret` (any value, for the
+    rotation tests), its provider id `event_id` where the scheme carries one."""
+    now = int(time.time())
+    if scheme == "header":
+        return {"X-Token": secret, "X-Request-Id": event_id}
+    if scheme == "hmac-sha256":
+        return {"X-Signature": "sha256=" + _hex(secret, body)}
+    if scheme == "stripe":
+        return stripe(body, ts=now, secret=secret)
+    if scheme in ("github", "whatsapp-business"):
+        return {"X-Hub-Signature-256": f"sha256={_hex(secret, body)}",
+                "X-GitHub-Delivery": event_id, "content-type": "application/json"}  # fmt: skip
+    if scheme == "standard-webhooks":
+        from datetime import UTC, datetime
+
+        key = secret if secret.startswith("whsec_") else secret.encode()  # raw bytes, as verify
+        sig = Webhook(key).sign(event_id, datetime.fromtimestamp(now, tz=UTC), body.decode())
+        return {"webhook-id": event_id, "webhook-timestamp": str(now), "webhook-signature": sig,
+                "content-type": "application/json"}  # fmt: skip
+    raise ValueError(f"no signer for {scheme!r}")

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Entrypoint of every Event OS image. Secrets arrive as files (mounted Kubernetes Secrets): for
 # each VAR below whose VAR_FILE is set, VAR is exported from the file, so no secret is ever
-# written into a pod spec. Then the command runs as PID 1.
+# written into a pod spec. EVENTOS_ADMIN_TOKEN_FILE stays set too: ingress re-reads that file
+# when the Secret rotates (the kubelet updates the mounted file; docs/security.md, "Rotating
+# secrets"). Then the command runs as PID 1.
 set -eu
 for var in EVENTOS_DATABASE_URL EVENTOS_ADMIN_TOKEN EVENTOS_INTERNAL_TOKEN EVENTOS_OUTBOX_KEYS; do
   eval "file=\${${var}_FILE:-}"
@@ -12,7 +14,7 @@ for var in EVENTOS_DATABASE_URL EVENTOS_ADMIN_TOKEN EVENTOS_INTERNAL_TOKEN EVENT
     fi
     value=$(cat "$file")
     export "$var=$value"
-    unset "${var}_FILE"
+    [ "$var" = EVENTOS_ADMIN_TOKEN ] || unset "${var}_FILE"
   fi
 done
 exec "$@"

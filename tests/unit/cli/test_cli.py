@@ -177,6 +177,19 @@ async def test_stack_file_gives_url_and_token(
     assert "no employees" in capsys.readouterr().out
 
 
+async def test_the_stacks_admin_token_file_wins_after_a_rotation(
+    ingress_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make run` names the admin token's file: a token rotated there is the one sent, not the
+    one the stack file recorded at start (docs/security.md, "Rotating secrets")."""
+    stack, token_file = tmp_path / "stack.json", tmp_path / "admin-token"
+    token_file.write_text(ADMIN_TOKEN + "\n")
+    stack.write_text(json.dumps({"ingress_url": ingress_url, "admin_token": "stale-token-0123456789",
+                                 "admin_token_file": str(token_file)}))  # fmt: skip
+    assert await ctl("--stack", str(stack), "list") == 0
+    assert "no employees" in capsys.readouterr().out
+
+
 async def test_migrate_reports_an_up_to_date_database(
     db_settings: DatabaseSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -194,6 +194,7 @@ OTEL_EXPORTER_OTLP_ENDPOINT: {{ .Values.telemetry.otlpEndpoint | quote }}
 OTEL_EXPORTER_OTLP_PROTOCOL: {{ .Values.telemetry.otlpProtocol | quote }}
 OTEL_RESOURCE_ATTRIBUTES: {{ printf "service.namespace=eventos,service.version=%s,eventos.instance.id=%s,eventos.tier=%s" (include "eventos.release" .) .Values.instance.id .Values.tier | quote }}
 EVENTOS_SCHED_CAPACITY: {{ .Values.scheduler.capacity | toString | quote }}
+EVENTOS_SECRETS_OVERLAP_S: {{ .Values.secrets.rotationOverlapSeconds | toString | quote }}
 {{- range $class, $max := .Values.scheduler.classMax }}
 {{ printf "EVENTOS_SCHED_CLASS_MAX_%s" ($class | upper) }}: {{ $max | toString | quote }}
 {{- end }}
@@ -209,8 +210,8 @@ EVENTOS_SCHED_CAPACITY: {{ .Values.scheduler.capacity | toString | quote }}
 {{/* The Secrets a role reads as files, as a YAML list: one entry per volume (name, secret) with
 its items (key in the Secret, file name, and the env var naming the file's path). The image's
 entrypoint turns EVENTOS_ADMIN_TOKEN_FILE, EVENTOS_INTERNAL_TOKEN_FILE and
-EVENTOS_OUTBOX_KEYS_FILE into the variables without _FILE; the gRPC TLS files are read by
-ingress itself. Arguments: root and the flags admin, internal, outbox, grpcTls. */}}
+EVENTOS_OUTBOX_KEYS_FILE into the variables without _FILE (ingress re-reads the admin token's
+file when the Secret rotates); the gRPC TLS files are read by ingress itself. Arguments: root and the flags admin, internal, outbox, grpcTls. */}}
 {{- define "eventos.secretFiles" -}}
 {{- $s := .root.Values.secrets -}}
 {{- $files := list -}}

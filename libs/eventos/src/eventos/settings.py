@@ -6,6 +6,7 @@ Bad values fail at boot; secrets never appear when a settings object is printed.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,7 +15,16 @@ from typing import Any
 
 from eventos import names
 from eventos.errors import ConfigError, SecretUnavailable
+from eventos.secret_files import (
+    DEFAULT_OVERLAP_S,
+    DEFAULT_RECHECK_S,
+    RotatingFile,
+    SecretFiles,
+    SecretVersions,
+)
 from eventos.secret_purposes import SecretPurposes
+
+log = logging.getLogger(__name__)
 
 
 def _get(env: Mapping[str, str], name: str, default: str | None = None) -> str:
@@ -254,14 +264,21 @@ class ServiceSettings:
 @dataclass(frozen=True)
 class SecretStore:
     """Resolves secret references: `EVENTOS_SECRET_<NAME>` or a file in the secrets directory,
-    each only for the purpose the operator declared for it (EVENTOS_SECRETS_PURPOSES)."""
+    each only for the purpose the operator declared for it (EVENTOS_SECRETS_PURPOSES).
+
+    A file is re-read when it changes (at most every `EVENTOS_SECRETS_RECHECK_S`, on use) and
+    its previous value stays valid for checks for `EVENTOS_SECRETS_OVERLAP_S` (docs/security.md,
+    "Rotating secrets"); a variable is fixed for the process's life."""
 
     env: Mapping[str, str] = field(repr=False)
     directory: Path | None = None
     purposes: SecretPurposes = field(init=False, repr=False, compare=False)
+    files: SecretFiles = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "purposes", SecretPurposes.from_env(self.env))
+        overlap, recheck = rotation_windows(self.env)
+        object.__setattr__(self, "files", SecretFiles(self.directory, overlap, recheck))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SecretStore:
@@ -272,30 +289,86 @@ class SecretStore:
     def resolve(self, ref: str, purpose: str) -> bytes:
         """The secret named `ref` for `purpose`, or SecretUnavailable (SecretOutsidePurpose
         when the operator declared it for another use: it is not read at all)."""
+        return self.versions(ref, purpose).current
+
+    def versions(self, ref: str, purpose: str) -> SecretVersions:
+        """The secret's current value and, within the overlap window after its file changed,
+        the previous one: what an inbound check (a webhook's signature) accepts."""
         self.purposes.check(ref, purpose)
         var = "EVENTOS_SECRET_" + ref.upper().replace("-", "_").replace(".", "_")
         if var in self.env:
-            return self.env[var].encode()
-        if self.directory is not None:
-            path = self.directory / ref
-            if path.is_file():
-                return path.read_bytes().rstrip(b"\r\n")
-        raise SecretUnavailable(f"secret {ref!r} is not available")
+            return SecretVersions(self.env[var].encode())
+        found = self.files.read(ref)
+        if found is None:
+            raise SecretUnavailable(f"secret {ref!r} is not available")
+        return found
+
+
+def rotation_windows(env: Mapping[str, str]) -> tuple[float, float]:
+    """(overlap, recheck) seconds of rotating secret files: `EVENTOS_SECRETS_OVERLAP_S`
+    (default 24 h, 0 ends the previous value at once) and `EVENTOS_SECRETS_RECHECK_S`."""
+    overlap = _float(env, "EVENTOS_SECRETS_OVERLAP_S", DEFAULT_OVERLAP_S)
+    recheck = _float(env, "EVENTOS_SECRETS_RECHECK_S", DEFAULT_RECHECK_S)
+    _bounded("EVENTOS_SECRETS_OVERLAP_S", overlap, 0, 30 * 86400)
+    _bounded("EVENTOS_SECRETS_RECHECK_S", recheck, 0, 300)
+    return overlap, recheck
 
 
 @dataclass(frozen=True)
 class AdminSettings:
-    """The owner API's bearer token."""
+    """The owner API's bearer token: `EVENTOS_ADMIN_TOKEN`, or the file named by
+    `EVENTOS_ADMIN_TOKEN_FILE`, re-read when it changes (the previous token is accepted for the
+    overlap window, so clients can switch)."""
 
     token: str = field(repr=False)
+    token_file: RotatingFile | None = field(default=None, repr=False, compare=False)
+    # The last good token read from the file, and the last complaint logged about it.
+    _state: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> AdminSettings:
         env = os.environ if env is None else env
-        token = _get(env, "EVENTOS_ADMIN_TOKEN")
-        if len(token) < 16:
-            raise ConfigError("EVENTOS_ADMIN_TOKEN must be at least 16 characters")
-        return cls(token=token)
+        path = env.get("EVENTOS_ADMIN_TOKEN_FILE", "")
+        if not path:
+            return cls(token=_admin_token(_get(env, "EVENTOS_ADMIN_TOKEN")))
+        overlap, recheck = rotation_windows(env)
+        rotating = RotatingFile(Path(path), SecretFiles(None, overlap, recheck), "admin token")
+        try:
+            token = rotating.versions().current.decode()
+        except (SecretUnavailable, UnicodeDecodeError):
+            raise ConfigError(
+                f"EVENTOS_ADMIN_TOKEN_FILE: cannot read a token from {path!r}"
+            ) from None
+        return cls(token=_admin_token(token), token_file=rotating)
+
+    def tokens(self) -> tuple[bytes, ...]:
+        """The tokens accepted now: the file's current one (and the previous one within the
+        window), or the variable's. A file that became unreadable, empty or too short keeps the
+        last good token in use (said once, never its value)."""
+        if self.token_file is None:
+            return (self.token.encode(),)
+        try:
+            found = self.token_file.versions()
+            if len(found.current) < ADMIN_TOKEN_MIN:
+                raise SecretUnavailable(f"the admin token file holds under {ADMIN_TOKEN_MIN} bytes")
+        except SecretUnavailable as exc:
+            if self._state.get("complaint") != str(exc):
+                self._state["complaint"] = str(exc)
+                log.warning("%s; the last good admin token stays in use", exc)
+            return (self._state.get("good", self.token.encode()),)
+        self._state["good"] = found.current
+        self._state.pop("complaint", None)
+        # A previous value that was never a valid token (a bad write in between) is not one now.
+        return tuple(token for token in found.all() if len(token) >= ADMIN_TOKEN_MIN)
+
+
+ADMIN_TOKEN_MIN = 16
+
+
+def _admin_token(token: str) -> str:
+    if len(token) < ADMIN_TOKEN_MIN:
+        raise ConfigError(f"EVENTOS_ADMIN_TOKEN must be at least {ADMIN_TOKEN_MIN} characters")
+    return token
 
 
 KIB = 1024

@@ -137,7 +137,7 @@ async def build(cfg: IngressConfig) -> Service:
         spool_dir=str(spool_dir) if spool_dir else None,
     )
     wakeups = StreamWakeups(cfg.database)
-    owner = OwnerApi(pool, cfg.admin.token, wakeups, kicker, cfg.llm_endpoints, cfg.sched,
+    owner = OwnerApi(pool, cfg.admin, wakeups, kicker, cfg.llm_endpoints, cfg.sched,
                      cfg.secrets.purposes, cfg.console)  # fmt: skip
     drivers = DriverTable(pool, cfg.secrets, cfg.grpc.internal_token)
     servicer = EventIngressServicer(pool, committer, drivers, cfg.grpc, kicker)

@@ -93,21 +93,22 @@ class DriverTable:
             sources.setdefault(driver, set()).add(str(row["source_key"]))
             refs.setdefault(driver, set()).add(row["token_ref"] or names.driver_token_ref(driver))
         self.tokens = [
-            (tok, d) for d, rs in refs.items() for r in sorted(rs) if (tok := self._token(r))
+            (tok, d) for d, rs in refs.items() for r in sorted(rs) for tok in self._tokens(r)
         ]
         self.sources = {d: frozenset(s) for d, s in sources.items()}
         self.loaded_at = started
 
-    def _token(self, ref: str) -> bytes | None:
+    def _tokens(self, ref: str) -> tuple[bytes, ...]:
+        """The driver's token and, within a rotation's overlap window, its previous one."""
         try:
-            token = self.secrets.resolve(ref, purposes.DRIVER)
+            found = self.secrets.versions(ref, purposes.DRIVER)
         except SecretUnavailable:
             if ref not in self._unresolved:
                 log.warning("driver token %r is not available; that driver cannot publish", ref)
                 self._unresolved.add(ref)
-            return None
+            return ()
         self._unresolved.discard(ref)
-        return token or None
+        return tuple(token for token in found.all() if token)
 
     async def refresh_loop(self) -> None:
         while True:

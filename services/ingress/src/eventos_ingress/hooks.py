@@ -32,6 +32,7 @@ from eventos.bus.envelope import (
 from eventos.bus.inbox import Accepted, GroupCommitter, IngressRecord, Rejected
 from eventos.bus.jsonsafe import REASON_NUL, loads_storable, safe_text
 from eventos.bus.verify import (
+    PREVIOUS,
     BodyCheck,
     VerifyConfig,
     provider_dedupe_key,
@@ -40,7 +41,12 @@ from eventos.bus.verify import (
 )
 from eventos.db import Conn
 from eventos.errors import QueueFull, SecretUnavailable, SignatureInvalid
-from eventos.runtime.metrics import INGRESS_ANSWERS, INGRESS_APPEND_SECONDS, count_dead
+from eventos.runtime.metrics import (
+    INGRESS_ANSWERS,
+    INGRESS_APPEND_SECONDS,
+    WEBHOOK_PREVIOUS_SECRET,
+    count_dead,
+)
 from eventos.runtime.wake import Kicker
 from eventos.settings import SecretStore
 from eventos_ingress.limits import HookLimits, SourceLimits
@@ -52,6 +58,8 @@ RETRY_AFTER_UNAVAILABLE = "5"
 # Below this a body's envelope stays under 64 KB even if JSON re-encoding triples it.
 INLINE_CHECK_FROM = 16 * 1024
 MALFORMED = "malformed"
+VERIFIED_WITH = "verifiedwith"  # an envelope's mark: signed with a rotated secret's previous value
+PREVIOUS_LOG_EVERY_S = 60.0
 
 
 class BodyTooLarge(Exception):
@@ -131,6 +139,7 @@ class Hooks:
     # Blob writes share the pool with the group commit: a few at a time, so a wave of large
     # uploads never starves small webhooks of connections (the waiting bodies are on disk).
     _blob_writes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
+    _previous_logged: dict[str, float] = field(default_factory=dict)  # path: when last said
 
     async def handle(self, request: HookRequest) -> Answer:
         started = time.perf_counter()
@@ -160,8 +169,9 @@ class Hooks:
             return _answer(413, {"error": f"body over {endpoint.max_body} bytes"})
         try:
             ref = endpoint.secret_ref
-            secret = self.secrets.resolve(ref, purposes.WEBHOOK) if ref else None
-            cfg = VerifyConfig(endpoint.scheme, secret, endpoint.header, endpoint.tolerance_s)
+            found = self.secrets.versions(ref, purposes.WEBHOOK) if ref else None
+            cfg = VerifyConfig(endpoint.scheme, found.current if found else None, endpoint.header,
+                               endpoint.tolerance_s, found.previous if found else None)  # fmt: skip
             check = start_check(cfg, headers, time.time())
         except SecretUnavailable:
             return _unavailable("secret unavailable")
@@ -195,6 +205,8 @@ class Hooks:
             return _answer(400, {"error": "client disconnected"})
         except SignatureInvalid as exc:
             return _answer(401, {"error": str(exc)})
+        if check.verified_with == PREVIOUS:
+            self._signed_with_previous(endpoint)
         limit = self.hook_limits.signed if endpoint.signed else self.hook_limits.generic
         wait = self.limits.retry_after(endpoint.source_key, limit)
         if wait:
@@ -203,11 +215,11 @@ class Hooks:
             if await self.routes.backlog(endpoint.source_key, limit.high_water) >= limit.high_water:
                 return _answer(429, {"error": "backlog over high water"}, {"Retry-After": "10"})
             record = await self._record(endpoint, cfg, headers, spool)
-            outcome = await self.committer.submit(record)
+            outcome = await self.committer.submit(_marked(record, check.verified_with))
             if isinstance(outcome, Rejected):
                 # Stored dead with its raw bytes, so the provider stops retrying (SPEC §6.1).
                 record = await self._dead(record, spool, f"{MALFORMED}: {outcome.reason}")
-                outcome = await self.committer.submit(record)
+                outcome = await self.committer.submit(_marked(record, check.verified_with))
         except QueueFull as exc:
             return _unavailable(str(exc))
         except Exception as exc:
@@ -222,6 +234,17 @@ class Hooks:
             self.kicker.kick()
         status = "accepted" if isinstance(outcome, Accepted) else "duplicate"
         return _answer(200, {"status": status, "id": outcome.id})
+
+    def _signed_with_previous(self, endpoint: Endpoint) -> None:
+        """Say, at most once a minute per path, that a sender still signs with the secret a
+        rotation replaced (the event itself records it: `verifiedwith: previous`)."""
+        WEBHOOK_PREVIOUS_SECRET.inc()
+        now = time.monotonic()
+        if now - self._previous_logged.get(endpoint.path, float("-inf")) >= PREVIOUS_LOG_EVERY_S:
+            self._previous_logged[endpoint.path] = now
+            log.warning("/hooks/%s was signed with the previous value of secret %r; the sender "
+                        "must switch before the overlap window ends", endpoint.path,
+                        endpoint.secret_ref)  # fmt: skip
 
     async def _record(
         self, endpoint: Endpoint, cfg: VerifyConfig, headers: dict[str, str], spool: Spool
@@ -309,6 +332,14 @@ class Hooks:
                 return f"h:{value}", week
         digest = digest or hashlib.sha256(body).hexdigest()
         return "sha256:" + digest, names.BODY_HASH_DEDUPE_SECONDS
+
+
+def _marked(record: IngressRecord, verified_with: str) -> IngressRecord:
+    """The record, its envelope saying (a CloudEvents extension attribute) that it was signed
+    with a rotated secret's previous value, so operators see who has not switched yet."""
+    if verified_with != PREVIOUS or record.envelope is None:
+        return record
+    return replace(record, envelope={**record.envelope, VERIFIED_WITH: PREVIOUS})
 
 
 def _envelope(

@@ -42,6 +42,7 @@ from eventos.owner.wakeups import StreamWakeups
 from eventos.runtime.wake import Kicker
 from eventos.scheduling.policy import SchedConfig
 from eventos.secret_purposes import SecretPurposes
+from eventos.settings import AdminSettings
 from eventos.spec.model import parse_specs, yaml_documents
 from eventos.timeline import messages
 from eventos_ingress import bodies, openapi, problems
@@ -141,7 +142,7 @@ class OwnerApi:
     """Handlers of the owner API."""
 
     pool: AsyncConnectionPool[Conn]
-    token: str
+    admin: AdminSettings  # the admin token, re-read from its file when that changes
     wakeups: StreamWakeups  # wakes the event streams when their events are placed
     kicker: Kicker | None = None
     endpoints: LlmEndpoints = field(default_factory=LlmEndpoints)  # what apply allows models
@@ -165,7 +166,10 @@ class OwnerApi:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:  # the scheme is case-insensitive (RFC 9110)
             raise Unauthenticated()
-        if hmac.compare_digest(token.encode("utf-8", "surrogateescape"), self.token.encode()):
+        given = token.encode("utf-8", "surrogateescape")
+        # Each accepted token (two within a rotation's overlap window) is compared, in
+        # constant time each.
+        if any([hmac.compare_digest(given, admin) for admin in self.admin.tokens()]):
             return Caller(users.OWNER, admin=True)
         if token.startswith(users.TOKEN_PREFIX):
             async with self.pool.connection() as conn:

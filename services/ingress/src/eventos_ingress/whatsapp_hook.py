@@ -28,7 +28,7 @@ from eventos import names
 from eventos import secret_purposes as purposes
 from eventos.bus.blobs import Spool
 from eventos.bus.inbox import Accepted, Duplicate, Rejected, append, append_isolated
-from eventos.bus.verify import VerifyConfig, start_check
+from eventos.bus.verify import PREVIOUS, VerifyConfig, start_check
 from eventos.channels import whatsapp
 from eventos.channels.backlog import account_backlog, raise_pause, resolve_pause
 from eventos.channels.readers import unstorable
@@ -36,8 +36,9 @@ from eventos.channels.threads import instance_salt
 from eventos.db import Conn
 from eventos.db.sql import Q
 from eventos.errors import DatabaseUnavailable, SecretUnavailable, SignatureInvalid
-from eventos.runtime.metrics import INGRESS_ANSWERS
+from eventos.runtime.metrics import INGRESS_ANSWERS, WEBHOOK_PREVIOUS_SECRET
 from eventos.runtime.wake import Kicker
+from eventos.secret_files import SecretVersions
 from eventos.settings import SecretStore
 from eventos_ingress.hooks import BodyStalled, BodyTooLarge, receive_body
 from eventos_ingress.raw_http import Answer, ClientDisconnect, HookRequest
@@ -86,9 +87,8 @@ class WhatsAppHook:
         if not subscribed:
             return Answer(404, {"error": f"no running employee reads WhatsApp account {account}"})
         try:
-            cred = whatsapp.parse_credential(
-                self.secrets.resolve(account, purposes.CHANNEL), account
-            )
+            found = self.secrets.versions(account, purposes.CHANNEL)
+            cred = whatsapp.parse_credential(found.current, account)
         except SecretUnavailable as exc:  # CredentialInvalid too: says what is wrong, no value
             log.error("whatsapp %s: %s", account, exc)
             return Answer(503, {"error": "the account's credential is unavailable"}, RETRY_AFTER)
@@ -96,19 +96,21 @@ class WhatsAppHook:
             return _verification(request, cred)
         if request.method != "POST":
             return Answer(405, {"error": "use GET or POST"}, {"Allow": "GET, POST"})
-        return await self._notification(request, source, cred)
+        return await self._notification(request, source, cred, _previous_app_secret(found))
 
-    async def _notification(self, request: HookRequest, source: str,
-                            cred: whatsapp.Credential) -> Answer:  # fmt: skip
+    async def _notification(self, request: HookRequest, source: str, cred: whatsapp.Credential,
+                            previous: bytes | None = None) -> Answer:  # fmt: skip
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
             return Answer(413, {"error": f"body over {self.max_body} bytes"})
         spool = Spool()
         try:
-            cfg = VerifyConfig(SCHEME, cred.app_secret.encode())
+            cfg = VerifyConfig(SCHEME, cred.app_secret.encode(), previous=previous)
             check = start_check(cfg, request.headers, time.time())
             await receive_body(request, self.max_body, spool, [check], self.body_idle_timeout_s)
             check.finish()
+            if check.verified_with == PREVIOUS:
+                WEBHOOK_PREVIOUS_SECRET.inc()
             body = spool.value() if spool.in_memory else await spool.read_all()
         except SignatureInvalid as exc:
             return Answer(401, {"error": str(exc)})
@@ -188,3 +190,16 @@ def _verification(request: HookRequest, cred: whatsapp.Credential) -> Answer:
     if mode != "subscribe" or not right or not challenge or len(challenge) > CHALLENGE_MAX:
         return Answer(403, {"error": "verification refused"})
     return Answer(200, challenge)
+
+
+def _previous_app_secret(found: SecretVersions) -> bytes | None:
+    """The app secret of the account's credential before a rotation, within its overlap window
+    (eventos.secret_files), when it differs from the current one."""
+    if found.previous is None:
+        return None
+    try:
+        previous = whatsapp.parse_credential(found.previous, "previous").app_secret.encode()
+    except SecretUnavailable:
+        return None
+    current = whatsapp.parse_credential(found.current, "current").app_secret.encode()
+    return previous if previous != current else None

@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eventos.errors import ConfigError, SecretUnavailable, SignatureInvalid
@@ -20,6 +20,7 @@ from eventos.errors import ConfigError, SecretUnavailable, SignatureInvalid
 _WHSEC_PREFIX = b"whsec_"
 # int() refuses very long digit strings with ValueError; 12 digits reach the year 33658.
 _MAX_TIMESTAMP_DIGITS = 12
+CURRENT, PREVIOUS = "current", "previous"  # which value of a rotated secret verified a request
 
 
 @dataclass(frozen=True)
@@ -27,14 +28,18 @@ class VerifyConfig:
     """How one webhook endpoint proves its requests are authentic."""
 
     scheme: str
-    secret: bytes | None
+    secret: bytes | None = field(repr=False)
     header: str | None = None
     tolerance_s: int = 300
+    # The secret before a rotation, accepted within its overlap window (eventos.secret_files).
+    previous: bytes | None = field(default=None, repr=False)
 
 
 class BodyCheck:
     """A signature check fed the body chunk by chunk (the HMAC is computed as it arrives, so a
     large body is never buffered for it); `finish` raises SignatureInvalid unless it matches."""
+
+    verified_with = CURRENT  # which value of the secret signed it, once `finish` accepted it
 
     def __init__(
         self,
@@ -56,14 +61,56 @@ class BodyCheck:
             raise SignatureInvalid(self._reason)
 
 
+class EitherCheck(BodyCheck):
+    """The checks of a rotated secret's current and previous values, fed the same body; the
+    request is authentic if either accepts it (the current one's reason otherwise), and
+    `verified_with` says which did."""
+
+    def __init__(self, checks: list[tuple[str, BodyCheck]], refusal: SignatureInvalid) -> None:
+        self._checks, self._refusal = checks, refusal
+        self.verified_with = CURRENT
+
+    def update(self, chunk: bytes) -> None:
+        for _, check in self._checks:
+            check.update(chunk)
+
+    def finish(self) -> None:
+        for which, check in self._checks:
+            try:
+                check.finish()
+            except SignatureInvalid as exc:
+                self._refusal = self._refusal if which != CURRENT else exc
+                continue
+            self.verified_with = which
+            return
+        raise self._refusal
+
+
 def start_check(cfg: VerifyConfig, headers: Mapping[str, str], now: float) -> BodyCheck:
     """Check what the headers alone can tell (missing or malformed signature headers, a stale
     timestamp, a wrong header secret: SignatureInvalid before any body is read) and return the
-    check the body is fed to."""
+    check the body is fed to. With a `previous` secret, a request signed with either value
+    passes (every scheme; Stripe's and Standard Webhooks' several signatures a header still
+    count each)."""
     start = _VERIFIERS.get(cfg.scheme)
     if start is None:
         raise ValueError(f"unknown verification scheme {cfg.scheme!r}")
-    return start(cfg, headers, now)
+    if cfg.previous is None or cfg.scheme == "none":
+        return start(cfg, headers, now)
+    checks: list[tuple[str, BodyCheck]] = []
+    refusal: SignatureInvalid | None = None
+    for which, secret in ((CURRENT, cfg.secret), (PREVIOUS, cfg.previous)):
+        try:
+            checks.append((which, start(replace(cfg, secret=secret, previous=None), headers, now)))
+        except SignatureInvalid as exc:
+            refusal = refusal or exc  # the current secret's reason is the one answered
+        except SecretUnavailable:
+            if which == CURRENT:
+                raise
+    if not checks:
+        assert refusal is not None
+        raise refusal
+    return EitherCheck(checks, refusal or SignatureInvalid("signature does not match"))
 
 
 def verify(cfg: VerifyConfig, headers: Mapping[str, str], body: bytes, now: float) -> None:

@@ -60,6 +60,21 @@ def load_stack(args: argparse.Namespace) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
+def _admin_token(found: dict[str, Any]) -> str | None:
+    """The admin token of a source: the current content of the file a stack names (the token
+    rotates there without a restart, docs/security.md), else the token it recorded."""
+    path = found.get("admin_token_file")
+    if isinstance(path, str) and path:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            text = ""
+        if text:
+            return text
+    token = found.get("admin_token")
+    return str(token) if token else None
+
+
 def owner_client(args: argparse.Namespace) -> OwnerClient:
     """The owner API client: flags, then --stack, then environment, then the nearest stack."""
     url: str | None = getattr(args, "url", None)
@@ -80,7 +95,7 @@ def owner_client(args: argparse.Namespace) -> OwnerClient:
             break
         found = source()
         url = url or found.get("ingress_url")
-        token = token or found.get("admin_token")
+        token = token or _admin_token(found)
     if not url:
         raise NoInstance(
             f"no local instance found (no {STACK_FILE} here or above); {START_HINT}, "

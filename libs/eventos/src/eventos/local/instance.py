@@ -135,6 +135,12 @@ class LocalStack:
         return self.root / STATE_DIR
 
     @property
+    def admin_token_file(self) -> Path | None:
+        """The admin token's file, which ingress and eventosctl re-read when it is rewritten (a
+        rotation, docs/security.md); None when EVENTOS_ADMIN_TOKEN gives the token."""
+        return None if self.env.get("EVENTOS_ADMIN_TOKEN") else self.state_dir / "admin-token"
+
+    @property
     def stack_file(self) -> Path:
         return self.state_dir / "stack.json"
 
@@ -343,6 +349,8 @@ class LocalStack:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if self.admin_token_file is not None:
+            env["EVENTOS_ADMIN_TOKEN_FILE"] = str(self.admin_token_file)
         for var, value in EXAMPLE_OPERATOR_ENV.items():
             env.setdefault(var, value)
         # The operator's own logs: an exception's text is shown (redacted), not only its type.
@@ -435,6 +443,7 @@ class LocalStack:
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "ingress_url": self.ingress_url,
             "admin_token": self.admin_token,
+            "admin_token_file": str(self.admin_token_file) if self.admin_token_file else None,
             "internal_token": self.internal_token,
             "database": database,
             "temporal": temporal,

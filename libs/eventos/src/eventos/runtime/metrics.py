@@ -61,6 +61,10 @@ INGRESS_APPEND_SECONDS = _histogram(
 INGRESS_ANSWERS = _counter(
     "eventos_ingress_answers_total", "HTTP answers of /hooks by status code.", ("code",)
 )
+WEBHOOK_PREVIOUS_SECRET = _counter(
+    "eventos_webhook_previous_secret_total",
+    "Webhook requests verified by a rotated secret's previous value, within its overlap window.",
+)
 PUBLISH_ACKS = _counter("eventos_publish_acks_total", "gRPC Publish acks by status.", ("status",))
 PUBLISH_STREAMS = _gauge("eventos_publish_streams", "Open gRPC Publish streams.")
 PUBLISH_READ_AHEAD_BYTES = _gauge(
@@ -225,7 +229,7 @@ COMMON: Final[tuple[MetricWrapperBase, ...]] = (EVENT_LOOP_LAG, BUILD_INFO)
 SERVED: Final[dict[str, tuple[MetricWrapperBase, ...]]] = {
     "ingress": (INGRESS_APPEND_SECONDS, INGRESS_ANSWERS, PUBLISH_ACKS, PUBLISH_STREAMS,
                 PUBLISH_READ_AHEAD_BYTES, PUBLISH_READ_AHEAD_EVENTS, DEAD_LETTERS, KICKS_SENT,
-                CHANNEL_BACKPRESSURE),
+                CHANNEL_BACKPRESSURE, WEBHOOK_PREVIOUS_SECRET),
     "router": (ROUTER_ROWS, ROUTER_DELIVERIES, DEAD_LETTERS, KICKS_SENT),
     "relay": (RELAY_LAG, PENDING_OLDEST_AGE, PENDING_HELD, BREAKERS_OPEN, DEAD_LETTERS,
               SLOW_TURNS, BACKSTOPS, WATCHDOG_ALERTS, THREADS_QUARANTINED, EMPLOYEES_DEGRADED,
