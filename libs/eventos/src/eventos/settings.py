@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from eventos import names
 from eventos.errors import ConfigError, SecretUnavailable
 from eventos.secret_purposes import SecretPurposes
@@ -739,6 +741,10 @@ def _secret_text(env: Mapping[str, str], var: str) -> str:
     return raw
 
 
+def _with_password(url: str, password: str) -> str:
+    return psycopg.conninfo.make_conninfo(url, password=password)
+
+
 @dataclass(frozen=True)
 class BackupSettings:
     """Backups and restore (docs/backups.md), from `EVENTOS_BACKUP_*`: the store
@@ -789,8 +795,13 @@ class BackupSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> BackupSettings:
         env = os.environ if env is None else env
         databases = [BackupTarget(APP_DATABASE, _get(env, "EVENTOS_DATABASE_URL"))]
+        # Temporal's databases: URLs, or conninfos without the password with the password in
+        # EVENTOS_BACKUP_TEMPORAL_PASSWORD(_FILE) (the chart mounts the server's Secret).
+        password = _secret_text(env, "EVENTOS_BACKUP_TEMPORAL_PASSWORD")
         for name in (TEMPORAL_DATABASE, VISIBILITY_DATABASE):
             url = _secret_text(env, f"EVENTOS_BACKUP_{name.upper()}_DATABASE_URL")
+            if url and password:
+                url = _with_password(url, password)
             if url:
                 databases.append(BackupTarget(name, url))
         pg_bin = env.get("EVENTOS_BACKUP_PG_BIN", "").strip()
