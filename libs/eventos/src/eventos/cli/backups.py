@@ -125,6 +125,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     text = "\n".join([
         f"restored backup {args.id} ({', '.join(report.databases)}) in {doc['seconds']:.1f} s",
         f"  turns failed (orphaned): {r['turns_failed']}",
+        f"  channel sends kept (their keys survive): {r['sends_kept']}",
         f"  deliveries pending again: {r['deliveries_pending']} in {r['streams']} stream(s)",
         f"  Temporal: {r['runs_terminated']} run(s) ended, {r['schedules_deleted']} "
         "schedule(s) deleted",

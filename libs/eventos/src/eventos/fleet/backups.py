@@ -19,7 +19,7 @@ import secrets
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ DUMP_MAX_BYTES = 1 << 40  # a dump the manifest says is larger than 1 TiB is not
 ID_PATTERN = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
 REASON_MAX = 200
 STAGED, KEPT = "__restoring", "__before_restore"
+SENDS_MARGIN = timedelta(hours=1)  # sends changed this long before a backup are carried too
 
 
 class BackupError(EventOSError):
@@ -293,6 +294,10 @@ async def restore_backup(settings: BackupSettings, backup_id: str) -> RestoreRep
     )
     async with await connect(DatabaseSettings(url=staged_app), autocommit=True) as conn:
         failed, pending, streams = await reconcile.reconcile_database(conn, reason)
+        async with await connect(DatabaseSettings(url=urls[APP_DATABASE])) as live:
+            # The dumps are not one snapshot in time with the sends: a margin before it.
+            since = backup.created_at - SENDS_MARGIN
+            kept = await reconcile.keep_sends(live, conn, since)
     for name in files:
         await _swap(settings, urls[name])
     runs = schedules = 0
@@ -301,7 +306,7 @@ async def restore_backup(settings: BackupSettings, backup_id: str) -> RestoreRep
             settings.temporal, reason, settings.transfer_timeout_s
         )
     intent, outcome = await reconcile.rearm(urls[APP_DATABASE], settings.rearm_wait_s)
-    report = ReconcileReport(failed, pending, streams, runs, schedules, intent, outcome)
+    report = ReconcileReport(failed, kept, pending, streams, runs, schedules, intent, outcome)
     return RestoreReport(backup, tuple(files), report, time.monotonic() - started)
 
 

@@ -3,7 +3,9 @@ I10), and Temporal is made to agree with it.
 
 1. In the restored database, before it goes live: turns it shows running are orphaned (their
    runs belong to a Temporal that moved on) and fail; every stream's inputs sent to its entity
-   but not consumed return to pending.
+   but not consumed return to pending; and the send keys survive: every channel send the live
+   database made (or may have made) since the backup is carried over under its idempotency
+   key, so the turn that runs again for the same inputs finds its reply already sent.
 2. In Temporal, once the restored database is live: every run of the instance's namespace is
    terminated and its Schedules deleted, as if Temporal were emptied (EG13): a running entity
    would otherwise drop the returned inputs as already seen.
@@ -16,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from psycopg.types.json import Jsonb
 from temporalio.service import RPCError
 
 from eventos import names
@@ -45,6 +48,7 @@ class ReconcileReport:
     """What a restore's reconcile did."""
 
     turns_failed: int = 0
+    sends_kept: int = 0
     deliveries_pending: int = 0
     streams: int = 0
     runs_terminated: int = 0
@@ -73,6 +77,17 @@ async def reconcile_database(conn: Conn, reason: str) -> tuple[int, int, int]:
         pending += int(row["redelivered"]) if row else 0
         streams += 1
     return failed, pending, streams
+
+
+async def keep_sends(live: Conn, restored: Conn, since: datetime) -> int:
+    """Carry the live database's channel sends changed since `since` into the restored one;
+    how many were added or settled there."""
+    cur = await live.execute(Q["restore_sends_made"], {"since": since})
+    kept = 0
+    for send in await cur.fetchall():
+        done = await restored.execute(Q["restore_send_keep"], {"row": Jsonb(send["row"])})
+        kept += done.rowcount
+    return kept
 
 
 async def clear_temporal(
