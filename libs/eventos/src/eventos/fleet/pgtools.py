@@ -118,6 +118,7 @@ async def maintenance(settings: BackupSettings, url: str) -> AsyncIterator[psyco
             with_database(url, "postgres"),
             autocommit=True,
             connect_timeout=max(1, int(settings.call_timeout_s)),
+            options=f"-c statement_timeout={int(settings.call_timeout_s * 1000)}",
         )
     except psycopg.OperationalError as exc:
         raise ToolFailed(f"cannot reach the server of {database_name(url)!r}: {exc}") from None
