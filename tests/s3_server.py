@@ -75,14 +75,17 @@ def s3_server(request: pytest.FixtureRequest) -> Iterator[S3Server]:
         return taken[-1]
 
     s3_port = port()
+    # Each bucket is a collection that grows volumes of its own (sparse files, 16 MB at most):
+    # room for many, or the second bucket's uploads answer 500.
     args = [
         str(weed), "server", f"-dir={folder / 'data'}", f"-ip={HOST}", f"-ip.bind={HOST}",
         f"-master.port={port()}", f"-master.port.grpc={port()}", "-master.telemetry=false",
-        "-master.volumeSizeLimitMB=64", f"-volume.port={port()}", f"-volume.port.grpc={port()}",
-        "-volume.max=4", "-filer", f"-filer.port={port()}", f"-filer.port.grpc={port()}",
+        "-master.volumeSizeLimitMB=16", f"-volume.port={port()}", f"-volume.port.grpc={port()}",
+        "-volume.max=200", "-filer", f"-filer.port={port()}", f"-filer.port.grpc={port()}",
         f"-filer.localSocket={folder / 'filer.sock'}", "-s3", f"-s3.port={s3_port}",
         f"-s3.port.grpc={port()}", "-s3.port.iceberg=0", "-s3.port.lance=0",
         f"-s3.config={config}", f"-s3.localSocket={folder / 's3.sock'}",
+        "-s3.autoCreateBucket=false",  # as AWS: an upload to a missing bucket is refused
     ]  # fmt: skip
     (folder / "data").mkdir()
     log = folder / "weed.log"
