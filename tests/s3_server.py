@@ -57,8 +57,11 @@ def _ready(endpoint: str, process: subprocess.Popen[bytes], log: Path) -> bool:
         return False
 
 
-@pytest.fixture(scope="session")
-def s3_server(request: pytest.FixtureRequest) -> Iterator[S3Server]:
+# Named apart from its function, so a test module imports `s3_server_fixture` and takes
+# `s3_server` without shadowing the import (a conftest.py of its own would shadow tests/conftest.py
+# for the modules that import from it).
+@pytest.fixture(scope="session", name="s3_server")
+def s3_server_fixture(request: pytest.FixtureRequest) -> Iterator[S3Server]:
     """The session's SeaweedFS S3 server."""
     weed = ServerTools.from_env(root=request.config.rootpath).binary("weed")
     folder = Path(tempfile.mkdtemp(prefix="eventos-s3-"))

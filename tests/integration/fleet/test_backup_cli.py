@@ -65,5 +65,7 @@ def test_backup_list_and_restore_from_the_command_line(
     with psycopg.connect(db_settings.url) as conn:
         assert [r[0] for r in conn.execute("SELECT text FROM backup_notes")] == ["before"]
 
-    code, _, err = run(capsys, "restore", "20200101T000000Z-abcdef", "--yes", "--stack", str(stack))
+    code, _, err = run(
+        capsys, "restore", "20200101T000000000Z-abcdef", "--yes", "--stack", str(stack)
+    )
     assert code == 3 and "has no manifest" in err

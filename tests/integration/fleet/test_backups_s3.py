@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from fleet_helpers import cleanup_restore_leftovers, settings_for
-from s3_server import S3Server
+from s3_server import S3Server, s3_server_fixture  # noqa: F401 (the fixture)
 
 from eventos.fleet.backups import (
     MANIFEST,

@@ -31,7 +31,7 @@ TIER_L_DATABASES = {
     "EVENTOS_BACKUP_TEMPORAL_VISIBILITY_DATABASE_URL": "temporal_visibility",
 }
 COLUMNS = [
-    Column("ID", lambda r: r["id"], 23),
+    Column("ID", lambda r: r["id"], 26),
     *time_columns("CREATED", lambda r: r["created_at"]),
     Column("MIGRATION", lambda r: r["migration_level"], 9),
     Column("SIZE", lambda r: _size(r["bytes"]), 8),

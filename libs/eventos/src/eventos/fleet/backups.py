@@ -36,7 +36,7 @@ MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
 MANIFEST_MAX_BYTES = 1024 * 1024
 DUMP_MAX_BYTES = 1 << 40  # a dump the manifest says is larger than 1 TiB is not believed
-ID_PATTERN = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
+ID_PATTERN = re.compile(r"^\d{8}T\d{9}Z-[0-9a-f]{6}$")
 REASON_MAX = 200
 STAGED, KEPT = "__restoring", "__before_restore"
 SENDS_MARGIN = timedelta(hours=1)  # sends changed this long before a backup are carried too
@@ -84,7 +84,7 @@ class Backup:
         return {
             "format": MANIFEST_FORMAT,
             "id": self.id,
-            "created_at": self.created_at.isoformat(timespec="seconds"),
+            "created_at": self.created_at.isoformat(timespec="milliseconds"),
             "reason": self.reason,
             "migration_level": self.migration_level,
             "release": self.release,
@@ -150,14 +150,15 @@ class RestoreReport:
 
 
 def new_id(now: datetime) -> str:
-    """A backup id: its UTC time (ids sort by age) and a random suffix."""
-    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+    """A backup id: its UTC time to the millisecond (ids sort by age, two in one second too)
+    and a random suffix."""
+    return f"{now.strftime('%Y%m%dT%H%M%S')}{now.microsecond // 1000:03d}Z-{secrets.token_hex(3)}"
 
 
 def check_id(backup_id: str) -> str:
     """`backup_id` if it has the form of an id (it names a folder in the store), else NotFound."""
     if not ID_PATTERN.fullmatch(backup_id):
-        raise BackupNotFound(f"{backup_id!r} is not a backup id (like 20260101T030000Z-1a2b3c)")
+        raise BackupNotFound(f"{backup_id!r} is not a backup id (like 20260101T030000000Z-1a2b3c)")
     return backup_id
 
 
