@@ -10,6 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from fleet_helpers import cleanup_restore_leftovers, settings_for
+from psycopg import sql
 
 from eventos.fleet.backups import (
     MANIFEST,
@@ -113,3 +114,16 @@ async def test_old_backups_beyond_keep_are_removed(app: str, tmp_path: Path) -> 
     ids = [(await take_backup(settings, reason="test")).id for _ in range(3)]
     assert [b.id for b in await list_backups(settings)] == [ids[2], ids[1]]
     assert sorted(p.name for p in (tmp_path / "backups").iterdir()) == sorted(ids[1:])
+
+
+async def test_a_backup_restores_onto_a_server_that_lost_the_database(
+    app: str, volume: BackupSettings, postgres_server: PostgresForTests, db_name: str
+) -> None:
+    note(app, "kept")
+    backup = await take_backup(volume, reason="test")
+    postgres_server.execute(
+        sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(db_name))
+    )
+    report = await restore_backup(volume, backup.id)
+    assert notes(app) == ["kept"]
+    assert report.reconcile.sends_kept == 0

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from eventos.db import connect
+from eventos.db import Conn, connect
 from eventos.db.sql import Q
 from eventos.errors import EventOSError, NotFound
 from eventos.fleet import pgtools, reconcile
@@ -295,10 +295,7 @@ async def restore_backup(settings: BackupSettings, backup_id: str) -> RestoreRep
     )
     async with await connect(DatabaseSettings(url=staged_app), autocommit=True) as conn:
         failed, pending, streams = await reconcile.reconcile_database(conn, reason)
-        async with await connect(DatabaseSettings(url=urls[APP_DATABASE])) as live:
-            # The dumps are not one snapshot in time with the sends: a margin before it.
-            since = backup.created_at - SENDS_MARGIN
-            kept = await reconcile.keep_sends(live, conn, since)
+        kept = await _keep_sends(settings, urls[APP_DATABASE], conn, backup)
     for name in files:
         await _swap(settings, urls[name])
     runs = schedules = 0
@@ -309,6 +306,16 @@ async def restore_backup(settings: BackupSettings, backup_id: str) -> RestoreRep
     intent, outcome = await reconcile.rearm(urls[APP_DATABASE], settings.rearm_wait_s)
     report = ReconcileReport(failed, kept, pending, streams, runs, schedules, intent, outcome)
     return RestoreReport(backup, tuple(files), report, time.monotonic() - started)
+
+
+async def _keep_sends(settings: BackupSettings, url: str, staged: Conn, backup: Backup) -> int:
+    """The live database's sends carried into the staged one (none when it is gone)."""
+    async with pgtools.maintenance(settings, url) as conn:
+        if not await pgtools.database_exists(conn, pgtools.database_name(url)):
+            return 0
+    async with await connect(DatabaseSettings(url=url)) as live:
+        # The dumps are not one snapshot in time with the sends: a margin before it.
+        return await reconcile.keep_sends(live, staged, backup.created_at - SENDS_MARGIN)
 
 
 def _staged(live: str) -> str:

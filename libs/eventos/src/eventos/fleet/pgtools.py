@@ -140,6 +140,12 @@ async def create_database(conn: psycopg.AsyncConnection, name: str) -> None:
     )
 
 
+async def database_exists(conn: psycopg.AsyncConnection, name: str) -> bool:
+    """Whether the server has a database `name`."""
+    cur = await conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+    return await cur.fetchone() is not None
+
+
 async def swap_in(
     conn: psycopg.AsyncConnection, live: str, staged: str, kept: str, wait_s: float
 ) -> None:
@@ -148,6 +154,11 @@ async def swap_in(
     New sessions are refused on `live` first and its sessions ended, so no service writes
     between the two renames; they reconnect to the same name and find the restored data."""
     ident = sql.Identifier
+    if not await database_exists(conn, live):  # a restore onto a server that lost it
+        await conn.execute(
+            sql.SQL("ALTER DATABASE {} RENAME TO {}").format(ident(staged), ident(live))
+        )
+        return
     await drop_database(conn, kept)
     await conn.execute(
         sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS false").format(ident(live))
