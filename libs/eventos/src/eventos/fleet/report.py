@@ -1,0 +1,60 @@
+"""An upgrade's outcome where people and the fleet see it (issue 29): attention items (each
+generation that needs Reset; a rollback, or a failure a human must act on) and the metric
+`eventos_upgrades_total{outcome}`, exported over OTLP by the upgrader's process."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+
+from eventos import names
+from eventos.db import connect
+from eventos.db.sql import Q
+from eventos.fleet.upgrade import FAILED, ROLLED_BACK, Outcome, needs_reset_detail
+from eventos.settings import DatabaseSettings
+
+UPGRADES = Counter("eventos_upgrades", "Upgrades of this instance by outcome (upgraded, "
+                   "rolled_back, failed, aborted)", ("outcome",), registry=None)  # fmt: skip
+DETAIL_MAX = 2000
+
+
+def count(outcome: Outcome) -> None:
+    """The metric: one more upgrade with this outcome."""
+    UPGRADES.labels(outcome.outcome).inc()
+
+
+async def raise_items(database_url: str, outcome: Outcome) -> int:
+    """The attention items of the outcome; how many were raised."""
+    to = outcome.to.name if outcome.to else "?"
+    rows = [(n.employee, names.ATTENTION_NEEDS_RESET, "error",
+             names.supervisor_id(n.employee, n.generation), needs_reset_detail(n, to))
+            for n in outcome.needs_reset]  # fmt: skip
+    if outcome.outcome in (ROLLED_BACK, FAILED):
+        kind = (
+            names.ATTENTION_UPGRADE_FAILED
+            if outcome.outcome == FAILED
+            else (names.ATTENTION_UPGRADE_ROLLED_BACK)
+        )
+        severity = "error" if outcome.outcome == FAILED else "warning"
+        rows.append((names.INSTANCE_ITEMS, kind, severity, f"upgrade:{to}", _detail(outcome)))
+    if not rows:
+        return 0
+    conn = await connect(DatabaseSettings(url=database_url))
+    async with conn:
+        for employee, kind, severity, ref, detail in rows:
+            params = {"employee": employee, "kind": kind, "severity": severity, "ref": ref,
+                      "detail": detail[:DETAIL_MAX]}  # fmt: skip
+            await conn.execute(Q["attention_raise"], params)
+        await conn.commit()
+    return len(rows)
+
+
+def _detail(outcome: Outcome) -> str:
+    failed = [s for s in outcome.steps if not s.ok]
+    where = failed[0].name if failed else "?"
+    back = "restored the snapshot and " if outcome.restored else ""
+    if outcome.outcome == ROLLED_BACK:
+        old = outcome.from_.name if outcome.from_ else "?"
+        head = f"the upgrade failed at step {where} and {back}rolled back to {old}"
+    else:
+        head = f"the upgrade failed at step {where} and could not roll back: a human must act"
+    return f"{head}: {outcome.reason}"
