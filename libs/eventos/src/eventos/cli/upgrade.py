@@ -23,7 +23,7 @@ from eventos.settings import UpgradeSettings
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
-    stack = args.stack or find_stack(Path.cwd())
+    stack = getattr(args, "stack", None) or find_stack(Path.cwd())
     if stack is None or not Path(stack).is_file():
         raise NoInstance(f"no local instance to upgrade: {START_HINT}")
     settings = UpgradeSettings.from_env()

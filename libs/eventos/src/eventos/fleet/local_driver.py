@@ -77,8 +77,9 @@ class LocalInstance:
     async def current(self) -> ReleaseRef:
         doc = self.stack()
         pinned = (doc.get("release") or {}).get("release")
-        local = (LocalRelease.from_json(pinned) if pinned else
-                 LocalRelease("own", str(doc["root"]), str(doc["python"])))  # fmt: skip
+        python = str(doc["python"])  # the instance's own: its checkout holds its .venv
+        own = LocalRelease("own", str(Path(python).parents[2]), python)
+        local = LocalRelease.from_json(pinned) if pinned else own
         self.running = {base(n) for n, s in doc["services"].items() if not s.get("held")}
         self.last = await self._ref(local)
         return self.last
@@ -168,7 +169,13 @@ class LocalInstance:
     async def replay(self, release: ReleaseRef) -> GateReport:
         local = self.known[release.name]
         args = ["-m", "eventos.fleet.replay_gate", "--max-runs", str(self.settings.replay_max_runs)]
-        doc = json.loads(await self._run(local, args, "the replay gate", self.settings.replay_s))
+        out = await self._run(local, args, "the replay gate", self.settings.replay_s)
+        # The SDK's core logs its warnings to stdout too: the report is the last line.
+        lines = out.strip().splitlines()
+        try:
+            doc = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            raise UpgradeError(f"the replay gate printed no report: {out[-500:]!r}") from None
         return GateReport(int(doc["replayed"]), list(doc["failed"]), bool(doc["truncated"]))
 
     async def generations_of(self, workflow_ids: list[str]) -> list[NeedsReset]:

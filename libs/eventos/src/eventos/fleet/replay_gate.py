@@ -5,9 +5,10 @@ Run in the new release's environment, so the workflow code replayed is the new o
 
     python -m eventos.fleet.replay_gate [--max-runs N]   (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE)
 
-It prints one JSON object: `{"build", "open", "replayed", "failed": [{workflow_id, run_id,
-workflow_type, error}], "truncated"}` and exits 0 whenever it could read the runs (failures are
-data for the upgrader, which marks their generations "needs Reset"); 3 when it could not.
+It prints one JSON object as the last line of its output (the SDK's core logs to stdout
+before it): `{"build", "open", "replayed", "failed": [{workflow_id, run_id, workflow_type,
+error}], "truncated"}`, and exits 0 whenever it could read the runs (failures are data for the
+upgrader, which marks their generations "needs Reset"); 3 when it could not.
 """
 
 from __future__ import annotations

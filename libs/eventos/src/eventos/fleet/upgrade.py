@@ -149,6 +149,7 @@ class Outcome:
     needs_reset: list[NeedsReset] = field(default_factory=list)
     reason: str = ""
     restored: bool = False
+    replayed: int = 0  # open runs the replay gate replayed on the new code
 
     @property
     def exit_code(self) -> int:
@@ -163,6 +164,7 @@ class Outcome:
             "needs_reset": [n.as_json() for n in self.needs_reset],
             "reason": self.reason,
             "restored": self.restored,
+            "replayed": self.replayed,
             "releases": {k: r.__dict__ for k, r in (("from", self.from_), ("to", self.to)) if r},
         }
 
@@ -216,6 +218,7 @@ async def _forward(instance: Instance, out: Outcome, attempt: Attempt, drill: bo
     applied = await out.step("migrate", instance.migrate(new))
     attempt.migrated = bool(applied)
     report = await out.step("replay", instance.replay(new))
+    out.replayed = report.replayed
     failed = [f["workflow_id"] for f in report.failed]
     out.needs_reset = await out.step("needs_reset", instance.generations_of(failed))
     await out.step("start", instance.start(new, FRONT, drill))
