@@ -25,27 +25,29 @@ def count(outcome: Outcome) -> None:
 async def raise_items(database_url: str, outcome: Outcome) -> int:
     """The attention items of the outcome; how many were raised."""
     to = outcome.to.name if outcome.to else "?"
-    rows = [(n.employee, names.ATTENTION_NEEDS_RESET, "error",
-             names.supervisor_id(n.employee, n.generation), needs_reset_detail(n, to))
-            for n in outcome.needs_reset]  # fmt: skip
-    if outcome.outcome in (ROLLED_BACK, FAILED):
-        kind = (
-            names.ATTENTION_UPGRADE_FAILED
-            if outcome.outcome == FAILED
-            else (names.ATTENTION_UPGRADE_ROLLED_BACK)
+    raised = [{"employee": n.employee, "kind": names.ATTENTION_NEEDS_RESET, "severity": "error",
+               "ref": names.supervisor_id(n.employee, n.generation),
+               "detail": needs_reset_detail(n, to)} for n in outcome.needs_reset]  # fmt: skip
+    instance = {
+        "employee": names.INSTANCE_ITEMS,
+        "ref": f"upgrade:{to}",
+        "detail": _detail(outcome),
+    }
+    if outcome.outcome == ROLLED_BACK:
+        raised.append(
+            {**instance, "kind": names.ATTENTION_UPGRADE_ROLLED_BACK, "severity": "warning"}
         )
-        severity = "error" if outcome.outcome == FAILED else "warning"
-        rows.append((names.INSTANCE_ITEMS, kind, severity, f"upgrade:{to}", _detail(outcome)))
-    if not rows:
+    elif outcome.outcome == FAILED:
+        raised.append({**instance, "kind": names.ATTENTION_UPGRADE_FAILED, "severity": "error"})
+    if not raised:
         return 0
     conn = await connect(DatabaseSettings(url=database_url))
     async with conn:
-        for employee, kind, severity, ref, detail in rows:
-            params = {"employee": employee, "kind": kind, "severity": severity, "ref": ref,
-                      "detail": detail[:DETAIL_MAX]}  # fmt: skip
+        for params in raised:
+            params["detail"] = params["detail"][:DETAIL_MAX]
             await conn.execute(Q["attention_raise"], params)
         await conn.commit()
-    return len(rows)
+    return len(raised)
 
 
 def _detail(outcome: Outcome) -> str:
