@@ -251,9 +251,10 @@ def test_eg16_a_forced_readiness_failure_rolls_back_by_itself(
     finally:
         acked = sender.stop()
 
-    assert (code, outcome["outcome"]) == (6, "rolled_back"), outcome
+    assert (code, outcome["outcome"]) == (6, "rolled_back"), json.dumps(outcome, indent=1)
     assert steps(outcome)["ready"] is False and steps(outcome)["rollback_ready"] is True
-    assert "start_workers" not in steps(outcome)  # the workers of the failed release never polled
+    # The workers of the failed release never polled, its ingress acknowledged nothing.
+    assert "start_workers" not in steps(outcome) and "start_ingress" not in steps(outcome)
     assert outcome["restored"] is False  # no migration ran, no workflow task completed
     assert outcome["from"] != outcome["to"]
     old = outcome["releases"]["from"]["build"]

@@ -726,11 +726,13 @@ def drill_readiness_failure(env: Mapping[str, str] | None = None) -> bool:
 @dataclass(frozen=True)
 class UpgradeSettings:
     """The upgrader's bounds (`EVENTOS_UPGRADE_*`): how long the new release has to answer ready
-    (READY_S), to stop (STOP_S), to replay the open runs (REPLAY_S), to install (INSTALL_S), how
+    (READY_S), the previous release after a rollback (ROLLBACK_READY_S), to stop (STOP_S), to
+    replay the open runs (REPLAY_S), to install (INSTALL_S), how
     many open runs the replay gate reads at most (REPLAY_MAX_RUNS); `uv` (UV) builds a release's
     environment from its lock (the Makefile's own, `.tools/bin/uv`, when unset)."""
 
     ready_s: float = 90.0
+    rollback_ready_s: float = 180.0
     stop_s: float = 30.0
     replay_s: float = 300.0
     install_s: float = 600.0
@@ -741,7 +743,7 @@ class UpgradeSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> UpgradeSettings:
         env = os.environ if env is None else env
         seconds = {}
-        for name in ("ready_s", "stop_s", "replay_s", "install_s"):
+        for name in ("ready_s", "rollback_ready_s", "stop_s", "replay_s", "install_s"):
             var = f"EVENTOS_UPGRADE_{name.upper()}"
             value = _float(env, var, getattr(cls, name))
             if not 0 < value <= 3600:

@@ -18,7 +18,7 @@ from eventos.cli.instance import START_HINT, NoInstance, find_stack
 from eventos.cli.output import emit
 from eventos.fleet import report
 from eventos.fleet.local_driver import LocalInstance
-from eventos.fleet.upgrade import Outcome, upgrade
+from eventos.fleet.upgrade import Deadlines, Outcome, upgrade
 from eventos.settings import UpgradeSettings
 
 
@@ -43,7 +43,9 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
 
 async def _run(instance: LocalInstance, target: str, drill: bool) -> Outcome:
-    outcome = await upgrade(instance, target, drill=drill)
+    s = instance.settings
+    deadlines = Deadlines(ready_s=s.ready_s, rollback_ready_s=s.rollback_ready_s)
+    outcome = await upgrade(instance, target, drill=drill, deadlines=deadlines)
     report.count(outcome)
     await report.raise_items(instance.database_url, outcome)
     return outcome

@@ -130,10 +130,10 @@ class LocalInstance:
         env = {DRILL_READINESS_FAILURE_VAR: "1"} if drill else {}
         await self._request(release, self.running | set(services), env)
 
-    async def ready(self, release: ReleaseRef, services: tuple[str, ...]) -> None:
+    async def ready(self, release: ReleaseRef, services: tuple[str, ...], timeout_s: float) -> None:
         urls = {n: s["http"] for n, s in self.stack()["services"].items() if base(n) in services}
         pending = dict.fromkeys(urls, "no answer yet")
-        deadline = time.monotonic() + self.settings.ready_s
+        deadline = time.monotonic() + timeout_s
         async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
             while pending:
                 for name in list(pending):
@@ -145,7 +145,7 @@ class LocalInstance:
                 if pending and time.monotonic() > deadline:
                     said = "; ".join(f"{n}: {why}" for n, why in sorted(pending.items()))
                     raise UpgradeError(f"not ready on {release.name} after "
-                                       f"{self.settings.ready_s:g}s: {said}")  # fmt: skip
+                                       f"{timeout_s:g}s: {said}")  # fmt: skip
                 if pending:
                     await asyncio.sleep(POLL_S)
 

@@ -24,12 +24,15 @@ from eventos.errors import EventOSError
 
 T = TypeVar("T")
 
-# Started first: they feed the workers. The workers poll last, after the replay gate and after
-# these answer ready, so a target that fails there has completed no workflow task and rolls
-# back without the snapshot (a rollback is replay-safe only before that, RFC-0005 §21.2).
-FRONT = ("ingress", "router", "relay", "egress")
+# The target starts in three groups, each answering ready before the next starts. The workers
+# poll only after the replay gate and after the services that feed them answer ready, so a
+# target that fails there completed no workflow task: its rollback needs no snapshot (it is
+# replay-safe only before that, RFC-0005 §21.2). The ingress comes last, so a target that
+# fails before acknowledged no event a restore of the snapshot could lose.
+INNER = ("router", "relay", "egress")
 WORKERS = ("workers-workflow", "workers-llm")
-SERVICES = FRONT + WORKERS
+INGRESS = ("ingress",)
+SERVICES = INNER + WORKERS + INGRESS
 
 UPGRADED, ROLLED_BACK, FAILED, ABORTED = "upgraded", "rolled_back", "failed", "aborted"
 # The exit code of each outcome: 0 upgraded, 6 rolled back by itself, 7 when a human must act
@@ -110,9 +113,9 @@ class Instance(Protocol):
         switch that fails their readiness check."""
         ...
 
-    async def ready(self, release: ReleaseRef, services: tuple[str, ...]) -> None:
+    async def ready(self, release: ReleaseRef, services: tuple[str, ...], timeout_s: float) -> None:
         """Return once every one of `services` answers ready on `release`; UpgradeError naming
-        those that did not at the deadline."""
+        those that did not within `timeout_s`."""
         ...
 
     async def workflow_task_completed_since(self, since: datetime) -> bool:
@@ -190,7 +193,18 @@ class Attempt:
     workers_since: datetime | None = None  # when the target's workers were first started
 
 
-async def upgrade(instance: Instance, target: str, *, drill: bool = False) -> Outcome:
+@dataclass(frozen=True)
+class Deadlines:
+    """How long the target's services have to answer ready, and the previous release's after
+    a rollback (longer: it must come back, on a machine the failed attempt may have loaded)."""
+
+    ready_s: float = 90.0
+    rollback_ready_s: float = 180.0
+
+
+async def upgrade(
+    instance: Instance, target: str, *, drill: bool = False, deadlines: Deadlines = Deadlines()
+) -> Outcome:
     """Upgrade `instance` to `target`; roll it back on its own when a step fails."""
     out = Outcome()
     try:
@@ -201,15 +215,17 @@ async def upgrade(instance: Instance, target: str, *, drill: bool = False) -> Ou
         return out
     attempt = Attempt()
     try:
-        await _forward(instance, out, attempt, drill)
+        await _forward(instance, out, attempt, drill, deadlines.ready_s)
         out.outcome = UPGRADED
     except UpgradeError as exc:
         out.reason = str(exc)
-        await _roll_back(instance, out, attempt)
+        await _roll_back(instance, out, attempt, deadlines.rollback_ready_s)
     return out
 
 
-async def _forward(instance: Instance, out: Outcome, attempt: Attempt, drill: bool) -> None:
+async def _forward(
+    instance: Instance, out: Outcome, attempt: Attempt, drill: bool, ready_s: float
+) -> None:
     assert out.to is not None
     new = out.to
     await out.step("stop", instance.stop())
@@ -221,14 +237,16 @@ async def _forward(instance: Instance, out: Outcome, attempt: Attempt, drill: bo
     out.replayed = report.replayed
     failed = [f["workflow_id"] for f in report.failed]
     out.needs_reset = await out.step("needs_reset", instance.generations_of(failed))
-    await out.step("start", instance.start(new, FRONT, drill))
-    await out.step("ready", instance.ready(new, FRONT))
+    await out.step("start", instance.start(new, INNER, drill))
+    await out.step("ready", instance.ready(new, INNER, ready_s))
     attempt.workers_since = datetime.now(UTC)
     await out.step("start_workers", instance.start(new, WORKERS, drill))
-    await out.step("ready_workers", instance.ready(new, WORKERS))
+    await out.step("ready_workers", instance.ready(new, WORKERS, ready_s))
+    await out.step("start_ingress", instance.start(new, INGRESS, drill))
+    await out.step("ready_ingress", instance.ready(new, INGRESS, ready_s))
 
 
-async def _roll_back(instance: Instance, out: Outcome, attempt: Attempt) -> None:
+async def _roll_back(instance: Instance, out: Outcome, attempt: Attempt, ready_s: float) -> None:
     """The previous release again, on the snapshot where the target changed what it cannot
     read; `failed` when that does not come back ready."""
     assert out.from_ is not None
@@ -242,7 +260,7 @@ async def _roll_back(instance: Instance, out: Outcome, attempt: Attempt) -> None
             await out.step("restore", instance.restore(attempt.snapshot))
             out.restored = True
         await out.step("rollback_start", instance.start(old, SERVICES, False))
-        await out.step("rollback_ready", instance.ready(old, SERVICES))
+        await out.step("rollback_ready", instance.ready(old, SERVICES, ready_s))
     except UpgradeError as exc:
         out.outcome = FAILED
         out.reason = f"{out.reason}; the rollback failed too: {exc}"

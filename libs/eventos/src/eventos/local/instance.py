@@ -526,9 +526,8 @@ class LocalStack:
         self._write_pids()
         self._write_stack()
         what = request.release.name if request.release else "its own release"
-        self.say(
-            f"release request {request.serial} applied: {what}, running {request.run or 'all'}"
-        )
+        runs = "all" if request.run is None else ", ".join(request.run) or "nothing"
+        self.say(f"release request {request.serial} applied: {what}, running {runs}")
 
     def ports(self) -> list[int]:
         """Every port the instance's processes listen on."""
