@@ -40,6 +40,7 @@ AMBIENT = ("EVENTOS_DATABASE_URL", "TEMPORAL_ADDRESS", "EVENTOS_ADMIN_TOKEN", "E
 READY_S = 120.0
 CONSUMED_S = 180.0
 UPGRADE_S = 600.0
+MIGRATIONS = Path("libs/eventos/src/eventos/db/migrations")
 SUPERVISOR = Path("libs/eventos/src/eventos/workflows/supervisor.py")
 APPLY = "        await workflow.execute_activity(\n            names.ACT_APPLY_CONTROL, req,"
 # The deliberate non-determinism: a timer before the activity every supervisor ran first.
@@ -186,6 +187,18 @@ def keys(event_ids: list[str]) -> list[str]:
     return [f"h:{e}" for e in event_ids]
 
 
+@pytest.fixture(scope="module")
+def migrating(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A target with one more migration (a table the previous release does not know)."""
+    target = copy_tree(tmp_path_factory.mktemp("migrating"))
+    folder = target / MIGRATIONS
+    level = max(int(p.name.split("_", 1)[0]) for p in folder.glob("*.sql"))
+    (folder / f"{level + 1:04d}_upgrade_drill.sql").write_text(
+        "CREATE TABLE upgrade_drill (id integer PRIMARY KEY);\n"
+    )
+    return target
+
+
 def consumed_once(instance: Instance, event_ids: list[str]) -> bool:
     """Every event appended once, routed once, and its delivery consumed (done)."""
     event_ids = keys(event_ids)
@@ -263,6 +276,33 @@ def test_eg16_a_forced_readiness_failure_rolls_back_by_itself(
     items = instance.rows("SELECT kind, ref FROM attention_items WHERE kind = %(k)s",
                           {"k": names.ATTENTION_UPGRADE_ROLLED_BACK})  # fmt: skip
     assert items == [{"kind": "upgrade_rolled_back", "ref": f"upgrade:{outcome['to']}"}]
+
+
+def test_a_target_that_migrated_and_failed_is_rolled_back_onto_the_snapshot(
+    instance: Instance, migrating: Path
+) -> None:
+    level = instance.rows("SELECT max(version) AS v FROM schema_migrations")[0]["v"]
+    sender = Sender(instance, "restore")
+    sender.start()
+    wait_for_sync(lambda: len(sender.acked) >= 3, timeout=60, what="events acknowledged before")
+    try:
+        code, outcome = instance.upgrade(
+            migrating, "--inject-readiness-failure", EVENTOS_UPGRADE_READY_S="20"
+        )
+        after_attempt = len(sender.acked)
+        wait_for_sync(lambda: len(sender.acked) >= after_attempt + 3, timeout=60,
+                      what="events acknowledged after the rollback")  # fmt: skip
+    finally:
+        acked = sender.stop()
+
+    assert (code, outcome["outcome"]) == (6, "rolled_back"), json.dumps(outcome, indent=1)
+    assert outcome["restored"] is True and steps(outcome)["restore"] is True
+    assert outcome["releases"]["to"]["migrations"] == level + 1
+    assert instance.rows("SELECT max(version) AS v FROM schema_migrations")[0]["v"] == level
+    assert instance.rows("SELECT to_regclass('upgrade_drill') AS t") == [{"t": None}]
+    old = outcome["releases"]["from"]["build"]
+    assert instance.builds() == dict.fromkeys(names.SERVICES, old)
+    wait_consumed(instance, acked)
 
 
 def test_an_upgrade_replays_the_open_runs_and_runs_the_new_release(

