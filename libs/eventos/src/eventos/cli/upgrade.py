@@ -30,12 +30,12 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     if args.ready_timeout is not None:
         settings = dataclasses.replace(settings, ready_s=args.ready_timeout)
     instance = LocalInstance(Path(stack).resolve(), settings)
-    with telemetry.started("eventosctl"):
+    with telemetry.started("eventosctl") as exporter:
         REGISTRY.register(report.UPGRADES)
         try:
-            outcome = asyncio.run(
-                _run(instance, str(Path(args.to).resolve()), args.inject_readiness_failure)
-            )
+            target = str(Path(args.to).resolve())
+            outcome = asyncio.run(_run(instance, target, args.inject_readiness_failure))
+            exporter.event(report.EVENT, outcome.outcome)
         finally:
             REGISTRY.unregister(report.UPGRADES)
     emit(args, outcome.as_json(), _text(outcome))

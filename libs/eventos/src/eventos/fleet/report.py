@@ -1,6 +1,7 @@
 """An upgrade's outcome where people and the fleet see it (issue 29): attention items (each
 generation that needs Reset; a rollback, or a failure a human must act on) and the metric
-`eventos_upgrades_total{outcome}`, exported over OTLP by the upgrader's process."""
+`eventos_upgrades_total{outcome}` and the event `eventos.upgrade` (its outcome), exported over
+OTLP by the upgrader's process."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from eventos.settings import DatabaseSettings
 UPGRADES = Counter("eventos_upgrades", "Upgrades of this instance by outcome (upgraded, "
                    "rolled_back, failed, aborted)", ("outcome",), registry=None)  # fmt: skip
 DETAIL_MAX = 2000
+EVENT = "eventos.upgrade"  # the OTLP event of an outcome (telemetry.Exporter.event)
 
 
 def count(outcome: Outcome) -> None:
