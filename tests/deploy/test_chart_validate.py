@@ -56,6 +56,19 @@ RENDERS = {
             "postgresql.existingSecret=acme-postgresql",
         ),
     ),
+    "tier L, daily backups to a bucket": lambda: charts.instance(
+        "L",
+        "backups.enabled=true",
+        "backups.store=s3://acme-backups/inst-7f3a",
+        "backups.s3.endpoint=https://s3.example.com",
+        "backups.s3.existingSecret=acme-backup-store",
+    ),
+    "tier S, daily backups to a volume": lambda: charts.instance(
+        "S",
+        "backups.enabled=true",
+        "backups.store=file:///backups/inst-7f3a",
+        "backups.volume.existingClaim=acme-backups",
+    ),
     "collector": lambda: charts.collector(),
     "collector, NetworkPolicy": lambda: charts.collector(
         "networkPolicy.enabled=true",

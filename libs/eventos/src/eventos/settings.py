@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from eventos import names
 from eventos.errors import ConfigError, SecretUnavailable
 from eventos.secret_purposes import SecretPurposes
@@ -751,3 +753,113 @@ class UpgradeSettings:
             seconds[name] = value
         runs = env_int(env, "EVENTOS_UPGRADE_REPLAY_MAX_RUNS", cls.replay_max_runs)
         return cls(**seconds, replay_max_runs=runs, uv=env.get("EVENTOS_UPGRADE_UV", "").strip())
+
+
+BACKUP_STORE_VAR = "EVENTOS_BACKUP_STORE"
+BACKUP_SCHEMES = ("s3", "file")
+# The instance's databases a backup dumps, by role (the app's; Temporal's two at tier L).
+APP_DATABASE, TEMPORAL_DATABASE, VISIBILITY_DATABASE = "app", "temporal", "temporal_visibility"
+
+
+@dataclass(frozen=True)
+class BackupTarget:
+    """One database a backup dumps: its role in the instance and where it is."""
+
+    name: str
+    url: str = field(repr=False)
+
+
+def _secret_text(env: Mapping[str, str], var: str) -> str:
+    """`var`, or the file `var`_FILE names (a mounted Secret), stripped; "" when neither."""
+    raw, path = env.get(var, "").strip(), env.get(var + "_FILE", "").strip()
+    if raw and path:
+        raise ConfigError(f"set {var} or {var}_FILE, not both")
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"{var}_FILE: cannot read {path}: {exc.strerror}") from None
+    return raw
+
+
+def _with_password(url: str, password: str) -> str:
+    return psycopg.conninfo.make_conninfo(url, password=password)
+
+
+@dataclass(frozen=True)
+class BackupSettings:
+    """Backups and restore (docs/backups.md), from `EVENTOS_BACKUP_*`: the store
+    (`s3://bucket/prefix` with an endpoint and credentials, or `file:///path`), the databases
+    dumped (the app's from EVENTOS_DATABASE_URL; Temporal's when their URLs are set), where
+    pg_dump is, the Temporal namespace a restore reconciles, and a deadline on every step."""
+
+    store: str
+    databases: tuple[BackupTarget, ...]
+    s3_endpoint: str = ""  # http(s)://host:port of the S3-compatible server
+    s3_region: str = ""
+    s3_access_key: str = field(default="", repr=False)
+    s3_secret_key: str = field(default="", repr=False)
+    pg_bin: Path | None = None  # the folder of pg_dump and pg_restore (None: found, see fleet)
+    temporal: TemporalSettings | None = None  # the namespace a restore reconciles
+    dump_timeout_s: float = 1800.0  # one database's pg_dump (or pg_restore)
+    transfer_timeout_s: float = 600.0  # one file to or from the store
+    call_timeout_s: float = 30.0  # one small call: a manifest, a listing, a connection
+    rearm_wait_s: float = 120.0  # a restore waits this long for the relay to apply its re-arm
+    keep: int = 14  # backups kept; older complete ones are removed after a new one
+
+    def __post_init__(self) -> None:
+        scheme = self.store.split("://", 1)[0] if "://" in self.store else ""
+        if scheme not in BACKUP_SCHEMES:
+            raise ConfigError(
+                f"{BACKUP_STORE_VAR} must be s3://bucket[/prefix] or file:///path, "
+                f"got {self.store!r}"
+            )
+        if scheme == "s3" and not (self.s3_endpoint and self.s3_access_key and self.s3_secret_key):
+            raise ConfigError(
+                "an s3:// backup store needs EVENTOS_BACKUP_S3_ENDPOINT, "
+                "EVENTOS_BACKUP_S3_ACCESS_KEY and EVENTOS_BACKUP_S3_SECRET_KEY (or their _FILE)"
+            )
+        if not any(t.name == APP_DATABASE for t in self.databases):
+            raise ConfigError("a backup needs the app database (EVENTOS_DATABASE_URL)")
+        for var, value in (("DUMP_TIMEOUT_S", self.dump_timeout_s),
+                           ("TRANSFER_TIMEOUT_S", self.transfer_timeout_s),
+                           ("CALL_TIMEOUT_S", self.call_timeout_s),
+                           ("REARM_WAIT_S", self.rearm_wait_s)):  # fmt: skip
+            _bounded(f"EVENTOS_BACKUP_{var}", value, 1, 86_400)
+        _bounded("EVENTOS_BACKUP_KEEP", self.keep, 1, 10_000)
+
+    def app_url(self) -> str:
+        """The app database's URL."""
+        return next(t.url for t in self.databases if t.name == APP_DATABASE)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> BackupSettings:
+        env = os.environ if env is None else env
+        databases = [BackupTarget(APP_DATABASE, _get(env, "EVENTOS_DATABASE_URL"))]
+        # Temporal's databases: URLs, or conninfos without the password with the password in
+        # EVENTOS_BACKUP_TEMPORAL_PASSWORD(_FILE) (the chart mounts the server's Secret).
+        password = _secret_text(env, "EVENTOS_BACKUP_TEMPORAL_PASSWORD")
+        for name in (TEMPORAL_DATABASE, VISIBILITY_DATABASE):
+            url = _secret_text(env, f"EVENTOS_BACKUP_{name.upper()}_DATABASE_URL")
+            if url and password:
+                url = _with_password(url, password)
+            if url:
+                databases.append(BackupTarget(name, url))
+        pg_bin = env.get("EVENTOS_BACKUP_PG_BIN", "").strip()
+        return cls(
+            store=_get(env, BACKUP_STORE_VAR).strip(),
+            databases=tuple(databases),
+            s3_endpoint=env.get("EVENTOS_BACKUP_S3_ENDPOINT", "").strip(),
+            s3_region=env.get("EVENTOS_BACKUP_S3_REGION", "").strip(),
+            s3_access_key=_secret_text(env, "EVENTOS_BACKUP_S3_ACCESS_KEY"),
+            s3_secret_key=_secret_text(env, "EVENTOS_BACKUP_S3_SECRET_KEY"),
+            pg_bin=Path(pg_bin) if pg_bin else None,
+            temporal=TemporalSettings.from_env(env) if env.get("TEMPORAL_ADDRESS") else None,
+            dump_timeout_s=_float(env, "EVENTOS_BACKUP_DUMP_TIMEOUT_S", cls.dump_timeout_s),
+            transfer_timeout_s=_float(
+                env, "EVENTOS_BACKUP_TRANSFER_TIMEOUT_S", cls.transfer_timeout_s
+            ),
+            call_timeout_s=_float(env, "EVENTOS_BACKUP_CALL_TIMEOUT_S", cls.call_timeout_s),
+            rearm_wait_s=_float(env, "EVENTOS_BACKUP_REARM_WAIT_S", cls.rearm_wait_s),
+            keep=_int(env, "EVENTOS_BACKUP_KEEP", cls.keep),
+        )
