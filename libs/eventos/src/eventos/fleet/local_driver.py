@@ -10,6 +10,7 @@ target's migrations and replay gate in the target's own environment, and reads e
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -24,11 +25,18 @@ from temporalio.api.enums.v1 import EventType
 from eventos.db import connect
 from eventos.db.sql import Q
 from eventos.fleet import releases
+from eventos.fleet.backups import restore_backup, take_backup
+from eventos.fleet.pgtools import with_database
 from eventos.fleet.releases import LocalRelease, ReleaseRequest
-from eventos.fleet.snapshot_volume import BackupSettings, restore_backup, take_backup
 from eventos.fleet.upgrade import GateReport, NeedsReset, ReleaseRef, UpgradeError
 from eventos.runtime.payload_guard import connect as temporal_connect
-from eventos.settings import DRILL_READINESS_FAILURE_VAR, DatabaseSettings, UpgradeSettings
+from eventos.settings import (
+    BACKUP_STORE_VAR,
+    DRILL_READINESS_FAILURE_VAR,
+    BackupSettings,
+    DatabaseSettings,
+    UpgradeSettings,
+)
 
 POLL_S = 0.2
 PROBE_TIMEOUT_S = 6.0  # one /readyz answer (the service's checks take up to 5 s)
@@ -36,6 +44,14 @@ PROBE_TIMEOUT_S = 6.0  # one /readyz answer (the service's checks take up to 5 s
 RELEASE_OF = ("import json; from eventos.runtime.build import running_release; "
               "print(json.dumps(running_release().as_json()))")  # fmt: skip
 CHECK_RUNS_MAX = 1000  # workflows whose histories the rollback reads for a completed task
+# A rollback's restore asks the relay to re-arm Temporal while the services are stopped: it does
+# not wait for it (the previous release's relay applies it when it starts).
+REARM_WAIT_S = 1.0
+# Temporal's databases at tier L, as eventos.local.temporal_server names them (as `backup`).
+TIER_L_DATABASES = {
+    "EVENTOS_BACKUP_TEMPORAL_DATABASE_URL": "temporal",
+    "EVENTOS_BACKUP_TEMPORAL_VISIBILITY_DATABASE_URL": "temporal_visibility",
+}
 
 
 @dataclass
@@ -152,10 +168,19 @@ class LocalInstance:
     # -- the databases -------------------------------------------------------------------
 
     def _backups(self) -> BackupSettings:
-        return BackupSettings(self.database_url, self.state_dir / "snapshots")
+        """The backup settings of `eventosctl backup` on this instance: its databases (the
+        app's; Temporal's two at tier L), its Temporal, the store `.eventos/backups` unless
+        EVENTOS_BACKUP_STORE names one."""
+        env = self._env()
+        doc = self.stack()
+        if doc["temporal"].get("tier") == "L":
+            for var, name in TIER_L_DATABASES.items():
+                env.setdefault(var, with_database(self.database_url, name))
+        env.setdefault(BACKUP_STORE_VAR, (self.state_dir / "backups").absolute().as_uri())
+        return dataclasses.replace(BackupSettings.from_env(env), rearm_wait_s=REARM_WAIT_S)
 
     async def snapshot(self) -> str:
-        return (await take_backup(self._backups(), reason="upgrade")).id
+        return (await take_backup(self._backups(), reason="before an upgrade")).id
 
     async def restore(self, snapshot: str) -> None:
         await restore_backup(self._backups(), snapshot)
