@@ -77,6 +77,8 @@ class Instance:
         done = subprocess.run(argv, cwd=self.root, capture_output=True, text=True,
                               timeout=UPGRADE_S, env={**os.environ, **env})  # fmt: skip
         assert done.stdout.strip(), done.stderr
+        with (self.root / "outcomes.jsonl").open("a") as kept:  # the figures, for a reader
+            kept.write(done.stdout.replace("\n", " ") + "\n")
         return done.returncode, json.loads(done.stdout)
 
     def builds(self) -> dict[str, str]:
