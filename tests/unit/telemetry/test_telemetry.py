@@ -196,3 +196,23 @@ def test_log_settings() -> None:
     assert LogSettings.from_env({"EVENTOS_LOG_EXCEPTIONS": "TEXT"}).exceptions == "text"
     with pytest.raises(ConfigError, match="EVENTOS_LOG_EXCEPTIONS"):
         LogSettings.from_env({"EVENTOS_LOG_EXCEPTIONS": "everything"})
+
+
+def test_an_event_carries_its_name_and_outcome_only() -> None:
+    """An upgrade's outcome leaves as an event of allowlisted attributes and an empty body."""
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogExporter, SimpleLogRecordProcessor
+
+    from eventos.telemetry.exporter import Exporter
+    from eventos.telemetry.temporal_metrics import TemporalMetrics
+
+    settings = TelemetrySettings.from_env("eventosctl", {})
+    exporter = Exporter(settings, CollectorRegistry(), TemporalMetrics(), ErrorCounter())
+    memory = InMemoryLogExporter()
+    exporter._logs = LoggerProvider()
+    exporter._logs.add_log_record_processor(SimpleLogRecordProcessor(memory))
+    exporter.event("eventos.upgrade", "rolled_back")
+    (record,) = memory.get_finished_logs()
+    attrs = dict(record.log_record.attributes or {})
+    assert attrs == {"event.name": "eventos.upgrade", "outcome": "rolled_back"}
+    assert not violations(attrs, LOG_KEYS) and record.log_record.body == ""

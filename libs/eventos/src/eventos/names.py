@@ -501,6 +501,11 @@ ACTION_RELEASE: Final = "release"  # a quarantined thread's held inputs flow aga
 ACTION_CLEAR: Final = "clear"  # the owner clears a degraded employee
 # The `employee` of an item about the whole instance (no employee name has parentheses).
 INSTANCE_ITEMS: Final = "(instance)"
+# Upgrades (issue 29, docs/upgrades.md): a generation whose open runs the new release cannot
+# replay (its action: Reset), and an upgrade that rolled back or needs a human.
+ATTENTION_NEEDS_RESET: Final = "needs_reset"
+ATTENTION_UPGRADE_ROLLED_BACK: Final = "upgrade_rolled_back"
+ATTENTION_UPGRADE_FAILED: Final = "upgrade_failed"
 
 # Operator surfaces (issue 16): attention item states and the actions items offer
 # (`POST /v1/attention/{id}:act`, besides ACTION_RETRY); dead letters, named `<kind>-<id>`.

@@ -793,6 +793,47 @@ def _supervision_value(var: str, raw: str, default: object) -> object:
     return value
 
 
+# The drill switch (docs/upgrades.md#drill-a-failure): a service started with it answers /readyz
+# 503 (`failed: {"drill": "injected"}`) while everything else works. `eventosctl upgrade
+# --inject-readiness-failure` sets it on the new release only, so its rollback can be watched.
+DRILL_READINESS_FAILURE_VAR = "EVENTOS_DRILL_READINESS_FAILURE"
+
+
+def drill_readiness_failure(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this process was started to fail its readiness check (a drill)."""
+    return _bool(os.environ if env is None else env, DRILL_READINESS_FAILURE_VAR, False)
+
+
+@dataclass(frozen=True)
+class UpgradeSettings:
+    """The upgrader's bounds (`EVENTOS_UPGRADE_*`): how long the new release has to answer ready
+    (READY_S), the previous release after a rollback (ROLLBACK_READY_S), to stop (STOP_S), to
+    replay the open runs (REPLAY_S), to install (INSTALL_S), how
+    many open runs the replay gate reads at most (REPLAY_MAX_RUNS); `uv` (UV) builds a release's
+    environment from its lock (the Makefile's own, `.tools/bin/uv`, when unset)."""
+
+    ready_s: float = 90.0
+    rollback_ready_s: float = 180.0
+    stop_s: float = 30.0
+    replay_s: float = 300.0
+    install_s: float = 600.0
+    replay_max_runs: int = 5000
+    uv: str = ""
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> UpgradeSettings:
+        env = os.environ if env is None else env
+        seconds = {}
+        for name in ("ready_s", "rollback_ready_s", "stop_s", "replay_s", "install_s"):
+            var = f"EVENTOS_UPGRADE_{name.upper()}"
+            value = _float(env, var, getattr(cls, name))
+            if not 0 < value <= 3600:
+                raise ConfigError(f"{var} must be between 0 and 3600 seconds, got {value:g}")
+            seconds[name] = value
+        runs = env_int(env, "EVENTOS_UPGRADE_REPLAY_MAX_RUNS", cls.replay_max_runs)
+        return cls(**seconds, replay_max_runs=runs, uv=env.get("EVENTOS_UPGRADE_UV", "").strip())
+
+
 BACKUP_STORE_VAR = "EVENTOS_BACKUP_STORE"
 BACKUP_SCHEMES = ("s3", "file")
 # The instance's databases a backup dumps, by role (the app's; Temporal's two at tier L).

@@ -13,7 +13,17 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from eventos.cli import backups, chat, completion, employees, migrate, operator, sends, timeline
+from eventos.cli import (
+    backups,
+    chat,
+    completion,
+    employees,
+    migrate,
+    operator,
+    sends,
+    timeline,
+    upgrade,
+)
 from eventos.cli.instance import START_HINT, Unreachable, UsageError
 from eventos.cli.output import FORMATS
 from eventos.client.owner_api import (
@@ -186,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     _timeline_commands(add)
     p = add("migrate", migrate.cmd_migrate, "apply the database migrations")
     p.add_argument("--database-url", help="(or EVENTOS_DATABASE_URL, else the stack's database)")
+    upgrade.add_command(add)
     backups.add_commands(add)
     p = add("completion", completion.cmd_completion, "print a shell completion script")
     p.add_argument("shell", choices=completion.SHELLS)

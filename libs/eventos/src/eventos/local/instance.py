@@ -43,6 +43,7 @@ from eventos import names
 from eventos.db import connect
 from eventos.db.migrate import Migration, migrate
 from eventos.errors import EventOSError
+from eventos.fleet.releases import LocalRelease, read_request
 from eventos.local.embedded_pg import EmbeddedPostgres
 from eventos.local.examples import EXAMPLE_OPERATOR_ENV, ExampleOutcome, apply_examples
 from eventos.local.ports import RESERVED_S, free_port, renew
@@ -120,6 +121,9 @@ class LocalStack:
     # them itself, for outages of a chosen length, turns this off).
     heal_servers: bool = True
     servers: list[SupervisedServer] = field(default_factory=list)
+    # The release request applied last (eventos.local.releases): its serial and release.
+    release_serial: int = 0
+    release: LocalRelease | None = None
     _lock: PidLock = field(init=False)
     _stop: threading.Event = field(default_factory=threading.Event)
     _renew_at: float = field(default_factory=lambda: time.monotonic() + PORTS_RENEW_S)
@@ -326,6 +330,7 @@ class LocalStack:
             grpc_port = pick() if name in GRPC_SERVICES else None
             log_path = self.logs_dir / f"{name}.log"
             self.services[name] = ServiceProcess(name, pick(), grpc_port, log_path)
+        self._adopt_release()
         self.secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         env = self.service_env()
         self.say(f"starting {len(self.services)} services (logs in {STATE_DIR}/logs) …")
@@ -449,6 +454,11 @@ class LocalStack:
             "temporal": temporal,
             "services": {n: s.to_json() for n, s in self.services.items()},
             "pids": pids,
+            "python": sys.executable,
+            "release": {
+                "serial": self.release_serial,
+                "release": self.release.as_json() if self.release else None,
+            },
         }
 
     def _write_stack(self) -> None:
@@ -469,6 +479,7 @@ class LocalStack:
         if time.monotonic() >= self._renew_at:
             renew(self.ports())
             self._renew_at = time.monotonic() + PORTS_RENEW_S
+        self.apply_release_request()
         if self.heal_servers:
             for server in self.servers:
                 if self._stop.is_set():
@@ -478,7 +489,7 @@ class LocalStack:
         now = time.monotonic()
         for svc in self.services.values():
             code = svc.exit_code()
-            if code is None:
+            if code is None or svc.held:
                 continue
             if not svc.restarts.planned:
                 delay = svc.restarts.plan(now - svc.started_at, now)
@@ -489,6 +500,43 @@ class LocalStack:
                 self.say(f"last lines of {svc.log_path}:\n{svc.tail()}")
             elif svc.restarts.due(now):
                 self.restart_service(svc.name)
+
+    def _adopt_release(self) -> None:
+        """At start, the services run the release the last request named (an upgrade's), all
+        of them and without its extra environment (a drill's ends with the run that made it)."""
+        request = read_request(self.state_dir)
+        if request is None:
+            return
+        self.release_serial = request.serial
+        if request.release is not None and Path(request.release.python).exists():
+            self.release = request.release
+            self.say(f"services run release {self.release.name} ({self.release.checkout})")
+        for svc in self.services.values():
+            svc.python = self.release.python if self.release else ""
+
+    def apply_release_request(self) -> None:
+        """Apply a release request not applied yet: stop each service that should not run or
+        runs another release or environment, start each that should run and does not."""
+        request = read_request(self.state_dir)
+        if request is None or request.serial == self.release_serial:
+            return
+        python = request.release.python if request.release else ""
+        for svc in self.services.values():
+            wanted = request.runs(svc.service or svc.name)
+            same = svc.python == python and svc.release_env == request.env
+            running = svc.exit_code() is None and svc.pid is not None
+            if running and (not wanted or not same):
+                stop_groups([svc.pid], self.stop_timeout_s)  # type: ignore[list-item]
+            svc.python, svc.release_env, svc.held = python, dict(request.env), not wanted
+            if wanted and not (running and same):
+                svc.restarts.due_at = 0.0
+                svc.spawn(self.service_env(), self.root)
+        self.release_serial, self.release = request.serial, request.release
+        self._write_pids()
+        self._write_stack()
+        what = request.release.name if request.release else "its own release"
+        runs = "all" if request.run is None else ", ".join(request.run) or "nothing"
+        self.say(f"release request {request.serial} applied: {what}, running {runs}")
 
     def ports(self) -> list[int]:
         """Every port the instance's processes listen on."""

@@ -35,6 +35,12 @@ class ServiceProcess:
     # workers-llm), and the settings of this process alone (LLM_CLASS).
     service: str = ""
     own_env: dict[str, str] = field(default_factory=dict)
+    # The release it runs (eventos.local.releases): its Python ("" for the instance's own) and
+    # the extra environment the upgrader gave it; `held` while a release request keeps it
+    # stopped (the supervision does not start it again).
+    python: str = ""
+    release_env: dict[str, str] = field(default_factory=dict)
+    held: bool = False
 
     @property
     def module(self) -> str:
@@ -57,7 +63,7 @@ class ServiceProcess:
         return self.process.pid if self.process is not None else None
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", self.module]
+        return [self.python or sys.executable, "-m", self.module]
 
     def port_env(self) -> dict[str, str]:
         """The EVENTOS_<SERVICE>_HTTP_PORT / _GRPC_PORT settings."""
@@ -69,7 +75,7 @@ class ServiceProcess:
     def spawn(self, env: dict[str, str], cwd: Path) -> None:
         """Start the process in its own session, appending to its log; its own settings and
         ports go over `env`'s."""
-        env = {**env, **self.own_env, **self.port_env()}
+        env = {**env, **self.release_env, **self.own_env, **self.port_env()}
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = self.argv()
         with self.log_path.open("ab") as log:
@@ -111,4 +117,6 @@ class ServiceProcess:
             "metrics": self.http_url + "/metrics",
             "pid": self.pid,
             "log": str(self.log_path),
+            "python": self.python or sys.executable,
+            "held": self.held,
         }

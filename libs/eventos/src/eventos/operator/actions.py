@@ -109,6 +109,9 @@ ACTIONS: dict[str, dict[str, Action]] = {
     names.ATTENTION_SUPERVISOR_LOST: {
         names.ACTION_RESET: Action(reset, admin_only=True, resolves=True)
     },
+    names.ATTENTION_NEEDS_RESET: {
+        names.ACTION_RESET: Action(reset, admin_only=True, resolves=True)
+    },
     names.ATTENTION_DEAD_INPUT: {names.ACTION_REPLAY: Action(replay_inputs, resolves=True)},
     names.ATTENTION_TOOL_UNKNOWN: {names.ACTION_RETRY: Action(retry_call, resolves=True)},
     names.ATTENTION_SEND_UNKNOWN: {names.ACTION_RETRY: RETRY_SEND},

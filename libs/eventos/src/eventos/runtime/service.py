@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from eventos import telemetry
 from eventos.runtime import build, metrics
 from eventos.runtime.http_bounds import CapClass, InFlightCap, bounded_protocol
-from eventos.settings import HttpBounds
+from eventos.settings import HttpBounds, drill_readiness_failure
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ def health_routes(name: str, checks: dict[str, ReadinessCheck]) -> list[BaseRout
     """The three routes every service serves; `/livez` and `/readyz` name the release."""
     last_logged: dict[str, float] = {}
     running = build.running_release().as_json()
+    drill = drill_readiness_failure()
 
     def failure(check_name: str, exc: Exception) -> str:
         # /readyz is reachable by probes and scrapers: it names the dependency with a fixed
@@ -73,6 +74,8 @@ def health_routes(name: str, checks: dict[str, ReadinessCheck]) -> list[BaseRout
                 await asyncio.wait_for(check(), READINESS_TIMEOUT_S)
             except Exception as exc:
                 failed[check_name] = failure(check_name, exc)
+        if drill:
+            failed["drill"] = "injected"
         status = 503 if failed else 200
         body = {"service": name, "ready": not failed, "failed": failed, "release": running}
         return JSONResponse(body, status_code=status)

@@ -27,8 +27,11 @@ DATAPOINT_KEYS: dict[str, type] = {
         "gen_ai.provider.name", "gen_ai.token.type", "gen_ai.operation.name",
     )
 }  # fmt: skip
-# Error report attributes: exception type, traceback frames, count; the body is empty.
+# Error report attributes: exception type, traceback frames, count; the body is empty. Events
+# (an upgrade's outcome): their name and outcome, tokens of our own vocabulary.
 LOG_KEYS: dict[str, type] = {
+    "event.name": str,
+    "outcome": str,
     "exception.type": str,
     "exception.stacktrace": str,
     "error.count": int,

@@ -95,6 +95,17 @@ class Exporter:
         self.temporal.drain()
         self.export()
 
+    def event(self, name: str, outcome: str) -> None:
+        """Send one event now (`event.name`, `outcome`, an empty body): an upgrade's outcome."""
+        if self._logs is None:
+            return
+        attributes = {"event.name": name, "outcome": outcome}
+        self._logs.get_logger("eventos.events").emit(
+            body="", severity_number=SeverityNumber.INFO, severity_text="INFO",
+            attributes=attributes,
+        )  # fmt: skip
+        self._logs.force_flush(self.settings.timeout_ms)
+
     def export(self) -> None:
         """Send the metrics and the error reports now (a failed send is logged and dropped:
         the next export carries the cumulative values again)."""

@@ -1,0 +1,263 @@
+"""The upgrader's driver of a local instance (`make run`): the `Instance` of eventos.fleet.upgrade.
+
+It reads the instance's `stack.json`, installs a target checkout beside the current release
+(eventos.fleet.releases), asks the running instance to stop and start its services on a release
+through the release request (which `make run` applies and acknowledges in stack.json), runs the
+target's migrations and replay gate in the target's own environment, and reads every service's
+`/readyz` for the release that answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from temporalio.api.enums.v1 import EventType
+
+from eventos.db import connect
+from eventos.db.sql import Q
+from eventos.fleet import releases
+from eventos.fleet.backups import restore_backup, take_backup
+from eventos.fleet.pgtools import with_database
+from eventos.fleet.releases import LocalRelease, ReleaseRequest
+from eventos.fleet.upgrade import GateReport, NeedsReset, ReleaseRef, UpgradeError
+from eventos.runtime.payload_guard import connect as temporal_connect
+from eventos.settings import (
+    BACKUP_STORE_VAR,
+    DRILL_READINESS_FAILURE_VAR,
+    BackupSettings,
+    DatabaseSettings,
+    UpgradeSettings,
+)
+
+POLL_S = 0.2
+PROBE_TIMEOUT_S = 6.0  # one /readyz answer (the service's checks take up to 5 s)
+# Asks a release's own Python which release it is (runtime/build: what its /readyz will name).
+RELEASE_OF = ("import json; from eventos.runtime.build import running_release; "
+              "print(json.dumps(running_release().as_json()))")  # fmt: skip
+CHECK_RUNS_MAX = 1000  # workflows whose histories the rollback reads for a completed task
+# A rollback's restore asks the relay to re-arm Temporal while the services are stopped: it does
+# not wait for it (the previous release's relay applies it when it starts).
+REARM_WAIT_S = 1.0
+# Temporal's databases at tier L, as eventos.local.temporal_server names them (as `backup`).
+TIER_L_DATABASES = {
+    "EVENTOS_BACKUP_TEMPORAL_DATABASE_URL": "temporal",
+    "EVENTOS_BACKUP_TEMPORAL_VISIBILITY_DATABASE_URL": "temporal_visibility",
+}
+
+
+@dataclass
+class LocalInstance:
+    """A running `make run` instance, found by its stack.json."""
+
+    stack_file: Path
+    settings: UpgradeSettings = field(default_factory=UpgradeSettings)
+    known: dict[str, LocalRelease] = field(default_factory=dict)  # by ReleaseRef.name
+    running: set[str] = field(default_factory=set)
+    last: ReleaseRef | None = None  # the release the last request named
+
+    @property
+    def state_dir(self) -> Path:
+        return self.stack_file.parent
+
+    def stack(self) -> dict[str, Any]:
+        try:
+            doc: dict[str, Any] = json.loads(self.stack_file.read_text())
+        except (OSError, ValueError) as exc:
+            raise UpgradeError(f"cannot read {self.stack_file}: {exc}") from None
+        return doc
+
+    @property
+    def database_url(self) -> str:
+        return str(self.stack()["database"]["url"])
+
+    def _env(self) -> dict[str, str]:
+        t = self.stack()["temporal"]
+        return {
+            **os.environ,
+            "EVENTOS_DATABASE_URL": self.database_url,
+            "TEMPORAL_ADDRESS": str(t["address"]),
+            "TEMPORAL_NAMESPACE": str(t["namespace"]),
+        }
+
+    # -- releases ------------------------------------------------------------------------
+
+    async def current(self) -> ReleaseRef:
+        doc = self.stack()
+        pinned = (doc.get("release") or {}).get("release")
+        python = str(doc["python"])  # the instance's own: its checkout holds its .venv
+        own = LocalRelease("own", str(Path(python).parents[2]), python)
+        local = LocalRelease.from_json(pinned) if pinned else own
+        self.running = {base(n) for n, s in doc["services"].items() if not s.get("held")}
+        self.last = await self._ref(local)
+        return self.last
+
+    async def install(self, target: str) -> ReleaseRef:
+        uv = releases.find_uv(self.settings.uv)
+        local = await asyncio.to_thread(releases.install, Path(target), self.state_dir, uv,
+                                        self.settings.install_s)  # fmt: skip
+        return await self._ref(local)
+
+    async def _ref(self, local: LocalRelease) -> ReleaseRef:
+        out = await self._run(local, ["-c", RELEASE_OF], "reading the release", 120.0)
+        rel = json.loads(out)
+        ref = ReleaseRef(name=f"{rel['version']}+{rel['build']}", source=local.checkout,
+                         build=str(rel["build"]), migrations=int(rel["migrations"]))  # fmt: skip
+        self.known[ref.name] = local
+        return ref
+
+    async def _run(self, local: LocalRelease, args: list[str], what: str, timeout: float) -> str:
+        argv = [local.python, *args]
+        try:
+            return await asyncio.to_thread(releases.run, argv, self.state_dir.parent,
+                                           self._env(), timeout, what)  # fmt: skip
+        except releases.ReleaseError as exc:
+            raise UpgradeError(str(exc)) from None
+
+    # -- the services --------------------------------------------------------------------
+
+    async def _request(self, release: ReleaseRef, run: set[str], env: dict[str, str]) -> None:
+        """Write a release request and wait until the instance says it applied it."""
+        current = (self.stack().get("release") or {}).get("serial", 0)
+        asked = releases.read_request(self.state_dir)
+        serial = max(int(current), asked.serial if asked else 0) + 1
+        request = ReleaseRequest(serial, self.known[release.name], env, sorted(run))
+        releases.write_request(self.state_dir, request)
+        deadline = time.monotonic() + self.settings.stop_s * 2 + 10.0
+        while (self.stack().get("release") or {}).get("serial") != serial:
+            if time.monotonic() > deadline:
+                raise UpgradeError(f"the instance did not apply release request {serial} "
+                                   f"(is `make run` supervising it?)")  # fmt: skip
+            await asyncio.sleep(POLL_S)
+        self.running, self.last = set(run), release
+
+    async def stop(self) -> None:
+        await self._request(self.last or await self.current(), set(), {})
+
+    async def start(self, release: ReleaseRef, services: tuple[str, ...], drill: bool) -> None:
+        env = {DRILL_READINESS_FAILURE_VAR: "1"} if drill else {}
+        await self._request(release, self.running | set(services), env)
+
+    async def ready(self, release: ReleaseRef, services: tuple[str, ...], timeout_s: float) -> None:
+        urls = {n: s["http"] for n, s in self.stack()["services"].items() if base(n) in services}
+        pending = dict.fromkeys(urls, "no answer yet")
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+            while pending:
+                for name in list(pending):
+                    said = await _readyz(client, urls[name], release.build)
+                    if said is None:
+                        del pending[name]
+                    else:
+                        pending[name] = said
+                if pending and time.monotonic() > deadline:
+                    said = "; ".join(f"{n}: {why}" for n, why in sorted(pending.items()))
+                    raise UpgradeError(f"not ready on {release.name} after "
+                                       f"{timeout_s:g}s: {said}")  # fmt: skip
+                if pending:
+                    await asyncio.sleep(POLL_S)
+
+    # -- the databases -------------------------------------------------------------------
+
+    def _backups(self) -> BackupSettings:
+        """The backup settings of `eventosctl backup` on this instance: its databases (the
+        app's; Temporal's two at tier L), its Temporal, the store `.eventos/backups` unless
+        EVENTOS_BACKUP_STORE names one."""
+        env = self._env()
+        doc = self.stack()
+        if doc["temporal"].get("tier") == "L":
+            for var, name in TIER_L_DATABASES.items():
+                env.setdefault(var, with_database(self.database_url, name))
+        env.setdefault(BACKUP_STORE_VAR, (self.state_dir / "backups").absolute().as_uri())
+        return dataclasses.replace(BackupSettings.from_env(env), rearm_wait_s=REARM_WAIT_S)
+
+    async def snapshot(self) -> str:
+        return (await take_backup(self._backups(), reason="before an upgrade")).id
+
+    async def restore(self, snapshot: str) -> None:
+        await restore_backup(self._backups(), snapshot)
+
+    async def migrate(self, release: ReleaseRef) -> list[str]:
+        local = self.known[release.name]
+        args = ["-m", "eventos.cli", "migrate", "--database-url", self.database_url]
+        out = await self._run(local, args, "migrating", self.settings.install_s)
+        return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("applied ")]
+
+    async def replay(self, release: ReleaseRef) -> GateReport:
+        local = self.known[release.name]
+        args = ["-m", "eventos.fleet.replay_gate", "--max-runs", str(self.settings.replay_max_runs)]
+        out = await self._run(local, args, "the replay gate", self.settings.replay_s)
+        # The SDK's core logs its warnings to stdout too: the report is the last line.
+        lines = out.strip().splitlines()
+        try:
+            doc = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            raise UpgradeError(f"the replay gate printed no report: {out[-500:]!r}") from None
+        return GateReport(int(doc["replayed"]), list(doc["failed"]), bool(doc["truncated"]))
+
+    async def generations_of(self, workflow_ids: list[str]) -> list[NeedsReset]:
+        if not workflow_ids:
+            return []
+        conn = await connect(DatabaseSettings(url=self.database_url))
+        async with conn:
+            cur = await conn.execute(Q["upgrade_run_generations"], {"ids": workflow_ids})
+            rows = await cur.fetchall()
+        found: dict[tuple[str, int], list[str]] = {}
+        for row in rows:
+            if row["employee"] is not None:
+                key = (str(row["employee"]), int(row["generation"]))
+                found.setdefault(key, []).append(str(row["id"]))
+        return [NeedsReset(e, g, sorted(ids)) for (e, g), ids in sorted(found.items())]
+
+    async def workflow_task_completed_since(self, since: datetime) -> bool:
+        t = self.stack()["temporal"]
+        client = await temporal_connect(str(t["address"]), str(t["namespace"]))
+        stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+        query = f'ExecutionStatus="Running" OR CloseTime >= "{stamp}"'
+        read = 0
+        async for execution in client.list_workflows(query, page_size=100):
+            read += 1
+            if read > CHECK_RUNS_MAX:
+                return True  # cannot rule it out: restore
+            history = await client.get_workflow_handle(
+                execution.id, run_id=execution.run_id
+            ).fetch_history()
+            for event in history.events:
+                if (event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+                        and event.event_time.ToDatetime(since.tzinfo) >= since):  # fmt: skip
+                    return True
+        return False
+
+
+def base(process: str) -> str:
+    """The service a process runs (`workers-llm-c1` at tier L runs `workers-llm`)."""
+    for suffix in ("-c1", "-c2", "-c3", "-c4"):
+        if process.startswith("workers-llm") and process.endswith(suffix):
+            return "workers-llm"
+    return process
+
+
+async def _readyz(client: httpx.AsyncClient, url: str, build: str) -> str | None:
+    """None when the service answers ready on `build`, else what it said."""
+    try:
+        answer = await client.get(url + "/readyz")
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}"
+    try:
+        body = answer.json()
+    except ValueError:
+        return f"{answer.status_code} (not JSON)"
+    said = (body.get("release") or {}).get("build")
+    if answer.status_code != 200:
+        return f"{answer.status_code} failed {body.get('failed')}"
+    if said != build:
+        return f"ready, but on build {said}"
+    return None
