@@ -5,11 +5,9 @@ failed (docs/backups.md)."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 
-import psycopg
 import pytest
-from fleet_helpers import cleanup_restore_leftovers, settings_for
+from fleet_helpers import app, note, notes, settings_for  # noqa: F401 (app: a fixture)
 from s3_server import S3Server, s3_server_fixture  # noqa: F401 (the fixture)
 
 from eventos.fleet.backups import (
@@ -21,27 +19,7 @@ from eventos.fleet.backups import (
     take_backup,
 )
 from eventos.fleet.stores import StoreError
-from eventos.settings import BackupSettings, DatabaseSettings
-from eventos.testing.plugin import PostgresForTests
-
-
-def rows(url: str) -> list[str]:
-    with psycopg.connect(url) as conn:
-        return [r[0] for r in conn.execute("SELECT text FROM backup_notes ORDER BY id")]
-
-
-def add(url: str, text: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("INSERT INTO backup_notes (text) VALUES (%s)", (text,))
-
-
-@pytest.fixture
-def app(db_settings: DatabaseSettings, postgres_server: PostgresForTests,
-        db_name: str) -> Iterator[str]:  # fmt: skip
-    with psycopg.connect(db_settings.url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE backup_notes (id serial PRIMARY KEY, text text NOT NULL)")
-    yield db_settings.url
-    cleanup_restore_leftovers(postgres_server, db_name)
+from eventos.settings import BackupSettings
 
 
 def s3_settings(app: str, server: S3Server, bucket: str, **given: str) -> BackupSettings:
@@ -52,9 +30,9 @@ def s3_settings(app: str, server: S3Server, bucket: str, **given: str) -> Backup
 async def test_an_s3_backup_is_listed_and_restores(app: str, s3_server: S3Server) -> None:
     bucket = s3_server.bucket()
     settings = s3_settings(app, s3_server, bucket)
-    add(app, "before")
+    note(app, "before")
     first = await take_backup(settings, reason="test")
-    add(app, "after")
+    note(app, "after")
     second = await take_backup(settings, reason="test")
     assert [b.id for b in await list_backups(settings)] == [second.id, first.id]
     names = {o.object_name for o in s3_server.client().list_objects(bucket, recursive=True)}
@@ -62,7 +40,7 @@ async def test_an_s3_backup_is_listed_and_restores(app: str, s3_server: S3Server
     assert f"instance-1/{first.id}/app.dump" in names
 
     report = await restore_backup(settings, first.id)
-    assert rows(app) == ["before"]
+    assert notes(app) == ["before"]
     assert report.databases == ("app",)
 
 
@@ -71,9 +49,9 @@ async def test_a_truncated_object_or_a_partial_upload_is_refused(
 ) -> None:
     bucket = s3_server.bucket()
     settings = s3_settings(app, s3_server, bucket)
-    add(app, "before")
+    note(app, "before")
     backup = await take_backup(settings, reason="test")
-    add(app, "after")
+    note(app, "after")
     client = s3_server.client()
     key = f"instance-1/{backup.id}/app.dump"
     answer = client.get_object(bucket, key)
@@ -87,7 +65,7 @@ async def test_a_truncated_object_or_a_partial_upload_is_refused(
     assert await list_backups(settings) == []
     with pytest.raises(BackupNotFound, match="it has no manifest"):
         await restore_backup(settings, backup.id)
-    assert rows(app) == ["before", "after"]
+    assert notes(app) == ["before", "after"]
 
 
 async def test_refused_credentials_and_a_missing_bucket_are_named(

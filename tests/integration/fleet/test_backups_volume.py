@@ -4,12 +4,11 @@ partial upload are refused before anything is touched (docs/backups.md)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
-from fleet_helpers import cleanup_restore_leftovers, settings_for
+from fleet_helpers import app, note, notes, settings_for  # noqa: F401 (app: a fixture)
 from psycopg import sql
 
 from eventos.fleet.backups import (
@@ -22,28 +21,8 @@ from eventos.fleet.backups import (
 )
 from eventos.fleet.pgtools import database_name
 from eventos.runtime.build import migration_level
-from eventos.settings import BackupSettings, DatabaseSettings
+from eventos.settings import BackupSettings
 from eventos.testing.plugin import PostgresForTests
-
-
-def notes(url: str) -> list[str]:
-    with psycopg.connect(url) as conn:
-        return [r[0] for r in conn.execute("SELECT text FROM backup_notes ORDER BY id")]
-
-
-def note(url: str, text: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("INSERT INTO backup_notes (text) VALUES (%s)", (text,))
-
-
-@pytest.fixture
-def app(db_settings: DatabaseSettings, postgres_server: PostgresForTests,
-        db_name: str) -> Iterator[str]:  # fmt: skip
-    """The test's database with a table of notes to tell one state from another."""
-    with psycopg.connect(db_settings.url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE backup_notes (id serial PRIMARY KEY, text text NOT NULL)")
-    yield db_settings.url
-    cleanup_restore_leftovers(postgres_server, db_name)
 
 
 @pytest.fixture
