@@ -51,6 +51,8 @@ RUN_ELSEWHERE = {"faults.py": "tests/e2e/test_faults.py"}
 # What each driver's run must print: the names of its figures and its table headers.
 FIGURES = {
     "alarms.py": ["fire lateness: p50", "p99", "supervisor", "signals", "history events"],
+    "burst.py": ["webhooks sent in", "backlog every", "drain:", "inputs/s", "turns once admitted:",
+                 "p99", "the owner's first message after the burst: turn start", "targets:"],
     "conversation_burst.py": ["EG7 burst of", "inputs/s", "signals", "history MB", "all runs:",
                               "inputs per Signal", "turns:", "delivery ceiling of one conversation",
                               "targets:"],
