@@ -138,7 +138,7 @@ FROM chat_messages m JOIN turns t ON t.id = m.turn_id WHERE m.text LIKE %s
 
 def backlog(url: str) -> dict[str, int]:
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(WAITING_SQL.encode()).fetchone()
+        row = conn.execute(WAITING_SQL.encode()).fetchone() or (0, 0, 0)
     return {"waiting": int(row[0]), "settled": int(row[1]), "unrouted": int(row[2])}
 
 

@@ -38,6 +38,7 @@ from harness import (
     temporal_server,
 )
 from psycopg_pool import AsyncConnectionPool
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from eventos import names
@@ -64,8 +65,8 @@ SIGNALS_MAX = 1000  # EG7: fewer than this many Signals in the entity's run (all
 HISTORY_MAX_BYTES = 10_000_000  # EG7: each run's history under 10 MB
 DRAIN_TIMEOUT_S = 1800.0  # a drain that has not finished by then has stalled
 RUNS_MAX = 1000  # a continue-as-new chain longer than this is not followed further
-SIGNALED = 26  # EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-CONTINUED_AS_NEW = 4  # EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+SIGNALED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+CONTINUED_AS_NEW = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 
 
 def spec(employee: str) -> str:
@@ -197,7 +198,7 @@ async def entity_runs(client: Client, entity_id: str) -> list[RunCost]:
     through each continue-as-new (from the histories, not Visibility)."""
     handle = client.get_workflow_handle(entity_id)
     info = (await handle.describe()).raw_description.workflow_execution_info
-    run_id, runs = info.first_run_id or info.execution.run_id, []
+    run_id, runs = info.first_run_id or info.execution.run_id, list[RunCost]()
     while run_id and len(runs) < RUNS_MAX:
         events = [e async for e in client.get_workflow_handle(entity_id, run_id=run_id)
                   .fetch_history_events()]  # fmt: skip
