@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import time
@@ -185,12 +186,13 @@ FROM t
 
 @dataclass(frozen=True)
 class RunCost:
-    """What one run of an entity cost: its Signals, history events and history bytes."""
+    """What one run of an entity cost: its Signals (and by name), history events and bytes."""
 
     run_id: str
     signals: int
     events: int
     bytes: int
+    by_name: dict[str, int]
 
 
 async def entity_runs(client: Client, entity_id: str) -> list[RunCost]:
@@ -202,12 +204,25 @@ async def entity_runs(client: Client, entity_id: str) -> list[RunCost]:
     while run_id and len(runs) < RUNS_MAX:
         events = [e async for e in client.get_workflow_handle(entity_id, run_id=run_id)
                   .fetch_history_events()]  # fmt: skip
-        signals = sum(1 for e in events if e.event_type == SIGNALED)
-        runs.append(RunCost(run_id, signals, len(events), sum(e.ByteSize() for e in events)))
+        by_name = collections.Counter(
+            e.workflow_execution_signaled_event_attributes.signal_name
+            for e in events
+            if e.event_type == SIGNALED
+        )
+        size = sum(e.ByteSize() for e in events)
+        runs.append(RunCost(run_id, by_name.total(), len(events), size, dict(by_name)))
         last = events[-1] if events else None
         run_id = (last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
                   if last is not None and last.event_type == CONTINUED_AS_NEW else "")  # fmt: skip
     return runs
+
+
+def signals_by_name(runs: list[RunCost]) -> dict[str, int]:
+    """The Signals of every run, by signal name (`deliver` batches, the turns' notices)."""
+    total: collections.Counter[str] = collections.Counter()
+    for r in runs:
+        total.update(r.by_name)
+    return dict(total.most_common())
 
 
 async def report(
@@ -227,6 +242,7 @@ async def report(
         print(f"{i:>4} {r.signals:>8} {r.events:>7} {r.bytes / 1e6:>11.2f}")
     signals = sum(r.signals for r in runs)
     worst_bytes = max(r.bytes for r in runs)
+    print(f"Signals by name: {signals_by_name(runs)}")
     signals_ok = targets.check("Signals in the entity's run", signals < SIGNALS_MAX)
     bytes_ok = targets.check("history per run", worst_bytes < HISTORY_MAX_BYTES)
     print(f"\nall runs: {signals} Signals for {messages} inputs, "

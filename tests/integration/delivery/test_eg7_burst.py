@@ -30,6 +30,7 @@ from conversation_burst import (
     drain,
     entity_runs,
     prepare,
+    signals_by_name,
 )
 
 BURST = 10_000
@@ -55,9 +56,11 @@ async def test_a_10000_input_burst_to_one_conversation_costs_under_1000_signals_
     assert runs[-1].run_id == current, "the chain of runs was not followed to the current run"
     signals = sum(r.signals for r in runs)
     per_run = [(r.signals, r.events, round(r.bytes / 1e6, 2)) for r in runs]
-    print(f"EG7: {signals} Signals in {len(runs)} runs; per run (signals, events, MB): {per_run}")
+    by_name = signals_by_name(runs)
+    print(f"EG7: {signals} Signals in {len(runs)} runs, by name {by_name}; per run (signals, "
+          f"events, MB): {per_run}")  # fmt: skip
     assert signals < SIGNALS_MAX, (
         f"{signals} Signals for {BURST} inputs ({BURST / signals:.1f} inputs per Signal; full "
-        f"batches of 16 make 625); per run (signals, events, MB): {per_run}"
+        f"batches of 16 make 625), by name {by_name}; per run (signals, events, MB): {per_run}"
     )
     assert max(r.bytes for r in runs) < HISTORY_MAX_BYTES, f"per run: {per_run}"
