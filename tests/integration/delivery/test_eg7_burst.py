@@ -3,9 +3,11 @@ before the relay runs, costs the entity fewer than 1,000 Signals over all its co
 runs, and no run's history reaches 10 MB.
 
 The parts are bench/conversation_burst.py's (the driver that prints the same figures); the
-turns run on the instant local model. Signals and bytes are read from the runs' histories, so
-the result does not depend on the machine's speed, only the drain's length does (about four
-minutes on a busy 2-core machine: SPEC §8's 4 Signals per entity per second bound it).
+turns run on the instant local model. Signals and bytes are read from the runs' histories, not
+timed; the machine's pace moves only how many turns the drain makes (each turn tells the entity
+`inputs_consumed`, a Signal), and the drain's length: 6-8 minutes on the shared 2-core machine
+(SPEC §8's 4 Signals per entity per second cap it at 64 inputs/s). Today it fails: about 625
+`deliver` batches and 470-560 turns (docs/scaling.md, "EG7 is missed today").
 """
 
 from __future__ import annotations
