@@ -89,10 +89,11 @@ def name(i: int) -> str:
     return f"wave-{i:02d}"
 
 
-def send_burst(base_url: str, args: argparse.Namespace) -> dict[int, int]:
-    """Every webhook of the burst, round-robin over the conversations; answers by status."""
+def send_burst(base_url: str, args: argparse.Namespace) -> dict[str, int]:
+    """Every webhook of the burst, round-robin over the conversations; the final answers by
+    status, and the retried answers (429, or no answer) as `retried <status>`."""
     per_employee = [(e, c) for c in range(args.conversations) for e in range(args.employees)]
-    answers: collections.Counter[int] = collections.Counter()
+    answers: collections.Counter[str] = collections.Counter()
     lock = threading.Lock()
 
     def post(n: int) -> None:
@@ -109,10 +110,12 @@ def send_burst(base_url: str, args: argparse.Namespace) -> dict[int, int]:
                     code, r = 0, None
                 if code != 429 and code != 0:
                     break
+                with lock:
+                    answers[f"retried {code}"] += 1
                 wait = float(r.headers.get("Retry-After", "1")) if r is not None else 1.0
                 time.sleep(min(wait, 5.0))  # the ingress's own pacing, bounded
         with lock:
-            answers[code] += 1
+            answers[str(code)] += 1
 
     with ThreadPoolExecutor(SENDERS) as pool:
         list(pool.map(post, range(args.inputs)))
@@ -266,7 +269,7 @@ def all_running(stack: LocalStack, count: int) -> bool:
 
 
 def report(url: str, args: argparse.Namespace, targets: Targets, since: float, started: float,
-           drain: Drain, finished: bool, answers: dict[int, int], sent_s: float,
+           drain: Drain, finished: bool, answers: dict[str, int], sent_s: float,
            owner_reply: float) -> None:  # fmt: skip
     now = backlog(url)
     elapsed = (drain.finished_at if finished else time.monotonic()) - started
@@ -279,6 +282,10 @@ def report(url: str, args: argparse.Namespace, targets: Targets, since: float, s
     print(f"\ntier S, {args.employees} employees x {args.conversations} conversations; "
           f"{args.inputs} webhooks sent in {sent_s:.1f} s, answers {answers}")  # fmt: skip
     print(f"backlog every {SAMPLE_EVERY_S:.0f} s (waiting and unrouted): {drain.samples}")
+    if drain.samples and finished and elapsed > sent_s:
+        after = drain.samples[0] / (elapsed - sent_s)
+        print(f"after the last webhook was accepted: {drain.samples[0]} waiting, drained at "
+              f"{after:.1f} inputs/s")  # fmt: skip
     state = "all settled" if finished else f"NOT drained after {args.timeout_s:.0f} s"
     verdict = targets.check("drain rate", finished and rate >= TARGET_DRAIN_PER_S)
     print(f"drain: {now['settled']} of {args.inputs} settled in {elapsed:.1f} s ({state}): "
