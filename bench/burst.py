@@ -1,179 +1,334 @@
-"""EG7: a burst to one conversation, appended before the relay runs.
+"""A reply wave: a webhook burst spread over many conversations drains (issue 27's first target).
 
-    .venv/bin/python bench/burst.py [--messages 10000] [--quick]
+    .venv/bin/python bench/burst.py [--employees 10] [--conversations 75] [--inputs 1500]
+                                    [--timeout-s 900] [--py-spy DIR] [--quick] [--no-fail]
 
-Starts an embedded PostgreSQL and the Temporal dev server (tier S flags), or takes a fresh
-database on EVENTOS_DATABASE_URL's server and TEMPORAL_ADDRESS, applies one employee
-(local provider), appends N events to ONE conversation and routes them, and only then starts the
-relay and the workers (workflows, LLM steps, egress) in this process. It waits until every input
-is consumed and prints, per entity run (continue-as-new makes several), the Signals received,
-the history events and bytes; then the drain time. Targets (EG7): fewer than 1,000 Signals per
-entity run (full batches of 16 make about 625 for 10,000) and history under 10 MB.
+Starts a local instance at tier S (embedded PostgreSQL with fsync on, the Temporal dev server,
+the six services as processes; or EVENTOS_DATABASE_URL and TEMPORAL_ADDRESS) with `--employees`
+employees on the instant local model, each with an owner chat and an unsigned webhook threaded
+by the body's `conversation` (`thread_by: data.body.conversation`), so that each employee's
+inputs fall into `--conversations` conversations: the shape of a reply wave on a customer
+channel. It sends `--inputs` webhooks round-robin over every conversation as fast as the
+ingress takes them (the generic webhooks' rate per source is raised for the run, so the burst
+lands in seconds instead of at 10/s per employee; a 429 is retried after its Retry-After), and
+right after the last is accepted, one owner message to the first employee.
+
+It waits until every input is consumed (or `--timeout-s`) and prints the drain rate (inputs
+consumed per second from the first webhook sent to the last input settled; target ≥ 10/s), the
+turns' time once admitted (from the turn's start to its end; target p99 ≤ 2 s), the owner's
+first message after the burst (message to turn start, and to the reply on the event stream),
+and the backlog every few seconds. Each target prints PASS or MISS; the driver exits 3 when one
+is missed (`--no-fail`: 0; a `--quick` smoke run exits 0 whatever its figures say).
+
+`--py-spy DIR` records the relay and workers-workflow with `py-spy record` (raw collapsed
+stacks, `DIR/<process>.txt`) from the first webhook to the end of the drain, and prints each
+one's ten hottest frames.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import json
+import collections
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-from harness import (
-    exit_on_signals,
-    fresh_database,
-    parse_with_quick,
-    run_in_temp_folder,
-    temporal_server,
-)
+import psycopg
+from chat_latency import Replies, one, percentile
+from harness import Targets, add_no_fail, exit_on_signals, parse_with_quick, progress, table
 
-from eventos import names
-from eventos.bus.inbox import IngressRecord, append
-from eventos.db import connect, open_pool
-from eventos.db.migrate import migrate
-from eventos.delivery.relay import PER_ENTITY_PER_SECOND, Relay
-from eventos.delivery.routing import route_pass
-from eventos.employees import lifecycle
-from eventos.llm.activity import LlmActivities
-from eventos.llm.endpoints import LlmEndpoints
-from eventos.llm.worker import llm_worker
-from eventos.outbox.keys import OutboxKeys, new_key_entry
-from eventos.runtime.payload_guard import connect as temporal_connect
-from eventos.runtime.temporal import TemporalConnection
-from eventos.secret_purposes import SecretPurposes
-from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
-from eventos.spec.model import load_specs
-from eventos.workers.activities import DbActivities
-from eventos.workers.roles import egress_worker, workflow_worker
+from eventos.local.instance import LocalStack
+from eventos.testing import wait_for_sync
 
-SPEC = """
-apiVersion: eventos/v1
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_DRAIN_PER_S = 10.0  # issue 27: inputs/s (about 4 before it; tier S's peak is ~5 events/s)
+TARGET_TURN_P99_S = 2.0  # issue 27: each turn once admitted, p99
+READY_TIMEOUT_S = 600.0
+BURST_RATE = 1000.0  # EVENTOS_HOOKS_GENERIC_RATE for the run: the burst is not paced at 10/s
+SENDERS = 8  # webhooks in flight at once
+SEND_ATTEMPTS = 20  # per webhook, through 429s and transport errors
+OWNER_TIMEOUT_S = 300.0  # the owner's message after the burst may wait behind it
+SAMPLE_EVERY_S = 5.0
+PY_SPY_STOP_S = 60.0  # py-spy writes its file after SIGINT; a large profile takes a while
+PROFILED = ("relay", "workers-workflow")
+
+
+def fleet_yaml(employees: int) -> str:
+    """`employees` employees, each with an owner chat and a webhook threaded by conversation."""
+    return "---\n".join(
+        f"""apiVersion: eventos/v1
 kind: Employee
-metadata: {name: burst}
+metadata: {{name: {name(i)}}}
 spec:
-  agents: [{name: front, model: {provider: local, name: scripted}}]
-  triggers: [{kind: grpc, driver: burst}]
+  timezone: UTC
+  budget: {{daily_usd: 100}}
+  agents:
+    - name: front
+      model: {{provider: local, name: scripted}}
+      system: You answer the owner and handle replies.
+  triggers:
+    - {{kind: chat}}
+    - {{kind: webhook, path: {name(i)}, verify: {{scheme: none}}, dedupe_header: X-Event-Id,
+       thread_by: data.body.conversation}}
 """
-SIGNALED = 26  # EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        for i in range(employees)
+    )
 
 
-def record(n: int) -> IngressRecord:
-    event_id = uuid.uuid4().hex
-    envelope = {"specversion": "1.0", "id": event_id, "source": "/burst", "type": "msg",
-                "data": {"text": f"message {n}"}}  # fmt: skip
-    return IngressRecord("grpc:burst", f"b{n}", "msg", event_id, envelope,
-                         len(json.dumps(envelope)))  # fmt: skip
+def name(i: int) -> str:
+    return f"wave-{i:02d}"
 
 
-async def run(messages: int, folder: Path) -> None:
-    with fresh_database(folder, "eventos_burst") as url, temporal_server(folder) as ts:
-        db = DatabaseSettings(url=url, pool_max=20)
-        async with await connect(db) as conn:
-            await migrate(conn)
-            (spec,) = load_specs(SPEC)
-            await lifecycle.apply(conn, spec, LlmEndpoints(), SecretPurposes())
-            await lifecycle.start(conn, "burst")
-            await lifecycle.activate(conn, "burst")
-            t0 = time.perf_counter()
-            for start in range(0, messages, 500):
-                await append(conn, [record(n) for n in range(start, min(messages, start + 500))])
-            while (await route_pass(conn)).rows:
-                pass
-            print(f"appended and routed {messages} inputs in {time.perf_counter() - t0:.1f} s")
-        await drain(db, ts, messages)
+def send_burst(base_url: str, args: argparse.Namespace) -> dict[str, int]:
+    """Every webhook of the burst, round-robin over the conversations; the final answers by
+    status, and the retried answers (429, or no answer) as `retried <status>`."""
+    per_employee = [(e, c) for c in range(args.conversations) for e in range(args.employees)]
+    answers: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+
+    def post(n: int) -> None:
+        employee, conversation = per_employee[n % len(per_employee)]
+        body = {"conversation": f"c{conversation}", "n": n}
+        headers = {"X-Event-Id": uuid.uuid4().hex}
+        code = 0
+        with httpx.Client(base_url=base_url, timeout=10) as http:
+            for _ in range(SEND_ATTEMPTS):
+                try:
+                    r = http.post(f"/hooks/{name(employee)}", json=body, headers=headers)
+                    code = r.status_code
+                except httpx.HTTPError:
+                    code, r = 0, None
+                if code != 429 and code != 0:
+                    break
+                with lock:
+                    answers[f"retried {code}"] += 1
+                wait = float(r.headers.get("Retry-After", "1")) if r is not None else 1.0
+                time.sleep(min(wait, 5.0))  # the ingress's own pacing, bounded
+        with lock:
+            answers[str(code)] += 1
+
+    with ThreadPoolExecutor(SENDERS) as pool:
+        list(pool.map(post, range(args.inputs)))
+    return dict(sorted(answers.items()))
 
 
-async def drain(db: DatabaseSettings, ts: TemporalSettings, messages: int) -> None:
-    pool = await open_pool(db)
-    client = await temporal_connect(ts.address, ts.namespace)
-    acts = DbActivities(pool, outbox=OutboxKeys.parse(new_key_entry("bench")))
-    async with httpx.AsyncClient() as http, contextlib.AsyncExitStack() as stack:
-        llm = LlmActivities(http, SecretStore(env={}), pool, endpoints=LlmEndpoints())
-        workers = [workflow_worker(client, db=acts), egress_worker(client, acts)]
-        workers += [llm_worker(client, k, 8, llm) for k in names.CLASSES]
-        for w in workers:
-            await stack.enter_async_context(w)
-        relay = Relay(pool, TemporalConnection(ts), "burst-relay")
-        started = time.perf_counter()
-        consumed = 0
-        while consumed < messages:
-            await relay.pass_once()
-            async with pool.connection() as conn:
-                cur = await conn.execute("SELECT consumed_seq, entity_id FROM bus_streams")
-                row = await cur.fetchone() or {}
-            now = int(row.get("consumed_seq", 0))
-            if now // 1000 > consumed // 1000:
-                took = time.perf_counter() - started
-                print(f"  {now} consumed after {took:.0f} s", flush=True)
-            consumed = now
-            await asyncio.sleep(0.05)
-        elapsed = time.perf_counter() - started
-        await report(client, str(row["entity_id"]), messages, elapsed)
-        async with pool.connection() as conn:
-            cur = await conn.execute(TURNS_SQL)
-            t = await cur.fetchone() or {}
-        print(f"turns: {t['turns']} ({t['failed']} failed), {t['per_turn']} inputs per turn, "
-              f"{t['turn_s']} s per turn, {t['gap_s']} s between turns")  # fmt: skip
-        # Flat cost: the first turns of the conversation against its last ones.
-        print(f"time per turn: first 20 {t['first_s']} s, last 20 {t['last_s']} s")
-    await pool.close()
-
-
-# What the turns did: how many, how many failed, their size and pace.
+WAITING_SQL = """
+SELECT count(*) FILTER (WHERE d.status IN ('pending', 'held', 'delivered')) AS waiting,
+       count(*) FILTER (WHERE d.status IN ('done', 'failed', 'dead')) AS settled,
+       (SELECT count(*) FROM bus_ingress i WHERE i.status = 'accepted'
+          AND i.source_key LIKE 'webhook:%%') AS unrouted
+FROM bus_deliveries d WHERE d.class = 4
+"""
 TURNS_SQL = """
-WITH t AS (
-    SELECT n, status, ended_at - started_at AS took,
-           started_at - lag(ended_at) OVER (ORDER BY n) AS gap, count(*) OVER () AS total
-    FROM turns
-)
-SELECT count(*) AS turns, count(*) FILTER (WHERE status <> 'done') AS failed,
-       round(extract(epoch FROM avg(took) FILTER (WHERE n <= 20))::numeric, 2) AS first_s,
-       round(extract(epoch FROM avg(took) FILTER (WHERE n > total - 20))::numeric, 2) AS last_s,
-       round((SELECT count(*) FROM bus_deliveries WHERE status = 'done')::numeric
-             / greatest(count(*) FILTER (WHERE status = 'done'), 1), 1) AS per_turn,
-       round(extract(epoch FROM avg(took))::numeric, 2) AS turn_s,
-       round(extract(epoch FROM avg(gap))::numeric, 2) AS gap_s
-FROM t
+SELECT extract(epoch FROM ended_at - started_at) AS took, status
+FROM turns WHERE class = 4 AND started_at >= to_timestamp(%s) AND ended_at IS NOT NULL
+"""
+OWNER_START_SQL = """
+SELECT extract(epoch FROM t.started_at - m.created_at) AS start
+FROM chat_messages m JOIN turns t ON t.id = m.turn_id WHERE m.text LIKE %s
 """
 
 
-async def report(client: object, entity_id: str, messages: int, elapsed: float) -> None:
-    from temporalio.client import Client
+def backlog(url: str) -> dict[str, int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(WAITING_SQL.encode()).fetchone() or (0, 0, 0)
+    return {"waiting": int(row[0]), "settled": int(row[1]), "unrouted": int(row[2])}
 
-    assert isinstance(client, Client)
-    runs = [w async for w in client.list_workflows(f"WorkflowId = '{entity_id}'")]
-    rate = messages / elapsed
-    print(f"\nEG7 burst of {messages} inputs to one conversation, drained in {elapsed:.1f} s "
-          f"({rate:.0f} inputs/s), {len(runs)} entity runs")  # fmt: skip
-    # SPEC §8 step 3: at most 4 Signal-With-Start per entity per second, batches of at most 16.
-    ceiling = PER_ENTITY_PER_SECOND * names.BATCH_MAX_ITEMS
-    print(f"delivery ceiling of one conversation (SPEC §8: {PER_ENTITY_PER_SECOND} Signals/s "
-          f"x {names.BATCH_MAX_ITEMS} inputs): {ceiling} inputs/s; drained at "
-          f"{rate / ceiling:.0%} of it (issue 12's 150 inputs/s is above it)")  # fmt: skip
-    print(f"{'run':>4} {'signals':>8} {'events':>7} {'history MB':>11}")
-    worst_signals = worst_bytes = 0
-    for i, w in enumerate(sorted(runs, key=lambda r: r.start_time), start=1):
-        handle = client.get_workflow_handle(entity_id, run_id=w.run_id)
-        events = [e async for e in handle.fetch_history_events()]
-        signals = sum(1 for e in events if e.event_type == SIGNALED)
-        size = sum(e.ByteSize() for e in events)
-        worst_signals, worst_bytes = max(worst_signals, signals), max(worst_bytes, size)
-        print(f"{i:>4} {signals:>8} {len(events):>7} {size / 1e6:>11.2f}")
-    signals_ok = "PASS" if worst_signals < 1000 else "MISS"
-    bytes_ok = "PASS" if worst_bytes < 10e6 else "MISS"
-    print(f"\nworst run: {worst_signals} Signals (target < 1000: {signals_ok}), "
-          f"{worst_bytes / 1e6:.2f} MB history (target < 10 MB: {bytes_ok})")  # fmt: skip
+
+class Drain:
+    """The backlog sampled in a thread every SAMPLE_EVERY_S until every input settled."""
+
+    def __init__(self, url: str, inputs: int) -> None:
+        self.url, self.inputs = url, inputs
+        self.samples: list[int] = []
+        self.done = threading.Event()
+        self.finished_at = 0.0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        last_sample = 0.0
+        while not self.done.is_set():
+            now = backlog(self.url)
+            if now["settled"] >= self.inputs:
+                self.finished_at = time.monotonic()
+                self.done.set()
+                return
+            if time.monotonic() - last_sample >= SAMPLE_EVERY_S:
+                last_sample = time.monotonic()
+                self.samples.append(now["waiting"] + now["unrouted"])
+                progress(f"settled {now['settled']}/{self.inputs}, waiting {now['waiting']}, "
+                         f"unrouted {now['unrouted']}")  # fmt: skip
+            self.done.wait(0.5)
+
+
+class PySpy:
+    """`py-spy record` on named processes, raw collapsed stacks, stopped with SIGINT."""
+
+    def __init__(self, folder: Path, pids: dict[str, int]) -> None:
+        self.folder, self.procs = folder, {}
+        folder.mkdir(parents=True, exist_ok=True)
+        exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        for proc_name, pid in pids.items():
+            out = folder / f"{proc_name}.txt"
+            self.procs[proc_name] = subprocess.Popen(
+                [exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "100",
+                 "--nonblocking", "--output", str(out)],
+                stdout=subprocess.DEVNULL, stderr=(folder / f"{proc_name}.log").open("wb"),
+            )  # fmt: skip
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.send_signal(signal.SIGINT)
+        for proc in self.procs.values():
+            try:
+                proc.wait(PY_SPY_STOP_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def summary(self) -> None:
+        for proc_name in self.procs:
+            print(f"\npy-spy, {proc_name}: the ten hottest frames (own and inclusive samples)")
+            print(hottest(self.folder / f"{proc_name}.txt"))
+
+
+def hottest(path: Path, top: int = 10) -> str:
+    """The frames with the most samples of their own, with their inclusive count too."""
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    if not path.exists():
+        return f"  (no profile written at {path})"
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames, n = stack.split(";"), int(count)
+        total += n
+        own[frames[-1]] += n
+        for frame in set(frames):
+            inclusive[frame] += n
+    rows = [[f"{n / total:.1%}", f"{inclusive[f] / total:.1%}", f[:110]]
+            for f, n in own.most_common(top)]  # fmt: skip
+    return f"  {total} samples\n" + table(["own", "incl", "frame"], rows)
+
+
+def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
+    examples = folder / "examples"
+    examples.mkdir()
+    (examples / "wave.yaml").write_text(fleet_yaml(args.employees))
+    env = {**os.environ, "EVENTOS_HOOKS_GENERIC_RATE": str(BURST_RATE)}
+    stack = LocalStack(folder / "instance", examples_dir=examples, say=lambda line: None,
+                       ready_timeout_s=READY_TIMEOUT_S, env=env)  # fmt: skip
+    try:
+        progress(f"starting the local instance (tier S) with {args.employees} employees")
+        stack.start()
+        wait_for_sync(lambda: all_running(stack, args.employees), timeout=READY_TIMEOUT_S,
+                      interval=1, what=f"{args.employees} employees running")  # fmt: skip
+        headers = {"Authorization": f"Bearer {stack.admin_token}"}
+        replies = Replies(stack.ingress_url, headers, employee=name(0))
+        with httpx.Client(base_url=stack.ingress_url, headers=headers, timeout=10) as api:
+            one(api, replies, "warm-up")
+            pids = stack.stack()["pids"]
+            spy = PySpy(args.py_spy, {n: pids[n] for n in PROFILED}) if args.py_spy else None
+            drain = Drain(stack.database_url, args.inputs)
+            started = time.monotonic()
+            since = time.time()
+            answers = send_burst(stack.ingress_url, args)
+            sent_s = time.monotonic() - started
+            progress(f"burst of {args.inputs} sent in {sent_s:.1f} s: {answers}")
+            drain.thread.start()
+            owner_reply = one(api, replies, "after the burst", timeout_s=OWNER_TIMEOUT_S, gap_s=0)
+            finished = drain.done.wait(max(0.0, args.timeout_s - (time.monotonic() - started)))
+            drain.done.set()
+            drain.thread.join(30)
+            if spy is not None:
+                spy.stop()
+        report(stack.database_url, args, targets, since, started, drain, finished, answers,
+               sent_s, owner_reply)  # fmt: skip
+        if spy is not None:
+            spy.summary()
+    finally:
+        stack.stop()
+
+
+def all_running(stack: LocalStack, count: int) -> bool:
+    headers = {"Authorization": f"Bearer {stack.admin_token}"}
+    r = httpx.get(f"{stack.ingress_url}/v1/employees", headers=headers, timeout=10)
+    return [e["state"] for e in r.json()["employees"]].count("running") >= count
+
+
+def report(url: str, args: argparse.Namespace, targets: Targets, since: float, started: float,
+           drain: Drain, finished: bool, answers: dict[str, int], sent_s: float,
+           owner_reply: float) -> None:  # fmt: skip
+    now = backlog(url)
+    elapsed = (drain.finished_at if finished else time.monotonic()) - started
+    rate = now["settled"] / elapsed
+    with psycopg.connect(url) as conn:
+        turns = conn.execute(TURNS_SQL.encode(), (since,)).fetchall()
+        owner = conn.execute(OWNER_START_SQL.encode(), ("after the burst%",)).fetchone()
+    took = sorted(float(t[0]) for t in turns)
+    failed = sum(1 for t in turns if t[1] != "done")
+    print(f"\ntier S, {args.employees} employees x {args.conversations} conversations; "
+          f"{args.inputs} webhooks sent in {sent_s:.1f} s, answers {answers}")  # fmt: skip
+    print(f"backlog every {SAMPLE_EVERY_S:.0f} s (waiting and unrouted): {drain.samples}")
+    if drain.samples and finished and elapsed > sent_s:
+        after = drain.samples[0] / (elapsed - sent_s)
+        print(f"after the last webhook was accepted: {drain.samples[0]} waiting, drained at "
+              f"{after:.1f} inputs/s")  # fmt: skip
+    state = "all settled" if finished else f"NOT drained after {args.timeout_s:.0f} s"
+    verdict = targets.check("drain rate", finished and rate >= TARGET_DRAIN_PER_S)
+    print(f"drain: {now['settled']} of {args.inputs} settled in {elapsed:.1f} s ({state}): "
+          f"{rate:.1f} inputs/s; target ≥ {TARGET_DRAIN_PER_S:.0f} inputs/s: "
+          f"{verdict}")  # fmt: skip
+    if took:
+        p99 = percentile(took, 0.99)
+        verdict = targets.check("turn p99 once admitted", p99 <= TARGET_TURN_P99_S)
+        print(f"turns once admitted: {len(took)} ({failed} not done), "
+              f"{args.inputs / len(took):.1f} inputs per turn; "
+              f"p50 {statistics.median(took):.2f} s, "
+              f"p90 {percentile(took, 0.9):.2f} s, p99 {p99:.2f} s, max {took[-1]:.2f} s; "
+              f"target p99 ≤ {TARGET_TURN_P99_S:.0f} s: {verdict}")  # fmt: skip
+    else:
+        print(f"turns once admitted: none ended; target p99 ≤ {TARGET_TURN_P99_S:.0f} s: "
+              f"{targets.check('turn p99 once admitted', False)}")  # fmt: skip
+    start_ms = float(owner[0]) * 1000 if owner and owner[0] is not None else float("nan")
+    print(f"the owner's first message after the burst: turn start {start_ms:.0f} ms after the "
+          f"message, reply on the event stream after {owner_reply * 1000:.0f} ms")  # fmt: skip
 
 
 def main() -> int:
     exit_on_signals()  # SIGTERM unwinds too, so the servers this started are stopped
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=10_000)
-    args = parse_with_quick(parser, {"messages": 50})
-    return run_in_temp_folder("eventos-burst-", lambda folder: run(args.messages, folder))
+    parser.add_argument("--employees", type=int, default=10)
+    parser.add_argument("--conversations", type=int, default=75, help="per employee")
+    parser.add_argument("--inputs", type=int, default=1500, help="webhooks in the burst")
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="most seconds to drain")
+    parser.add_argument(
+        "--py-spy", type=Path, metavar="DIR", help="py-spy the relay and workers-workflow"
+    )
+    add_no_fail(parser)
+    tiny = {"employees": 2, "conversations": 3, "inputs": 12, "timeout_s": 120.0}
+    args = parse_with_quick(parser, tiny)
+    folder = Path(tempfile.mkdtemp(prefix="eventos-burst-bench-"))
+    targets = Targets()
+    try:
+        run(folder, args, targets)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return targets.exit_code(args)
 
 
 if __name__ == "__main__":

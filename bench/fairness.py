@@ -14,7 +14,12 @@ the relay and the workers (workflows, LLM steps, egress) in this process, with a
    by a feeder, while the owners keep chatting. Printed: the share of the turns admitted in the
    window per class against its floor (target: within ±5 points), how many background
    conversations waited, and the owner's admission wait p50/p99 (target: p99 under 1 s while
-   100 background turns wait) with its ratio to the baseline.
+   100 background turns wait) with its ratio to the baseline; the owner's message to its turn's
+   start (issue 27's target: p99 ≤ 300 ms) and to its reply, less the step's `--delay` (target:
+   p99 ≤ 600 ms).
+
+Each target prints PASS or MISS; the driver exits 3 when one is missed (`--no-fail`: 0; a
+`--quick` smoke run exits 0 whatever its figures say).
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from pathlib import Path
 import httpx
 from harness import (
     NAN,
+    Targets,
+    add_no_fail,
     exit_on_signals,
     fresh_database,
     parse_with_quick,
@@ -70,6 +77,11 @@ CONVERSATIONS = {names.C1_OWNER: 6, names.C2_CUSTOMER: 12, names.C3_INTERNAL: 12
 FEED_EVERY_S = 2.0
 OWNER_EVERY_S = 5.0  # each owner chats this often (their turns are C1 too, on reserved slots)
 LOOP_STOP_S = 10.0  # how long the driver's loops may take to stop
+TARGET_SHARE_POINTS = 5.0  # each class's share of admitted turns within ±5 points of its floor
+TARGET_ADMISSION_P99_S = 1.0  # the owner's admission wait, while 100 background turns wait
+TARGET_BACKGROUND_WAITING = 100
+TARGET_START_P99_S = 0.300  # issue 27: owner message → turn start, every class backlogged
+TARGET_REPLY_P99_S = 0.600  # issue 27: owner message → reply (here less the step's --delay)
 
 
 def spec(name: str) -> str:
@@ -97,7 +109,7 @@ def event(employee: str, klass: int, subject: str, delay: float) -> IngressRecor
                          len(json.dumps(envelope)))  # fmt: skip
 
 
-async def run(folder: Path, args: argparse.Namespace) -> None:
+async def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
     with fresh_database(folder, "eventos_fairness") as url, temporal_server(folder) as ts:
         db = DatabaseSettings(url=url, pool_max=30)
         async with await connect(db) as conn:
@@ -106,10 +118,12 @@ async def run(folder: Path, args: argparse.Namespace) -> None:
                 await lifecycle.apply(conn, spec_doc, LlmEndpoints(), SecretPurposes())
                 await lifecycle.start(conn, spec_doc.name)
                 await lifecycle.activate(conn, spec_doc.name)
-        await measure(db, ts, args)
+        await measure(db, ts, args, targets)
 
 
-async def measure(db: DatabaseSettings, ts: TemporalSettings, args: argparse.Namespace) -> None:
+async def measure(
+    db: DatabaseSettings, ts: TemporalSettings, args: argparse.Namespace, targets: Targets
+) -> None:
     seconds, delay, capacity = args.seconds, args.delay, args.capacity
     pool = await open_pool(db)
     client = await temporal_connect(ts.address, ts.namespace)
@@ -134,7 +148,7 @@ async def measure(db: DatabaseSettings, ts: TemporalSettings, args: argparse.Nam
             t1 = datetime.now(UTC)
             progress(f"load: every class backlogged for {seconds:.0f} s (capacity {capacity})")
             waiting = await watch(pool, seconds)
-            await report(pool, t1, baseline, waiting)
+            await report(pool, t1, baseline, waiting, args.delay, targets)
         finally:
             for task in loops:
                 task.cancel()
@@ -201,10 +215,13 @@ async def watch(pool: AsyncConnectionPool[Conn], seconds: float) -> int:
     return most
 
 
-# The owners' turns since a time: admission's wait, and the time from the message's commit to
-# its turn's start (routing, relay, entity and admission together).
+# The owners' turns since a time: admission's wait, the time from the message's commit to its
+# turn's start (routing, relay, entity and admission together), and to its reply's commit.
 OWNER_TURNS = """
-SELECT t.admission_wait_s AS admission, extract(epoch FROM t.started_at - m.created_at) AS start
+SELECT t.admission_wait_s AS admission, extract(epoch FROM t.started_at - m.created_at) AS start,
+       extract(epoch FROM (SELECT min(e.created_at) FROM chat_events e
+                          WHERE e.kind = 'reply' AND e.turn_id = t.id)
+                          - m.created_at) AS reply
 FROM turns t JOIN chat_messages m ON m.turn_id = t.id
 WHERE t.thread = 'main' AND t.class = 1 AND t.started_at >= %s
 """
@@ -213,7 +230,8 @@ WHERE t.thread = 'main' AND t.class = 1 AND t.started_at >= %s
 async def owner_waits(pool: AsyncConnectionPool[Conn], since: datetime) -> dict[str, list[float]]:
     async with pool.connection() as conn:
         rows = await (await conn.execute(OWNER_TURNS, (since,))).fetchall()
-    return {k: sorted(float(r[k]) for r in rows) for k in ("admission", "start")}
+    return {k: sorted(float(r[k]) for r in rows if r[k] is not None)
+            for k in ("admission", "start", "reply")}  # fmt: skip
 
 
 def pct(values: list[float], q: float) -> float:
@@ -223,7 +241,8 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def report(pool: AsyncConnectionPool[Conn], since: datetime,
-                 baseline: dict[str, list[float]], waiting: int) -> None:  # fmt: skip
+                 baseline: dict[str, list[float]], waiting: int, delay: float,
+                 targets: Targets) -> None:  # fmt: skip
     async with pool.connection() as conn:
         cur = await conn.execute(
             "SELECT class, count(*) AS n FROM turns WHERE started_at >= %s GROUP BY class",
@@ -236,20 +255,32 @@ async def report(pool: AsyncConnectionPool[Conn], since: datetime,
         share = admitted.get(k, 0) / total
         floor = names.CLASS_FLOORS[k]
         off = (share - floor) * 100
-        verdict = "ok" if abs(off) <= 5 else "MISS"
+        verdict = targets.check(f"C{k} share", abs(off) <= TARGET_SHARE_POINTS)
         print(
             f"C{k:<5} {admitted.get(k, 0):>6} {share:>7.1%} {floor:>6.0%} {off:>+6.1f}  {verdict}"
         )
     load = await owner_waits(pool, since)
     p99 = pct(load["admission"], 0.99)
-    verdict = "ok" if p99 < 1.0 and waiting >= 100 else "MISS"
+    ok = p99 < TARGET_ADMISSION_P99_S and waiting >= TARGET_BACKGROUND_WAITING
+    verdict = targets.check("owner admission wait p99", ok)
     print(f"owner admission wait under load: p50 {pct(load['admission'], 0.5) * 1000:.0f} ms, "
           f"p99 {p99 * 1000:.0f} ms ({len(load['admission'])} turns, up to {waiting} background "
           f"conversations waiting; target p99 < 1 s): {verdict} "
           f"(baseline p99 {pct(baseline['admission'], 0.99) * 1000:.0f} ms)")  # fmt: skip
     start99, base_start99 = pct(load["start"], 0.99), pct(baseline["start"], 0.99)
+    verdict = targets.check("owner turn start p99", start99 <= TARGET_START_P99_S)
     print(f"owner message to turn start: baseline p99 {base_start99 * 1000:.0f} ms, under load "
-          f"p99 {start99 * 1000:.0f} ms, ratio {start99 / (base_start99 or NAN):.2f}")  # fmt: skip
+          f"p99 {start99 * 1000:.0f} ms, ratio {start99 / (base_start99 or NAN):.2f}; "
+          f"target p99 ≤ {TARGET_START_P99_S * 1000:.0f} ms: {verdict}")  # fmt: skip
+    # The reply less the model's scripted time: each owner message is one step of `--delay`.
+    reply = [max(0.0, r - delay) for r in load["reply"]]
+    base_reply = [max(0.0, r - delay) for r in baseline["reply"]]
+    reply99 = pct(reply, 0.99)
+    verdict = targets.check("owner reply p99", reply99 <= TARGET_REPLY_P99_S)
+    print(f"owner message to reply, less the step's {delay:g} s: baseline p99 "
+          f"{pct(base_reply, 0.99) * 1000:.0f} ms, under load p50 {pct(reply, 0.5) * 1000:.0f} ms, "
+          f"p99 {reply99 * 1000:.0f} ms ({len(reply)} replies); "
+          f"target p99 ≤ {TARGET_REPLY_P99_S * 1000:.0f} ms: {verdict}")  # fmt: skip
 
 
 def main() -> int:
@@ -259,9 +290,12 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=1.0, help="seconds per LLM step")
     parser.add_argument("--capacity", type=int, default=8)
     parser.add_argument("--baseline-s", type=float, default=20.0, help="owners alone, seconds")
+    add_no_fail(parser)
     tiny = {"seconds": 2.0, "delay": 0.1, "capacity": 2, "baseline_s": 2.0}
     args = parse_with_quick(parser, tiny)
-    return run_in_temp_folder("eventos-fairness-", lambda f: run(f, args))
+    targets = Targets()
+    run_in_temp_folder("eventos-fairness-", lambda f: run(f, args, targets))
+    return targets.exit_code(args)
 
 
 if __name__ == "__main__":

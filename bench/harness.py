@@ -433,6 +433,51 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
+MISSED_EXIT = 3  # a gated driver's exit code when a target was missed (1: the driver failed)
+
+
+@dataclass
+class Targets:
+    """A gated driver's targets: each check prints PASS or MISS, and the exit code follows.
+
+    A run that checked nothing (it stopped before its report) is no pass either.
+    """
+
+    missed: list[str] = field(default_factory=list)
+    checked: int = 0
+
+    def check(self, name: str, ok: bool) -> str:
+        """PASS or MISS for the target `name`, remembered for the exit code."""
+        self.checked += 1
+        if not ok:
+            self.missed.append(name)
+        return verdict(ok)
+
+    def exit_code(self, args: argparse.Namespace) -> int:
+        """0 when every target passed, or for a smoke run (`--quick`) or `--no-fail`; else
+        MISSED_EXIT (1 when no target was checked at all)."""
+        if not self.checked:
+            print("targets: none checked (the run stopped before its report)")
+            return 1
+        if not self.missed:
+            print(f"targets: all {self.checked} PASS")
+            return 0
+        print(f"targets: {len(self.missed)} of {self.checked} MISS: " + "; ".join(self.missed))
+        if getattr(args, "quick", False) or getattr(args, "no_fail", False):
+            print("  (exit 0: --quick or --no-fail)")
+            return 0
+        return MISSED_EXIT
+
+
+def add_no_fail(parser: argparse.ArgumentParser) -> None:
+    """`--no-fail`: a gated driver exits 0 whatever its targets say (for exploration)."""
+    parser.add_argument(
+        "--no-fail",
+        action="store_true",
+        help=f"exit 0 even when a target is missed (else {MISSED_EXIT})",
+    )
+
+
 @contextlib.contextmanager
 def interrupt_guard() -> Iterator[None]:
     """Turn Ctrl-C and SIGTERM into a short message; the stack has already cleaned up."""
