@@ -13,8 +13,17 @@ from pathlib import Path
 import pytest
 from conftest import E2E_TIMEOUT_S, SECRETS
 from fleet_helpers import cleanup_restore_leftovers, settings_for
-from stack import Owner, Stack, base_env, one, own_dev_server, rows, run_async, until
-from test_channel_faults import NAME, SPEC, FakeInThread, account_up, updates_in_inbox
+from stack import Owner, Stack, base_env, one, rows, run_async, until
+from test_channel_faults import (  # noqa: F401 (telegram, temporal, bot: fixtures)
+    NAME,
+    SPEC,
+    FakeInThread,
+    account_up,
+    bot,
+    telegram,
+    temporal,
+    updates_in_inbox,
+)
 
 from eventos.fleet.backups import restore_backup, take_backup
 from eventos.local.temporal_dev import TemporalDevServer
@@ -29,32 +38,15 @@ AFTER = 7005  # writes after the backup
 
 
 @pytest.fixture
-def drill_telegram() -> Iterator[FakeInThread]:
-    with FakeInThread() as running:
-        yield running
-
-
-@pytest.fixture
-def drill_temporal(tmp_path: Path) -> Iterator[TemporalDevServer]:
-    with own_dev_server(tmp_path / "temporal") as server:
-        yield server
-
-
-@pytest.fixture
-def drill_bot(drill_telegram: FakeInThread) -> str:
-    return drill_telegram.call(drill_telegram.fake.add_bot, "shop_bot")
-
-
-@pytest.fixture
-def drill_stack(db_settings: DatabaseSettings, drill_temporal: TemporalDevServer,
-                drill_telegram: FakeInThread, drill_bot: str, tmp_path: Path,
+def drill_stack(db_settings: DatabaseSettings, temporal: TemporalDevServer,
+                telegram: FakeInThread, bot: str, tmp_path: Path,
                 postgres_server: PostgresForTests, db_name: str) -> Iterator[Stack]:  # fmt: skip
-    env = base_env(db_settings.url, drill_temporal.address, drill_temporal.namespace,
+    env = base_env(db_settings.url, temporal.address, temporal.namespace,
                    tmp_path / "blobs")  # fmt: skip
     env.update(SECRETS)
     env.update({
-        "EVENTOS_SECRET_TG_SHOP": drill_bot,
-        "EVENTOS_CHANNELS_TELEGRAM_API": drill_telegram.fake.base_url,
+        "EVENTOS_SECRET_TG_SHOP": bot,
+        "EVENTOS_CHANNELS_TELEGRAM_API": telegram.fake.base_url,
         "EVENTOS_CHANNELS_POLL_TIMEOUT_S": "2", "EVENTOS_CHANNELS_REFRESH_S": "1",
         "EVENTOS_CHANNELS_LEASE_TTL_S": "5",
     })  # fmt: skip
@@ -65,9 +57,9 @@ def drill_stack(db_settings: DatabaseSettings, drill_temporal: TemporalDevServer
 
 
 @pytest.fixture
-def backups(db_settings: DatabaseSettings, drill_temporal: TemporalDevServer,
+def backups(db_settings: DatabaseSettings, temporal: TemporalDevServer,
             tmp_path: Path) -> BackupSettings:  # fmt: skip
-    temporal = TemporalSettings(drill_temporal.address, drill_temporal.namespace)
+    temporal = TemporalSettings(temporal.address, temporal.namespace)
     settings = settings_for(db_settings.url, f"file://{tmp_path / 'backups'}", temporal=temporal)
     return BackupSettings(**{**settings.__dict__, "rearm_wait_s": 60.0})
 
@@ -78,14 +70,14 @@ def all_consumed(url: str) -> bool:
 
 
 def test_the_restore_drill_consumes_every_acknowledged_message_and_sends_no_reply_twice(
-    drill_stack: Stack, drill_telegram: FakeInThread, drill_bot: str,
+    drill_stack: Stack, telegram: FakeInThread, bot: str,
     db_settings: DatabaseSettings, backups: BackupSettings,
 ) -> None:  # fmt: skip
     url, tg, fake, bot, stack = (
         db_settings.url,
-        drill_telegram,
-        drill_telegram.fake,
-        drill_bot,
+        telegram,
+        telegram.fake,
+        bot,
         drill_stack,
     )
 

@@ -21,8 +21,8 @@ import httpx
 import pytest
 from conftest import ADMIN_TOKEN, E2E_TIMEOUT_S
 from signing import signed
-from stack import Owner, Stack, base_env, one, own_dev_server, rows, until
-from test_channel_faults import FakeInThread
+from stack import Owner, Stack, base_env, one, rows, until
+from test_channel_faults import FakeInThread, telegram, temporal  # noqa: F401 (fixtures)
 
 from eventos.local.temporal_dev import TemporalDevServer
 from eventos.settings import DatabaseSettings
@@ -112,18 +112,6 @@ class Traffic(threading.Thread):
 
     def refused(self) -> list[tuple[str, str, int]]:
         return [a for a in self.answers if a[2] != 200]
-
-
-@pytest.fixture
-def telegram() -> Iterator[FakeInThread]:
-    with FakeInThread() as running:
-        yield running
-
-
-@pytest.fixture
-def temporal(tmp_path: Path) -> Iterator[TemporalDevServer]:
-    with own_dev_server(tmp_path / "temporal") as server:
-        yield server
 
 
 @pytest.fixture
