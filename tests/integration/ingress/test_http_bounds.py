@@ -164,8 +164,14 @@ def test_every_bound_is_a_setting() -> None:
            "EVENTOS_HTTP_BODY_IDLE_TIMEOUT_S": "7", "EVENTOS_HTTP_MAX_IN_FLIGHT": "9",
            "EVENTOS_HTTP_MAX_CONNECTIONS": "99", "EVENTOS_HTTP_BODY_TIMEOUT_S": "60",
            "EVENTOS_HTTP_BODY_MIN_RATE": "512", "EVENTOS_HTTP_BODY_RATE_GRACE_S": "5",
-           "EVENTOS_HTTP_HOOKS_MAX_IN_FLIGHT": "7", "EVENTOS_HTTP_STREAMS_MAX_IN_FLIGHT": "8"}  # fmt: skip
-    assert HttpBounds.from_env(env) == HttpBounds(4096, 2.5, 7.0, 9, 99, 60.0, 512, 5.0, 7, 8)
+           "EVENTOS_HTTP_HOOKS_MAX_IN_FLIGHT": "7", "EVENTOS_HTTP_STREAMS_MAX_IN_FLIGHT": "8",
+           "EVENTOS_HTTP_KEEP_ALIVE_S": "30"}  # fmt: skip
+    assert HttpBounds.from_env(env) == HttpBounds(
+        max_header_bytes=4096, header_timeout_s=2.5, keep_alive_s=30, body_idle_timeout_s=7.0,
+        max_in_flight=9, max_connections=99, body_timeout_s=60.0, body_min_rate=512,
+        body_rate_grace_s=5.0, hooks_max_in_flight=7, streams_max_in_flight=8,
+    )  # fmt: skip
+    assert set(env) == {f"EVENTOS_HTTP_{name.upper()}" for name in HttpBounds().__dict__}
     assert HttpBounds.from_env({}) == HttpBounds()
     from eventos.errors import ConfigError
 

@@ -201,14 +201,14 @@ def test_log_settings() -> None:
 def test_an_event_carries_its_name_and_outcome_only() -> None:
     """An upgrade's outcome leaves as an event of allowlisted attributes and an empty body."""
     from opentelemetry.sdk._logs import LoggerProvider
-    from opentelemetry.sdk._logs.export import InMemoryLogExporter, SimpleLogRecordProcessor
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 
     from eventos.telemetry.exporter import Exporter
     from eventos.telemetry.temporal_metrics import TemporalMetrics
 
     settings = TelemetrySettings.from_env("eventosctl", {})
     exporter = Exporter(settings, CollectorRegistry(), TemporalMetrics(), ErrorCounter())
-    memory = InMemoryLogExporter()
+    memory = InMemoryLogRecordExporter()
     exporter._logs = LoggerProvider()
     exporter._logs.add_log_record_processor(SimpleLogRecordProcessor(memory))
     exporter.event("eventos.upgrade", "rolled_back")
