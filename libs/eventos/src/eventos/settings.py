@@ -546,6 +546,12 @@ TEMPORAL_SERVER_VAR = "EVENTOS_TEMPORAL_SERVER"
 RELEASE_PART_MAX = 128
 
 
+# The drill switch (docs/upgrades.md#drill-a-failure): a service started with it answers /readyz
+# 503 (`failed: {"drill": "injected"}`) while everything else works. `eventosctl upgrade
+# --inject-readiness-failure` sets it on the new release only, so its rollback can be watched.
+DRILL_READINESS_FAILURE_VAR = "EVENTOS_DRILL_READINESS_FAILURE"
+
+
 @dataclass(frozen=True)
 class ReleaseSettings:
     """The deployment's parts of a release, as the chart sets them: `EVENTOS_IMAGE_TAG`,
@@ -555,6 +561,8 @@ class ReleaseSettings:
     image_tag: str = ""
     chart: str = ""
     temporal_server: str = ""
+    # The drill switch (DRILL_READINESS_FAILURE_VAR): this release fails its readiness check.
+    drill_readiness_failure: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ReleaseSettings:
@@ -563,7 +571,8 @@ class ReleaseSettings:
         def named(var: str) -> str:
             return env.get(var, "").strip()[:RELEASE_PART_MAX]
 
-        return cls(named(IMAGE_TAG_VAR), named(CHART_VERSION_VAR), named(TEMPORAL_SERVER_VAR))
+        return cls(named(IMAGE_TAG_VAR), named(CHART_VERSION_VAR), named(TEMPORAL_SERVER_VAR),
+                   _bool(env, DRILL_READINESS_FAILURE_VAR, False))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -791,17 +800,6 @@ def _supervision_value(var: str, raw: str, default: object) -> object:
     if low <= 0:
         raise ConfigError(f"{var} must be positive, got {raw!r}")
     return value
-
-
-# The drill switch (docs/upgrades.md#drill-a-failure): a service started with it answers /readyz
-# 503 (`failed: {"drill": "injected"}`) while everything else works. `eventosctl upgrade
-# --inject-readiness-failure` sets it on the new release only, so its rollback can be watched.
-DRILL_READINESS_FAILURE_VAR = "EVENTOS_DRILL_READINESS_FAILURE"
-
-
-def drill_readiness_failure(env: Mapping[str, str] | None = None) -> bool:
-    """Whether this process was started to fail its readiness check (a drill)."""
-    return _bool(os.environ if env is None else env, DRILL_READINESS_FAILURE_VAR, False)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from eventos import telemetry
 from eventos.runtime import build, metrics
 from eventos.runtime.http_bounds import CapClass, InFlightCap, bounded_protocol
-from eventos.settings import HttpBounds, drill_readiness_failure
+from eventos.settings import HttpBounds, ReleaseSettings
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def health_routes(name: str, checks: dict[str, ReadinessCheck]) -> list[BaseRout
     """The three routes every service serves; `/livez` and `/readyz` name the release."""
     last_logged: dict[str, float] = {}
     running = build.running_release().as_json()
-    drill = drill_readiness_failure()
+    drill = ReleaseSettings.from_env().drill_readiness_failure
 
     def failure(check_name: str, exc: Exception) -> str:
         # /readyz is reachable by probes and scrapers: it names the dependency with a fixed
