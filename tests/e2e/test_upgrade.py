@@ -248,23 +248,32 @@ def steps(outcome: dict[str, Any]) -> dict[str, bool]:
     return {s["name"]: s["ok"] for s in outcome["steps"]}
 
 
-def test_eg16_a_forced_readiness_failure_rolls_back_by_itself(
-    instance: Instance, next_release: Path
-) -> None:
-    before = instance.builds()
-    assert set(before) == set(names.SERVICES) and len(set(before.values())) == 1
-    sender = Sender(instance, "eg16")
+def drilled_upgrade(
+    instance: Instance, target: Path, label: str
+) -> tuple[int, dict[str, Any], list[str]]:
+    """An upgrade to `target` with the readiness drill while a sender posts webhooks before,
+    during and after it; the exit code, the outcome and the events acknowledged."""
+    sender = Sender(instance, label)
     sender.start()
     wait_for_sync(lambda: len(sender.acked) >= 3, timeout=60, what="events acknowledged before")
     try:
         code, outcome = instance.upgrade(
-            next_release, "--inject-readiness-failure", EVENTOS_UPGRADE_READY_S="20"
+            target, "--inject-readiness-failure", EVENTOS_UPGRADE_READY_S="20"
         )
         after_attempt = len(sender.acked)
         wait_for_sync(lambda: len(sender.acked) >= after_attempt + 3, timeout=60,
                       what="events acknowledged after the rollback")  # fmt: skip
     finally:
         acked = sender.stop()
+    return code, outcome, acked
+
+
+def test_eg16_a_forced_readiness_failure_rolls_back_by_itself(
+    instance: Instance, next_release: Path
+) -> None:
+    before = instance.builds()
+    assert set(before) == set(names.SERVICES) and len(set(before.values())) == 1
+    code, outcome, acked = drilled_upgrade(instance, next_release, "eg16")
 
     assert (code, outcome["outcome"]) == (6, "rolled_back"), json.dumps(outcome, indent=1)
     assert steps(outcome)["ready"] is False and steps(outcome)["rollback_ready"] is True
@@ -284,18 +293,7 @@ def test_a_target_that_migrated_and_failed_is_rolled_back_onto_the_snapshot(
     instance: Instance, migrating: Path
 ) -> None:
     level = instance.rows("SELECT max(version) AS v FROM schema_migrations")[0]["v"]
-    sender = Sender(instance, "restore")
-    sender.start()
-    wait_for_sync(lambda: len(sender.acked) >= 3, timeout=60, what="events acknowledged before")
-    try:
-        code, outcome = instance.upgrade(
-            migrating, "--inject-readiness-failure", EVENTOS_UPGRADE_READY_S="20"
-        )
-        after_attempt = len(sender.acked)
-        wait_for_sync(lambda: len(sender.acked) >= after_attempt + 3, timeout=60,
-                      what="events acknowledged after the rollback")  # fmt: skip
-    finally:
-        acked = sender.stop()
+    code, outcome, acked = drilled_upgrade(instance, migrating, "restore")
 
     assert (code, outcome["outcome"]) == (6, "rolled_back"), json.dumps(outcome, indent=1)
     assert outcome["restored"] is True and steps(outcome)["restore"] is True
