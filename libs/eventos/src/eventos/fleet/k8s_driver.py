@@ -90,6 +90,7 @@ class Role:
     env: list[dict[str, Any]]
     replicas: int
     selector: str  # its pods' label selector
+    port: int = 8080  # its container's `http` port (the pod proxy takes a number, not a name)
 
 
 def job_manifest(template: dict[str, Any], *, name: str, image: str, args: list[str],
@@ -250,7 +251,9 @@ class KubernetesInstance:
                 name = d["metadata"]["name"]
                 selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
                 env = list(c.get("env") or [])
-                self.roles[name] = Role(name, c["name"], i, c["image"], env, replicas, selector)
+                ports = {p.get("name"): p["containerPort"] for p in c.get("ports") or []}
+                self.roles[name] = Role(name, c["name"], i, c["image"], env, replicas, selector,
+                                        int(ports.get("http", 8080)))  # fmt: skip
                 if c["name"] == "ingress":
                     self.template = d["spec"]["template"]
         missing = sorted(set(SERVICES) - {r.service for r in self.roles.values()})
@@ -385,7 +388,7 @@ class KubernetesInstance:
         if pending is not None:
             return pending
         for pod in await self._pods(role.selector):
-            said = await self._readyz(pod.metadata.name, release)
+            said = await self._readyz(f"{pod.metadata.name}:{role.port}", release)
             if said is not None:
                 return f"{pod.metadata.name}: {said}"
         return None
@@ -396,9 +399,10 @@ class KubernetesInstance:
 
         def get() -> tuple[int, str]:
             answer: Any = self._core().connect_get_namespaced_pod_proxy_with_path(
-                f"{pod}:http", self.ns, "readyz", _preload_content=False,
+                pod, self.ns, "readyz", _preload_content=False,
                 _request_timeout=PROBE_TIMEOUT_S)  # fmt: skip
-            return int(answer.status), answer.data.decode()
+            raw = answer.read() or answer.data or b""
+            return int(answer.status), raw.decode() if isinstance(raw, bytes) else str(raw)
 
         try:
             status, text = await asyncio.to_thread(get)
