@@ -20,13 +20,10 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import httpx
 import psycopg
 import pytest
 from k8s_release import IMAGE_VALUES, Release, chat
@@ -34,6 +31,7 @@ from psycopg.rows import dict_row
 
 from eventos import names
 from eventos.testing import wait_for_sync
+from eventos.testing.webhooks import WebhookSender
 
 if TYPE_CHECKING:
     from k8s_cluster import Cluster
@@ -55,48 +53,6 @@ def tags() -> tuple[str, str]:
     """The tag `make images` built, and the one the test loads the same images under."""
     current = json.loads(IMAGE_VALUES.read_text())["image"]["tag"]
     return current, f"{current}-next"
-
-
-@dataclass
-class Sender:
-    """Posts webhook events to the ingress Service's ClusterIP like a provider: each retried
-    until acknowledged (2xx). A ClusterIP outlives the ingress pods the upgrade replaces."""
-
-    url: str
-    prefix: str
-    acked: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def send_one(self, n: int) -> None:
-        event_id = f"{self.prefix}-{n}"
-        while not self._stop.is_set():
-            with contextlib.suppress(httpx.HTTPError, OSError):
-                answer = httpx.post(self.url, json={"n": n}, timeout=10,
-                                    headers={"X-Event-Id": event_id})  # fmt: skip
-                if answer.is_success:
-                    self.acked.append(event_id)
-                    return
-            self._stop.wait(1.0)  # a provider's retry delay
-
-    def start(self) -> Sender:
-        def loop() -> None:
-            n = 0
-            while not self._stop.is_set():
-                self.send_one(n)
-                n += 1
-                self._stop.wait(1.0)
-
-        self._thread = threading.Thread(target=loop, daemon=True)
-        self._thread.start()
-        wait_for_sync(lambda: len(self.acked) >= 3, timeout=120, what="events acknowledged")
-        return self
-
-    def stop(self) -> list[str]:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(30)
-        return list(self.acked)
 
 
 @pytest.fixture(scope="module")
@@ -255,25 +211,32 @@ def steps(outcome: dict[str, Any]) -> dict[str, bool]:
     return {s["name"]: s["ok"] for s in outcome["steps"]}
 
 
+def upgrade_under_load(
+    up: Release, job: str, create: Callable[[], object]
+) -> tuple[int, dict[str, Any], list[str]]:
+    """The upgrade Job `job` (`create` makes it) while webhooks are posted before, during and
+    after it; its exit code, its outcome and the events acknowledged."""
+    sender = WebhookSender(lambda: hook_url(up), job, interval_s=1.0).start(3, timeout_s=120)
+    started = time.monotonic()
+    try:
+        create()
+        code, log = job_result(up, job, "upgrade")
+        print(f"{job}: exit {code} after {time.monotonic() - started:.0f} s\n{log}")
+        sender.wait_acked(3, timeout_s=180)  # the instance takes events again
+    finally:
+        acked = sender.stop()
+    return code, outcome_of(log), acked
+
+
 def test_eg16_the_upgrade_cronjob_drilled_rolls_back_by_itself(release: Release) -> None:
     current, following = tags()
     assert every_service_on(release, current)
-    sender = Sender(hook_url(release), "drill").start()
-    started = time.monotonic()
-    try:
-        job_from_cronjob(release, f"{PREFIX}-upgrade", "upgrade-drill",
-                         ("--inject-readiness-failure",),
-                         {"EVENTOS_UPGRADE_READY_S": DRILL_READY_S})  # fmt: skip
-        code, log = job_result(release, "upgrade-drill", "upgrade")
-        took = time.monotonic() - started
-        print(f"drilled upgrade: exit {code} after {took:.0f} s\n{log}")
-        after = len(sender.acked)
-        wait_for_sync(lambda: len(sender.acked) >= after + 3, timeout=180,
-                      what="events acknowledged after the rollback")  # fmt: skip
-    finally:
-        acked = sender.stop()
-    outcome = outcome_of(log)
-    assert (code, outcome["outcome"]) == (6, "rolled_back"), log
+    drill = ("--inject-readiness-failure",)
+    code, outcome, acked = upgrade_under_load(release, "upgrade-drill", lambda: job_from_cronjob(
+        release, f"{PREFIX}-upgrade", "upgrade-drill", drill,
+        {"EVENTOS_UPGRADE_READY_S": DRILL_READY_S}))  # fmt: skip
+
+    assert (code, outcome["outcome"]) == (6, "rolled_back"), outcome
     assert (outcome["from"], outcome["to"]) == (current, following)
     assert steps(outcome)["ready"] is False and steps(outcome)["rollback_ready"] is True
     assert "start_workers" not in steps(outcome)  # the drilled workers never polled
@@ -289,21 +252,13 @@ def test_eg16_the_upgrade_cronjob_drilled_rolls_back_by_itself(release: Release)
 
 def test_the_upgrade_cronjob_moves_every_service_to_the_new_tag(release: Release) -> None:
     _, following = tags()
-    sender = Sender(hook_url(release), "upgrade").start()
-    started = time.monotonic()
-    try:
-        release.kubectl("create", "job", f"--from=cronjob/{PREFIX}-upgrade", "upgrade-now")
-        code, log = job_result(release, "upgrade-now", "upgrade")
-        took = time.monotonic() - started
-        print(f"upgrade: exit {code} after {took:.0f} s\n{log}")
-        after = len(sender.acked)
-        wait_for_sync(lambda: len(sender.acked) >= after + 3, timeout=180,
-                      what="events acknowledged after the upgrade")  # fmt: skip
-    finally:
-        acked = sender.stop()
-    outcome = outcome_of(log)
-    assert (code, outcome["outcome"]) == (0, "upgraded"), log
-    assert all(s["ok"] for s in outcome["steps"]), log
+    from_cronjob = ("create", "job", f"--from=cronjob/{PREFIX}-upgrade", "upgrade-now")
+    code, outcome, acked = upgrade_under_load(
+        release, "upgrade-now", lambda: release.kubectl(*from_cronjob)
+    )
+
+    assert (code, outcome["outcome"]) == (0, "upgraded"), outcome
+    assert all(s["ok"] for s in outcome["steps"]), outcome
     assert outcome["replayed"] >= 1 and outcome["needs_reset"] == []  # hello's supervisor
     assert every_service_on(release, following), service_pods(release)
     consumed_once(release, acked)
@@ -311,7 +266,7 @@ def test_the_upgrade_cronjob_moves_every_service_to_the_new_tag(release: Release
 
 
 def test_the_backup_cronjob_writes_a_backup_that_restore_restores(release: Release) -> None:
-    acked = Sender(hook_url(release), "backup").start().stop()
+    acked = WebhookSender(lambda: hook_url(release), "backup").start(3, timeout_s=120).stop()
     consumed_once(release, acked)
     release.kubectl("create", "job", f"--from=cronjob/{PREFIX}-backup", "backup-now")
     code, log = job_result(release, "backup-now", "backup", timeout_s=600)
