@@ -172,7 +172,6 @@ class KubernetesInstance:
 
     where: KubernetesUpgradeSettings
     settings: UpgradeSettings = field(default_factory=UpgradeSettings)
-    backup_env: dict[str, str] | None = None  # the backup settings' environment (None: os)
     roles: dict[str, Role] = field(default_factory=dict)  # by Deployment name
     template: dict[str, Any] = field(default_factory=dict)  # the ingress pod template
     old: ReleaseRef | None = None
@@ -309,7 +308,7 @@ class KubernetesInstance:
             await self._call(f"deleting Job {name}", lambda: self._batch().delete_namespaced_job(
                 name, self.ns, propagation_policy="Background"))  # fmt: skip
 
-    async def _wait_job(self, name: str, timeout_s: float) -> tuple[int | None, str]:
+    async def _wait_job(self, name: str, timeout_s: float) -> tuple[int, str]:
         """The exit code of the Job's pod and its name, once it ended."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -422,7 +421,7 @@ class KubernetesInstance:
         """The settings of the snapshot and its restore: the pod's backup settings
         (EVENTOS_BACKUP_*, the database's URL, Temporal), re-arming without waiting."""
         try:
-            found = BackupSettings.from_env(self.backup_env)
+            found = BackupSettings.from_env()
         except ConfigError as exc:
             raise UpgradeError(f"the snapshot's settings: {exc}") from None
         return dataclasses.replace(found, rearm_wait_s=REARM_WAIT_S)
@@ -463,5 +462,5 @@ class KubernetesInstance:
         return await checks.generations_of(self.database_url, workflow_ids)
 
     async def workflow_task_completed_since(self, since: datetime) -> bool:
-        temporal = self._backups().temporal or TemporalSettings.from_env(self.backup_env)
+        temporal = self._backups().temporal or TemporalSettings.from_env()
         return await checks.workflow_task_completed_since(temporal, since)
