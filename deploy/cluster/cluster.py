@@ -1,6 +1,7 @@
 """The local single-node Kubernetes cluster: `up`, `down`, `status`, `load` (the images again),
-`recycle` (released volumes emptied and available again), `import NAME ARCHIVE`, and
-`keda`/`keda-down` (KEDA into or out of the running cluster, deploy/cluster/keda.py).
+`recycle` (released volumes emptied and available again), `import NAME ARCHIVE`, `tag SOURCE
+NAME` (a loaded image under another name too: another release's tag), and `keda`/`keda-down`
+(KEDA into or out of the running cluster, deploy/cluster/keda.py).
 
 Run with the project's Python: `.venv/bin/python deploy/cluster/cluster.py up` (what `make
 cluster` does). Everything lives under .eventos/k8s (component logs in .eventos/k8s/logs) and
@@ -330,9 +331,9 @@ def status(layout: Layout) -> None:
 def main() -> int:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__)
-    commands = ("up", "down", "status", "load", "recycle", "import", "keda", "keda-down")
+    commands = ("up", "down", "status", "load", "recycle", "import", "tag", "keda", "keda-down")
     parser.add_argument("command", choices=commands)
-    parser.add_argument("args", nargs="*", help="import: NAME ARCHIVE")
+    parser.add_argument("args", nargs="*", help="import: NAME ARCHIVE; tag: SOURCE NAME")
     options = parser.parse_args()
     layout = Layout.default()
     if os.geteuid() != 0:
@@ -355,6 +356,9 @@ def main() -> int:
         elif options.command == "keda-down":
             keda.uninstall(layout)
             say("KEDA removed")
+        elif options.command == "tag":
+            source, name = options.args
+            images.tag(layout, source, name)
         else:
             name, archive = options.args
             images.import_archive(layout, Path(archive), name)

@@ -78,6 +78,14 @@ def import_archive(layout: Layout, archive: Path, name: str) -> None:
         raise RuntimeError(f"{archive} imported, but holds no image named {name}: {listed}")
 
 
+def tag(layout: Layout, source: str, name: str) -> None:
+    """The loaded image `source` under the name `name` too (ctr images tag; replaced if there)."""
+    result = subprocess.run([*layout.ctr(), "images", "tag", "--force", full_name(source),
+                             full_name(name)], capture_output=True, text=True)  # fmt: skip
+    if result.returncode != 0:
+        raise RuntimeError(f"ctr images tag {source} {name} failed: {result.stderr.strip()}")
+
+
 def cluster_images(layout: Layout) -> dict[str, Path]:
     """The cluster's own images (pause, CoreDNS, metrics-server) built by `make cluster-tools`."""
     return {

@@ -16,9 +16,8 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from psycopg.rows import dict_row
 from eventos import names
 from eventos.local.processes import pid_alive
 from eventos.testing import wait_for_sync
+from eventos.testing.webhooks import WebhookSender
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 
@@ -81,6 +81,10 @@ class Instance:
             kept.write(done.stdout.replace("\n", " ") + "\n")
         return done.returncode, json.loads(done.stdout)
 
+    def hook_url(self) -> str:
+        """The `hello` employee's webhook on the ingress (read again: it moves on restart)."""
+        return str(self.stack()["ingress_url"]) + "/hooks/hello"
+
     def builds(self) -> dict[str, str]:
         """The build each service's /readyz names, for those answering ready."""
         found = {}
@@ -93,48 +97,6 @@ class Instance:
     def rows(self, query: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         with psycopg.connect(self.stack()["database"]["url"], row_factory=dict_row) as conn:
             return conn.execute(query, params or {}).fetchall()
-
-
-@dataclass
-class Sender:
-    """Posts webhook events like a provider: each retried until acknowledged (2xx)."""
-
-    instance: Instance
-    prefix: str
-    acked: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def send_one(self, n: int) -> None:
-        event_id = f"{self.prefix}-{n}"
-        while not self._stop.is_set():
-            try:
-                url = self.instance.stack()["ingress_url"] + "/hooks/hello"
-                answer = httpx.post(url, json={"n": n}, timeout=10,
-                                    headers={"X-Event-Id": event_id})  # fmt: skip
-                if answer.is_success:
-                    self.acked.append(event_id)
-                    return
-            except (httpx.HTTPError, OSError, ValueError):
-                pass
-            self._stop.wait(0.5)  # a provider's retry delay
-
-    def start(self) -> None:
-        def loop() -> None:
-            n = 0
-            while not self._stop.is_set():
-                self.send_one(n)
-                n += 1
-                self._stop.wait(0.5)
-
-        self._thread = threading.Thread(target=loop, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> list[str]:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(30)
-        return list(self.acked)
 
 
 @pytest.fixture(scope="module")
@@ -253,16 +215,12 @@ def drilled_upgrade(
 ) -> tuple[int, dict[str, Any], list[str]]:
     """An upgrade to `target` with the readiness drill while a sender posts webhooks before,
     during and after it; the exit code, the outcome and the events acknowledged."""
-    sender = Sender(instance, label)
-    sender.start()
-    wait_for_sync(lambda: len(sender.acked) >= 3, timeout=60, what="events acknowledged before")
+    sender = WebhookSender(instance.hook_url, label).start(acked=3)
     try:
         code, outcome = instance.upgrade(
             target, "--inject-readiness-failure", EVENTOS_UPGRADE_READY_S="20"
         )
-        after_attempt = len(sender.acked)
-        wait_for_sync(lambda: len(sender.acked) >= after_attempt + 3, timeout=60,
-                      what="events acknowledged after the rollback")  # fmt: skip
+        sender.wait_acked(3, timeout_s=60)  # after the rollback
     finally:
         acked = sender.stop()
     return code, outcome, acked
@@ -315,9 +273,7 @@ def test_an_upgrade_replays_the_open_runs_and_runs_the_new_release(
     assert outcome["replayed"] >= 1 and outcome["needs_reset"] == []  # hello's supervisor
     new = outcome["releases"]["to"]["build"]
     assert instance.builds() == dict.fromkeys(names.SERVICES, new)
-    sender = Sender(instance, "after-upgrade")
-    sender.start()
-    wait_for_sync(lambda: len(sender.acked) >= 2, timeout=60, what="events acknowledged")
+    sender = WebhookSender(instance.hook_url, "after-upgrade").start(acked=2)
     acked = sender.stop()
     wait_consumed(instance, acked)
 

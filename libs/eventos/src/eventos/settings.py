@@ -832,6 +832,39 @@ class UpgradeSettings:
         return cls(**seconds, replay_max_runs=runs, uv=env.get("EVENTOS_UPGRADE_UV", "").strip())
 
 
+# Where a pod finds its own namespace (the ServiceAccount volume; the CronJob mounts its token).
+POD_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+@dataclass(frozen=True)
+class KubernetesUpgradeSettings:
+    """Which Kubernetes instance `eventosctl upgrade` drives (docs/upgrades.md#on-kubernetes):
+    the namespace (EVENTOS_UPGRADE_NAMESPACE; in a pod, its own), the chart's release name
+    (EVENTOS_UPGRADE_RELEASE: the `app.kubernetes.io/instance` label of its Deployments), and how
+    to reach the API: in-cluster (a pod: KUBERNETES_SERVICE_HOST is set) or the kubeconfig file
+    EVENTOS_UPGRADE_KUBECONFIG (empty: the client's default, ~/.kube/config)."""
+
+    namespace: str = ""
+    release: str = ""
+    kubeconfig: str = ""
+    in_cluster: bool = False
+
+    @property
+    def chosen(self) -> bool:
+        """Whether the upgrader drives Kubernetes rather than a local instance."""
+        return bool(self.in_cluster or self.namespace or self.kubeconfig)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> KubernetesUpgradeSettings:
+        env = os.environ if env is None else env
+        in_cluster = bool(env.get("KUBERNETES_SERVICE_HOST", "").strip())
+        namespace = env.get("EVENTOS_UPGRADE_NAMESPACE", "").strip()
+        if not namespace and in_cluster and POD_NAMESPACE_FILE.is_file():
+            namespace = POD_NAMESPACE_FILE.read_text().strip()
+        return cls(namespace, env.get("EVENTOS_UPGRADE_RELEASE", "").strip(),
+                   env.get("EVENTOS_UPGRADE_KUBECONFIG", "").strip(), in_cluster)  # fmt: skip
+
+
 BACKUP_STORE_VAR = "EVENTOS_BACKUP_STORE"
 BACKUP_SCHEMES = ("s3", "file")
 # The instance's databases a backup dumps, by role (the app's; Temporal's two at tier L).

@@ -20,21 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from temporalio.api.enums.v1 import EventType
 
-from eventos.db import connect
-from eventos.db.sql import Q
-from eventos.fleet import releases
+from eventos.fleet import checks, releases
 from eventos.fleet.backups import restore_backup, take_backup
 from eventos.fleet.pgtools import with_database
 from eventos.fleet.releases import LocalRelease, ReleaseRequest
 from eventos.fleet.upgrade import GateReport, NeedsReset, ReleaseRef, UpgradeError
-from eventos.runtime.payload_guard import connect as temporal_connect
 from eventos.settings import (
     BACKUP_STORE_VAR,
     DRILL_READINESS_FAILURE_VAR,
     BackupSettings,
-    DatabaseSettings,
+    TemporalSettings,
     UpgradeSettings,
 )
 
@@ -43,7 +39,6 @@ PROBE_TIMEOUT_S = 6.0  # one /readyz answer (the service's checks take up to 5 s
 # Asks a release's own Python which release it is (runtime/build: what its /readyz will name).
 RELEASE_OF = ("import json; from eventos.runtime.build import running_release; "
               "print(json.dumps(running_release().as_json()))")  # fmt: skip
-CHECK_RUNS_MAX = 1000  # workflows whose histories the rollback reads for a completed task
 # A rollback's restore asks the relay to re-arm Temporal while the services are stopped: it does
 # not wait for it (the previous release's relay applies it when it starts).
 REARM_WAIT_S = 1.0
@@ -204,37 +199,12 @@ class LocalInstance:
         return GateReport(int(doc["replayed"]), list(doc["failed"]), bool(doc["truncated"]))
 
     async def generations_of(self, workflow_ids: list[str]) -> list[NeedsReset]:
-        if not workflow_ids:
-            return []
-        conn = await connect(DatabaseSettings(url=self.database_url))
-        async with conn:
-            cur = await conn.execute(Q["upgrade_run_generations"], {"ids": workflow_ids})
-            rows = await cur.fetchall()
-        found: dict[tuple[str, int], list[str]] = {}
-        for row in rows:
-            if row["employee"] is not None:
-                key = (str(row["employee"]), int(row["generation"]))
-                found.setdefault(key, []).append(str(row["id"]))
-        return [NeedsReset(e, g, sorted(ids)) for (e, g), ids in sorted(found.items())]
+        return await checks.generations_of(self.database_url, workflow_ids)
 
     async def workflow_task_completed_since(self, since: datetime) -> bool:
         t = self.stack()["temporal"]
-        client = await temporal_connect(str(t["address"]), str(t["namespace"]))
-        stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
-        query = f'ExecutionStatus="Running" OR CloseTime >= "{stamp}"'
-        read = 0
-        async for execution in client.list_workflows(query, page_size=100):
-            read += 1
-            if read > CHECK_RUNS_MAX:
-                return True  # cannot rule it out: restore
-            history = await client.get_workflow_handle(
-                execution.id, run_id=execution.run_id
-            ).fetch_history()
-            for event in history.events:
-                if (event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-                        and event.event_time.ToDatetime(since.tzinfo) >= since):  # fmt: skip
-                    return True
-        return False
+        temporal = TemporalSettings(address=str(t["address"]), namespace=str(t["namespace"]))
+        return await checks.workflow_task_completed_since(temporal, since)
 
 
 def base(process: str) -> str:
@@ -254,10 +224,5 @@ async def _readyz(client: httpx.AsyncClient, url: str, build: str) -> str | None
     try:
         body = answer.json()
     except ValueError:
-        return f"{answer.status_code} (not JSON)"
-    said = (body.get("release") or {}).get("build")
-    if answer.status_code != 200:
-        return f"{answer.status_code} failed {body.get('failed')}"
-    if said != build:
-        return f"ready, but on build {said}"
-    return None
+        body = None
+    return checks.readyz_says(answer.status_code, body, build)
