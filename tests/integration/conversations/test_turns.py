@@ -29,11 +29,13 @@ from eventos.contracts import EntityStatus, InterruptTurn
 from eventos.control.intent_deliverer import Deliverer
 from eventos.db import Conn
 from eventos.delivery.relay import Relay
+from eventos.errors import NotFound
 from eventos.delivery.routing import route_pass
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable
 from eventos.llm.worker import llm_worker
+from eventos.outbox.egress import Egress
 from eventos.outbox.keys import OutboxKeys
 from eventos.runtime.metrics import DEAD_LETTERS, RUN_HISTORY_BYTES, RUN_SIGNALS, TURN_DURATION
 from eventos.runtime.payload_guard import connect
@@ -449,6 +451,43 @@ async def test_a_failing_turn_is_retried_once_then_dead_lettered_with_attention(
     assert stream["consumed_seq"] == 1
     good = await instance.chat("and now a normal one")  # the stream goes on
     assert "a normal one" in await instance.reply(good)
+
+
+async def test_a_turn_that_fails_after_its_save_never_runs_its_inputs_again(
+    instance: Instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn tells its entity nothing by Signal: when its send fails after the consuming
+    save, the entity reads from the database that the input is settled, and the next message
+    starts a turn of its own instead of running the consumed one a second time."""
+    send = Egress.send
+    failed: list[int] = []
+
+    async def first_send_fails(self: Egress, outbound_id: int) -> str:
+        if not failed:
+            failed.append(outbound_id)
+            raise NotFound("the chat table went away")  # non-retryable: the turn fails
+        return await send(self, outbound_id)
+
+    monkeypatch.setattr(Egress, "send", first_send_fails)
+    await instance.chat("saved but never sent")
+
+    first = await wait_for(lambda: query(instance.pool, "SELECT id FROM turns"), timeout=30,
+                           what="the first turn admitted")  # fmt: skip
+    handle = instance.client.get_workflow_handle(first[0]["id"])
+
+    async def first_failed() -> bool:
+        return (await handle.describe()).status == WorkflowExecutionStatus.FAILED
+
+    await wait_for(first_failed, timeout=30, what="the first turn failed after its save")
+    await slots_given_back(instance, instance.name)  # the entity took in the turn's end
+    second = await instance.chat("the next one")
+    assert "the next one" in await instance.reply(second)
+    turns = await query(instance.pool, "SELECT id FROM turns ORDER BY n")
+    assert len(turns) == 2, "the consumed input started a turn again"
+    users = [m["content"] for m in await transcript(instance.pool) if m["role"] == "user"]
+    assert users == ["saved but never sent", "the next one"], "an input ran twice"
+    (stream,) = await query(instance.pool, "SELECT consumed_seq FROM bus_streams")
+    assert stream["consumed_seq"] == 2
 
 
 async def test_a_long_conversation_continues_as_new_and_consumes_everything_once(

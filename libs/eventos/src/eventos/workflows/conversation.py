@@ -5,8 +5,10 @@ It takes `deliver` batches from the relay and drops every input it already appli
 no turn running it asks admission for a slot, then runs a TurnWorkflow child over the top
 class's oldest input and the inputs after it on the same reply route (lower classes wait;
 ≤ 50 inputs or 256 KB). Inputs that arrive during the turn on its route are offered to it
-(merge points B1/B2). What a turn consumed leaves the pending list (told at once by
-`inputs_consumed`, and again by the turn's result). The owner's `interrupt_turn` Update stops
+(merge points B1/B2). What a turn consumed leaves the pending list by the turn's result; a turn
+that failed or was cancelled (perhaps after its consuming save) has the pending inputs it covered
+read back from the database, which keeps only the unsettled ones (turns begun before the patch
+`consumed-without-signal` also signal `inputs_consumed`). The owner's `interrupt_turn` Update stops
 a lower-class turn at its next merge point; its inputs stay pending and the higher class runs
 next (Stop uses it too, with every class below it). While the generation is paused admission
 refuses and the entity waits for `wake`; once it is retired the entity closes without a turn.
@@ -75,6 +77,9 @@ PATCH_RUN_METRICS = "run-metrics"  # a run reports its Signals and history size 
 # Debounce anchors are the inputs' own times in the bus, not their arrival here: inputs that
 # waited out an outage are not debounced a second time.
 PATCH_DEBOUNCE_BY_AGE = "debounce-by-input-age"
+# Turns no longer signal `inputs_consumed`: after a failed or cancelled turn the entity reads
+# which of the inputs it covered are still unsettled (EG7: one Signal and one task less a turn).
+PATCH_CONSUMED_FROM_DATABASE = "consumed-from-database"
 RUN_ROLLED, RUN_CLOSED = "rolled", "closed"
 FAILURE_MAX = 500  # characters of a failed turn's cause (turns.error, the dead letter)
 
@@ -178,7 +183,8 @@ class ConversationWorkflow:
 
     @workflow.signal(name=names.SIGNAL_INPUTS_CONSUMED)
     def inputs_consumed(self, msg: InputsConsumed) -> None:
-        """The running turn's consuming save committed: those inputs are gone for good."""
+        """The running turn's consuming save committed: those inputs are gone for good (sent
+        only by turns begun before the patch `consumed-without-signal`)."""
         done = set(msg.seqs)
         self.pending = [i for i in self.pending if i.seq not in done]
 
@@ -325,6 +331,10 @@ class ConversationWorkflow:
                 status, error = names.TURN_FAILED, failure_reason(exc)
         except ActivityError as exc:
             status, error = names.TURN_FAILED, failure_reason(exc)
+        if status in (names.TURN_FAILED, names.TURN_CANCELLED) and workflow.patched(
+            PATCH_CONSUMED_FROM_DATABASE
+        ):
+            await self._unsettled(inputs[0].seq - 1)
         held = await self._turn_ended(turn_id, status, error, consumed)
         if status == names.TURN_FAILED:
             left = {i.seq for i in self.pending}  # inputs a save consumed are not retried
@@ -332,6 +342,18 @@ class ConversationWorkflow:
             if inputs:
                 await self._after_failure(turn_id, inputs, error or "failed", final=final,
                                           held=held)  # fmt: skip
+
+    async def _unsettled(self, after: int) -> None:
+        """A turn that ended without a result may have saved first: keep, of the pending inputs
+        it covered (seq in (`after`, offered_through]), only those the database has unsettled."""
+        req = ReloadInputs(self.cursor.stream_key, after, self.offered_through)
+        items = await workflow.execute_local_activity(
+            names.ACT_LOAD_INPUTS, req, result_type=list[DeliveryItem],
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+        left = {i.seq for i in items}
+        self.pending = [i for i in self.pending
+                        if not after < i.seq <= req.through or i.seq in left]  # fmt: skip
 
     async def _turn_ended(self, turn_id: str, status: str, error: str | None,
                           consumed: list[int]) -> str | None:  # fmt: skip

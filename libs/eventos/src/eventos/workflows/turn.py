@@ -4,8 +4,10 @@ Load the conversation; per step, merge offered inputs first (B1), then one LLM s
 class queue with an activity id unique across the chain; tool calls are answered before the
 next step (a batch is never split). On customer channels a final answer that more messages
 overtook is kept as a draft and the turn takes one more step (B2, at most twice). The final
-answer is saved with the consumed inputs in one transaction (the consuming save), the entity
-is told which inputs are gone (`inputs_consumed`), and the reply is sent through the outbox.
+answer is saved with the consumed inputs in one transaction (the consuming save) and the reply
+is sent through the outbox; the entity learns which inputs are gone from the turn's result (or,
+when the turn fails or is cancelled after its save, from the database: no `inputs_consumed`
+Signal since the patch `consumed-without-signal`).
 A merged input of a higher class moves the rest of the turn to its class (priority
 inheritance: queue, priority key and admission lease).
 
@@ -15,8 +17,8 @@ background work past 80%, `BudgetExceeded` past 100%) suspends the turn: it give
 back and waits for `released` (the budget's period ended or a top-up) or `wake` (a slot is
 offered), then takes its slot again under the same turn id and retries the step. A
 cancelled turn cancels its running activity and waits for it (the LLM step heartbeats, so
-that takes well under 2 minutes); a save already under way finishes and is reported, so
-consumed inputs are never run twice.
+that takes well under 2 minutes); a save already under way finishes, and its settled deliveries
+keep consumed inputs from being run twice.
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ PATCH_TOOL_APPROVALS = "tool-approvals"  # calls named in spec.approvals.tools w
 PATCH_TOOL_FAILED = "tool-failed-entry"  # a call failed for good writes its cause's entry
 # A batch of read-only calls runs at once when the generation's flag says so (RFC-0006 §6.3).
 PATCH_READ_ONLY_BATCH = "read-only-batch-at-once"
+# The turn no longer signals `inputs_consumed` to its entity (one Signal and one entity task per
+# turn, EG7): the entity reads them from the result, or from the database after a failure.
+PATCH_CONSUMED_WITHOUT_SIGNAL = "consumed-without-signal"
 
 
 def hold_reason(exc: ActivityError) -> str | None:
@@ -439,7 +444,8 @@ class TurnWorkflow:
         )  # fmt: skip
 
     async def _save(self, req: SaveTurn) -> Saved:
-        """The consuming save; a cancel meanwhile lets it finish and tells the entity first."""
+        """The consuming save; a cancel meanwhile lets it finish (a turn begun before the patch
+        `consumed-without-signal` also tells the entity first)."""
         save = workflow.start_local_activity(
             names.ACT_SAVE, req, result_type=Saved, activity_id=f"{req.turn.turn_id}:save",
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
@@ -452,8 +458,9 @@ class TurnWorkflow:
             raise
 
     async def _tell_consumed(self, req: SaveTurn) -> None:
+        """The old `inputs_consumed` Signal, for turns that began before the patch only."""
         parent = workflow.info().parent
-        if parent is None:
+        if parent is None or workflow.patched(PATCH_CONSUMED_WITHOUT_SIGNAL):
             return
         entity = workflow.get_external_workflow_handle(parent.workflow_id)
         await entity.signal(names.SIGNAL_INPUTS_CONSUMED,
@@ -515,8 +522,8 @@ class TurnWorkflow:
                 await self._send(turn, saved)
         elif saved.kind == names.KIND_CHAT and workflow.patched(PATCH_LOCAL_CHAT_SEND):
             # Owner chat's "provider" is our own table: a short database step, sent in the
-            # workflow task that saved, and the turn closes in that task too: the entity's
-            # Signal goes out with the close (the result names the consumed inputs as well).
+            # workflow task that saved, and the turn closes in that task too (its result names
+            # the consumed inputs).
             try:
                 await workflow.execute_local_activity(
                     names.ACT_SEND, saved.outbound_id, result_type=str,
