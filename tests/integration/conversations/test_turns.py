@@ -284,6 +284,33 @@ async def test_owner_chat_is_sent_in_the_workflow_task_that_saved(instance: Inst
     await slots_given_back(instance, instance.name)
 
 
+async def test_a_turn_costs_its_entity_no_signal_and_no_timer_while_it_runs(
+    instance: Instance,
+) -> None:
+    """Issue 27 / EG7: the turn tells its entity nothing by Signal (its result says what it
+    consumed), and the entity sets no timer while it follows the turn: one `deliver` Signal and
+    one timer, the idle one set after the turn."""
+    await instance.reply(await instance.chat("count my commands"))
+    (stream,) = await query(instance.pool, "SELECT entity_id FROM bus_streams")
+    (turn,) = await query(instance.pool, "SELECT id FROM turns")
+    entity = instance.client.get_workflow_handle(stream["entity_id"])
+
+    async def after_the_turn() -> list[Any] | None:
+        events = list((await entity.fetch_history()).events)
+        kinds = [EventType.Name(e.event_type) for e in events]
+        done = "EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED"
+        return events if done in kinds and kinds[-1] == "EVENT_TYPE_TIMER_STARTED" else None
+
+    events = await wait_for(after_the_turn, timeout=15, what="the entity idle after the turn")
+    signals = [e.workflow_execution_signaled_event_attributes.signal_name for e in events
+               if e.HasField("workflow_execution_signaled_event_attributes")]  # fmt: skip
+    timers = [e for e in events if e.HasField("timer_started_event_attributes")]
+    assert (signals, len(timers)) == ([names.SIGNAL_DELIVER], 1)
+    turn_events = (await instance.client.get_workflow_handle(turn["id"]).fetch_history()).events
+    assert not [e for e in turn_events
+                if e.HasField("signal_external_workflow_execution_initiated_event_attributes")]  # fmt: skip
+
+
 async def test_a_tool_batch_is_answered_whole_before_the_next_step(instance: Instance) -> None:
     mid = await instance.chat(
         'look these up\ncall: lookup {"q": 1}\ncall: weather {"city": "Berlin"}'

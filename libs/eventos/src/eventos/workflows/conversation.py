@@ -7,8 +7,8 @@ class's oldest input and the inputs after it on the same reply route (lower clas
 ≤ 50 inputs or 256 KB). Inputs that arrive during the turn on its route are offered to it
 (merge points B1/B2). What a turn consumed leaves the pending list by the turn's result; a turn
 that failed or was cancelled (perhaps after its consuming save) has the pending inputs it covered
-read back from the database, which keeps only the unsettled ones (turns begun before the patch
-`consumed-without-signal` also signal `inputs_consumed`). The owner's `interrupt_turn` Update stops
+read back from the database, which keeps only the unsettled ones (an entity run from before the
+patch `consumed-from-database` has its turns signal `inputs_consumed` instead). The owner's `interrupt_turn` Update stops
 a lower-class turn at its next merge point; its inputs stay pending and the higher class runs
 next (Stop uses it too, with every class below it). While the generation is paused admission
 refuses and the entity waits for `wake`; once it is retired the entity closes without a turn.
@@ -77,9 +77,13 @@ PATCH_RUN_METRICS = "run-metrics"  # a run reports its Signals and history size 
 # Debounce anchors are the inputs' own times in the bus, not their arrival here: inputs that
 # waited out an outage are not debounced a second time.
 PATCH_DEBOUNCE_BY_AGE = "debounce-by-input-age"
-# Turns no longer signal `inputs_consumed`: after a failed or cancelled turn the entity reads
-# which of the inputs it covered are still unsettled (EG7: one Signal and one task less a turn).
+# Turns no longer signal `inputs_consumed` (TurnInput.tell_consumed): after a failed or cancelled
+# turn the entity reads which of the inputs it covered are still unsettled (EG7: one Signal less
+# a turn, and often one entity task).
 PATCH_CONSUMED_FROM_DATABASE = "consumed-from-database"
+# Following a running turn sets no timer (it carried nothing: the turn's end or a Signal wakes
+# the entity): one timer command and its cancel less a turn.
+PATCH_FOLLOW_WITHOUT_TIMER = "follow-turn-without-timer"
 RUN_ROLLED, RUN_CLOSED = "rolled", "closed"
 FAILURE_MAX = 500  # characters of a failed turn's cause (turns.error, the dead letter)
 
@@ -184,7 +188,7 @@ class ConversationWorkflow:
     @workflow.signal(name=names.SIGNAL_INPUTS_CONSUMED)
     def inputs_consumed(self, msg: InputsConsumed) -> None:
         """The running turn's consuming save committed: those inputs are gone for good (sent
-        only by turns begun before the patch `consumed-without-signal`)."""
+        only by the turns of runs from before the patch `consumed-from-database`)."""
         done = set(msg.seqs)
         self.pending = [i for i in self.pending if i.seq not in done]
 
@@ -234,8 +238,9 @@ class ConversationWorkflow:
         return run_after(self.pending, self.turn_inputs[0], self.offered_through,
                          self.turn_bytes, self.turn_count)  # fmt: skip
 
-    async def _wait(self, timeout: timedelta, *, turn_done: bool = False) -> None:
-        """Until a Signal (or the turn ends), or the deadline; one timer, never sub-second."""
+    async def _wait(self, timeout: timedelta | None, *, turn_done: bool = False) -> None:
+        """Until a Signal (or the turn ends), or the deadline (None: no deadline); one timer,
+        never sub-second."""
         seen = (self.signals, self.wakes)
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
@@ -243,7 +248,7 @@ class ConversationWorkflow:
                     (self.signals, self.wakes) != seen
                     or (turn_done and self.turn is not None and self.turn.done())
                 ),
-                timeout=max(timeout, timedelta(seconds=1)),
+                timeout=None if timeout is None else max(timeout, timedelta(seconds=1)),
             )
 
     async def _start_turn(self) -> str:
@@ -267,8 +272,8 @@ class ConversationWorkflow:
             return grant.gate or "queued"
         self.slot_of = grant.turn_id
         turn = TurnInput(grant.turn_id, c.employee, c.generation, req.agent, c.thread,
-                         c.stream_key, req.klass, dict(first.route), inputs,
-                         flags=dict(c.flags))  # fmt: skip
+                         c.stream_key, req.klass, dict(first.route), inputs, flags=dict(c.flags),
+                         tell_consumed=not workflow.patched(PATCH_CONSUMED_FROM_DATABASE))  # fmt: skip
         self.turn = await workflow.start_child_workflow(
             names.WF_TURN, turn, id=grant.turn_id, result_type=TurnResult,
             task_queue=workflow.info().task_queue,
@@ -315,7 +320,8 @@ class ConversationWorkflow:
                 await self.turn.signal(names.SIGNAL_OFFER, OfferInputs(offer))
             return
         if not self.turn.done():
-            await self._wait(IDLE_BY_LANE[names.LANE_TALK], turn_done=True)
+            patched = workflow.patched(PATCH_FOLLOW_WITHOUT_TIMER)
+            await self._wait(None if patched else IDLE_BY_LANE[names.LANE_TALK], turn_done=True)
             return
         turn_id, inputs = self.turn.id, self.turn_inputs
         status, error, consumed, final = names.TURN_DONE, None, [], False

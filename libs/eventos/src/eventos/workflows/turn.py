@@ -6,8 +6,8 @@ next step (a batch is never split). On customer channels a final answer that mor
 overtook is kept as a draft and the turn takes one more step (B2, at most twice). The final
 answer is saved with the consumed inputs in one transaction (the consuming save) and the reply
 is sent through the outbox; the entity learns which inputs are gone from the turn's result (or,
-when the turn fails or is cancelled after its save, from the database: no `inputs_consumed`
-Signal since the patch `consumed-without-signal`).
+when the turn fails or is cancelled after its save, from the database). Only a turn whose entity
+began before the patch `consumed-from-database` signals it `inputs_consumed` (`tell_consumed`).
 A merged input of a higher class moves the rest of the turn to its class (priority
 inheritance: queue, priority key and admission lease).
 
@@ -84,9 +84,6 @@ PATCH_TOOL_APPROVALS = "tool-approvals"  # calls named in spec.approvals.tools w
 PATCH_TOOL_FAILED = "tool-failed-entry"  # a call failed for good writes its cause's entry
 # A batch of read-only calls runs at once when the generation's flag says so (RFC-0006 §6.3).
 PATCH_READ_ONLY_BATCH = "read-only-batch-at-once"
-# The turn no longer signals `inputs_consumed` to its entity (one Signal and one entity task per
-# turn, EG7): the entity reads them from the result, or from the database after a failure.
-PATCH_CONSUMED_WITHOUT_SIGNAL = "consumed-without-signal"
 
 
 def hold_reason(exc: ActivityError) -> str | None:
@@ -444,8 +441,8 @@ class TurnWorkflow:
         )  # fmt: skip
 
     async def _save(self, req: SaveTurn) -> Saved:
-        """The consuming save; a cancel meanwhile lets it finish (a turn begun before the patch
-        `consumed-without-signal` also tells the entity first)."""
+        """The consuming save; a cancel meanwhile lets it finish (and tells the entity first,
+        when the turn is to: `tell_consumed`)."""
         save = workflow.start_local_activity(
             names.ACT_SAVE, req, result_type=Saved, activity_id=f"{req.turn.turn_id}:save",
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
@@ -458,9 +455,10 @@ class TurnWorkflow:
             raise
 
     async def _tell_consumed(self, req: SaveTurn) -> None:
-        """The old `inputs_consumed` Signal, for turns that began before the patch only."""
+        """`inputs_consumed`, for an entity that learns it no other way (`tell_consumed`: it
+        began before the patch `consumed-from-database`)."""
         parent = workflow.info().parent
-        if parent is None or workflow.patched(PATCH_CONSUMED_WITHOUT_SIGNAL):
+        if parent is None or not req.turn.tell_consumed:
             return
         entity = workflow.get_external_workflow_handle(parent.workflow_id)
         await entity.signal(names.SIGNAL_INPUTS_CONSUMED,
