@@ -11,8 +11,8 @@ the history events and bytes; then the drain time. Targets (EG7): fewer than 1,0
 the entity's run, counted over its continue-as-new runs (full batches of 16 make about 625 for
 10,000), and history under 10 MB in each run (Temporal's own bound on a run's history). The
 driver exits 3 when one is missed (`--no-fail`: 0; a `--quick` smoke run exits 0 whatever its
-figures say). Its parts are written to be run by a test in `make test` too, once EG7 holds
-(docs/scaling.md, "Gates").
+figures say). `tests/integration/delivery/test_eg7_burst.py` runs the same parts in `make
+test` and fails on either.
 """
 
 from __future__ import annotations
