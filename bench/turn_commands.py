@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import functools
 import sys
 import uuid
 from pathlib import Path
@@ -75,7 +76,8 @@ KINDS = ("chat", "tool", "webhook", "customer")
 TRIGGERS = {
     "chat": "{kind: chat}",
     "tool": "{kind: chat}",
-    "webhook": "{kind: webhook, path: bench-hook, verify: {scheme: none}, dedupe_header: X-Event-Id}",
+    "webhook": "{kind: webhook, path: bench-hook, verify: {scheme: none}, "
+    "dedupe_header: X-Event-Id}",
     "customer": "{kind: telegram, account: tg-bench}",
 }
 TURN_TIMEOUT_S = 60.0
@@ -91,13 +93,18 @@ COLUMNS = {  # column: the history events that count toward it
 # The events a workflow task's commands write (a patch marker writes a marker and, by the SDK, a
 # search-attribute upsert).
 COMMANDS = {
-    E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, E.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED,
-    E.EVENT_TYPE_MARKER_RECORDED, E.EVENT_TYPE_TIMER_STARTED, E.EVENT_TYPE_TIMER_CANCELED,
+    E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+    E.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED,
+    E.EVENT_TYPE_MARKER_RECORDED,
+    E.EVENT_TYPE_TIMER_STARTED,
+    E.EVENT_TYPE_TIMER_CANCELED,
     E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED,
     E.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
     E.EVENT_TYPE_REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED,
-    E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES, E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
-    E.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED, E.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+    E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES,
+    E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+    E.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+    E.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
 }
 # Temporal's billed actions (SPEC §14): a start, a Signal, an activity or a local activity, a
 # timer, a child workflow's start; a patch marker is a command but not an action.
@@ -170,8 +177,8 @@ async def one_turn(pool: AsyncConnectionPool[Conn], client: Client, employee: st
     while True:
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(f"{employee}: no turn ended within {TURN_TIMEOUT_S:.0f} s")
-        new = [r for r in await rows(pool, "SELECT id, status, stream_key FROM turns "
-                                     "WHERE employee = %s", employee) if r["id"] not in before]  # fmt: skip
+        found = await rows(pool, "SELECT id, status FROM turns WHERE employee = %s", employee)
+        new = [r for r in found if r["id"] not in before]
         held = await rows(pool, "SELECT 1 FROM sched_leases WHERE employee = %s", employee)
         if new and all(r["status"] != "running" for r in new) and not held:
             break
@@ -183,11 +190,10 @@ async def one_turn(pool: AsyncConnectionPool[Conn], client: Client, employee: st
         total += count(events)
         if trace:
             show(f"turn {turn['id']}", events)
-        children = [e.start_child_workflow_execution_initiated_event_attributes.workflow_id
-                    for e in events
-                    if e.event_type == E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED]  # fmt: skip
-        for child in children:
-            total += count(await history(client, child))
+        for e in events:  # the turn's children (an approval)
+            if e.HasField("start_child_workflow_execution_initiated_event_attributes"):
+                child = e.start_child_workflow_execution_initiated_event_attributes.workflow_id
+                total += count(await history(client, child))
     total["turns"] = len(new)
     return total
 
@@ -243,8 +249,8 @@ async def measure(args: argparse.Namespace, db: DatabaseSettings, ts: Any, fake:
                 total: collections.Counter[str] = collections.Counter()
                 for n in range(args.repeat):
                     last = args.events and n == args.repeat - 1
-                    total += await one_turn(pool, client, employee,
-                                            lambda k=kind, n=n: sends[k](employee, n), last)  # fmt: skip
+                    send = functools.partial(sends[kind], employee, n)
+                    total += await one_turn(pool, client, employee, send, last)
                 for entity in await entities(pool, employee):
                     events = await history(client, entity)
                     total += count(events)

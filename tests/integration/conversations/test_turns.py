@@ -29,8 +29,8 @@ from eventos.contracts import EntityStatus, InterruptTurn
 from eventos.control.intent_deliverer import Deliverer
 from eventos.db import Conn
 from eventos.delivery.relay import Relay
-from eventos.errors import NotFound
 from eventos.delivery.routing import route_pass
+from eventos.errors import NotFound
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable

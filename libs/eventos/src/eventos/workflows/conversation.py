@@ -8,10 +8,11 @@ class's oldest input and the inputs after it on the same reply route (lower clas
 (merge points B1/B2). What a turn consumed leaves the pending list by the turn's result; a turn
 that failed or was cancelled (perhaps after its consuming save) has the pending inputs it covered
 read back from the database, which keeps only the unsettled ones (an entity run from before the
-patch `consumed-from-database` has its turns signal `inputs_consumed` instead). The owner's `interrupt_turn` Update stops
-a lower-class turn at its next merge point; its inputs stay pending and the higher class runs
-next (Stop uses it too, with every class below it). While the generation is paused admission
-refuses and the entity waits for `wake`; once it is retired the entity closes without a turn.
+patch `consumed-from-database` has its turns signal `inputs_consumed` instead). The owner's
+`interrupt_turn` Update stops a lower-class turn at its next merge point; its inputs stay
+pending and the higher class runs next (Stop uses it too, with every class below it). While
+the generation is paused admission refuses and the entity waits for `wake`; once it is retired
+the entity closes without a turn.
 A thread whose turns keep failing is backed off (admission says until when) or quarantined
 (its inputs are held, never dead-lettered for it, until the owner's release wakes it).
 Cancelled, the entity cancels its turn and waits up to 2 minutes for it to drain. It
@@ -271,9 +272,10 @@ class ConversationWorkflow:
             self.backoff_left = timedelta(seconds=grant.retry_after_s)
             return grant.gate or "queued"
         self.slot_of = grant.turn_id
+        told = not workflow.patched(PATCH_CONSUMED_FROM_DATABASE)  # the turn signals (old runs)
         turn = TurnInput(grant.turn_id, c.employee, c.generation, req.agent, c.thread,
                          c.stream_key, req.klass, dict(first.route), inputs, flags=dict(c.flags),
-                         tell_consumed=not workflow.patched(PATCH_CONSUMED_FROM_DATABASE))  # fmt: skip
+                         tell_consumed=told)  # fmt: skip
         self.turn = await workflow.start_child_workflow(
             names.WF_TURN, turn, id=grant.turn_id, result_type=TurnResult,
             task_queue=workflow.info().task_queue,
