@@ -34,6 +34,7 @@ from harness import (
     add_no_fail,
     exit_on_signals,
     fresh_database,
+    local_employee,
     parse_with_quick,
     run_in_temp_folder,
     temporal_server,
@@ -72,14 +73,7 @@ CONTINUED_AS_NEW = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 
 def spec(employee: str) -> str:
     """One employee on the instant local model, with one gRPC driver named after it."""
-    return f"""
-apiVersion: eventos/v1
-kind: Employee
-metadata: {{name: {employee}}}
-spec:
-  agents: [{{name: front, model: {{provider: local, name: scripted}}}}]
-  triggers: [{{kind: grpc, driver: {employee}}}]
-"""
+    return local_employee(employee, f"[{{kind: grpc, driver: {employee}}}]")
 
 
 def record(employee: str, n: int) -> IngressRecord:

@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from channels import ADMIN, TESTS, pump
-from eventos_ingress.app import IngressConfig, build
+from channels import ADMIN, TESTS, enter_workers, ingress_in_process, pump
 from harness import (
     exit_on_signals,
     fresh_database,
+    local_employee,
     parse_with_quick,
     progress,
     run_in_temp_folder,
@@ -52,25 +52,19 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.worker import Replayer
 
-from eventos import names
 from eventos.channels.settings import ChannelSettings
-from eventos.channels.telegram import TelegramApi, TelegramSender
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
 from eventos.delivery.relay import Relay
 from eventos.employees import lifecycle
-from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
-from eventos.llm.worker import llm_worker
-from eventos.outbox.egress import Egress
 from eventos.outbox.keys import OutboxKeys, new_key_entry
 from eventos.runtime.payload_guard import connect as temporal_connect
 from eventos.runtime.temporal import TemporalConnection
 from eventos.secret_purposes import SecretPurposes
-from eventos.settings import AdminSettings, DatabaseSettings, SecretStore, ServiceSettings
+from eventos.settings import DatabaseSettings, SecretStore
 from eventos.spec.model import load_specs
-from eventos.workers.activities import DbActivities
-from eventos.workers.roles import WORKFLOWS, egress_worker, workflow_worker
+from eventos.workers.roles import WORKFLOWS
 
 KINDS = ("chat", "tool", "webhook", "customer")
 TRIGGERS = {
@@ -109,17 +103,6 @@ COMMANDS = {
 # Temporal's billed actions (SPEC §14): a start, a Signal, an activity or a local activity, a
 # timer, a child workflow's start; a patch marker is a command but not an action.
 ACTIONS = ("starts", "activities", "local acts", "timers", "signals in", "children")
-
-
-def spec(name: str, kind: str) -> str:
-    return f"""
-apiVersion: eventos/v1
-kind: Employee
-metadata: {{name: {name}}}
-spec:
-  agents: [{{name: front, model: {{provider: local, name: scripted}}}}]
-  triggers: [{TRIGGERS[kind]}]
-"""
 
 
 def count(events: list[HistoryEvent]) -> collections.Counter[str]:
@@ -212,23 +195,24 @@ async def measure(args: argparse.Namespace, db: DatabaseSettings, ts: Any, fake:
     keys = OutboxKeys.parse(new_key_entry("bench"))
     pool = await open_pool(db)
     client = await temporal_connect(ts.address, ts.namespace)
-    cfg = IngressConfig(database=db, service=ServiceSettings("ingress", http_port=0, grpc_port=0),
-                        admin=AdminSettings(ADMIN), secrets=secrets, channels=channels)  # fmt: skip
-    ingress = await build(cfg)
-    serving = asyncio.create_task(ingress.run(install_signals=False))
-    await asyncio.wait_for(ingress.started(), 15)
-    base = f"http://127.0.0.1:{ingress.bound_http_port}"
+    try:
+        async with ingress_in_process(db, secrets, channels) as ingress:
+            results = await drive(args, ts, client, pool, fake, token, secrets, channels, keys,
+                                  f"http://127.0.0.1:{ingress.bound_http_port}")  # fmt: skip
+    finally:
+        await pool.close()
+    report(results, args.repeat)
+
+
+async def drive(args: argparse.Namespace, ts: Any, client: Client,
+                pool: AsyncConnectionPool[Conn], fake: Any, token: str, secrets: SecretStore,
+                channels: ChannelSettings, keys: OutboxKeys,
+                base: str) -> dict[str, collections.Counter[str]]:  # fmt: skip
+    """Workers and loops up, each kind's inputs sent one at a time: what each kind cost."""
     headers = {"Authorization": f"Bearer {ADMIN}"}
     async with httpx.AsyncClient() as http, contextlib.AsyncExitStack() as stack, \
             httpx.AsyncClient(base_url=base, headers=headers, timeout=10) as api:  # fmt: skip
-        sender = TelegramSender(TelegramApi(http, fake.base_url), channels.send_timeout_s)
-        egress = Egress(pool, keys, {"telegram": sender}, secrets, channels)
-        acts = DbActivities(pool, outbox=keys, egress=egress)
-        llm = LlmActivities(http, SecretStore(env={}), pool, endpoints=LlmEndpoints())
-        workers = [workflow_worker(client, db=acts), egress_worker(client, acts)]
-        workers += [llm_worker(client, k, 4, llm) for k in names.CLASSES]
-        for w in workers:
-            await stack.enter_async_context(w)
+        await enter_workers(stack, client, pool, http, fake.base_url, keys, secrets, channels, 4)
         relay = Relay(pool, TemporalConnection(ts), "bench")
         pumping = asyncio.create_task(pump(pool, relay))
         try:
@@ -243,7 +227,7 @@ async def measure(args: argparse.Namespace, db: DatabaseSettings, ts: Any, fake:
                 "customer": lambda e, n: asyncio.to_thread(
                     fake.customer_message, token, 7_000_001, f"order question {n}"),
             }  # fmt: skip
-            results = {}
+            results: dict[str, collections.Counter[str]] = {}
             for kind in KINDS:
                 employee = f"k-{kind}"
                 total: collections.Counter[str] = collections.Counter()
@@ -262,10 +246,7 @@ async def measure(args: argparse.Namespace, db: DatabaseSettings, ts: Any, fake:
             pumping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pumping
-    ingress.stop()
-    await asyncio.wait_for(serving, 30)
-    await pool.close()
-    report(results, args.repeat)
+    return results
 
 
 def report(results: dict[str, collections.Counter[str]], inputs: int) -> None:
@@ -289,7 +270,7 @@ async def run(args: argparse.Namespace, folder: Path) -> None:
             await migrate(conn)
             purposes = SecretPurposes.parse("tg-bench=channel")
             for kind in KINDS:
-                (doc,) = load_specs(spec(f"k-{kind}", kind))
+                (doc,) = load_specs(local_employee(f"k-{kind}", f"[{TRIGGERS[kind]}]"))
                 await lifecycle.apply(conn, doc, LlmEndpoints(), purposes)
                 await lifecycle.start(conn, f"k-{kind}")
                 await lifecycle.activate(conn, f"k-{kind}")
