@@ -23,6 +23,7 @@ import collections
 import contextlib
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -167,17 +168,44 @@ async def measure(args: argparse.Namespace, folder: Path, db: DatabaseSettings, 
     keys = OutboxKeys.parse(new_key_entry("bench"))
     pool = await open_pool(db)
     client = await temporal_connect(ts.address, ts.namespace)
+    try:
+        async with ingress_in_process(db, secrets, channels):
+            await drive(args, ts, client, pool, fake, token, secrets, channels, keys)
+    finally:
+        await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def ingress_in_process(db: DatabaseSettings, secrets: SecretStore,
+                             channels: ChannelSettings) -> AsyncIterator[Any]:  # fmt: skip
+    """The ingress (its Telegram reader too) serving in this process until the block ends."""
     cfg = IngressConfig(database=db, service=ServiceSettings("ingress", http_port=0, grpc_port=0),
                         admin=AdminSettings(ADMIN), secrets=secrets, channels=channels)  # fmt: skip
     ingress = await build(cfg)
     serving = asyncio.create_task(ingress.run(install_signals=False))
     await asyncio.wait_for(ingress.started(), 15)
     try:
-        await drive(args, ts, client, pool, fake, token, secrets, channels, keys)
+        yield ingress
     finally:
         ingress.stop()
         await asyncio.wait_for(serving, 30)
-        await pool.close()
+
+
+async def enter_workers(
+    stack: contextlib.AsyncExitStack, client: Any, pool: Any, http: httpx.AsyncClient,
+    telegram_api: str, keys: OutboxKeys, secrets: SecretStore, channels: ChannelSettings,
+    slots: int,
+) -> None:  # fmt: skip
+    """The workflow, egress (Telegram at `telegram_api`) and LLM workers (`slots` each, local
+    provider), entered on `stack`."""
+    sender = TelegramSender(TelegramApi(http, telegram_api), channels.send_timeout_s)
+    egress = Egress(pool, keys, {"telegram": sender}, secrets, channels)
+    acts = DbActivities(pool, outbox=keys, egress=egress)
+    llm = LlmActivities(http, SecretStore(env={}), pool, endpoints=LlmEndpoints())
+    workers = [workflow_worker(client, db=acts), egress_worker(client, acts)]
+    workers += [llm_worker(client, k, slots, llm) for k in names.CLASSES]
+    for w in workers:
+        await stack.enter_async_context(w)
 
 
 async def drive(args: argparse.Namespace, ts: Any, client: Any, pool: Any,
@@ -185,14 +213,7 @@ async def drive(args: argparse.Namespace, ts: Any, client: Any, pool: Any,
                 keys: OutboxKeys) -> None:  # fmt: skip
     """Workers and loops up, the load written, every message answered (or the drain's end)."""
     async with httpx.AsyncClient() as http, contextlib.AsyncExitStack() as stack:
-        sender = TelegramSender(TelegramApi(http, fake.base_url), channels.send_timeout_s)
-        egress = Egress(pool, keys, {"telegram": sender}, secrets, channels)
-        acts = DbActivities(pool, outbox=keys, egress=egress)
-        llm = LlmActivities(http, SecretStore(env={}), pool, endpoints=LlmEndpoints())
-        workers = [workflow_worker(client, db=acts), egress_worker(client, acts)]
-        workers += [llm_worker(client, k, 16, llm) for k in names.CLASSES]
-        for w in workers:
-            await stack.enter_async_context(w)
+        await enter_workers(stack, client, pool, http, fake.base_url, keys, secrets, channels, 16)
         relay = Relay(pool, TemporalConnection(ts), "bench")
         pumping = asyncio.create_task(pump(pool, relay))
         load = Load(fake, token, args.chats)

@@ -11,8 +11,8 @@ the history events and bytes; then the drain time. Targets (EG7): fewer than 1,0
 the entity's run, counted over its continue-as-new runs (full batches of 16 make about 625 for
 10,000), and history under 10 MB in each run (Temporal's own bound on a run's history). The
 driver exits 3 when one is missed (`--no-fail`: 0; a `--quick` smoke run exits 0 whatever its
-figures say). Its parts are written to be run by a test in `make test` too, once EG7 holds
-(docs/scaling.md, "Gates").
+figures say). `tests/integration/delivery/test_eg7_burst.py` runs the same parts in `make
+test` and fails on either.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from harness import (
     add_no_fail,
     exit_on_signals,
     fresh_database,
+    local_employee,
     parse_with_quick,
     run_in_temp_folder,
     temporal_server,
@@ -72,14 +73,7 @@ CONTINUED_AS_NEW = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 
 def spec(employee: str) -> str:
     """One employee on the instant local model, with one gRPC driver named after it."""
-    return f"""
-apiVersion: eventos/v1
-kind: Employee
-metadata: {{name: {employee}}}
-spec:
-  agents: [{{name: front, model: {{provider: local, name: scripted}}}}]
-  triggers: [{{kind: grpc, driver: {employee}}}]
-"""
+    return local_employee(employee, f"[{{kind: grpc, driver: {employee}}}]")
 
 
 def record(employee: str, n: int) -> IngressRecord:

@@ -42,6 +42,7 @@ from harness import (
     add_no_fail,
     exit_on_signals,
     fresh_database,
+    local_employee,
     parse_with_quick,
     progress,
     run_in_temp_folder,
@@ -89,16 +90,7 @@ def spec(name: str) -> str:
         f"    - {{kind: grpc, name: c{k}, driver: {name}-c{k}, class: C{k}, thread_by: subject}}"
         for k in names.CLASSES
     )
-    return f"""
-apiVersion: eventos/v1
-kind: Employee
-metadata: {{name: {name}}}
-spec:
-  agents: [{{name: front, model: {{provider: local, name: scripted}}}}]
-  triggers:
-    - {{kind: chat}}
-{drivers}
-"""
+    return local_employee(name, f"\n    - {{kind: chat}}\n{drivers}")
 
 
 def event(employee: str, klass: int, subject: str, delay: float) -> IngressRecord:

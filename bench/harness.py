@@ -304,6 +304,19 @@ def apply_employee(base_url: str, spec_yaml: str, name: str) -> None:
             raise BenchError(f"starting {name} failed: {r.status_code} {r.text[:500]}")
 
 
+def local_employee(name: str, triggers: str) -> str:
+    """An employee whose one agent `front` runs on the instant local model, with `triggers` (a
+    YAML flow list)."""
+    return f"""
+apiVersion: eventos/v1
+kind: Employee
+metadata: {{name: {name}}}
+spec:
+  agents: [{{name: front, model: {{provider: local, name: scripted}}}}]
+  triggers: {triggers}
+"""
+
+
 def scalar(url: str, query: str, params: Sequence[object] = ()) -> int:
     """One integer from the database."""
     with psycopg.connect(url, autocommit=True) as conn:

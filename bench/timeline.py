@@ -27,7 +27,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from harness import fresh_database, parse_with_quick, progress, run_in_temp_folder, table
+from harness import (
+    fresh_database,
+    local_employee,
+    parse_with_quick,
+    progress,
+    run_in_temp_folder,
+    table,
+)
 
 from eventos.bus.inbox import IngressRecord, append
 from eventos.db import Conn, connect
@@ -47,14 +54,7 @@ TABLES = ("bus_deliveries", "turns", "outbound_messages")
 
 
 def spec(name: str) -> str:
-    return f"""
-apiVersion: eventos/v1
-kind: Employee
-metadata: {{name: {name}}}
-spec:
-  agents: [{{name: front, model: {{provider: local, name: scripted}}}}]
-  triggers: [{{kind: grpc, driver: drv-{name}, thread_by: subject}}]
-"""
+    return local_employee(name, f"[{{kind: grpc, driver: drv-{name}, thread_by: subject}}]")
 
 
 async def pages(conn: Conn, rows: int, n_employees: int) -> None:

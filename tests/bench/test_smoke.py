@@ -82,6 +82,9 @@ FIGURES = {
     "soak.py": ["ingress peak RSS (MiB)", "chart memory limit", "normal p99 (ms)", "stored whole"],
     "timeline.py": ["page (limit 50)", "p50 ms", "p99 ms", "Index Scan Backward",
                     "no timeline", "mark delivered"],
+    "turn_commands.py": ["per input", "wf tasks", "commands", "local acts", "timers",
+                         "signals in", "signals out", "actions", "chat", "tool", "webhook",
+                         "customer"],
     "storm.py": ["simulated 1 min", "instant turns", "tool calls:", "ipc ingress rows by outcome",
                  "per minute"],
 }  # fmt: skip

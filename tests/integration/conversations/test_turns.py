@@ -30,10 +30,12 @@ from eventos.control.intent_deliverer import Deliverer
 from eventos.db import Conn
 from eventos.delivery.relay import Relay
 from eventos.delivery.routing import route_pass
+from eventos.errors import NotFound
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.llm.prices import PriceTable
 from eventos.llm.worker import llm_worker
+from eventos.outbox.egress import Egress
 from eventos.outbox.keys import OutboxKeys
 from eventos.runtime.metrics import DEAD_LETTERS, RUN_HISTORY_BYTES, RUN_SIGNALS, TURN_DURATION
 from eventos.runtime.payload_guard import connect
@@ -282,6 +284,33 @@ async def test_owner_chat_is_sent_in_the_workflow_task_that_saved(instance: Inst
     await slots_given_back(instance, instance.name)
 
 
+async def test_a_turn_costs_its_entity_no_signal_and_no_timer_while_it_runs(
+    instance: Instance,
+) -> None:
+    """Issue 27 / EG7: the turn tells its entity nothing by Signal (its result says what it
+    consumed), and the entity sets no timer while it follows the turn: one `deliver` Signal and
+    one timer, the idle one set after the turn."""
+    await instance.reply(await instance.chat("count my commands"))
+    (stream,) = await query(instance.pool, "SELECT entity_id FROM bus_streams")
+    (turn,) = await query(instance.pool, "SELECT id FROM turns")
+    entity = instance.client.get_workflow_handle(stream["entity_id"])
+
+    async def after_the_turn() -> list[Any] | None:
+        events = list((await entity.fetch_history()).events)
+        kinds = [EventType.Name(e.event_type) for e in events]
+        done = "EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED"
+        return events if done in kinds and kinds[-1] == "EVENT_TYPE_TIMER_STARTED" else None
+
+    events = await wait_for(after_the_turn, timeout=15, what="the entity idle after the turn")
+    signals = [e.workflow_execution_signaled_event_attributes.signal_name for e in events
+               if e.HasField("workflow_execution_signaled_event_attributes")]  # fmt: skip
+    timers = [e for e in events if e.HasField("timer_started_event_attributes")]
+    assert (signals, len(timers)) == ([names.SIGNAL_DELIVER], 1)
+    turn_events = (await instance.client.get_workflow_handle(turn["id"]).fetch_history()).events
+    assert not [e for e in turn_events
+                if e.HasField("signal_external_workflow_execution_initiated_event_attributes")]  # fmt: skip
+
+
 async def test_a_tool_batch_is_answered_whole_before_the_next_step(instance: Instance) -> None:
     mid = await instance.chat(
         'look these up\ncall: lookup {"q": 1}\ncall: weather {"city": "Berlin"}'
@@ -449,6 +478,48 @@ async def test_a_failing_turn_is_retried_once_then_dead_lettered_with_attention(
     assert stream["consumed_seq"] == 1
     good = await instance.chat("and now a normal one")  # the stream goes on
     assert "a normal one" in await instance.reply(good)
+
+
+async def test_a_turn_that_fails_after_its_save_never_runs_its_inputs_again(
+    instance: Instance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn tells its entity nothing by Signal: when its send fails after the consuming
+    save, the entity reads from the database that the input is settled, and the next message
+    starts a turn of its own instead of running the consumed one a second time."""
+    send = Egress.send
+    failed: list[int] = []
+
+    async def first_send_fails(self: Egress, outbound_id: int) -> str:
+        q = "SELECT employee FROM outbound_messages WHERE id = %s"
+        (row,) = await query(instance.pool, q, outbound_id)
+        if not failed and row["employee"] == instance.name:  # not another test's late send
+            failed.append(outbound_id)
+            raise NotFound("the chat table went away")  # non-retryable: the turn fails
+        return await send(self, outbound_id)
+
+    monkeypatch.setattr(Egress, "send", first_send_fails)
+    await instance.chat("saved but never sent")
+
+    first = await wait_for(lambda: query(instance.pool, "SELECT id FROM turns"), timeout=30,
+                           what="the first turn admitted")  # fmt: skip
+    handle = instance.client.get_workflow_handle(first[0]["id"])
+
+    async def first_failed() -> bool:
+        try:
+            return (await handle.describe()).status == WorkflowExecutionStatus.FAILED
+        except RPCError:  # admitted (the turn row exists) but the child is not started yet
+            return False
+
+    await wait_for(first_failed, timeout=30, what="the first turn failed after its save")
+    await slots_given_back(instance, instance.name)  # the entity took in the turn's end
+    second = await instance.chat("the next one")
+    assert "the next one" in await instance.reply(second)
+    turns = await query(instance.pool, "SELECT id FROM turns ORDER BY n")
+    assert len(turns) == 2, "the consumed input started a turn again"
+    users = [m["content"] for m in await transcript(instance.pool) if m["role"] == "user"]
+    assert users == ["saved but never sent", "the next one"], "an input ran twice"
+    (stream,) = await query(instance.pool, "SELECT consumed_seq FROM bus_streams")
+    assert stream["consumed_seq"] == 2
 
 
 async def test_a_long_conversation_continues_as_new_and_consumes_everything_once(

@@ -247,6 +247,9 @@ class TurnInput:
     route: dict[str, Any]
     inputs: list[DeliveryItem]
     flags: dict[str, bool] = field(default_factory=dict)  # the generation's (StreamCursor)
+    # Signal `inputs_consumed` after the save: only turns of entities from before the patch
+    # `consumed-from-database` (their argument lacks the field), which learn nothing otherwise.
+    tell_consumed: bool = True
 
 
 @dataclass(frozen=True)

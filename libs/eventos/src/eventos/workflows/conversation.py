@@ -5,11 +5,14 @@ It takes `deliver` batches from the relay and drops every input it already appli
 no turn running it asks admission for a slot, then runs a TurnWorkflow child over the top
 class's oldest input and the inputs after it on the same reply route (lower classes wait;
 ≤ 50 inputs or 256 KB). Inputs that arrive during the turn on its route are offered to it
-(merge points B1/B2). What a turn consumed leaves the pending list (told at once by
-`inputs_consumed`, and again by the turn's result). The owner's `interrupt_turn` Update stops
-a lower-class turn at its next merge point; its inputs stay pending and the higher class runs
-next (Stop uses it too, with every class below it). While the generation is paused admission
-refuses and the entity waits for `wake`; once it is retired the entity closes without a turn.
+(merge points B1/B2). What a turn consumed leaves the pending list by the turn's result; a turn
+that failed or was cancelled (perhaps after its consuming save) has the pending inputs it covered
+read back from the database, which keeps only the unsettled ones (an entity run from before the
+patch `consumed-from-database` has its turns signal `inputs_consumed` instead). The owner's
+`interrupt_turn` Update stops a lower-class turn at its next merge point; its inputs stay
+pending and the higher class runs next (Stop uses it too, with every class below it). While
+the generation is paused admission refuses and the entity waits for `wake`; once it is retired
+the entity closes without a turn.
 A thread whose turns keep failing is backed off (admission says until when) or quarantined
 (its inputs are held, never dead-lettered for it, until the owner's release wakes it).
 Cancelled, the entity cancels its turn and waits up to 2 minutes for it to drain. It
@@ -75,6 +78,13 @@ PATCH_RUN_METRICS = "run-metrics"  # a run reports its Signals and history size 
 # Debounce anchors are the inputs' own times in the bus, not their arrival here: inputs that
 # waited out an outage are not debounced a second time.
 PATCH_DEBOUNCE_BY_AGE = "debounce-by-input-age"
+# Turns no longer signal `inputs_consumed` (TurnInput.tell_consumed): after a failed or cancelled
+# turn the entity reads which of the inputs it covered are still unsettled (EG7: one Signal less
+# a turn, and often one entity task).
+PATCH_CONSUMED_FROM_DATABASE = "consumed-from-database"
+# Following a running turn sets no timer (it carried nothing: the turn's end or a Signal wakes
+# the entity): one timer command and its cancel less a turn.
+PATCH_FOLLOW_WITHOUT_TIMER = "follow-turn-without-timer"
 RUN_ROLLED, RUN_CLOSED = "rolled", "closed"
 FAILURE_MAX = 500  # characters of a failed turn's cause (turns.error, the dead letter)
 
@@ -178,7 +188,8 @@ class ConversationWorkflow:
 
     @workflow.signal(name=names.SIGNAL_INPUTS_CONSUMED)
     def inputs_consumed(self, msg: InputsConsumed) -> None:
-        """The running turn's consuming save committed: those inputs are gone for good."""
+        """The running turn's consuming save committed: those inputs are gone for good (sent
+        only by the turns of runs from before the patch `consumed-from-database`)."""
         done = set(msg.seqs)
         self.pending = [i for i in self.pending if i.seq not in done]
 
@@ -228,8 +239,9 @@ class ConversationWorkflow:
         return run_after(self.pending, self.turn_inputs[0], self.offered_through,
                          self.turn_bytes, self.turn_count)  # fmt: skip
 
-    async def _wait(self, timeout: timedelta, *, turn_done: bool = False) -> None:
-        """Until a Signal (or the turn ends), or the deadline; one timer, never sub-second."""
+    async def _wait(self, timeout: timedelta | None, *, turn_done: bool = False) -> None:
+        """Until a Signal (or the turn ends), or the deadline (None: no deadline); one timer,
+        never sub-second."""
         seen = (self.signals, self.wakes)
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
@@ -237,7 +249,7 @@ class ConversationWorkflow:
                     (self.signals, self.wakes) != seen
                     or (turn_done and self.turn is not None and self.turn.done())
                 ),
-                timeout=max(timeout, timedelta(seconds=1)),
+                timeout=None if timeout is None else max(timeout, timedelta(seconds=1)),
             )
 
     async def _start_turn(self) -> str:
@@ -260,9 +272,10 @@ class ConversationWorkflow:
             self.backoff_left = timedelta(seconds=grant.retry_after_s)
             return grant.gate or "queued"
         self.slot_of = grant.turn_id
+        told = not workflow.patched(PATCH_CONSUMED_FROM_DATABASE)  # the turn signals (old runs)
         turn = TurnInput(grant.turn_id, c.employee, c.generation, req.agent, c.thread,
-                         c.stream_key, req.klass, dict(first.route), inputs,
-                         flags=dict(c.flags))  # fmt: skip
+                         c.stream_key, req.klass, dict(first.route), inputs, flags=dict(c.flags),
+                         tell_consumed=told)  # fmt: skip
         self.turn = await workflow.start_child_workflow(
             names.WF_TURN, turn, id=grant.turn_id, result_type=TurnResult,
             task_queue=workflow.info().task_queue,
@@ -309,7 +322,8 @@ class ConversationWorkflow:
                 await self.turn.signal(names.SIGNAL_OFFER, OfferInputs(offer))
             return
         if not self.turn.done():
-            await self._wait(IDLE_BY_LANE[names.LANE_TALK], turn_done=True)
+            patched = workflow.patched(PATCH_FOLLOW_WITHOUT_TIMER)
+            await self._wait(None if patched else IDLE_BY_LANE[names.LANE_TALK], turn_done=True)
             return
         turn_id, inputs = self.turn.id, self.turn_inputs
         status, error, consumed, final = names.TURN_DONE, None, [], False
@@ -325,6 +339,10 @@ class ConversationWorkflow:
                 status, error = names.TURN_FAILED, failure_reason(exc)
         except ActivityError as exc:
             status, error = names.TURN_FAILED, failure_reason(exc)
+        if status in (names.TURN_FAILED, names.TURN_CANCELLED) and workflow.patched(
+            PATCH_CONSUMED_FROM_DATABASE
+        ):
+            await self._unsettled(inputs[0].seq - 1)
         held = await self._turn_ended(turn_id, status, error, consumed)
         if status == names.TURN_FAILED:
             left = {i.seq for i in self.pending}  # inputs a save consumed are not retried
@@ -332,6 +350,18 @@ class ConversationWorkflow:
             if inputs:
                 await self._after_failure(turn_id, inputs, error or "failed", final=final,
                                           held=held)  # fmt: skip
+
+    async def _unsettled(self, after: int) -> None:
+        """A turn that ended without a result may have saved first: keep, of the pending inputs
+        it covered (seq in (`after`, offered_through]), only those the database has unsettled."""
+        req = ReloadInputs(self.cursor.stream_key, after, self.offered_through)
+        items = await workflow.execute_local_activity(
+            names.ACT_LOAD_INPUTS, req, result_type=list[DeliveryItem],
+            start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
+        )  # fmt: skip
+        left = {i.seq for i in items}
+        self.pending = [i for i in self.pending
+                        if not after < i.seq <= req.through or i.seq in left]  # fmt: skip
 
     async def _turn_ended(self, turn_id: str, status: str, error: str | None,
                           consumed: list[int]) -> str | None:  # fmt: skip

@@ -4,8 +4,10 @@ Load the conversation; per step, merge offered inputs first (B1), then one LLM s
 class queue with an activity id unique across the chain; tool calls are answered before the
 next step (a batch is never split). On customer channels a final answer that more messages
 overtook is kept as a draft and the turn takes one more step (B2, at most twice). The final
-answer is saved with the consumed inputs in one transaction (the consuming save), the entity
-is told which inputs are gone (`inputs_consumed`), and the reply is sent through the outbox.
+answer is saved with the consumed inputs in one transaction (the consuming save) and the reply
+is sent through the outbox; the entity learns which inputs are gone from the turn's result (or,
+when the turn fails or is cancelled after its save, from the database). Only a turn whose entity
+began before the patch `consumed-from-database` signals it `inputs_consumed` (`tell_consumed`).
 A merged input of a higher class moves the rest of the turn to its class (priority
 inheritance: queue, priority key and admission lease).
 
@@ -15,8 +17,8 @@ background work past 80%, `BudgetExceeded` past 100%) suspends the turn: it give
 back and waits for `released` (the budget's period ended or a top-up) or `wake` (a slot is
 offered), then takes its slot again under the same turn id and retries the step. A
 cancelled turn cancels its running activity and waits for it (the LLM step heartbeats, so
-that takes well under 2 minutes); a save already under way finishes and is reported, so
-consumed inputs are never run twice.
+that takes well under 2 minutes); a save already under way finishes, and its settled deliveries
+keep consumed inputs from being run twice.
 """
 
 from __future__ import annotations
@@ -439,7 +441,8 @@ class TurnWorkflow:
         )  # fmt: skip
 
     async def _save(self, req: SaveTurn) -> Saved:
-        """The consuming save; a cancel meanwhile lets it finish and tells the entity first."""
+        """The consuming save; a cancel meanwhile lets it finish (and tells the entity first,
+        when the turn is to: `tell_consumed`)."""
         save = workflow.start_local_activity(
             names.ACT_SAVE, req, result_type=Saved, activity_id=f"{req.turn.turn_id}:save",
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
@@ -452,8 +455,10 @@ class TurnWorkflow:
             raise
 
     async def _tell_consumed(self, req: SaveTurn) -> None:
+        """`inputs_consumed`, for an entity that learns it no other way (`tell_consumed`: it
+        began before the patch `consumed-from-database`)."""
         parent = workflow.info().parent
-        if parent is None:
+        if parent is None or not req.turn.tell_consumed:
             return
         entity = workflow.get_external_workflow_handle(parent.workflow_id)
         await entity.signal(names.SIGNAL_INPUTS_CONSUMED,
@@ -515,8 +520,8 @@ class TurnWorkflow:
                 await self._send(turn, saved)
         elif saved.kind == names.KIND_CHAT and workflow.patched(PATCH_LOCAL_CHAT_SEND):
             # Owner chat's "provider" is our own table: a short database step, sent in the
-            # workflow task that saved, and the turn closes in that task too: the entity's
-            # Signal goes out with the close (the result names the consumed inputs as well).
+            # workflow task that saved, and the turn closes in that task too (its result names
+            # the consumed inputs).
             try:
                 await workflow.execute_local_activity(
                     names.ACT_SEND, saved.outbound_id, result_type=str,
