@@ -1,4 +1,5 @@
-"""`python -m eventos_workers_workflow`: every workflow type and the database activities."""
+"""`python -m eventos_workers_workflow`: every workflow type and the database activities, on the
+instance's workflow queue and on the owner's beside it."""
 
 from __future__ import annotations
 
@@ -19,9 +20,12 @@ async def main() -> None:
     db = DbActivities(connected.pool, SchedConfig.from_env(), outbox=outbox,
                       supervision=SupervisionSettings.from_env())  # fmt: skip
     polls = PollActivities(connected.pool, SecretStore.from_env())  # poll auth: secret references
-    service.loops.append(
-        lambda: run_forever(connected.temporal, lambda c: workflow_worker(c, db=db, polls=polls))
-    )
+    for owner in (False, True):  # the instance's workflow queue, and the owner's beside it
+        service.loops.append(
+            lambda owner=owner: run_forever(
+                connected.temporal, lambda c: workflow_worker(c, db=db, polls=polls, owner=owner)
+            )
+        )
     await service.run()
 
 
