@@ -10,7 +10,7 @@ import socket
 
 from eventos import names
 from eventos.control.intent_deliverer import Deliverer, deliverer_loop
-from eventos.delivery.relay import Relay, lanes, relay_loop
+from eventos.delivery.relay import Relay, lanes_loop
 from eventos.health.loop import supervise_loop
 from eventos.health.turn_watchdog import watchdog_loop
 from eventos.health.upkeep import upkeep_loop
@@ -30,11 +30,7 @@ async def main() -> None:
     relay_id = os.environ.get("EVENTOS_RELAY_ID") or f"{socket.gethostname()}:{os.getpid()}"
     relay = Relay(connected.pool, connected.temporal, relay_id,
                   owner_task_queue=names.owner_queue(names.WORKFLOW_QUEUE))  # fmt: skip
-    for lane in lanes(relay):  # the owner's (C1) never waits for a pass over the others'
-        wake = connected.signal.fork()
-        service.loops.append(
-            lambda lane=lane, wake=wake: relay_loop(lane, wake, cfg.service.poll_interval_s)
-        )
+    service.loops.append(lambda: lanes_loop(relay, connected.signal, cfg.service.poll_interval_s))
     deliverer = Deliverer(connected.pool, connected.temporal, sched=SchedConfig.from_env(),
                           outbox=outbox)  # fmt: skip
     service.loops.append(lambda: deliverer_loop(deliverer, cfg.service.poll_interval_s))

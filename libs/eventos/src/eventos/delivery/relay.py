@@ -647,6 +647,15 @@ def lanes(relay: Relay) -> tuple[Relay, Relay]:
                                       _at_once=asyncio.Semaphore(STREAMS_AT_ONCE))  # fmt: skip
 
 
+async def lanes_loop(relay: Relay, wake: WakeSignal, poll_s: float) -> None:
+    """The relay service's delivery: the owner's lane and the others' (`lanes`), each in a
+    loop of its own waking on kicks of its own, so an owner's input is served while a pass over
+    background streams still runs."""
+    async with asyncio.TaskGroup() as group:
+        for lane in lanes(relay):
+            group.create_task(relay_loop(lane, wake.fork(), poll_s))
+
+
 async def relay_loop(relay: Relay, wake: WakeSignal, poll_s: float) -> None:
     """Serve streams while there is work; otherwise wait for a kick or the poll interval."""
     while True:
