@@ -5,8 +5,9 @@
 Starts an embedded PostgreSQL and the Temporal dev server (tier S flags), or takes a fresh
 database on EVENTOS_DATABASE_URL's server and TEMPORAL_ADDRESS, and runs the router,
 the relay and the workers (workflows, LLM steps, egress) in this process, with admission capacity
-`--capacity`, as the services run them: the router on its own loop, the relay's two lanes (the
-owner's and the others') on theirs, and the owner's conversations on their own workflow queue.
+`--capacity`, as the services run them: the router's two lanes (the owner's and the others')
+and the relay's two on loops of their own, the owner's conversations on a workflow queue of
+their own.
 Two employees on the local provider, whose steps each take `--delay` seconds.
 
 1. Baseline (`--baseline-s`, 20): only the owners chat (a message every 5 s each), nothing else
@@ -144,8 +145,9 @@ async def measure(
         relay_type = TracingRelay if args.trace else Relay
         relay = relay_type(pool, TemporalConnection(ts), "fairness-relay",
                            owner_task_queue=names.owner_queue(names.WORKFLOW_QUEUE))  # fmt: skip
-        # As the services run them: the router apart, and the relay's two lanes each on its own.
-        loops = [asyncio.create_task(forever(lambda: route(pool)))]
+        # As the services run them: the router's two lanes and the relay's, each on its own loop.
+        loops = [asyncio.create_task(forever(lambda owner=owner: route(pool, owner)))
+                 for owner in (True, False)]  # fmt: skip
         for lane in lanes(relay):
             if isinstance(lane, TracingRelay) and isinstance(relay, TracingRelay):
                 lane.calls = relay.calls
@@ -182,9 +184,9 @@ async def forever(step: Callable[[], Awaitable[float]]) -> None:
         await asyncio.sleep(pause)
 
 
-async def route(pool: AsyncConnectionPool[Conn]) -> float:
+async def route(pool: AsyncConnectionPool[Conn], owner: bool) -> float:
     async with pool.connection() as conn:
-        await route_pass(conn)
+        await route_pass(conn, owner=owner)
     return 0.05
 
 
