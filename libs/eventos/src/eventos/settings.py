@@ -203,12 +203,13 @@ class WorkflowSettings:
         integers), else WORKFLOW_TASK_SLOTS and OWNER_WORKFLOW_TASK_SLOTS."""
         env = os.environ if env is None else env
         return cls(
-            _slots(env, "EVENTOS_WORKFLOW_TASK_SLOTS", WORKFLOW_TASK_SLOTS),
-            _slots(env, "EVENTOS_OWNER_WORKFLOW_TASK_SLOTS", OWNER_WORKFLOW_TASK_SLOTS),
+            positive_int(env, "EVENTOS_WORKFLOW_TASK_SLOTS", WORKFLOW_TASK_SLOTS),
+            positive_int(env, "EVENTOS_OWNER_WORKFLOW_TASK_SLOTS", OWNER_WORKFLOW_TASK_SLOTS),
         )
 
 
-def _slots(env: Mapping[str, str], name: str, default: int) -> int:
+def positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    """A settings class's positive integer `name` of `env`, else `default` (ConfigError)."""
     raw = env.get(name, "").strip()
     if not raw:
         return default
