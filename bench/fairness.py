@@ -5,7 +5,10 @@
 Starts an embedded PostgreSQL and the Temporal dev server (tier S flags), or takes a fresh
 database on EVENTOS_DATABASE_URL's server and TEMPORAL_ADDRESS, and runs the router,
 the relay and the workers (workflows, LLM steps, egress) in this process, with admission capacity
-`--capacity`. Two employees on the local provider, whose steps each take `--delay` seconds.
+`--capacity`, as the services run them: the router's two lanes (the owner's and the others')
+and the relay's two on loops of their own, the owner's conversations on a workflow queue of
+their own.
+Two employees on the local provider, whose steps each take `--delay` seconds.
 
 1. Baseline (`--baseline-s`, 20): only the owners chat (a message every 5 s each), nothing else
    waits; the owner's admission wait.
@@ -17,6 +20,7 @@ the relay and the workers (workflows, LLM steps, egress) in this process, with a
    100 background turns wait) with its ratio to the baseline; the owner's message to its turn's
    start (issue 27's target: p99 ≤ 300 ms) and to its reply, less the step's `--delay` (target:
    p99 ≤ 600 ms).
+3. With `--trace`: each owner message of the load window stage by stage (`bench/owner_trace.py`).
 
 Each target prints PASS or MISS; the driver exits 3 when one is missed (`--no-fail`: 0; a
 `--quick` smoke run exits 0 whatever its figures say).
@@ -48,13 +52,14 @@ from harness import (
     run_in_temp_folder,
     temporal_server,
 )
+from owner_trace import TracingRelay, trace
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
 from eventos.bus.inbox import IngressRecord, append
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
-from eventos.delivery.relay import Relay
+from eventos.delivery.relay import Relay, lanes
 from eventos.delivery.routing import route_pass
 from eventos.employees import lifecycle
 from eventos.llm.activity import LlmActivities
@@ -123,13 +128,22 @@ async def measure(
     acts = DbActivities(pool, cfg, outbox=OutboxKeys.parse(new_key_entry("bench")))
     async with httpx.AsyncClient() as http, contextlib.AsyncExitStack() as stack:
         llm = LlmActivities(http, SecretStore(env={}), pool, endpoints=LlmEndpoints())
-        workers = [workflow_worker(client, db=acts), egress_worker(client, acts)]
+        workers = [workflow_worker(client, db=acts), workflow_worker(client, db=acts, owner=True),
+                   egress_worker(client, acts)]  # fmt: skip
         slots = max(capacity + len(EMPLOYEES), max(DEFAULT_CLASS_MAX.values()))
         workers += [llm_worker(client, k, slots, llm) for k in names.CLASSES]
         for w in workers:
             await stack.enter_async_context(w)
-        relay = Relay(pool, TemporalConnection(ts), "fairness-relay")
-        loops = [asyncio.create_task(forever(lambda: pump(pool, relay)))]
+        relay_type = TracingRelay if args.trace else Relay
+        relay = relay_type(pool, TemporalConnection(ts), "fairness-relay",
+                           owner_task_queue=names.owner_queue(names.WORKFLOW_QUEUE))  # fmt: skip
+        # As the services run them: the router's two lanes and the relay's, each on its own loop.
+        loops = [asyncio.create_task(forever(lambda owner=owner: route(pool, owner)))
+                 for owner in (True, False)]  # fmt: skip
+        for lane in lanes(relay):
+            if isinstance(lane, TracingRelay) and isinstance(relay, TracingRelay):
+                lane.calls = relay.calls
+            loops.append(asyncio.create_task(forever(lambda lane=lane: pump(lane))))
         loops.append(asyncio.create_task(forever(lambda: owners_chat(pool, delay))))
         try:
             t0 = datetime.now(UTC)
@@ -141,6 +155,8 @@ async def measure(
             progress(f"load: every class backlogged for {seconds:.0f} s (capacity {capacity})")
             waiting = await watch(pool, seconds)
             await report(pool, t1, baseline, waiting, args.delay, targets)
+            if isinstance(relay, TracingRelay):
+                await trace(pool, client, t1, args.delay, relay.calls)
         finally:
             for task in loops:
                 task.cancel()
@@ -160,9 +176,13 @@ async def forever(step: Callable[[], Awaitable[float]]) -> None:
         await asyncio.sleep(pause)
 
 
-async def pump(pool: AsyncConnectionPool[Conn], relay: Relay) -> float:
+async def route(pool: AsyncConnectionPool[Conn], owner: bool) -> float:
     async with pool.connection() as conn:
-        await route_pass(conn)
+        await route_pass(conn, owner=owner)
+    return 0.05
+
+
+async def pump(relay: Relay) -> float:
     await relay.pass_once()
     return 0.05
 
@@ -275,16 +295,21 @@ async def report(pool: AsyncConnectionPool[Conn], since: datetime,
           f"target p99 ≤ {TARGET_REPLY_P99_S * 1000:.0f} ms: {verdict}")  # fmt: skip
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     exit_on_signals()  # SIGTERM unwinds too, so the servers this started are stopped
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=300.0)
     parser.add_argument("--delay", type=float, default=1.0, help="seconds per LLM step")
     parser.add_argument("--capacity", type=int, default=8)
     parser.add_argument("--baseline-s", type=float, default=20.0, help="owners alone, seconds")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="then trace each owner message stage by stage (bench/owner_trace.py)",
+    )
     add_no_fail(parser)
     tiny = {"seconds": 2.0, "delay": 0.1, "capacity": 2, "baseline_s": 2.0}
-    args = parse_with_quick(parser, tiny)
+    args = parse_with_quick(parser, tiny, argv)
     targets = Targets()
     run_in_temp_folder("eventos-fairness-", lambda f: run(f, args, targets))
     return targets.exit_code(args)

@@ -70,6 +70,8 @@ FIGURES = {
     "fairness.py": ["turns admitted in the load window", "share", "floor",
                     "owner admission wait under load", "owner message to turn start",
                     "owner message to reply", "targets:"],
+    "owner_trace.py": ["turns admitted in the load window", "owner messages traced:", "stage",
+                       "p50", "p99", "targets:"],
     "ingress.py": ["Webhook ingress vs baseline", "ok/s", "p99 ms", "server CPU%",
                    "saturation throughput ingress/baseline", "commit check ingress"],
     "publish.py": ["EventIngress.Publish", "events/s", "ack p99 ms", "1 stream throughput",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -19,7 +20,7 @@ from eventos import names
 from eventos.contracts import EntityStatus
 from eventos.db import Conn
 from eventos.db.sql import Q
-from eventos.delivery.relay import Breaker, Relay, StaleLease
+from eventos.delivery.relay import Breaker, Relay, StaleLease, lanes_loop
 from eventos.employees import lifecycle
 from eventos.local.ports import free_port
 from eventos.outbox.keys import OutboxKeys
@@ -27,6 +28,7 @@ from eventos.owner import chat
 from eventos.runtime.metrics import BREAKERS_OPEN, DEAD_LETTERS, RELAY_LAG
 from eventos.runtime.payload_guard import connect
 from eventos.runtime.temporal import TemporalConnection
+from eventos.runtime.wake import WakeSignal
 from eventos.settings import TemporalSettings
 from eventos.testing import wait_for
 from eventos.workers.activities import DbActivities
@@ -505,3 +507,76 @@ async def test_one_call_in_flight_per_stream(
     assert sorted(sent) == [0, 2]  # the second serving of the stream found it being served
     status = await entity(client, pool)
     assert (status.received, status.signals, status.dropped) == (32, 2, 0)
+
+
+async def test_the_owners_lane_delivers_while_a_pass_over_background_streams_is_busy(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings,
+) -> None:  # fmt: skip
+    """The relay service's loop (`lanes_loop`): a background stream's call hangs mid-pass, and
+    an owner message routed meanwhile is still delivered (issue 27: one loop made it wait for
+    the whole pass)."""
+    release, held = asyncio.Event(), []
+
+    class HangingBackground(Relay):
+        async def _send(self, stream: dict[str, Any], batch: list[Any]) -> bool:
+            if min(item.klass for item in batch) != names.C1_OWNER:
+                held.append(stream["stream_key"])
+                await release.wait()
+            return await super()._send(stream, batch)
+
+    await append_all(pool, [driver_event("bg", 0)])
+    await route_until_done(pool)
+    relay = HangingBackground(pool, TemporalConnection(temporal_settings), "relay-a",
+                              task_queue=task_queue)  # fmt: skip
+    wake = WakeSignal()
+    loop = asyncio.create_task(lanes_loop(relay, wake, 0.2))
+
+    async def hanging() -> bool:
+        return bool(held)
+
+    try:
+        await wait_for(hanging, timeout=10, what="a background call in flight")
+        async with pool.connection() as conn:
+            await chat.send(conn, employee, uuid.uuid4().hex, "me, now")
+        await route_until_done(pool)
+        wake.set()
+        talk = "SELECT delivered_seq FROM bus_streams WHERE lane = %s AND delivered_seq > 0"
+
+        async def owner_delivered() -> bool:
+            return bool(await query(pool, talk, names.LANE_TALK))
+
+        await wait_for(owner_delivered, timeout=10, what="the owner's message delivered")
+        assert not release.is_set() and held == [held[0]]  # the background call still hangs
+    finally:
+        release.set()
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
+
+
+async def test_the_owners_conversation_and_its_turn_run_on_the_owners_queue(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings, outbox_keys: OutboxKeys,
+) -> None:  # fmt: skip
+    """With `owner_task_queue`, the owner chat's entity and its turn start on the owner's
+    workflow queue, served by a worker of that queue; other conversations stay on theirs."""
+    owner_queue = names.owner_queue(task_queue)
+    await append_all(pool, [driver_event("bg", 0)])
+    async with pool.connection() as conn:
+        await chat.send(conn, employee, uuid.uuid4().hex, "hello")
+    await route_until_done(pool)
+    relay = relay_for(pool, temporal_settings, task_queue, owner_task_queue=owner_queue)
+    db = DbActivities(pool, outbox=outbox_keys)
+    async with workflow_worker(client, task_queue, db, owner=True):
+        assert await drain(relay) == 2
+        rows = await query(pool, "SELECT lane, entity_id FROM bus_streams")
+        queues = {}
+        for row in rows:
+            described = await client.get_workflow_handle(row["entity_id"]).describe()
+            queues[row["lane"]] = described.task_queue
+        assert queues == {names.LANE_TALK: owner_queue, names.LANE_WORKER: task_queue}
+        turns = "SELECT id FROM turns WHERE thread = 'main' AND class = 1"
+        (turn,) = await wait_for(lambda: query(pool, turns), timeout=20, what="the owner's turn")
+        described = await client.get_workflow_handle(turn["id"]).describe()
+        assert described.task_queue == owner_queue

@@ -20,6 +20,10 @@ CLASSES: Final = (C1_OWNER, C2_CUSTOMER, C3_INTERNAL, C4_BACKGROUND)
 # Temporal task queues.
 WORKFLOW_QUEUE: Final = "workflows"
 EGRESS_QUEUE: Final = "egress"
+# The owner's conversations (and their turns) run on a workflow queue of their own beside each
+# workflow queue, polled by the same workers-workflow processes with workflow task slots of its
+# own: no background workflow task stands between the owner's message and its reply (issue 27).
+OWNER_QUEUE_SUFFIX: Final = ".owner"
 # Reserved floors of the classes (SPEC §9): shares of admitted turns and, while Temporal
 # pushes back, of the relay's Signal rate.
 CLASS_FLOORS: Final = {C1_OWNER: 0.30, C2_CUSTOMER: 0.40, C3_INTERNAL: 0.15, C4_BACKGROUND: 0.15}
@@ -202,8 +206,20 @@ LLM_ENDPOINT_NOT_ALLOWED: Final = "LlmEndpointNotAllowed"
 
 def queue_for(base: str, workflow_queue: str) -> str:
     """An activity queue next to a workflow queue: the plain name on the instance's own
-    queue, else namespaced by it (so tests sharing one Temporal server never cross)."""
-    return base if workflow_queue == WORKFLOW_QUEUE else f"{workflow_queue}.{base}"
+    queue, else namespaced by it (so tests sharing one Temporal server never cross); the owner's
+    workflow queue shares its home queue's activity queues."""
+    home = workflow_queue.removesuffix(OWNER_QUEUE_SUFFIX)
+    return base if home == WORKFLOW_QUEUE else f"{home}.{base}"
+
+
+def owner_queue(workflow_queue: str) -> str:
+    """The workflow queue of the owner's conversations beside `workflow_queue`."""
+    return workflow_queue + OWNER_QUEUE_SUFFIX
+
+
+def owners_conversation(stream_key: str, thread: str) -> bool:
+    """The owner's own conversation: the owner chat (lane talk), not a user's (SPEC §17)."""
+    return lane_of(stream_key) == LANE_TALK and not thread.startswith(USER_THREAD_PREFIX)
 
 
 ACT_DEAD_LETTER: Final = "dead_letter_inputs"

@@ -185,6 +185,9 @@ class TemporalSettings:
 # each retry replayed again, so no turn started for minutes (the fault run). Tasks beyond the
 # slots wait in Temporal's queue, where no timeout runs.
 WORKFLOW_TASK_SLOTS = 4
+# Of the owner's workflow queue (EVENTOS_OWNER_WORKFLOW_TASK_SLOTS), on top of those: an owner's
+# conversation or turn never waits for a slot held by background work.
+OWNER_WORKFLOW_TASK_SLOTS = 2
 
 
 @dataclass(frozen=True)
@@ -192,18 +195,27 @@ class WorkflowSettings:
     """How a workers-workflow process runs its workflow tasks."""
 
     task_slots: int = WORKFLOW_TASK_SLOTS
+    owner_task_slots: int = OWNER_WORKFLOW_TASK_SLOTS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkflowSettings:
-        """`EVENTOS_WORKFLOW_TASK_SLOTS` (a positive integer), else WORKFLOW_TASK_SLOTS."""
-        raw = (os.environ if env is None else env).get("EVENTOS_WORKFLOW_TASK_SLOTS", "").strip()
-        if not raw:
-            return cls()
-        if not raw.isdigit() or int(raw) < 1:
-            raise ConfigError(
-                f"EVENTOS_WORKFLOW_TASK_SLOTS must be a positive integer, got {raw!r}"
-            )
-        return cls(int(raw))
+        """`EVENTOS_WORKFLOW_TASK_SLOTS` and `EVENTOS_OWNER_WORKFLOW_TASK_SLOTS` (positive
+        integers), else WORKFLOW_TASK_SLOTS and OWNER_WORKFLOW_TASK_SLOTS."""
+        env = os.environ if env is None else env
+        return cls(
+            positive_int(env, "EVENTOS_WORKFLOW_TASK_SLOTS", WORKFLOW_TASK_SLOTS),
+            positive_int(env, "EVENTOS_OWNER_WORKFLOW_TASK_SLOTS", OWNER_WORKFLOW_TASK_SLOTS),
+        )
+
+
+def positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    """A settings class's positive integer `name` of `env`, else `default` (ConfigError)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {raw!r}")
+    return int(raw)
 
 
 TOOLS_BIN_VAR = "EVENTOS_TOOLS_BIN"

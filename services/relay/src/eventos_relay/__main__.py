@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 import socket
 
+from eventos import names
 from eventos.control.intent_deliverer import Deliverer, deliverer_loop
-from eventos.delivery.relay import Relay, relay_loop
+from eventos.delivery.relay import Relay, lanes_loop
 from eventos.health.loop import supervise_loop
 from eventos.health.turn_watchdog import watchdog_loop
 from eventos.health.upkeep import upkeep_loop
@@ -27,8 +28,9 @@ async def main() -> None:
     cfg = ConnectedConfig.from_env("relay", wake=True)
     service, connected = await build_connected(cfg)
     relay_id = os.environ.get("EVENTOS_RELAY_ID") or f"{socket.gethostname()}:{os.getpid()}"
-    relay = Relay(connected.pool, connected.temporal, relay_id)
-    service.loops.append(lambda: relay_loop(relay, connected.signal, cfg.service.poll_interval_s))
+    relay = Relay(connected.pool, connected.temporal, relay_id,
+                  owner_task_queue=names.owner_queue(names.WORKFLOW_QUEUE))  # fmt: skip
+    service.loops.append(lambda: lanes_loop(relay, connected.signal, cfg.service.poll_interval_s))
     deliverer = Deliverer(connected.pool, connected.temporal, sched=SchedConfig.from_env(),
                           outbox=outbox)  # fmt: skip
     service.loops.append(lambda: deliverer_loop(deliverer, cfg.service.poll_interval_s))

@@ -7,6 +7,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -54,13 +55,15 @@ def count(stats: RouteStats) -> None:
 
 
 async def route_loop(
-    pool: AsyncConnectionPool[Conn], signal: WakeSignal, kicker: Kicker | None, poll_s: float
-) -> None:
-    """Route until nothing is accepted, then wait for a kick or the poll interval."""
+    pool: AsyncConnectionPool[Conn], signal: WakeSignal, kicker: Kicker | None, poll_s: float,
+    owner: bool | None = None,
+) -> None:  # fmt: skip
+    """Route until nothing is accepted, then wait for a kick or the poll interval (`owner`:
+    the sources holding owner rows only, or the others only; see `route_pass`)."""
     while True:
         try:
             async with pool.connection() as conn:
-                stats = await route_pass(conn)
+                stats = await route_pass(conn, owner=owner)
             count(stats)
             if stats.deliveries and kicker is not None:
                 kicker.kick()
@@ -132,6 +135,9 @@ async def build(cfg: RouterConfig) -> Service:
     if kicker is not None:
         kicker.start()
     servicer = WakeServicer(signal)
+    # The owner's lane and the others', side by side, each waking on a fork of the kick.
+    routing = [partial(route_loop, pool, signal.fork(), kicker, cfg.service.poll_interval_s, owner)
+               for owner in (True, False)]  # fmt: skip
     return Service(
         name=NAME,
         host=cfg.service.host,
@@ -140,7 +146,7 @@ async def build(cfg: RouterConfig) -> Service:
         checks={"database": database_ready},
         grpc_registrars=[lambda s: wake_pb2_grpc.add_WakeServicer_to_server(servicer, s)],
         loops=[
-            lambda: route_loop(pool, signal, kicker, cfg.service.poll_interval_s),
+            *routing,
             lambda: upkeep_loop(pool),
             lambda: messaging_loop(pool, cfg.messaging),
         ],

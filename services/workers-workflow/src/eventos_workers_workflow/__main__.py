@@ -1,6 +1,13 @@
-"""`python -m eventos_workers_workflow`: every workflow type and the database activities."""
+"""`python -m eventos_workers_workflow`: every workflow type and the database activities, on the
+instance's workflow queue and on the owner's beside it."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from temporalio.client import Client
+from temporalio.worker import Worker
 
 from eventos.outbox.keys import OutboxKeys
 from eventos.polls.activities import PollActivities
@@ -19,9 +26,12 @@ async def main() -> None:
     db = DbActivities(connected.pool, SchedConfig.from_env(), outbox=outbox,
                       supervision=SupervisionSettings.from_env())  # fmt: skip
     polls = PollActivities(connected.pool, SecretStore.from_env())  # poll auth: secret references
-    service.loops.append(
-        lambda: run_forever(connected.temporal, lambda c: workflow_worker(c, db=db, polls=polls))
-    )
+
+    def worker(owner: bool) -> Callable[[Client], Worker]:
+        return lambda c: workflow_worker(c, db=db, polls=polls, owner=owner)
+
+    # The instance's workflow queue, and the owner's beside it (slots of its own).
+    service.loops += [partial(run_forever, connected.temporal, worker(o)) for o in (False, True)]
     await service.run()
 
 

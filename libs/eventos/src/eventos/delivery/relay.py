@@ -18,16 +18,23 @@ batches go from the same read (the gates as that read saw them); it is read agai
 a commit on the same connection, only when that read may have left inputs out. The commit of a
 stream's last batch of the pass gives its lease back in the same statement.
 
-Claimed streams are served class by class, owner first. When Temporal pushes back
-(RESOURCE_EXHAUSTED) the lowest class still served pauses first, the calls per pass halve
-(from 64, and grow back one per accepted call), and for the next 30 s the calls of each pass are
-shared among the classes by deficit round-robin weighted by their floors, one batch per
-stream, so no class starves and none takes the others' share.
+Claimed streams are served class by class, owner first. The relay service runs two lanes
+(`lanes`): one claims the streams whose top pending input is the owner's (C1), the other the
+rest, each with its own loop, serving places and statements, so an owner's input never waits
+for a pass over background streams; a stream is leased by one lane at a time, and the lanes share
+the per-entity rate, the breaker and the pushback. The owner's own conversations (owner chat)
+start on the owner's workflow queue when `owner_task_queue` is set (names.owner_queue).
+
+When Temporal pushes back (RESOURCE_EXHAUSTED) the lowest class still served pauses first, the
+calls per pass halve (from 64, and grow back one per accepted call), and for the next 30 s the
+calls of each pass are shared among the classes by deficit round-robin weighted by their floors,
+one batch per stream, so no class starves and none takes the others' share.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import Counter, defaultdict, deque
@@ -262,6 +269,10 @@ class Relay:
     temporal: TemporalConnection
     relay_id: str
     task_queue: str = names.WORKFLOW_QUEUE
+    # Where the owner's conversations start (names.owner_queue(task_queue) in the relay service,
+    # whose workers-workflow poll it); None: on `task_queue` like the rest.
+    owner_task_queue: str | None = None
+    classes: tuple[int, ...] = names.CLASSES  # the top pending classes this relay claims
     lease_ttl_s: float = LEASE_TTL_S
     entity_roll_after: int = names.ENTITY_ROLL_AFTER
     entity_idle_s: float | None = None  # None: the lane's default (SPEC §7)
@@ -288,7 +299,7 @@ class Relay:
         """Claim streams and serve each; returns how many batches Temporal accepted."""
         if self.breaker.opened and (not self.breaker.may_probe() or not await self._probe()):
             return 0
-        classes = self.pauses.active()
+        classes = [c for c in self.pauses.active() if c in self.classes]
         if not classes:
             return 0
         async with self.pool.connection() as conn:
@@ -498,7 +509,7 @@ class Relay:
                 names.WF_CONVERSATION,
                 cursor,
                 id=stream["entity_id"],
-                task_queue=self.task_queue,
+                task_queue=self._queue_of(stream),
                 start_signal=names.SIGNAL_DELIVER,
                 start_signal_args=[DeliverBatch(stream["stream_key"], batch)],
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
@@ -519,6 +530,11 @@ class Relay:
         )
         self.pauses.relax(min(item.klass for item in batch))
         return True
+
+    def _queue_of(self, stream: dict[str, Any]) -> str:
+        """The workflow queue a run of the stream's entity starts on (a running one keeps its)."""
+        owners = names.owners_conversation(stream["stream_key"], stream["thread"])
+        return self.owner_task_queue if owners and self.owner_task_queue else self.task_queue
 
     async def _refused(self, stream_key: str, batch: list[DeliveryItem], exc: RPCError) -> bool:
         if exc.status in UNAVAILABLE:
@@ -617,6 +633,27 @@ class Relay:
             killed = await conn.execute(Q["deliveries_kill_stream"], {"stream_key": stream_key})
             await conn.execute(Q["stream_refresh_pending"], {"stream_key": stream_key})
         count_dead(DEAD_RESET, killed.rowcount)
+
+
+def lanes(relay: Relay) -> tuple[Relay, Relay]:
+    """The owner's lane (streams whose top pending input is C1) and the others' lane of
+    `relay`: each claims its own streams under its own lease owner and serves them with its own
+    places and grouped statements; they share the per-entity rate, the streams being served,
+    the breaker and the pushback (dataclasses.replace passes the same objects)."""
+    owner = dataclasses.replace(relay, relay_id=f"{relay.relay_id}:c1", classes=(names.C1_OWNER,),
+                                _at_once=asyncio.Semaphore(STREAMS_AT_ONCE))  # fmt: skip
+    others = tuple(c for c in relay.classes if c != names.C1_OWNER)
+    return owner, dataclasses.replace(relay, classes=others,
+                                      _at_once=asyncio.Semaphore(STREAMS_AT_ONCE))  # fmt: skip
+
+
+async def lanes_loop(relay: Relay, wake: WakeSignal, poll_s: float) -> None:
+    """The relay service's delivery: the owner's lane and the others' (`lanes`), each in a
+    loop of its own waking on kicks of its own, so an owner's input is served while a pass over
+    background streams still runs."""
+    async with asyncio.TaskGroup() as group:
+        for lane in lanes(relay):
+            group.create_task(relay_loop(lane, wake.fork(), poll_s))
 
 
 async def relay_loop(relay: Relay, wake: WakeSignal, poll_s: float) -> None:

@@ -528,12 +528,14 @@ async def _expire_ticks(conn: Conn, found: list[dict[str, Any]],
         await conn.execute(Q["cron_ticks_expire"], {"subscriptions": ids, "stream_keys": []})
 
 
-async def route_pass(conn: Conn, *, sources: int = SOURCES_PER_PASS,
-                     now: datetime | None = None) -> RouteStats:  # fmt: skip
+async def route_pass(conn: Conn, *, sources: int = SOURCES_PER_PASS, now: datetime | None = None,
+                     owner: bool | None = None) -> RouteStats:  # fmt: skip
     """One pass over the sources with accepted rows, in one transaction (`now`: the storm
-    guards' clock)."""
+    guards' clock); with `owner`, over those holding owner (C1) rows only, or (False) over
+    the others only: the router's owner lane never waits for a pass over background sources."""
     stats = RouteStats()
-    cur = await conn.execute(Q["ingress_sources_pending"], {"limit": sources})
+    params = {"limit": sources, "owner": owner}
+    cur = await conn.execute(Q["ingress_sources_pending"], params)
     pending = [str(r["source_key"]) for r in await cur.fetchall()]
     await conn.commit()
     if pending:

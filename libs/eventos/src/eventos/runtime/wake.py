@@ -24,9 +24,20 @@ class WakeSignal:
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._forks: list[WakeSignal] = []
 
     def set(self) -> None:
         self._event.set()
+        for fork in self._forks:
+            fork.set()
+
+    def fork(self) -> WakeSignal:
+        """A signal set with this one and cleared on its own: each loop of a service that
+        waits for the same kicks waits on a fork of its own (one loop's wait must not clear
+        a kick another loop has not seen)."""
+        fork = WakeSignal()
+        self._forks.append(fork)
+        return fork
 
     async def wait(self, timeout: float) -> bool:
         """True when kicked before `timeout`; clears the signal either way."""

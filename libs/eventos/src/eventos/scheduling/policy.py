@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Final
 
 from eventos import names
-from eventos.errors import ConfigError
+from eventos.settings import positive_int
 
 # Turns running at once per instance, and per class (keep each class's LLM worker slots at
 # least this high, so a granted turn's step never waits for a worker slot).
@@ -46,21 +46,12 @@ class SchedConfig:
     def from_env(cls, env: Mapping[str, str] | None = None) -> SchedConfig:
         """`EVENTOS_SCHED_CAPACITY` and `EVENTOS_SCHED_CLASS_MAX_C1`…`_C4` (positive integers)."""
         env = os.environ if env is None else env
-        capacity = _positive(env, "EVENTOS_SCHED_CAPACITY", DEFAULT_CAPACITY)
+        capacity = positive_int(env, "EVENTOS_SCHED_CAPACITY", DEFAULT_CAPACITY)
         class_max = {
-            k: _positive(env, f"EVENTOS_SCHED_CLASS_MAX_C{k}", DEFAULT_CLASS_MAX[k])
+            k: positive_int(env, f"EVENTOS_SCHED_CLASS_MAX_C{k}", DEFAULT_CLASS_MAX[k])
             for k in names.CLASSES
         }
         return cls(capacity=capacity, class_max=class_max)
-
-
-def _positive(env: Mapping[str, str], var: str, default: int) -> int:
-    raw = env.get(var, "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit() or int(raw) < 1:
-        raise ConfigError(f"{var} must be a positive integer, got {raw!r}")
-    return int(raw)
 
 
 @dataclass(frozen=True)

@@ -38,10 +38,14 @@ def workflow_worker(
     db: DbActivities | None = None,
     tools: ToolActivities | None = None,
     polls: PollActivities | None = None,
+    *,
+    owner: bool = False,
 ) -> Worker:
     """Every workflow type, the database activities, the supervisor's effects, the tool calls
     and the poll activity (SPEC §4 workers-workflow); tools and polls resolve their secrets
-    from the environment unless given."""
+    from the environment unless given. With `owner`, the worker of the owner's workflow queue
+    beside `task_queue` (the owner's conversations and their turns, with slots of its own):
+    a workers-workflow process runs both."""
     activities = []
     if db is not None:
         tools = tools or ToolActivities.from_env(db.pool)
@@ -49,9 +53,12 @@ def workflow_worker(
         activities = db.workflow_queue_activities() + SupervisorActivities(db.pool).activities()
         activities += tools.activities() + polls.activities()
         activities += AlarmActivities(db.pool, AlarmSettings.from_env()).activities()
-    return Worker(client, task_queue=task_queue, workflows=WORKFLOWS, activities=activities,
+    settings = WorkflowSettings.from_env()
+    queue = names.owner_queue(task_queue) if owner else task_queue
+    slots = settings.owner_task_slots if owner else settings.task_slots
+    return Worker(client, task_queue=queue, workflows=WORKFLOWS, activities=activities,
                   build_id=worker_build_id(), interceptors=[RetryCount()],
-                  max_concurrent_workflow_tasks=WorkflowSettings.from_env().task_slots)  # fmt: skip
+                  max_concurrent_workflow_tasks=slots)  # fmt: skip
 
 
 def egress_worker(

@@ -59,9 +59,13 @@ SELECT count(*) AS n FROM (
 
 -- name: ingress_sources_pending
 -- Sources with accepted rows, those holding the highest class first (the owner's chat is never
--- left for a later pass behind a backlog of background sources), then oldest first.
+-- left for a later pass behind a backlog of background sources), then oldest first. With
+-- `owner` true only the sources holding owner (C1) rows, with false only the others, with NULL
+-- all: the router's owner lane routes the former in passes of their own.
 SELECT source_key FROM bus_ingress WHERE status = 'accepted'
-GROUP BY source_key ORDER BY min(class) NULLS LAST, min(id) LIMIT %(limit)s;
+GROUP BY source_key
+HAVING %(owner)s::bool IS NULL OR coalesce(min(class) = 1, false) = %(owner)s::bool
+ORDER BY min(class) NULLS LAST, min(id) LIMIT %(limit)s;
 
 -- name: ingress_mark
 -- Settle one ingress row after routing.
