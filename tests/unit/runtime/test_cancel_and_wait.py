@@ -40,3 +40,21 @@ async def test_a_task_that_never_stops_is_left_and_named(caplog: pytest.LogCaptu
     task.cancel()
     await asyncio.wait([task])
     assert task.done()
+
+
+async def test_a_caller_cancelled_meanwhile_still_stops_its_tasks_first() -> None:
+    # A loop that stops loops of its own (the stream wake-ups' listener and sequencer) is
+    # cancelled again by its service while it waits for them: it still waits, then ends.
+    async def swallows_once() -> None:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(60)
+        await asyncio.sleep(60)
+
+    inner = asyncio.create_task(swallows_once())
+    await asyncio.sleep(0)
+    outer = asyncio.create_task(cancel_and_wait([inner], grace_s=5))
+    await asyncio.sleep(0)
+    outer.cancel()
+    await asyncio.wait([outer])
+    assert outer.cancelled()
+    assert inner.cancelled()  # stopped before its caller ended
