@@ -59,11 +59,9 @@ PG_PLATFORM_Linux_x86_64 := linux-x64
 PG_PLATFORM_Linux_aarch64 := linux-arm64
 PG_PLATFORM_Darwin_arm64 := darwin-arm64
 PG_CONTRIB := $(VENV)/.pg-contrib
-# `make test` runs on this many pytest-xdist workers (each its own PostgreSQL and Temporal). Most
-# tests wait (on servers, timers, processes booting): each worker used under 10% of a core, and
-# four ran the channels, CLI, console, bus and alarm tests in 6.9 min where two took 9.1 (on the
-# same busy 2-core machine). TEST_WORKERS=0 runs in one process.
-TEST_WORKERS ?= 4
+# `make test` runs on this many pytest-xdist workers (each its own PostgreSQL and Temporal); most
+# tests wait on servers, so two keep a 2-core machine busy. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 SERVICES := ingress router relay workers-workflow workers-llm egress
 IMAGE_REPOSITORY ?= eventos
 IMAGE_TAG ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
