@@ -10,6 +10,7 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 
 from eventos.db import Conn
+from eventos.owner import event_positions
 from eventos.owner.wakeups import StreamWakeups
 from eventos.runtime.service import cancel_and_wait
 from eventos.settings import DatabaseSettings
@@ -19,6 +20,11 @@ EVENT = """
 INSERT INTO chat_events (employee, session, kind, turn_id, dedupe_key, text)
 VALUES (%s, 'owner', 'notice', '', gen_random_uuid()::text, 'hi')
 """
+
+
+def owned_by(task: asyncio.Task[object], wakeups: StreamWakeups) -> bool:
+    frame = getattr(task.get_coro(), "cr_frame", None)
+    return frame is not None and frame.f_locals.get("self") is wakeups
 
 
 async def listening(wakeups: StreamWakeups, state: bool) -> bool:
@@ -67,3 +73,32 @@ async def test_a_lost_listener_polls_meanwhile_and_wakes_every_stream_when_back(
         ada.clear()
         await wait_for(lambda: listening(wakeups, True), timeout=15, what="the listener back")
         assert ada.is_set()  # what committed meanwhile is read at once
+
+
+async def test_a_sequencer_that_missed_its_cancellation_still_stops_with_the_service(
+    db_settings: DatabaseSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python 3.11's asyncio.wait_for can swallow a cancellation that races with its inner
+    # future: the sequencer's first cancellation is lost here, as it was in CI, where the
+    # sequencer went on placing against its test's dropped database.
+    placing = asyncio.Event()
+    swallowed: list[bool] = []
+    real_place = event_positions.place
+
+    async def place(conn: Conn) -> event_positions.Placed:
+        if not swallowed:
+            placing.set()
+            try:
+                await asyncio.Event().wait()  # until cancelled
+            except asyncio.CancelledError:
+                swallowed.append(True)
+        return await real_place(conn)
+
+    monkeypatch.setattr(event_positions, "place", place)
+    w = StreamWakeups(db_settings)
+    task = asyncio.create_task(w.run())
+    await asyncio.wait_for(placing.wait(), 10)
+    await cancel_and_wait([task], 10)
+    assert swallowed and task.done()
+    # No loop of these wake-ups is left running (a sequencer that was would place again).
+    assert [t for t in asyncio.all_tasks() if not t.done() and owned_by(t, w)] == []

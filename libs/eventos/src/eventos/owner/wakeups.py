@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from eventos.db import connect
 from eventos.db.sql import Q
 from eventos.owner import event_positions
+from eventos.runtime.service import cancel_and_wait
 from eventos.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ PLACE_POLL_S = 0.25  # while nobody listens
 PLACE_RECHECK_S = 5.0  # while the listener hears every commit (its notifications are hints)
 OPERATOR = "(operator)"  # the operator streams' topic; no employee name holds a parenthesis
 PLACED = "eventos_events_placed"
+STOP_S = 5.0  # a stopping service waits this long for the listener and the sequencer
 
 
 class StreamWakeups:
@@ -69,13 +71,20 @@ class StreamWakeups:
         """Listen and place until cancelled (the service stops: then every stream ends, and
         its client reconnects elsewhere or later); each reconnects while the database is
         away."""
+        loops = [asyncio.create_task(self._listen()), asyncio.create_task(self._place())]
         try:
-            async with asyncio.TaskGroup() as tasks:
-                tasks.create_task(self._listen())
-                tasks.create_task(self._place())
+            done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                t.result()  # neither ends on its own: a loop that did raises here
         finally:
+            # A loop ends at its next turn once closed, and is cancelled again until it ends:
+            # a TaskGroup cancels its tasks only once, and a sequencer whose cancellation 3.11's
+            # `asyncio.wait_for` swallowed went on placing (against a dropped database) long
+            # after its service stopped.
             self.closed = True
+            self._due.set()
             self.wake()
+            await cancel_and_wait(loops, STOP_S)
 
     def _heard(self, channel: str, payload: str) -> None:
         if channel != PLACED:
@@ -86,7 +95,7 @@ class StreamWakeups:
             self.wake(payload.removeprefix("chat:"))
 
     async def _listen(self) -> None:
-        while True:
+        while not self.closed:
             try:
                 conn = await connect(self.settings, autocommit=True)
                 async with conn:
@@ -105,11 +114,11 @@ class StreamWakeups:
             await asyncio.sleep(RECONNECT_S)
 
     async def _place(self) -> None:
-        while True:
+        while not self.closed:
             try:
                 conn = await connect(self.settings)
                 async with conn:
-                    while True:
+                    while not self.closed:
                         self._due.clear()  # before the run: a commit during it runs it again
                         placed = await event_positions.place(conn)
                         if placed.operator:
@@ -123,4 +132,5 @@ class StreamWakeups:
                 raise
             except Exception as exc:
                 log.warning("the event sequencer stopped (%s); again in %gs", exc, RECONNECT_S)
-            await asyncio.sleep(RECONNECT_S)
+            if not self.closed:
+                await asyncio.sleep(RECONNECT_S)

@@ -102,16 +102,24 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]], grace_s: float) ->
     """Cancel the tasks and wait for them, cancelling again every half second: Python 3.11's
     `asyncio.wait_for` (used by libraries such as psycopg_pool) can swallow a cancellation
     that races with its inner future finishing, and a task that missed one must still stop.
-    Tasks still running after `grace_s` are logged and left behind."""
+    Tasks still running after `grace_s` are logged and left behind. The caller cancelled
+    meanwhile (its own stopper cancels it again) still waits for them, then is cancelled."""
     pending = {t for t in tasks if not t.done()}
     deadline = time.monotonic() + grace_s
+    cancelled = False
     while pending and time.monotonic() < deadline:
         for t in pending:
             t.cancel()
-        _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
+        try:
+            _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
+        except asyncio.CancelledError:
+            cancelled = True
+            pending = {t for t in pending if not t.done()}
     if pending:
         log.warning("%d task(s) did not stop within %.0f s: %s", len(pending), grace_s,
                     ", ".join(t.get_name() for t in pending))  # fmt: skip
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 @dataclass(frozen=True)

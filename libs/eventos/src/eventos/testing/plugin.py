@@ -86,6 +86,16 @@ def _ended_sessions(root: Path) -> list[Path]:
     return sorted(ended, key=lambda f: f.stat().st_mtime, reverse=True)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests() -> None:
+    """The tests' bytecode is cached even where PYTHONDONTWRITEBYTECODE is set (as on the
+    project's machines): without it every pytest process (each xdist worker) parsed and
+    assertion-rewrote every test module again, 8 s of CPU a process (`make install` compiles
+    the code under test itself). Set before the first conftest or test module is imported;
+    the services the tests start as processes keep the environment as it is."""
+    sys.dont_write_bytecode = False
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """A session folder of its own for the run (its xdist workers take theirs inside it),
     unless --basetemp names one; ended sessions' folders past the newest few are removed."""
