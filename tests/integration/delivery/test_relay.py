@@ -580,3 +580,38 @@ async def test_the_owners_conversation_and_its_turn_run_on_the_owners_queue(
         (turn,) = await wait_for(lambda: query(pool, turns), timeout=20, what="the owner's turn")
         described = await client.get_workflow_handle(turn["id"]).describe()
         assert described.task_queue == owner_queue
+
+
+async def test_a_grouped_commit_takes_stream_rows_in_key_order_and_never_deadlocks_the_router(
+    employee: str, pool: AsyncConnectionPool[Conn], temporal_settings: TemporalSettings,
+    task_queue: str,
+) -> None:  # fmt: skip
+    """The router locks the stream rows it writes in key order; a grouped commit asked for the
+    streams in another order waits on the first key and holds none of the others meanwhile
+    (it took the last key first before, and the two deadlocked: one failed after a second)."""
+    await append_all(pool, [driver_event("first", n) for n in range(3)])
+    await append_all(pool, [driver_event("second", n) for n in range(3)])
+    await route_until_done(pool)
+    relay = relay_for(pool, temporal_settings, task_queue, "relay-a")
+    async with pool.connection() as conn:
+        params = {"owner": "relay-a", "classes": list(names.CLASSES), "limit": 2, "ttl_s": 60}
+        cur = await conn.execute(Q["stream_claim"], params)
+        tokens = {r["stream_key"]: int(r["fencing_token"]) for r in await cur.fetchall()}
+    low, high = sorted(tokens)
+    lock = "SELECT 1 FROM bus_streams WHERE stream_key = %s FOR UPDATE"
+    async with pool.connection() as router, router.transaction():
+        await router.execute(lock, (low,))
+        batches = [(key, tokens[key], 3, False, True) for key in (high, low)]
+        commit = asyncio.create_task(relay._commit_batches(batches))
+
+        async def commit_waits() -> bool:  # on the row the router holds
+            rows = await query(pool, """SELECT 1 FROM pg_stat_activity WHERE wait_event_type =
+                                        'Lock' AND query LIKE '%%bus_deliveries%%'""")  # fmt: skip
+            return bool(rows)
+
+        await wait_for(commit_waits, timeout=10, what="the grouped commit waiting on a lock")
+        await router.execute(lock, (high,))  # the router's next row, in key order
+    result = await asyncio.wait_for(commit, timeout=10)
+    assert {b[0]: r[0] for b, r in result.items()} == {high: True, low: True}
+    rows = await query(pool, "SELECT stream_key, delivered_seq FROM bus_streams")
+    assert {r["stream_key"]: r["delivered_seq"] for r in rows} == {low: 3, high: 3}

@@ -71,6 +71,10 @@ ORDER BY s.stream_key, d.seq;
 -- A delivery the router committed after this statement's snapshot is invisible here: then the
 -- router's own values are kept. One stream appears at most once (one call in flight per stream).
 -- A stream with `release` gives its lease back in the same statement (its last batch this pass).
+-- Lock order, so that no other writer deadlocks with it: the deliveries first (as a turn's save
+-- settles them before its stream), then the stream rows in key order (as the router takes
+-- them); each step reads the one before it as an InitPlan, which runs it to its end first
+-- (a data-modifying CTE nothing reads would run after the main UPDATE, in the join's order).
 WITH asked AS (
     SELECT * FROM unnest(%(stream_keys)s::text[], %(tokens)s::bigint[], %(throughs)s::bigint[],
                          %(releases)s::bool[])
@@ -89,6 +93,11 @@ WITH asked AS (
     FROM lease
     WHERE d.stream_key = lease.stream_key AND d.status = 'pending' AND d.seq <= lease.through
     RETURNING d.seq
+), locked AS (
+    SELECT s.stream_key FROM bus_streams s
+    WHERE s.stream_key IN (SELECT stream_key FROM lease) AND (SELECT count(*) FROM marked) >= 0
+    ORDER BY s.stream_key
+    FOR UPDATE OF s
 ), facts AS (
     SELECT lease.stream_key, lease.through, seen.last_seq, rest.top_class, rest.oldest
     FROM lease
@@ -100,6 +109,7 @@ WITH asked AS (
         SELECT min(class) AS top_class, min(created_at) AS oldest FROM bus_deliveries
         WHERE stream_key = lease.stream_key AND status = 'pending' AND seq > lease.through
     ) rest
+    WHERE (SELECT count(*) FROM locked) >= 0
 )
 UPDATE bus_streams s
 SET delivered_seq = greatest(s.delivered_seq, f.through),
