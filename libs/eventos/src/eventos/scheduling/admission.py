@@ -31,7 +31,6 @@ from eventos.scheduling.policy import Load, SchedConfig, Waiter
 
 OFFER_TTL_S = 60.0
 STALE_WAITER_S = 3 * names.ADMISSION_ASK_AGAIN_S
-WAITERS_READ = 2000  # waiters considered per serve (oldest first)
 BUDGET_HELD_CLASSES = (names.C3_INTERNAL, names.C4_BACKGROUND)  # held while the budget is high
 
 
@@ -72,13 +71,15 @@ async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
             cur = await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
             # It may have queued while its reserved slot was taken.
             return Answer(await _grant(conn, req, True, _waited(await cur.fetchone())), [])
-        await conn.execute(Q["waiter_upsert"], {
+        cur = await conn.execute(Q["waiter_upsert"], {
             "stream_key": req.stream_key, "employee": req.employee, "generation": req.generation,
             "agent": req.agent, "thread": req.thread, "class": req.klass,
             "workflow_id": req.workflow_id, "turn_id": req.turn_id or None,
+            "offer_ttl_s": OFFER_TTL_S,
         })  # fmt: skip
+        kept = bool((await cur.fetchone() or {}).get("offered"))  # offered before this ask
         offered, wake = await _serve(conn, cfg, asker=req.stream_key)
-        if not offered:
+        if not (kept or offered):
             return Answer(Admission(granted=False, reason="waiting for a slot"), wake)
         cur = await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
         return Answer(await _grant(conn, req, False, _waited(await cur.fetchone())), wake)
@@ -160,26 +161,43 @@ async def _grant(conn: Conn, req: AdmitRequest, reserved: bool, waited_s: float)
 
 
 async def _serve(conn: Conn, cfg: SchedConfig, asker: str | None = None) -> tuple[bool, list[str]]:
-    """Offer free slots to waiters: (whether the asker holds an offer, the other offered
+    """Offer free slots to waiters: (whether the asker was offered one now, the other offered
     entities' workflow ids, to wake)."""
     await conn.execute(Q["waiters_expire"], {"offer_ttl_s": OFFER_TTL_S,
                                              "stale_s": STALE_WAITER_S})  # fmt: skip
     load = await _load(conn, cfg)
-    cur = await conn.execute(Q["waiters_list"], {"limit": WAITERS_READ})
-    rows = await cur.fetchall()
-    waiters = [_waiter(r) for r in rows]
-    offered = any(w.offered and w.stream_key == asker for w in waiters)
-    chosen = [w.stream_key for w in policy.offers(cfg, load, waiters)]
+    rows = await _candidates(conn, cfg, load)
+    chosen = [w.stream_key for w in policy.offers(cfg, load, [_waiter(r) for r in rows])]
     if chosen:
         await conn.execute(Q["waiters_offer"], {"stream_keys": chosen})
     workflow_of = {r["stream_key"]: r["workflow_id"] for r in rows}
-    return offered or asker in chosen, [workflow_of[s] for s in chosen if s != asker]
+    return asker in chosen, [workflow_of[s] for s in chosen if s != asker]
+
+
+async def _candidates(conn: Conn, cfg: SchedConfig, load: Load) -> list[dict[str, Any]]:
+    """The waiters a pass may offer the free slots to, read by index whatever the number of
+    waiters: in each class below its ceiling, the first `free` employees in turn below their
+    cap, each with its first min(`free`, cap) waiters. `policy.offers` picks from these as it
+    would from every waiter: a pass makes at most `free` offers; in a class it serves the
+    employees in turn and then those it served again (oldest waiter first), and it moves past
+    an employee only once that employee got an offer in the pass (or got one elsewhere and
+    reached its cap), so the class's (free+1)-th employee in turn is never reached, and no
+    employee gets more than min(free, cap) offers."""
+    free = cfg.capacity - load.held()
+    classes = [k for k, most in cfg.class_max.items() if load.by_class.get(k, 0) < most]
+    if free <= 0 or not classes:
+        return []  # a full instance: nothing to read
+    capped = [e for e, n in load.by_employee.items() if n >= cfg.employee_cap]
+    cur = await conn.execute(Q["waiters_next"], {
+        "classes": classes, "capped": capped, "slots": free,
+        "each": min(free, cfg.employee_cap),
+    })  # fmt: skip
+    return await cur.fetchall()
 
 
 def _waiter(r: dict[str, Any]) -> Waiter:
-    offered = r["offered_at"] is not None
     return Waiter(r["stream_key"], r["employee"], int(r["class"]), r["requested_at"],
-                  r["served_at"], offered)  # fmt: skip
+                  r["served_at"])  # fmt: skip
 
 
 async def _load(conn: Conn, cfg: SchedConfig) -> Load:

@@ -19,7 +19,8 @@ LEFT JOIN thread_health th ON th.stream_key = %(stream_key)s
 LEFT JOIN employee_health eh ON eh.employee = e.employee;
 
 -- name: waiter_upsert
--- The entity waits for a slot (or asks again: it keeps its place in the queue).
+-- The entity waits for a slot (or asks again: it keeps its place in the queue); whether a slot
+-- is kept for it (an offer not lapsed).
 INSERT INTO sched_waiters (stream_key, employee, generation, agent, thread, class, workflow_id,
     turn_id)
 VALUES (%(stream_key)s, %(employee)s, %(generation)s, %(agent)s, %(thread)s, %(class)s,
@@ -27,7 +28,8 @@ VALUES (%(stream_key)s, %(employee)s, %(generation)s, %(agent)s, %(thread)s, %(c
 ON CONFLICT (stream_key) DO UPDATE
     SET generation = EXCLUDED.generation, agent = EXCLUDED.agent, thread = EXCLUDED.thread,
         class = EXCLUDED.class, workflow_id = EXCLUDED.workflow_id, turn_id = EXCLUDED.turn_id,
-        asked_at = now();
+        asked_at = now()
+RETURNING offered_at >= now() - make_interval(secs => %(offer_ttl_s)s) AS offered;
 
 -- name: waiter_delete
 -- The entity no longer waits (granted, or refused by a gate); how long it waited.
@@ -60,13 +62,34 @@ WHERE started_at > now() - make_interval(secs => %(window_s)s)
 GROUP BY class;
 
 -- name: waiters_list
--- The waiting entities with when their employee was last served in their class.
+-- The waiting entities with when their employee was last served in their class (the console's
+-- reading of the queue; admission reads `waiters_next`).
 SELECT w.stream_key, w.employee, w.class, w.requested_at, w.offered_at, w.workflow_id,
        r.served_at
 FROM sched_waiters w
 LEFT JOIN sched_rounds r ON r.class = w.class AND r.employee = w.employee
 ORDER BY w.requested_at
 LIMIT %(limit)s;
+
+-- name: waiters_next
+-- The waiters a pass over `slots` free slots may offer them to, in each class of `classes`: the
+-- first `slots` employees in turn (served longest ago first, never served first, then whose
+-- oldest waiter asked first) that are not `capped`, each with its `each` oldest waiters not
+-- offered a slot yet. Index reads: none of this grows with the waiters.
+SELECT w.stream_key, w.employee, w.class, w.requested_at, w.workflow_id, e.served_at
+FROM unnest(%(classes)s::smallint[]) AS k(class)
+CROSS JOIN LATERAL (
+    SELECT r.employee, r.served_at FROM sched_rounds r
+    WHERE r.class = k.class AND r.head_at IS NOT NULL AND r.employee <> ALL(%(capped)s::text[])
+    ORDER BY r.served_at NULLS FIRST, r.head_at, r.head_key
+    LIMIT %(slots)s
+) e
+CROSS JOIN LATERAL (
+    SELECT w.stream_key, w.employee, w.class, w.requested_at, w.workflow_id FROM sched_waiters w
+    WHERE w.class = k.class AND w.employee = e.employee AND w.offered_at IS NULL
+    ORDER BY w.requested_at, w.stream_key
+    LIMIT %(each)s
+) w;
 
 -- name: waiters_offer
 -- Keep a slot for each of these waiters until they ask again.
