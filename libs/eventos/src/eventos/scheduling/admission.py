@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg import AsyncCursor
+
 from eventos import failures, names
 from eventos.contracts import Admission, AdmitRequest, SuspendTurn
 from eventos.db import Conn
@@ -48,16 +50,25 @@ def turn_id(req: AdmitRequest, n: int) -> str:
 
 
 async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
-    """Grant a slot and (for a new turn) a turn number, or queue the entity."""
-    async with conn.transaction():
+    """Grant a slot and (for a new turn) a turn number, or queue the entity.
+
+    The instance-wide lock is held for a few round trips (statements are pipelined, and read
+    back only where a decision needs them); the gates, which admission does not write, are
+    read before it."""
+    async with conn.transaction(), conn.pipeline():
+        gated = await conn.execute(Q["admission_gate"], {"employee": req.employee,
+                                                         "generation": req.generation,
+                                                         "stream_key": req.stream_key})  # fmt: skip
         await conn.execute(Q["sched_lock"])
-        granted = await _granted_before(conn, req)
+        asked = reserved = None
+        if req.ask and not req.turn_id:
+            asked = await conn.execute(Q["turn_granted_to_ask"], {"ask": req.ask})
+        if owners(req):
+            reserved = await conn.execute(Q["reserved_held"], {"employee": req.employee})
+        row = await gated.fetchone() or {}  # one round trip for the four
+        granted = await _granted_before(asked)
         if granted is not None:
             return Answer(granted, [])
-        cur = await conn.execute(Q["admission_gate"], {"employee": req.employee,
-                                                       "generation": req.generation,
-                                                       "stream_key": req.stream_key})  # fmt: skip
-        row = await cur.fetchone() or {}
         refusal = gate(req, row.get("generation_state"), row.get("budget_state"))
         if refusal is None and req.turn_id:
             refusal = await _parked_too_long(conn, req.turn_id)
@@ -67,31 +78,29 @@ async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
             await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
             _, wake = await _serve(conn, cfg)
             return Answer(refusal, wake)
-        if owners(req) and not row["reserved_held"]:
-            cur = await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
+        if reserved is not None and not (await reserved.fetchone() or {}).get("held"):
             # It may have queued while its reserved slot was taken.
-            return Answer(await _grant(conn, req, True, _waited(await cur.fetchone())), [])
-        cur = await conn.execute(Q["waiter_upsert"], {
+            deleted = await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
+            return Answer(await _grant(conn, req, True, deleted), [])
+        upserted = await conn.execute(Q["waiter_upsert"], {
             "stream_key": req.stream_key, "employee": req.employee, "generation": req.generation,
             "agent": req.agent, "thread": req.thread, "class": req.klass,
             "workflow_id": req.workflow_id, "turn_id": req.turn_id or None,
             "offer_ttl_s": OFFER_TTL_S,
         })  # fmt: skip
-        kept = bool((await cur.fetchone() or {}).get("offered"))  # offered before this ask
         offered, wake = await _serve(conn, cfg, asker=req.stream_key)
+        kept = bool((await upserted.fetchone() or {}).get("offered"))  # offered before this ask
         if not (kept or offered):
             return Answer(Admission(granted=False, reason="waiting for a slot"), wake)
-        cur = await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
-        return Answer(await _grant(conn, req, False, _waited(await cur.fetchone())), wake)
+        deleted = await conn.execute(Q["waiter_delete"], {"stream_key": req.stream_key})
+        return Answer(await _grant(conn, req, False, deleted), wake)
 
 
-async def _granted_before(conn: Conn, req: AdmitRequest) -> Admission | None:
-    """The turn this very ask was granted, when its answer never reached the entity (a
-    retried workflow task, a dropped connection) and the turn still holds its slot."""
-    if not req.ask or req.turn_id:
-        return None
-    cur = await conn.execute(Q["turn_granted_to_ask"], {"ask": req.ask})
-    row = await cur.fetchone()
+async def _granted_before(asked: AsyncCursor[dict[str, Any]] | None) -> Admission | None:
+    """The turn this very ask was granted (`turn_granted_to_ask`), when its answer never
+    reached the entity (a retried workflow task, a dropped connection) and the turn still
+    holds its slot."""
+    row = None if asked is None else await asked.fetchone()
     if row is None:
         return None
     return Admission(granted=True, turn_id=row["id"], n=row["n"], reserved=row["reserved"])
@@ -139,25 +148,33 @@ def gate(req: AdmitRequest, generation_state: str | None, budget_state: str | No
     return None
 
 
-async def _grant(conn: Conn, req: AdmitRequest, reserved: bool, waited_s: float) -> Admission:
-    ADMISSION_WAIT.labels(f"c{req.klass}").observe(waited_s)
+async def _grant(conn: Conn, req: AdmitRequest, reserved: bool,
+                 deleted: AsyncCursor[dict[str, Any]]) -> Admission:  # fmt: skip
+    """The slot, once the asker's waiter is `deleted` (`waiter_delete`: how long it waited)."""
     params: dict[str, Any] = {
         "employee": req.employee, "generation": req.generation, "agent": req.agent,
         "thread": req.thread, "stream_key": req.stream_key, "class": req.klass,
-        "reserved": reserved, "waited_s": waited_s,
+        "reserved": reserved,
     }  # fmt: skip
     await conn.execute(Q["round_served"], params)
     if req.turn_id:  # a suspended turn takes its slot again under the same id
         await conn.execute(Q["lease_resume"], {**params, "id": req.turn_id})
         await conn.execute(Q["attention_resolve"], {"kind": names.ATTENTION_PARKED_TURN,
                                                     "ref": req.turn_id})  # fmt: skip
+        _observe_wait(req, _waited(await deleted.fetchone()))
         return Admission(granted=True, turn_id=req.turn_id, reserved=reserved)
     cur = await conn.execute(Q["conversation_open"], params)
+    params["waited_s"] = _observe_wait(req, _waited(await deleted.fetchone()))
     n = int((await cur.fetchone() or {})["n"])
     tid = turn_id(req, n)
     await conn.execute(Q["turn_insert"], {**params, "id": tid, "n": n, "ask": req.ask or None})
     await conn.execute(Q["lease_grant"], {**params, "id": tid})
     return Admission(granted=True, turn_id=tid, n=n, reserved=reserved)
+
+
+def _observe_wait(req: AdmitRequest, waited_s: float) -> float:
+    ADMISSION_WAIT.labels(f"c{req.klass}").observe(waited_s)
+    return waited_s
 
 
 async def _serve(conn: Conn, cfg: SchedConfig, asker: str | None = None) -> tuple[bool, list[str]]:
@@ -201,13 +218,13 @@ def _waiter(r: dict[str, Any]) -> Waiter:
 
 
 async def _load(conn: Conn, cfg: SchedConfig) -> Load:
-    cur = await conn.execute(Q["sched_load"])
+    held = await conn.execute(Q["sched_load"])
+    cur = await conn.execute(Q["sched_admitted"], {"window_s": cfg.share_window_s})
     by_class: dict[int, int] = {}
     by_employee: dict[str, int] = {}
-    for r in await cur.fetchall():
+    for r in await held.fetchall():
         by_class[int(r["class"])] = by_class.get(int(r["class"]), 0) + int(r["n"])
         by_employee[r["employee"]] = by_employee.get(r["employee"], 0) + int(r["n"])
-    cur = await conn.execute(Q["sched_admitted"], {"window_s": cfg.share_window_s})
     admitted = {int(r["class"]): int(r["n"]) for r in await cur.fetchall()}
     return Load(by_class, by_employee, admitted)
 
@@ -216,14 +233,16 @@ async def release(conn: Conn, cfg: SchedConfig, tid: str, status: str,
                   error: str | None = None) -> tuple[bool, list[str]]:  # fmt: skip
     """Give the slot back (a turn that did not save ends `failed` or `cancelled`) and offer
     it: (whether anything changed — a repeated release changes nothing, the entities to wake)."""
-    async with conn.transaction():
+    async with conn.transaction(), conn.pipeline() as pipeline:
         await conn.execute(Q["sched_lock"])
         freed = await conn.execute(Q["slot_release"], {"turn_id": tid})
         ended = await conn.execute(
             Q["turn_finish"], {"turn_id": tid, "status": status, "error": error}
         )
+        timed = await conn.execute(Q["turn_timing"], {"turn_id": tid})
+        await pipeline.sync()
         _, wake = await _serve(conn, cfg) if freed.rowcount else (False, [])
-        timing = await (await conn.execute(Q["turn_timing"], {"turn_id": tid})).fetchone()
+        timing = await timed.fetchone()
     changed = freed.rowcount + ended.rowcount > 0
     if changed and timing is not None:  # once per turn: a repeated release changes nothing
         labels = (class_label(int(timing["class"])), str(timing["status"]))

@@ -3,12 +3,9 @@
 SELECT pg_advisory_xact_lock(hashtextextended('eventos.sched', 0));
 
 -- name: admission_gate
--- The asking generation's state, the employee's budget state and its reserved owner slot use;
--- the thread's restart intensity (quarantined, backoff left) and whether the employee is
--- degraded (eventos.health).
+-- The asking generation's state and the employee's budget state; the thread's restart
+-- intensity (quarantined, backoff left) and whether the employee is degraded (eventos.health).
 SELECT g.state AS generation_state, coalesce(b.state, 'normal') AS budget_state,
-       (SELECT count(*) FROM sched_leases l
-        WHERE l.employee = %(employee)s AND l.reserved AND l.state = 'active') AS reserved_held,
        th.quarantined_at IS NOT NULL AS quarantined,
        extract(epoch FROM th.backoff_until - now())::float8 AS backoff_left_s,
        eh.degraded_since IS NOT NULL AS degraded
@@ -17,6 +14,11 @@ LEFT JOIN generations g ON g.employee = e.employee AND g.generation = %(generati
 LEFT JOIN employee_budgets b ON b.employee = e.employee
 LEFT JOIN thread_health th ON th.stream_key = %(stream_key)s
 LEFT JOIN employee_health eh ON eh.employee = e.employee;
+
+-- name: reserved_held
+-- Whether the employee's reserved owner slot is taken (read under the lock).
+SELECT EXISTS (SELECT 1 FROM sched_leases
+               WHERE employee = %(employee)s AND reserved AND state = 'active') AS held;
 
 -- name: waiter_upsert
 -- The entity waits for a slot (or asks again: it keeps its place in the queue); whether a slot
