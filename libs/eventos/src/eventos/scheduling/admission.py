@@ -2,11 +2,12 @@
 transaction each, serialized instance-wide (capacity is shared).
 
 An entity that asks joins the waiters (or keeps its place), then free slots are offered by
-the policy in `scheduler`; if one is offered to the asker it is granted at once, otherwise the
-entity waits for `wake`. A release offers the freed slot the same way and names the entities
-to wake; an offered entity's next ask is granted. An offer not taken within `OFFER_TTL_S`
-lapses, and a waiter that stopped asking is forgotten (entities ask again every
-`names.ADMISSION_ASK_AGAIN_S` while they wait, since a Signal is only a hint).
+`policy.offers`, given only the waiters it could reach (read by index: `_candidates`); if one
+is offered to the asker it is granted at once, otherwise the entity waits for `wake`. A
+release offers the freed slot the same way and names the entities to wake; an offered
+entity's next ask is granted. An offer not taken within `OFFER_TTL_S` lapses, and a waiter
+that stopped asking is forgotten (entities ask again every `names.ADMISSION_ASK_AGAIN_S`
+while they wait, since a Signal is only a hint).
 """
 
 from __future__ import annotations
