@@ -273,7 +273,7 @@ test-images: install $(HELM) ## check the built images run as the charts run the
 # Every driver runs even when one fails; `make bench` then fails, naming them. The gated drivers
 # (fleet, fairness, burst, conversation_burst) exit 3 on a missed target (docs/scaling.md).
 BENCH_RUNS := ingress.py router.py publish.py chat_latency.py fleet.py "fleet.py --tier L" \
-	burst.py conversation_burst.py relay.py fairness.py soak.py alarms.py storm.py \
+	admission.py burst.py conversation_burst.py relay.py fairness.py soak.py alarms.py storm.py \
 	content_rules.py channels.py console.py timeline.py turn_commands.py
 bench: install $(HELM) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## run the load drivers in bench/, print their figures; fails when a gated driver misses a target
 	$(PY) -m compileall -q libs/eventos/src services

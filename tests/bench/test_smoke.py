@@ -50,6 +50,8 @@ HELPERS = {
 RUN_ELSEWHERE = {"faults.py": "tests/e2e/test_faults.py"}
 # What each driver's run must print: the names of its figures and its table headers.
 FIGURES = {
+    "admission.py": ["queued ask ms", "ask cpu ms", "handoff ms", "handoff cpu ms",
+                     "queued ask: cpu at", "handoff: cpu at", "targets:"],
     "alarms.py": ["fire lateness: p50", "p99", "supervisor", "signals", "history events"],
     "burst.py": ["webhooks sent in", "backlog every", "drain:", "inputs/s", "turns once admitted:",
                  "p99", "the owner's first message after the burst: turn start", "targets:"],

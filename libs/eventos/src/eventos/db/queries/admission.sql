@@ -3,12 +3,9 @@
 SELECT pg_advisory_xact_lock(hashtextextended('eventos.sched', 0));
 
 -- name: admission_gate
--- The asking generation's state, the employee's budget state and its reserved owner slot use;
--- the thread's restart intensity (quarantined, backoff left) and whether the employee is
--- degraded (eventos.health).
+-- The asking generation's state and the employee's budget state; the thread's restart
+-- intensity (quarantined, backoff left) and whether the employee is degraded (eventos.health).
 SELECT g.state AS generation_state, coalesce(b.state, 'normal') AS budget_state,
-       (SELECT count(*) FROM sched_leases l
-        WHERE l.employee = %(employee)s AND l.reserved AND l.state = 'active') AS reserved_held,
        th.quarantined_at IS NOT NULL AS quarantined,
        extract(epoch FROM th.backoff_until - now())::float8 AS backoff_left_s,
        eh.degraded_since IS NOT NULL AS degraded
@@ -18,8 +15,14 @@ LEFT JOIN employee_budgets b ON b.employee = e.employee
 LEFT JOIN thread_health th ON th.stream_key = %(stream_key)s
 LEFT JOIN employee_health eh ON eh.employee = e.employee;
 
+-- name: reserved_held
+-- Whether the employee's reserved owner slot is taken (read under the lock).
+SELECT EXISTS (SELECT 1 FROM sched_leases
+               WHERE employee = %(employee)s AND reserved AND state = 'active') AS held;
+
 -- name: waiter_upsert
--- The entity waits for a slot (or asks again: it keeps its place in the queue).
+-- The entity waits for a slot (or asks again: it keeps its place in the queue); whether a slot
+-- is kept for it (an offer not lapsed).
 INSERT INTO sched_waiters (stream_key, employee, generation, agent, thread, class, workflow_id,
     turn_id)
 VALUES (%(stream_key)s, %(employee)s, %(generation)s, %(agent)s, %(thread)s, %(class)s,
@@ -27,7 +30,8 @@ VALUES (%(stream_key)s, %(employee)s, %(generation)s, %(agent)s, %(thread)s, %(c
 ON CONFLICT (stream_key) DO UPDATE
     SET generation = EXCLUDED.generation, agent = EXCLUDED.agent, thread = EXCLUDED.thread,
         class = EXCLUDED.class, workflow_id = EXCLUDED.workflow_id, turn_id = EXCLUDED.turn_id,
-        asked_at = now();
+        asked_at = now()
+RETURNING offered_at >= now() - make_interval(secs => %(offer_ttl_s)s) AS offered;
 
 -- name: waiter_delete
 -- The entity no longer waits (granted, or refused by a gate); how long it waited.
@@ -60,13 +64,34 @@ WHERE started_at > now() - make_interval(secs => %(window_s)s)
 GROUP BY class;
 
 -- name: waiters_list
--- The waiting entities with when their employee was last served in their class.
+-- The waiting entities with when their employee was last served in their class (the console's
+-- reading of the queue; admission reads `waiters_next`).
 SELECT w.stream_key, w.employee, w.class, w.requested_at, w.offered_at, w.workflow_id,
        r.served_at
 FROM sched_waiters w
 LEFT JOIN sched_rounds r ON r.class = w.class AND r.employee = w.employee
 ORDER BY w.requested_at
 LIMIT %(limit)s;
+
+-- name: waiters_next
+-- The waiters a pass over `slots` free slots may offer them to, in each class of `classes`: the
+-- first `slots` employees in turn (served longest ago first, never served first, then whose
+-- oldest waiter asked first) that are not `capped`, each with its `each` oldest waiters not
+-- offered a slot yet. Index reads: none of this grows with the waiters.
+SELECT w.stream_key, w.employee, w.class, w.requested_at, w.workflow_id, e.served_at
+FROM unnest(%(classes)s::smallint[]) AS k(class)
+CROSS JOIN LATERAL (
+    SELECT r.employee, r.served_at FROM sched_rounds r
+    WHERE r.class = k.class AND r.head_at IS NOT NULL AND r.employee <> ALL(%(capped)s::text[])
+    ORDER BY r.served_at NULLS FIRST, r.head_at, r.head_key
+    LIMIT %(slots)s
+) e
+CROSS JOIN LATERAL (
+    SELECT w.stream_key, w.employee, w.class, w.requested_at, w.workflow_id FROM sched_waiters w
+    WHERE w.class = k.class AND w.employee = e.employee AND w.offered_at IS NULL
+    ORDER BY w.requested_at, w.stream_key
+    LIMIT %(each)s
+) w;
 
 -- name: waiters_offer
 -- Keep a slot for each of these waiters until they ask again.
