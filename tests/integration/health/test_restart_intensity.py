@@ -157,7 +157,7 @@ async def test_three_failed_turns_in_ten_minutes_back_the_thread_off(
     stream_key = names.stream_key(instance.name, 1, names.LANE_TALK, names.THREAD_MAIN)
     async with supervising(instance, supervision_settings):
         await dead(instance, await instance.chat("first breaks" + FAILS))
-        await instance.chat("second breaks" + FAILS)  # its first try is the third failure
+        second = await instance.chat("second breaks" + FAILS)  # its first try: the third failure
 
         async def backed_off() -> dict[str, Any] | None:
             row = await stream_row(instance, stream_key)
@@ -180,9 +180,16 @@ async def test_three_failed_turns_in_ten_minutes_back_the_thread_off(
         if held[0]["db_now"] < row["hold_until"] - timedelta(seconds=1):
             assert held[0]["status"] == "pending"  # waits in the database, not in the entity
         assert await instance.reply(later, timeout=90)
+        # The second's retry fails too (a fourth failure: a backoff again), before or after the
+        # later one's turn; once it is dead-lettered, the pass lifts the last backoff at its end.
+        await dead(instance, second)
+
+        async def lifted() -> bool:
+            return (await stream_row(instance, stream_key))["hold_reason"] is None
+
+        await wait_for(lifted, timeout=40, what="the last backoff lifted at its end")
     turns = await query(instance.pool, "SELECT n, started_at FROM turns WHERE n > 3 ORDER BY n")
     assert turns[0]["started_at"] >= row["hold_until"]  # the retry waited for the backoff too
-    assert (await stream_row(instance, stream_key))["hold_reason"] is None
 
 
 async def fail_on_five_threads(instance: Instance) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -49,3 +51,10 @@ def wait_for_sync(
         if time.monotonic() > deadline:
             raise ConditionTimeout(f"{what} did not hold within {timeout}s (last: {last!r})")
         time.sleep(interval)
+
+
+def mentions(token: str, value: object) -> bool:
+    """Whether `token` appears in `value`'s JSON as a whole word: a short id checked for a leak
+    must not be found inside a random hex id or a hash that happens to hold its digits."""
+    text = json.dumps(value, default=str)
+    return re.search(rf"(?<![0-9A-Za-z]){re.escape(token)}(?![0-9A-Za-z])", text) is not None
