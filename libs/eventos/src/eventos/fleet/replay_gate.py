@@ -16,9 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import sys
+import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
@@ -31,6 +33,13 @@ from eventos.workers.roles import WORKFLOWS
 OPEN_RUNS = 'ExecutionStatus="Running"'
 ERROR_MAX = 500  # characters of a replay failure kept in the report
 EXIT_UNREADABLE = 3
+# Temporal may be briefly unreachable as the upgrade stops the services (its Service without a
+# ready endpoint while its readiness probe fails on a loaded node): connecting is retried this
+# long, then the gate cannot read the runs.
+CONNECT_WAIT_S: Final = 60.0
+CONNECT_RETRY_S: Final = 1.0
+
+log = logging.getLogger(__name__)
 
 
 async def open_histories(
@@ -48,7 +57,7 @@ async def open_histories(
 
 async def gate(settings: TemporalSettings, max_runs: int) -> dict[str, Any]:
     """Replay every open run (up to `max_runs`) on this code; the report."""
-    client = await connect(settings.address, settings.namespace)
+    client = await _connected(settings)
     replayer = Replayer(workflows=WORKFLOWS, data_converter=client.data_converter)
     seen: list[str] = []
     failed: list[dict[str, str]] = []
@@ -60,6 +69,20 @@ async def gate(settings: TemporalSettings, max_runs: int) -> dict[str, Any]:
                 failed.append(_failure(result.history, result.replay_failure))
     return {"build": worker_build_id(), "open": min(len(seen), max_runs), "replayed": replayed,
             "failed": failed, "truncated": len(seen) > max_runs}  # fmt: skip
+
+
+async def _connected(settings: TemporalSettings) -> Client:
+    """A client, connecting again until CONNECT_WAIT_S went by (the last error then)."""
+    deadline = time.monotonic() + CONNECT_WAIT_S
+    while True:
+        try:
+            return await connect(settings.address, settings.namespace)
+        except RuntimeError as exc:  # the SDK's "Failed client connect: …"
+            if time.monotonic() > deadline:
+                raise
+            log.warning("Temporal at %s not reachable (%s); again in %gs", settings.address,
+                        exc, CONNECT_RETRY_S)  # fmt: skip
+            await asyncio.sleep(CONNECT_RETRY_S)
 
 
 def _failure(history: WorkflowHistory, exc: Exception) -> dict[str, str]:
