@@ -285,7 +285,7 @@ class TemporalServerControl(Protocol):
         """Return once the server has exited."""
 
     async def start(self) -> None:
-        """Start it again on its databases; return once its frontend answers."""
+        """Start it again on its databases (the reconcile waits for its frontend)."""
 
 
 async def restore_backup(
@@ -321,9 +321,9 @@ async def restore_backup(
     async with await connect(DatabaseSettings(url=staged_app), autocommit=True) as conn:
         failed, pending, streams = await reconcile.reconcile_database(conn, reason)
         kept = await _keep_sends(settings, urls[APP_DATABASE], conn, backup)
-    if server_dbs and temporal_server is not None:
-        await temporal_server.stop()
     try:
+        if server_dbs and temporal_server is not None:
+            await temporal_server.stop()
         await _refuse_in_use(settings, backup, server_dbs)
         for name in files:
             await _swap(settings, urls[name])

@@ -49,7 +49,7 @@ from eventos.local.examples import EXAMPLE_OPERATOR_ENV, ExampleOutcome, apply_e
 from eventos.local.ports import RESERVED_S, free_port, renew
 from eventos.local.processes import LockHeld, PidLock, Recorded, stop_groups
 from eventos.local.restarts import exit_text
-from eventos.local.servers import SupervisedServer
+from eventos.local.servers import TEMPORAL_HOLD, SupervisedServer
 from eventos.local.service_process import HOST, ServiceProcess
 from eventos.local.temporal_dev import TemporalDevServer
 from eventos.local.temporal_server import TemporalServer
@@ -260,7 +260,8 @@ class LocalStack:
             )
         self.temporal.start()
         label = "Temporal server" if self.tier == "L" else "Temporal dev server"
-        self.servers.append(SupervisedServer(label, self.temporal, self.say))
+        hold = self.state_dir / TEMPORAL_HOLD if self.tier == "L" else None
+        self.servers.append(SupervisedServer(label, self.temporal, self.say, hold=hold))
         self.temporal_address = self.temporal.address
         self._link_log("temporal", self.temporal.log_path)
 

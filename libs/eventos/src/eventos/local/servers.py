@@ -5,20 +5,29 @@ SQLite file, the tier L server's databases) and its ports, with the services' ba
 (eventos.local.restarts), and every step is said: what exited and how, when the next start is
 due, and whether it came back. Without this a SIGKILLed dev server left the instance without
 Temporal for good while its services kept retrying.
+
+The tier L server can be held: while its hold file (`.eventos/temporal-server.hold`) exists the
+supervisor stops it and does not start it again; once the file is gone it starts it at once.
+`eventosctl restore` holds it while it swaps Temporal's databases (docs/backups.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from eventos.local.embedded_pg import EmbeddedPostgres
+from eventos.local.processes import pid_alive
 from eventos.local.restarts import Restarts, exit_text
 from eventos.local.temporal_dev import TemporalDevServer
-from eventos.local.temporal_server import TemporalServer
+from eventos.local.temporal_server import ServerError, TemporalServer
 
 Server = EmbeddedPostgres | TemporalDevServer | TemporalServer
+TEMPORAL_HOLD = "temporal-server.hold"  # in the state directory: the tier L server kept stopped
+HOLD_POLL_S = 0.2
 
 
 @dataclass
@@ -30,6 +39,8 @@ class SupervisedServer:
     say: Callable[[str], None]
     restarts: Restarts = field(default_factory=Restarts)
     started_at: float = field(default_factory=time.monotonic)
+    hold: Path | None = None  # while this file exists the server is kept stopped
+    held: bool = False
 
     @property
     def pid(self) -> int | None:
@@ -54,6 +65,16 @@ class SupervisedServer:
     def check(self, now: float) -> bool:
         """One supervision pass: plan a start when the server has exited, make it when due;
         True when the server was started again."""
+        if self.hold is not None and self.hold.exists():
+            if not self.held:
+                self.held = True
+                self.say(f"{self.label} (pid {self.pid}) stopped: held by {self.hold} until it "
+                         "is removed")  # fmt: skip
+                self.server.stop()
+            return False
+        if self.held:  # the hold is gone: start it again now
+            self.held = False
+            return self._restart()
         code = self.exited()
         if code is None or (self.restarts.planned and not self.restarts.due(now)):
             return False
@@ -83,3 +104,28 @@ class SupervisedServer:
             return False
         self.say(f"{self.label} restarted (pid {self.pid}, restart {attempt})")
         return True
+
+
+@dataclass(frozen=True)
+class HeldServer:
+    """The Temporal server of a `make run TIER=L` instance, stopped and started by the
+    instance's supervisor: it keeps the server stopped while the hold file exists."""
+
+    hold: Path
+    pid: int
+    wait_s: float
+
+    async def stop(self) -> None:
+        self.hold.touch()
+        deadline = time.monotonic() + self.wait_s
+        while pid_alive(self.pid):
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"the instance did not stop its Temporal server (pid {self.pid}) within "
+                    f"{self.wait_s:g} s of {self.hold} (is `make run` supervising it?)"
+                )
+            await asyncio.sleep(HOLD_POLL_S)
+
+    async def start(self) -> None:
+        # The supervisor starts it on its next pass; the reconcile waits for its frontend.
+        self.hold.unlink(missing_ok=True)
