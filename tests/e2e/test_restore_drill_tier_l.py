@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import E2E_TIMEOUT_S, SECRETS
+from conftest import E2E_TIMEOUT_S
 from fleet_helpers import cleanup_restore_leftovers, settings_for
-from stack import Owner, Stack, base_env, one, rows, run_async, until
+from stack import Owner, Stack, one, rows, run_async, until
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -35,8 +35,10 @@ from test_channel_faults import (  # noqa: F401 (telegram, bot: fixtures)
     account_up,
     bot,
     telegram,
+    telegram_env,
     updates_in_inbox,
 )
+from test_restore_drill import all_consumed, answered_then_running
 
 from eventos import names
 from eventos.fleet.backups import RestoreRefused, restore_backup, take_backup
@@ -98,15 +100,7 @@ def drill_stack(db_settings: DatabaseSettings, tier_l_server: TemporalServer,
                 bot: str,  # noqa: F811
                 tmp_path: Path, postgres_server: PostgresForTests,
                 db_name: str) -> Iterator[Stack]:  # fmt: skip
-    env = base_env(db_settings.url, tier_l_temporal.address, tier_l_temporal.namespace,
-                   tmp_path / "blobs")  # fmt: skip
-    env.update(SECRETS)
-    env.update({
-        "EVENTOS_SECRET_TG_SHOP": bot,
-        "EVENTOS_CHANNELS_TELEGRAM_API": telegram.fake.base_url,
-        "EVENTOS_CHANNELS_POLL_TIMEOUT_S": "2", "EVENTOS_CHANNELS_REFRESH_S": "1",
-        "EVENTOS_CHANNELS_LEASE_TTL_S": "5",
-    })  # fmt: skip
+    env = telegram_env(db_settings.url, tier_l_temporal, telegram, bot, tmp_path / "blobs")
     try:
         with Stack(env, tmp_path, tier="L", watch=(tier_l_server.log_path,)) as running:
             Owner(running.ingress_url).apply_and_start(SPEC, NAME)
@@ -133,11 +127,6 @@ def backups(db_settings: DatabaseSettings, tier_l_server: TemporalServer,
         ),
     )
     return BackupSettings(**{**base.__dict__, "databases": databases, "rearm_wait_s": 60.0})
-
-
-def all_consumed(url: str) -> bool:
-    open_ = one(url, "SELECT count(*) FROM bus_deliveries WHERE status <> 'done'")
-    return open_ == 0 and one(url, "SELECT count(*) FROM sched_leases") == 0
 
 
 def alarm(url: str) -> dict[str, object]:
@@ -194,13 +183,8 @@ def test_the_tier_l_restore_drill_brings_back_the_databases_and_temporal_and_sen
     db_settings: DatabaseSettings,
     backups: BackupSettings, tier_l_server: TemporalServer, tier_l_temporal: TemporalSettings,
 ) -> None:  # fmt: skip
-    url, tg, fake, stack, temporal = (
-        db_settings.url,
-        telegram,
-        telegram.fake,
-        drill_stack,
-        tier_l_temporal,
-    )
+    url, stack, temporal = db_settings.url, drill_stack, tier_l_temporal
+    tg, fake = telegram, telegram.fake
 
     def sent(chat: int) -> int:
         return len(tg.call(fake.sent, bot, chat))
@@ -213,16 +197,7 @@ def test_the_tier_l_restore_drill_brings_back_the_databases_and_temporal_and_sen
     call = f"call: set_alarm {json.dumps({'text': 'wake', 'in_s': ALARM_IN_S})}"
     message = owner.chat(NAME, f"remind me\n{call}")
     until(lambda: owner.message(NAME, message)["reply"] is not None, 90, "the alarm set", stack)
-    for chat in BEFORE:
-        tg.call(fake.customer_message, bot, chat, f"hello from {chat}")
-    until(lambda: all(sent(c) == 1 for c in BEFORE) and all_consumed(url), 120,
-          "the first customers answered", stack)  # fmt: skip
-    for chat in RUNNING:  # the scripted model takes 8 s over each
-        tg.call(fake.customer_message, bot, chat, f"a slow one from {chat}\nsleep: 8")
-    until(lambda: one(url, "SELECT count(*) FROM turns WHERE status = 'running'") == 2, 60,
-          "both slow turns running", stack)  # fmt: skip
-    acknowledged = updates_in_inbox(url)
-    assert len(acknowledged) == 4
+    acknowledged = answered_then_running(tg, bot, url, stack, BEFORE, RUNNING)
     orphans = [str(r["id"]) for r in rows(url, "SELECT id FROM turns WHERE status = 'running'")]
     answered_turn = str(one(url, "SELECT turn_id FROM chat_messages WHERE id = %(m)s",
                             {"m": message}))  # fmt: skip
@@ -286,9 +261,9 @@ def test_the_tier_l_restore_drill_brings_back_the_databases_and_temporal_and_sen
     # Re-armed: the supervisor runs, the Schedule is there, the alarm fires once.
     until(lambda: run_async(supervised_view(temporal)) == (True, True), 60,
           "the supervisor running and the cron Schedule there again", stack)  # fmt: skip
-    until(lambda: alarm(url)["status"] == "fired" and all_consumed(url), ALARM_IN_S + 120,
-          "the alarm fired after the restore", stack)  # fmt: skip
-    assert alarm_inputs(url) == [{"ingress": "routed", "delivery": "done"}]
+    fired_once = [{"ingress": "routed", "delivery": "done"}]
+    until(lambda: alarm(url)["status"] == "fired" and alarm_inputs(url) == fired_once,
+          ALARM_IN_S + 120, "the alarm fired after the restore, and consumed", stack)  # fmt: skip
     # The instance goes on: a new customer is answered after the restore.
     tg.call(fake.customer_message, bot, 8006, "hello after the restore")
     until(lambda: sent(8006) == 1 and all_consumed(url), 120, "a new customer answered", stack)
