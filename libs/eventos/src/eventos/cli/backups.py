@@ -21,13 +21,7 @@ from typing import Any
 from eventos.cli.instance import STACK_FILE, START_HINT, NoInstance, find_stack, load_stack
 from eventos.cli.operator import Add
 from eventos.cli.output import Column, emit, table, time_columns
-from eventos.fleet.backups import (
-    Backup,
-    BackupNotFound,
-    list_backups,
-    restore_backup,
-    take_backup,
-)
+from eventos.fleet.backups import Backup, BackupNotFound, list_backups, restore_backup, take_backup
 from eventos.fleet.pgtools import with_database
 from eventos.fleet.stores import open_store
 from eventos.local.servers import TEMPORAL_HOLD, HeldServer
