@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from eventos.local.servers import TEMPORAL_HOLD, HeldServer, SupervisedServer
+from eventos.fleet.backups import TEMPORAL_HOLD, HeldServer
+from eventos.local.servers import SupervisedServer
 from eventos.local.temporal_server import TemporalServer
 from eventos.settings import ServerTools
 from eventos.testing.plugin import (

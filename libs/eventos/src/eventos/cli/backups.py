@@ -6,7 +6,7 @@ They work on the databases themselves, as `migrate` does: the settings are Backu
 `make run` (its database, its Temporal, at tier L Temporal's two databases), with the store
 `file://<instance>/.eventos/backups` by default there. `restore` asks first unless `--yes`; on a
 `make run TIER=L` instance it has the instance's supervisor stop the Temporal server while it
-swaps Temporal's databases (the hold file of eventos.local.servers), and start it again.
+swaps Temporal's databases (the hold file, eventos.fleet.backups.HeldServer), and start it again.
 """
 
 from __future__ import annotations
@@ -21,10 +21,17 @@ from typing import Any
 from eventos.cli.instance import STACK_FILE, START_HINT, NoInstance, find_stack, load_stack
 from eventos.cli.operator import Add
 from eventos.cli.output import Column, emit, table, time_columns
-from eventos.fleet.backups import Backup, BackupNotFound, list_backups, restore_backup, take_backup
+from eventos.fleet.backups import (
+    TEMPORAL_HOLD,
+    Backup,
+    BackupNotFound,
+    HeldServer,
+    list_backups,
+    restore_backup,
+    take_backup,
+)
 from eventos.fleet.pgtools import with_database
 from eventos.fleet.stores import open_store
-from eventos.local.servers import TEMPORAL_HOLD, HeldServer
 from eventos.settings import BACKUP_STORE_VAR, BackupSettings
 
 EXIT_NOT_FOUND = 3

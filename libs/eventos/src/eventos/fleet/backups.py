@@ -8,12 +8,18 @@ anything, restores each into a staging database, reconciles the app's there, swa
 databases in, and reconciles Temporal (eventos.fleet.reconcile).
 
 `take_backup` and `restore_backup` are the upgrader's snapshot and rollback too.
+
+Temporal's databases (tier L) are never swapped under a running server: `restore_backup` stops
+and starts it through a TemporalServerControl its caller gives (HeldServer for `make run`'s), or
+refuses while the databases have sessions (docs/backups.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import os
 import re
 import secrets
 import tempfile
@@ -40,6 +46,10 @@ ID_PATTERN = re.compile(r"^\d{8}T\d{9}Z-[0-9a-f]{6}$")
 REASON_MAX = 200
 STAGED, KEPT = "__restoring", "__before_restore"
 SENDS_MARGIN = timedelta(hours=1)  # sends changed this long before a backup are carried too
+# In a `make run` instance's state folder: while it exists, the instance's supervisor keeps its
+# tier L Temporal server stopped (eventos.local.servers).
+TEMPORAL_HOLD = "temporal-server.hold"
+HOLD_POLL_S = 0.2
 
 
 class BackupError(EventOSError):
@@ -286,6 +296,41 @@ class TemporalServerControl(Protocol):
 
     async def start(self) -> None:
         """Start it again on its databases (the reconcile waits for its frontend)."""
+
+
+@dataclass(frozen=True)
+class HeldServer:
+    """The Temporal server of a `make run TIER=L` instance (process `pid`), stopped and started
+    by the instance's supervisor, which keeps it stopped while the file `hold` exists."""
+
+    hold: Path
+    pid: int
+    wait_s: float
+
+    async def stop(self) -> None:
+        self.hold.touch()
+        deadline = time.monotonic() + self.wait_s
+        while _alive(self.pid):
+            if time.monotonic() > deadline:
+                raise RestoreRefused(
+                    f"the instance did not stop its Temporal server (pid {self.pid}) within "
+                    f"{self.wait_s:g} s of {self.hold} (is `make run` supervising it?)"
+                )
+            await asyncio.sleep(HOLD_POLL_S)
+
+    async def start(self) -> None:
+        # The supervisor starts it on its next pass; the reconcile waits for its frontend.
+        self.hold.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 async def restore_backup(

@@ -43,13 +43,14 @@ from eventos import names
 from eventos.db import connect
 from eventos.db.migrate import Migration, migrate
 from eventos.errors import EventOSError
+from eventos.fleet.backups import TEMPORAL_HOLD
 from eventos.fleet.releases import LocalRelease, read_request
 from eventos.local.embedded_pg import EmbeddedPostgres
 from eventos.local.examples import EXAMPLE_OPERATOR_ENV, ExampleOutcome, apply_examples
 from eventos.local.ports import RESERVED_S, free_port, renew
 from eventos.local.processes import LockHeld, PidLock, Recorded, stop_groups
 from eventos.local.restarts import exit_text
-from eventos.local.servers import TEMPORAL_HOLD, SupervisedServer
+from eventos.local.servers import SupervisedServer
 from eventos.local.service_process import HOST, ServiceProcess
 from eventos.local.temporal_dev import TemporalDevServer
 from eventos.local.temporal_server import TemporalServer

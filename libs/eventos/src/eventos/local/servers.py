@@ -13,21 +13,17 @@ supervisor stops it and does not start it again; once the file is gone it starts
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from eventos.local.embedded_pg import EmbeddedPostgres
-from eventos.local.processes import pid_alive
 from eventos.local.restarts import Restarts, exit_text
 from eventos.local.temporal_dev import TemporalDevServer
-from eventos.local.temporal_server import ServerError, TemporalServer
+from eventos.local.temporal_server import TemporalServer
 
 Server = EmbeddedPostgres | TemporalDevServer | TemporalServer
-TEMPORAL_HOLD = "temporal-server.hold"  # in the state directory: the tier L server kept stopped
-HOLD_POLL_S = 0.2
 
 
 @dataclass
@@ -104,28 +100,3 @@ class SupervisedServer:
             return False
         self.say(f"{self.label} restarted (pid {self.pid}, restart {attempt})")
         return True
-
-
-@dataclass(frozen=True)
-class HeldServer:
-    """The Temporal server of a `make run TIER=L` instance, stopped and started by the
-    instance's supervisor: it keeps the server stopped while the hold file exists."""
-
-    hold: Path
-    pid: int
-    wait_s: float
-
-    async def stop(self) -> None:
-        self.hold.touch()
-        deadline = time.monotonic() + self.wait_s
-        while pid_alive(self.pid):
-            if time.monotonic() > deadline:
-                raise ServerError(
-                    f"the instance did not stop its Temporal server (pid {self.pid}) within "
-                    f"{self.wait_s:g} s of {self.hold} (is `make run` supervising it?)"
-                )
-            await asyncio.sleep(HOLD_POLL_S)
-
-    async def start(self) -> None:
-        # The supervisor starts it on its next pass; the reconcile waits for its frontend.
-        self.hold.unlink(missing_ok=True)
