@@ -223,6 +223,7 @@ def test_the_tier_l_restore_drill_brings_back_the_databases_and_temporal_and_sen
     with pytest.raises(RestoreRefused, match="stop the Temporal server"):
         run_async(restore_backup(backups, backup.id))
     assert one(url, "SELECT count(*) FROM outbound_messages WHERE status = 'sent'") == sends
+    assert later_turn in turns()  # still the live database, not the backup's
 
     server = ServerControl(tier_l_server)
     report = run_async(restore_backup(backups, backup.id, temporal_server=server))
