@@ -20,7 +20,7 @@ from stack import Owner, Stack, base_env, one, own_dev_server, rows, until
 
 from eventos import names
 from eventos.local.temporal_dev import TemporalDevServer
-from eventos.settings import DatabaseSettings
+from eventos.settings import DatabaseSettings, TemporalSettings
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 
@@ -90,16 +90,24 @@ def bot(telegram: FakeInThread) -> str:
     return telegram.call(telegram.fake.add_bot, "shop_bot")
 
 
-@pytest.fixture
-def stack(db_settings: DatabaseSettings, temporal: TemporalDevServer, telegram: FakeInThread,
-          bot: str, tmp_path: Path) -> Iterator[Stack]:  # fmt: skip
-    env = base_env(db_settings.url, temporal.address, temporal.namespace, tmp_path / "blobs")
+def telegram_env(database_url: str, temporal: TemporalSettings, telegram: FakeInThread,
+                 bot: str, blobs: Path) -> dict[str, str]:  # fmt: skip
+    """The services' environment with the bot on the fake's Bot API, polled briefly."""
+    env = base_env(database_url, temporal.address, temporal.namespace, blobs)
     env.update(SECRETS)
     env.update({
         "EVENTOS_SECRET_TG_SHOP": bot, "EVENTOS_CHANNELS_TELEGRAM_API": telegram.fake.base_url,
         "EVENTOS_CHANNELS_POLL_TIMEOUT_S": "2", "EVENTOS_CHANNELS_REFRESH_S": "1",
         "EVENTOS_CHANNELS_LEASE_TTL_S": "5",
     })  # fmt: skip
+    return env
+
+
+@pytest.fixture
+def stack(db_settings: DatabaseSettings, temporal: TemporalDevServer, telegram: FakeInThread,
+          bot: str, tmp_path: Path) -> Iterator[Stack]:  # fmt: skip
+    settings = TemporalSettings(temporal.address, temporal.namespace)
+    env = telegram_env(db_settings.url, settings, telegram, bot, tmp_path / "blobs")
     with Stack(env, tmp_path) as running:
         Owner(running.ingress_url).apply_and_start(SPEC, NAME)
         yield running

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import E2E_TIMEOUT_S, SECRETS
+from conftest import E2E_TIMEOUT_S
 from fleet_helpers import cleanup_restore_leftovers, settings_for
-from stack import Owner, Stack, base_env, one, rows, run_async, until
+from stack import Owner, Stack, one, rows, run_async, until
 from test_channel_faults import (  # noqa: F401 (telegram, temporal, bot: fixtures)
     NAME,
     SPEC,
@@ -21,6 +21,7 @@ from test_channel_faults import (  # noqa: F401 (telegram, temporal, bot: fixtur
     account_up,
     bot,
     telegram,
+    telegram_env,
     temporal,
     updates_in_inbox,
 )
@@ -41,15 +42,8 @@ AFTER = 7005  # writes after the backup
 def drill_stack(db_settings: DatabaseSettings, temporal: TemporalDevServer,
                 telegram: FakeInThread, bot: str, tmp_path: Path,
                 postgres_server: PostgresForTests, db_name: str) -> Iterator[Stack]:  # fmt: skip
-    env = base_env(db_settings.url, temporal.address, temporal.namespace,
-                   tmp_path / "blobs")  # fmt: skip
-    env.update(SECRETS)
-    env.update({
-        "EVENTOS_SECRET_TG_SHOP": bot,
-        "EVENTOS_CHANNELS_TELEGRAM_API": telegram.fake.base_url,
-        "EVENTOS_CHANNELS_POLL_TIMEOUT_S": "2", "EVENTOS_CHANNELS_REFRESH_S": "1",
-        "EVENTOS_CHANNELS_LEASE_TTL_S": "5",
-    })  # fmt: skip
+    settings = TemporalSettings(temporal.address, temporal.namespace)
+    env = telegram_env(db_settings.url, settings, telegram, bot, tmp_path / "blobs")
     with Stack(env, tmp_path) as running:
         Owner(running.ingress_url).apply_and_start(SPEC, NAME)
         yield running
@@ -69,6 +63,25 @@ def all_consumed(url: str) -> bool:
     return open_ == 0 and one(url, "SELECT count(*) FROM sched_leases") == 0
 
 
+def answered_then_running(tg: FakeInThread, bot: str, url: str, stack: Stack,
+                          before: tuple[int, ...], running: tuple[int, ...]) -> list[str]:  # fmt: skip
+    """The drill's state when its backup is taken: the customers `before` answered, then the
+    turns of the customers `running` running (the scripted model takes 8 s over each); the
+    updates acknowledged."""
+    fake = tg.fake
+    for chat in before:
+        tg.call(fake.customer_message, bot, chat, f"hello from {chat}")
+    until(lambda: all(len(tg.call(fake.sent, bot, c)) == 1 for c in before) and all_consumed(url),
+          120, "the first customers answered", stack)  # fmt: skip
+    for chat in running:
+        tg.call(fake.customer_message, bot, chat, f"a slow one from {chat}\nsleep: 8")
+    until(lambda: one(url, "SELECT count(*) FROM turns WHERE status = 'running'") == len(running),
+          60, "the slow turns running", stack)  # fmt: skip
+    acknowledged = updates_in_inbox(url)
+    assert len(acknowledged) == len(before) + len(running)
+    return acknowledged
+
+
 def test_the_restore_drill_consumes_every_acknowledged_message_and_sends_no_reply_twice(
     drill_stack: Stack, telegram: FakeInThread, bot: str,
     db_settings: DatabaseSettings, backups: BackupSettings,
@@ -85,16 +98,7 @@ def test_the_restore_drill_consumes_every_acknowledged_message_and_sends_no_repl
         return len(tg.call(fake.sent, bot, chat))
 
     until(lambda: account_up(url), 30, "the account read", stack)
-    for chat in BEFORE:
-        tg.call(fake.customer_message, bot, chat, f"hello from {chat}")
-    until(lambda: all(sent(c) == 1 for c in BEFORE) and all_consumed(url), 90,
-          "the first customers answered", stack)  # fmt: skip
-    for chat in RUNNING:  # the scripted model takes 8 s over each
-        tg.call(fake.customer_message, bot, chat, f"a slow one from {chat}\nsleep: 8")
-    until(lambda: one(url, "SELECT count(*) FROM turns WHERE status = 'running'") == 2, 60,
-          "both slow turns running", stack)  # fmt: skip
-    acknowledged = updates_in_inbox(url)
-    assert len(acknowledged) == 4
+    acknowledged = answered_then_running(tg, bot, url, stack, BEFORE, RUNNING)
 
     backup = run_async(take_backup(backups, reason="drill"))
 

@@ -4,7 +4,9 @@ store (docs/backups.md; docs/cli.md).
 They work on the databases themselves, as `migrate` does: the settings are BackupSettings
 (EVENTOS_BACKUP_*), and what the environment does not say comes from the nearest stack file of
 `make run` (its database, its Temporal, at tier L Temporal's two databases), with the store
-`file://<instance>/.eventos/backups` by default there. `restore` asks first unless `--yes`.
+`file://<instance>/.eventos/backups` by default there. `restore` asks first unless `--yes`; on a
+`make run TIER=L` instance it has the instance's supervisor stop the Temporal server while it
+swaps Temporal's databases (the hold file, eventos.fleet.backups.HeldServer), and start it again.
 """
 
 from __future__ import annotations
@@ -16,15 +18,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from eventos.cli.instance import START_HINT, NoInstance, find_stack, load_stack
+from eventos.cli.instance import STACK_FILE, START_HINT, NoInstance, find_stack, load_stack
 from eventos.cli.operator import Add
 from eventos.cli.output import Column, emit, table, time_columns
-from eventos.fleet.backups import Backup, BackupNotFound, list_backups, restore_backup, take_backup
+from eventos.fleet.backups import (
+    TEMPORAL_HOLD,
+    Backup,
+    BackupNotFound,
+    HeldServer,
+    list_backups,
+    restore_backup,
+    take_backup,
+)
 from eventos.fleet.pgtools import with_database
 from eventos.fleet.stores import open_store
 from eventos.settings import BACKUP_STORE_VAR, BackupSettings
 
 EXIT_NOT_FOUND = 3
+HOLD_WAIT_S = 60.0  # the supervisor's pass, then the server's own stop (SIGKILL after 20 s)
 # Temporal's databases at tier L, as eventos.local.temporal_server names them.
 TIER_L_DATABASES = {
     "EVENTOS_BACKUP_TEMPORAL_DATABASE_URL": "temporal",
@@ -76,6 +87,19 @@ def settings(args: argparse.Namespace) -> BackupSettings:
     return BackupSettings.from_env(env)
 
 
+def held_server(args: argparse.Namespace, config: BackupSettings) -> HeldServer | None:
+    """The `make run` instance's own tier L server, when the restore is of that instance."""
+    stack = load_stack(args)
+    temporal, pid = stack.get("temporal") or {}, (stack.get("pids") or {}).get("temporal")
+    database = (stack.get("database") or {}).get("url")
+    if temporal.get("tier") != "L" or not temporal.get("embedded") or not pid:
+        return None
+    if database != config.app_url():  # the environment names another instance's database
+        return None
+    hold = Path(stack["root"]) / STACK_FILE.parent / TEMPORAL_HOLD
+    return HeldServer(hold, int(pid), HOLD_WAIT_S)
+
+
 def _line(b: dict[str, Any]) -> str:
     names = ", ".join(d["name"] for d in b["databases"])
     return (f"backup {b['id']}: {names} ({_size(b['bytes'])}) at migration "
@@ -116,7 +140,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
         print("nothing restored (--yes restores without asking)", file=sys.stderr)
         return 1
     try:
-        report = asyncio.run(restore_backup(config, args.id))
+        server = held_server(args, config)
+        report = asyncio.run(restore_backup(config, args.id, temporal_server=server))
     except BackupNotFound as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_NOT_FOUND

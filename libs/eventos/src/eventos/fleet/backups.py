@@ -8,12 +8,18 @@ anything, restores each into a staging database, reconciles the app's there, swa
 databases in, and reconciles Temporal (eventos.fleet.reconcile).
 
 `take_backup` and `restore_backup` are the upgrader's snapshot and rollback too.
+
+Temporal's databases (tier L) are never swapped under a running server: `restore_backup` stops
+and starts it through a TemporalServerControl its caller gives (HeldServer for `make run`'s), or
+refuses while the databases have sessions (docs/backups.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import os
 import re
 import secrets
 import tempfile
@@ -21,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from eventos.db import Conn, connect
 from eventos.db.sql import Q
@@ -40,6 +46,10 @@ ID_PATTERN = re.compile(r"^\d{8}T\d{9}Z-[0-9a-f]{6}$")
 REASON_MAX = 200
 STAGED, KEPT = "__restoring", "__before_restore"
 SENDS_MARGIN = timedelta(hours=1)  # sends changed this long before a backup are carried too
+# In a `make run` instance's state folder: while it exists, the instance's supervisor keeps its
+# tier L Temporal server stopped (eventos.local.servers).
+TEMPORAL_HOLD = "temporal-server.hold"
+HOLD_POLL_S = 0.2
 
 
 class BackupError(EventOSError):
@@ -277,11 +287,71 @@ def _targets(settings: BackupSettings, backup: Backup) -> dict[str, str]:
     return {d.name: urls[d.name] for d in backup.databases}
 
 
-async def restore_backup(settings: BackupSettings, backup_id: str) -> RestoreReport:
-    """Restore every database of the backup, then reconcile (eventos.fleet.reconcile)."""
+class TemporalServerControl(Protocol):
+    """Stops and starts the Temporal server whose databases a restore swaps (tier L): what the
+    caller that runs the server gives `restore_backup` (the upgrader, a test)."""
+
+    async def stop(self) -> None:
+        """Return once the server has exited."""
+
+    async def start(self) -> None:
+        """Start it again on its databases (the reconcile waits for its frontend)."""
+
+
+@dataclass(frozen=True)
+class HeldServer:
+    """The Temporal server of a `make run TIER=L` instance (process `pid`), stopped and started
+    by the instance's supervisor, which keeps it stopped while the file `hold` exists."""
+
+    hold: Path
+    pid: int
+    wait_s: float
+
+    async def stop(self) -> None:
+        self.hold.touch()
+        deadline = time.monotonic() + self.wait_s
+        while _alive(self.pid):
+            if time.monotonic() > deadline:
+                raise RestoreRefused(
+                    f"the instance did not stop its Temporal server (pid {self.pid}) within "
+                    f"{self.wait_s:g} s of {self.hold} (is `make run` supervising it?)"
+                )
+            await asyncio.sleep(HOLD_POLL_S)
+
+    async def start(self) -> None:
+        # The supervisor starts it on its next pass; the reconcile waits for its frontend.
+        self.hold.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+async def restore_backup(
+    settings: BackupSettings,
+    backup_id: str,
+    *,
+    temporal_server: TemporalServerControl | None = None,
+) -> RestoreReport:
+    """Restore every database of the backup, then reconcile (eventos.fleet.reconcile).
+
+    A backup holding Temporal's databases (tier L) is never swapped in under a running Temporal
+    server: with `temporal_server` the restore stops it before the swap and starts it after;
+    without, it is refused (RestoreRefused) while any session uses those databases, and once
+    they are swapped in it waits (up to EVENTOS_BACKUP_TRANSFER_TIMEOUT_S) for the server the
+    operator starts again before it reconciles Temporal."""
     started = time.monotonic()
     backup = await read_backup(settings, backup_id)
     urls = _targets(settings, backup)
+    server_dbs = [urls[d.name] for d in backup.databases if d.name != APP_DATABASE]
+    if temporal_server is None:
+        await _refuse_in_use(settings, backup, server_dbs)
     store = open_store(settings)
     reason = f"restore of backup {backup.id}"
     with tempfile.TemporaryDirectory(prefix="eventos-restore-") as tmp:
@@ -296,8 +366,15 @@ async def restore_backup(settings: BackupSettings, backup_id: str) -> RestoreRep
     async with await connect(DatabaseSettings(url=staged_app), autocommit=True) as conn:
         failed, pending, streams = await reconcile.reconcile_database(conn, reason)
         kept = await _keep_sends(settings, urls[APP_DATABASE], conn, backup)
-    for name in files:
-        await _swap(settings, urls[name])
+    try:
+        if server_dbs and temporal_server is not None:
+            await temporal_server.stop()
+        await _refuse_in_use(settings, backup, server_dbs)
+        for name in files:
+            await _swap(settings, urls[name])
+    finally:
+        if server_dbs and temporal_server is not None:
+            await temporal_server.start()
     runs = schedules = 0
     if settings.temporal is not None:
         runs, schedules = await reconcile.clear_temporal(
@@ -306,6 +383,21 @@ async def restore_backup(settings: BackupSettings, backup_id: str) -> RestoreRep
     intent, outcome = await reconcile.rearm(urls[APP_DATABASE], settings.rearm_wait_s)
     report = ReconcileReport(failed, kept, pending, streams, runs, schedules, intent, outcome)
     return RestoreReport(backup, tuple(files), report, time.monotonic() - started)
+
+
+async def _refuse_in_use(settings: BackupSettings, backup: Backup, urls: list[str]) -> None:
+    """RestoreRefused while a session (a running Temporal server) uses one of `urls`' databases:
+    a server that kept running would hold caches of the databases swapped away (docs/backups.md)."""
+    for url in urls:
+        live = pgtools.database_name(url)
+        async with pgtools.maintenance(settings, url) as conn:
+            sessions = await pgtools.sessions_of(conn, live)
+        if sessions:
+            raise RestoreRefused(
+                f"backup {backup.id} holds Temporal's databases and {sessions} session(s) use "
+                f"{live!r}: stop the Temporal server before the restore and start it again "
+                "while the restore waits for it (docs/backups.md); nothing was restored"
+            )
 
 
 async def _keep_sends(settings: BackupSettings, url: str, staged: Conn, backup: Backup) -> int:

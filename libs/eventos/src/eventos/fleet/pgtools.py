@@ -146,6 +146,16 @@ async def database_exists(conn: psycopg.AsyncConnection, name: str) -> bool:
     return await cur.fetchone() is not None
 
 
+async def sessions_of(conn: psycopg.AsyncConnection, name: str) -> int:
+    """How many sessions other than this one are connected to the database `name`."""
+    cur = await conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+        (name,),
+    )
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
 async def swap_in(
     conn: psycopg.AsyncConnection, live: str, staged: str, kept: str, wait_s: float
 ) -> None:

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from eventos import names
 from eventos.db import Conn, connect
@@ -37,6 +37,7 @@ from eventos.settings import DatabaseSettings, TemporalSettings
 RUNS_MAX = 100_000  # runs a restore terminates at most (an instance has far fewer)
 CALL_TIMEOUT = timedelta(seconds=10)
 REARM_POLL_S = 0.25
+CONNECT_RETRY_S = 0.5  # how often a restore tries a Temporal server not answering yet
 
 
 class ReconcileFailed(EventOSError):
@@ -115,17 +116,35 @@ async def clear_temporal(
             schedules += 1
         return runs, schedules
 
+    async def until_cleared() -> tuple[int, int]:
+        # At tier L the server was just started again on the restored databases: it is waited
+        # for (refused connections, a namespace its frontend does not serve yet).
+        while True:
+            try:
+                return await clear()
+            except (RPCError, RuntimeError) as exc:
+                if not _not_up_yet(exc):
+                    raise
+            await asyncio.sleep(CONNECT_RETRY_S)
+
     try:
-        return await asyncio.wait_for(clear(), deadline_s)
+        return await asyncio.wait_for(until_cleared(), deadline_s)
     except TimeoutError:
         raise ReconcileFailed(
             f"Temporal at {settings.address} (namespace {settings.namespace}) "
-            f"was not cleared within {deadline_s:g} s"
+            f"was not cleared within {deadline_s:g} s (is its server running?)"
         ) from None
     except (RPCError, RuntimeError) as exc:
         raise ReconcileFailed(
             f"Temporal at {settings.address} (namespace {settings.namespace}): {exc}"
         ) from None
+
+
+def _not_up_yet(exc: Exception) -> bool:
+    """Whether `exc` says the server is not answering yet, rather than refusing the call."""
+    if isinstance(exc, RPCError):
+        return exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.NOT_FOUND)
+    return True  # the client's connect failed
 
 
 async def rearm(url: str, wait_s: float) -> tuple[int, str]:

@@ -43,6 +43,7 @@ from eventos import names
 from eventos.db import connect
 from eventos.db.migrate import Migration, migrate
 from eventos.errors import EventOSError
+from eventos.fleet.backups import TEMPORAL_HOLD
 from eventos.fleet.releases import LocalRelease, read_request
 from eventos.local.embedded_pg import EmbeddedPostgres
 from eventos.local.examples import EXAMPLE_OPERATOR_ENV, ExampleOutcome, apply_examples
@@ -260,7 +261,8 @@ class LocalStack:
             )
         self.temporal.start()
         label = "Temporal server" if self.tier == "L" else "Temporal dev server"
-        self.servers.append(SupervisedServer(label, self.temporal, self.say))
+        hold = self.state_dir / TEMPORAL_HOLD if self.tier == "L" else None
+        self.servers.append(SupervisedServer(label, self.temporal, self.say, hold=hold))
         self.temporal_address = self.temporal.address
         self._link_log("temporal", self.temporal.log_path)
 

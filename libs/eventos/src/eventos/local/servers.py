@@ -5,6 +5,10 @@ SQLite file, the tier L server's databases) and its ports, with the services' ba
 (eventos.local.restarts), and every step is said: what exited and how, when the next start is
 due, and whether it came back. Without this a SIGKILLed dev server left the instance without
 Temporal for good while its services kept retrying.
+
+The tier L server can be held: while its hold file (`.eventos/temporal-server.hold`) exists the
+supervisor stops it and does not start it again; once the file is gone it starts it at once.
+`eventosctl restore` holds it while it swaps Temporal's databases (docs/backups.md).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from eventos.local.embedded_pg import EmbeddedPostgres
 from eventos.local.restarts import Restarts, exit_text
@@ -30,6 +35,8 @@ class SupervisedServer:
     say: Callable[[str], None]
     restarts: Restarts = field(default_factory=Restarts)
     started_at: float = field(default_factory=time.monotonic)
+    hold: Path | None = None  # while this file exists the server is kept stopped
+    held: bool = False
 
     @property
     def pid(self) -> int | None:
@@ -54,6 +61,16 @@ class SupervisedServer:
     def check(self, now: float) -> bool:
         """One supervision pass: plan a start when the server has exited, make it when due;
         True when the server was started again."""
+        if self.hold is not None and self.hold.exists():
+            if not self.held:
+                self.held = True
+                self.say(f"{self.label} (pid {self.pid}) stopped: held by {self.hold} until it "
+                         "is removed")  # fmt: skip
+                self.server.stop()
+            return False
+        if self.held:  # the hold is gone: start it again now
+            self.held = False
+            return self._restart()
         code = self.exited()
         if code is None or (self.restarts.planned and not self.restarts.due(now)):
             return False
