@@ -93,9 +93,12 @@ class LocalInstance:
         t = self.stack()["temporal"]
         return TemporalSettings(address=str(t["address"]), namespace=str(t["namespace"]))
 
-    def _pin(self) -> TemporalPin:
-        """The Temporal server build the instance runs now (tier L)."""
+    def _pin(self) -> TemporalPin | None:
+        """The Temporal server build the instance runs now; None unless it runs its own tier L
+        server (at tier S, or given TEMPORAL_ADDRESS, Temporal is not the upgrader's to move)."""
         t = self.stack()["temporal"]
+        if t.get("tier") != "L" or not t.get("version"):
+            return None
         return TemporalPin(str(t["version"]), str(t["build"]))
 
     def _env(self) -> dict[str, str]:
@@ -116,7 +119,7 @@ class LocalInstance:
         own = LocalRelease("own", str(Path(python).parents[2]), python)
         local = LocalRelease.from_json(pinned) if pinned else own
         self.running = {base(n) for n, s in doc["services"].items() if not s.get("held")}
-        temporal = self._pin() if self.tier_l else None
+        temporal = self._pin()
         self.last = await self._ref(local, temporal.version if temporal else "")
         if temporal is not None:
             self.builds[self.last.name] = Path(temporal.build)
@@ -126,11 +129,11 @@ class LocalInstance:
         uv = releases.find_uv(self.settings.uv)
         local = await asyncio.to_thread(releases.install, Path(target), self.state_dir, uv,
                                         self.settings.install_s)  # fmt: skip
-        pinned = ""
-        if self.tier_l:
+        now, pinned = self._pin(), ""
+        if now is not None:
             pinned = releases.makefile_pin(Path(local.checkout), releases.TEMPORAL_PIN)
         ref = await self._ref(local, pinned)
-        if pinned and pinned != self._pin().version:
+        if now is not None and pinned and pinned != now.version:
             self._build(ref)  # a build to move to, before anything changes
         return ref
 
@@ -234,18 +237,18 @@ class LocalInstance:
 
     async def snapshot(self) -> str:
         backup = await take_backup(self._backups(), reason="before an upgrade")
-        if self.tier_l:
-            self.snapshots[backup.id] = self._pin()
+        if (now := self._pin()) is not None:
+            self.snapshots[backup.id] = now
         return backup.id
 
     async def restore(self, snapshot: str) -> None:
         """Restore the snapshot; at tier L with the Temporal server stopped while its databases
         are replaced, then started again on the version the snapshot was taken on (the only one
         its schema is at), before Temporal is reconciled."""
-        if not self.tier_l:
+        now = self._pin()
+        if now is None:
             await restore_backup(self._backups(), snapshot)
             return
-        now = self._pin()
         taken_on = self.snapshots.get(snapshot, now)
         stopped = TemporalPin(now.version, now.build, running=False)
         await self._temporal_request(stopped)
