@@ -78,8 +78,13 @@ def answers_on(instance: Instance, build: str) -> None:
 
 
 def shown(outcome: dict[str, Any]) -> str:
-    """The outcome, kept beside the instance (outcomes.jsonl) and in the failure message."""
+    """The outcome, for a failure message."""
     return json.dumps(outcome, indent=1)
+
+
+def said(outcome: dict[str, Any]) -> None:
+    """The outcome on the test's output (shown with -s, and on a failure): its steps' times."""
+    print(f"upgrade outcome: {json.dumps(outcome)}")
 
 
 def test_a_failed_target_restores_temporal_and_the_previous_server(
@@ -88,6 +93,7 @@ def test_a_failed_target_restores_temporal_and_the_previous_server(
     assert PREVIOUS and PINNED and PREVIOUS != PINNED
     assert server_version(instance) == PREVIOUS == instance.stack()["temporal"]["version"]
     code, outcome, acked = drilled_upgrade(instance, target, "temporal-drill")
+    said(outcome)
 
     assert (code, outcome["outcome"]) == (6, "rolled_back"), shown(outcome)
     done = steps(outcome)
@@ -112,6 +118,7 @@ def test_an_upgrade_moves_temporal_one_minor_and_replays_the_open_runs(
         sender.wait_acked(3, timeout_s=60)  # on the new release
     finally:
         acked = sender.stop()
+    said(outcome)
 
     assert (code, outcome["outcome"]) == (0, "upgraded"), shown(outcome)
     assert all(s["ok"] for s in outcome["steps"]), shown(outcome)
