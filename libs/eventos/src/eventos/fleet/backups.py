@@ -18,11 +18,10 @@ import re
 import secrets
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from eventos.db import Conn, connect
 from eventos.db.sql import Q
@@ -278,14 +277,26 @@ def _targets(settings: BackupSettings, backup: Backup) -> dict[str, str]:
     return {d.name: urls[d.name] for d in backup.databases}
 
 
+class TemporalServerControl(Protocol):
+    """Stops and starts the Temporal server whose databases a restore swaps (tier L): what the
+    caller that runs the server gives `restore_backup` (the upgrader, a test)."""
+
+    async def stop(self) -> None:
+        """Return once the server has exited."""
+
+    async def start(self) -> None:
+        """Start it again on its databases (the reconcile waits for its frontend)."""
+
+
 async def restore_backup(
     settings: BackupSettings,
     backup_id: str,
-    temporal_back: Callable[[], Awaitable[None]] | None = None,
+    *,
+    temporal_server: TemporalServerControl | None = None,
 ) -> RestoreReport:
-    """Restore every database of the backup, then reconcile (eventos.fleet.reconcile).
-    `temporal_back` is awaited once the databases are swapped in, before Temporal is
-    reconciled: a caller that stopped its Temporal server on them starts it again there."""
+    """Restore every database of the backup, then reconcile (eventos.fleet.reconcile). With
+    `temporal_server`, a backup holding Temporal's databases (tier L) is swapped in with that
+    server stopped, and the server started again before Temporal is reconciled."""
     started = time.monotonic()
     backup = await read_backup(settings, backup_id)
     urls = _targets(settings, backup)
@@ -303,10 +314,15 @@ async def restore_backup(
     async with await connect(DatabaseSettings(url=staged_app), autocommit=True) as conn:
         failed, pending, streams = await reconcile.reconcile_database(conn, reason)
         kept = await _keep_sends(settings, urls[APP_DATABASE], conn, backup)
-    for name in files:
-        await _swap(settings, urls[name])
-    if temporal_back is not None:
-        await temporal_back()
+    server_dbs = [d.name for d in backup.databases if d.name != APP_DATABASE]
+    try:
+        if server_dbs and temporal_server is not None:
+            await temporal_server.stop()
+        for name in files:
+            await _swap(settings, urls[name])
+    finally:
+        if server_dbs and temporal_server is not None:
+            await temporal_server.start()
     runs = schedules = 0
     if settings.temporal is not None:
         runs, schedules = await reconcile.clear_temporal(

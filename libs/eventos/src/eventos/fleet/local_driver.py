@@ -243,21 +243,13 @@ class LocalInstance:
 
     async def restore(self, snapshot: str) -> None:
         """Restore the snapshot; at tier L with the Temporal server stopped while its databases
-        are replaced, then started again on the version the snapshot was taken on (the only one
-        its schema is at), before Temporal is reconciled."""
+        are swapped in, then started again on the version the snapshot was taken on (the only
+        one its schema is at), before Temporal is reconciled."""
         now = self._pin()
-        if now is None:
-            await restore_backup(self._backups(), snapshot)
-            return
-        taken_on = self.snapshots.get(snapshot, now)
-        stopped = TemporalPin(now.version, now.build, running=False)
-        await self._temporal_request(stopped)
-
-        async def back() -> None:
-            await self._temporal_request(taken_on)
-            await checks.temporal_serves(self._temporal(), taken_on.version, TEMPORAL_START_S)
-
-        await restore_backup(self._backups(), snapshot, temporal_back=back)
+        server = None
+        if now is not None:
+            server = _RequestedServer(self, now, self.snapshots.get(snapshot, now))
+        await restore_backup(self._backups(), snapshot, temporal_server=server)
 
     async def _temporal_request(self, pin: TemporalPin) -> None:
         """Ask the instance to run its Temporal server as `pin` says (the services as they are)."""
@@ -299,6 +291,26 @@ class LocalInstance:
 
     async def workflow_task_completed_since(self, since: datetime) -> bool:
         return await checks.workflow_task_completed_since(self._temporal(), since)
+
+
+@dataclass(frozen=True)
+class _RequestedServer:
+    """The instance's Temporal server as a restore stops and starts it (a TemporalServerControl
+    of eventos.fleet.backups), through release requests: stopped and kept so (`now`'s build),
+    then started on the build the snapshot was taken on."""
+
+    instance: LocalInstance
+    now: TemporalPin
+    taken_on: TemporalPin
+
+    async def stop(self) -> None:
+        stopped = TemporalPin(self.now.version, self.now.build, running=False)
+        await self.instance._temporal_request(stopped)
+
+    async def start(self) -> None:
+        await self.instance._temporal_request(self.taken_on)
+        temporal = self.instance._temporal()
+        await checks.temporal_serves(temporal, self.taken_on.version, TEMPORAL_START_S)
 
 
 def base(process: str) -> str:

@@ -569,7 +569,7 @@ class LocalStack:
         if server.running():
             self.say(f"stopping the Temporal server {server.version} …")
             server.stop()
-        supervised.held = not pin.running
+        supervised.kept_stopped = not pin.running
         if not pin.running:
             self._write_stack()
             return
