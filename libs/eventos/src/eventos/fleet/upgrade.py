@@ -40,7 +40,8 @@ SERVICES = INNER + WORKERS + INGRESS
 
 UPGRADED, ROLLED_BACK, FAILED, ABORTED = "upgraded", "rolled_back", "failed", "aborted"
 # The exit code of each outcome: 0 upgraded, 6 rolled back by itself, 7 when a human must act
-# (the rollback itself failed), 8 when nothing was changed (the target could not be installed).
+# (the rollback itself failed), 8 when nothing was changed (the target could not be installed,
+# or its Temporal server may not move there: `temporal_rule`).
 EXIT_CODES = {UPGRADED: 0, ROLLED_BACK: 6, FAILED: 7, ABORTED: 8}
 
 
