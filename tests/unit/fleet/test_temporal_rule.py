@@ -158,8 +158,9 @@ def test_a_failed_target_after_a_move_restores_and_starts_the_old_server_first()
     ]
 
 
-def test_no_move_no_temporal_step_and_no_restore() -> None:
-    inst = Recorded(ref("a", "1.32.0"), ref("b", "1.32.0"), failing="b")
+@pytest.mark.parametrize(("current", "target"), [("1.32.0", "1.32.0"), ("", "1.32.0")])
+def test_no_move_no_temporal_step_and_no_restore(current: str, target: str) -> None:
+    inst = Recorded(ref("a", current), ref("b", target), failing="b")
     out = asyncio.run(upgrade(inst, "b", drill=True))
     assert (out.outcome, out.restored) == (ROLLED_BACK, False)
     assert not [c for c in inst.calls if c.startswith(("schema", "temporal", "restore"))]

@@ -287,7 +287,7 @@ async def _forward(
     new, ready_s = out.to, deadlines.ready_s
     await out.step("stop", instance.stop())
     attempt.snapshot = await out.step("snapshot", instance.snapshot())
-    if new.temporal and new.temporal != out.from_.temporal:
+    if out.from_.temporal and new.temporal and new.temporal != out.from_.temporal:
         attempt.temporal_moved = True  # from here the schema may be the target's
         await out.step("temporal_schema", instance.update_temporal_schema(new))
         await out.step("temporal_server", instance.start_temporal(new, deadlines.temporal_s))
