@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eventos.fleet.releases import TEMPORAL_PIN, makefile_pin
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / ".eventos" / "images"
 CACHE = OUT / "cache"
@@ -311,9 +313,7 @@ def third_party(versions: dict[str, str]) -> list[Image]:
 
 def versions_of_parts() -> dict[str, str]:
     """The upstream version of each third-party image's contents, read from the parts."""
-    makefile = (ROOT / "Makefile").read_text()
-    server = next(line.split(":=")[1].strip() for line in makefile.splitlines()
-                  if line.startswith("TEMPORAL_SERVER_VERSION :="))  # fmt: skip
+    server = makefile_pin(ROOT, TEMPORAL_PIN)
     chart = (ROOT / "deploy/helm/eventos-collector/Chart.yaml").read_text()
     collector = next(
         line.split('"')[1] for line in chart.splitlines() if line.startswith("appVersion:")

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from eventos.errors import ConfigError
+from eventos.fleet.temporal_sql import SqlLogin, SqlToolError
 from eventos.local.ports import LISTEN_FLOOR, ephemeral_range, free_port
-from eventos.local.temporal_server import ServerError, SqlLogin
 from eventos.settings import ServerTools
 
 
@@ -21,7 +21,7 @@ def test_the_login_comes_from_the_instance_url_and_hides_its_password() -> None:
 
 
 def test_a_socket_path_is_refused() -> None:
-    with pytest.raises(ServerError, match="over TCP"):
+    with pytest.raises(SqlToolError, match="over TCP"):
         SqlLogin.of_url("postgresql:///eventos?host=/run/postgresql")
 
 
@@ -44,3 +44,15 @@ def test_tools_come_from_the_variables_else_the_checkout(tmp_path: Path) -> None
     assert checkout.chart == tmp_path / "deploy" / "helm" / "eventos"
     with pytest.raises(ConfigError, match="run `make tools`"):
         checkout.binary("temporal-server")
+
+
+def test_another_server_version_is_run_from_its_build_beside_the_tools(tmp_path: Path) -> None:
+    tools = ServerTools.from_env({"EVENTOS_TEMPORAL_SERVER_VERSION": "1.31.2"}, tmp_path)
+    build = tmp_path / ".tools" / "temporal-server" / "v1.31.2"
+    assert tools.temporal_build() == build
+    with pytest.raises(ConfigError, match="EVENTOS_TEMPORAL_SERVER_VERSION"):
+        tools.temporal_binary("temporal-server")
+    (build / "bin").mkdir(parents=True)
+    (build / "bin" / "temporal-server").write_text("#!/bin/sh\n")
+    (build / "bin" / "temporal-server").chmod(0o755)
+    assert tools.temporal_binary("temporal-server") == build / "bin" / "temporal-server"

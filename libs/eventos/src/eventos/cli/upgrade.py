@@ -4,7 +4,8 @@ is another checkout. An instance the chart installed (in a pod of its upgrade Cr
 --namespace/--kubeconfig): TARGET is an image tag.
 
 Exit codes: 0 upgraded, 6 rolled back, 7 the rollback failed too (a human must act), 8 nothing
-was changed (the target could not be installed)."""
+was changed (the target could not be installed, or the Temporal server may not move to the
+version it pins)."""
 
 from __future__ import annotations
 

@@ -1,21 +1,29 @@
 """What both drivers of the upgrader ask an instance the same way (eventos.fleet.local_driver,
 eventos.fleet.k8s_driver): which generations hold runs that cannot replay, whether the new
-release completed a workflow task, and whether a service's `/readyz` answer names a release."""
+release completed a workflow task, whether a service's `/readyz` answer names a release, and
+whether the Temporal server serves on a version."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import asyncio
+import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetSystemInfoRequest
+from temporalio.client import Client
+from temporalio.exceptions import TemporalError
 
 from eventos.db import connect
 from eventos.db.sql import Q
-from eventos.fleet.upgrade import NeedsReset
+from eventos.fleet.upgrade import NeedsReset, UpgradeError
 from eventos.runtime.payload_guard import connect as temporal_connect
 from eventos.settings import DatabaseSettings, TemporalSettings
 
 CHECK_RUNS_MAX = 1000  # workflows whose histories the rollback reads for a completed task
+SERVES_POLL_S = 0.5
+SERVES_CALL = timedelta(seconds=5)
 
 
 async def generations_of(database_url: str, workflow_ids: list[str]) -> list[NeedsReset]:
@@ -68,3 +76,28 @@ def readyz_says(status: int, body: Any, build: str, image_tag: str | None = None
     if image_tag is not None and release.get("image_tag") != image_tag:
         return f"ready, but on image tag {release.get('image_tag')!r}"
     return None
+
+
+async def temporal_serves(temporal: TemporalSettings, version: str, timeout_s: float) -> None:
+    """Return once the Temporal server at `temporal.address` serves `temporal.namespace` and
+    GetSystemInfo names `version`; UpgradeError with what it last saw after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    client: Client | None = None
+    seen = "no answer yet"
+    while True:
+        try:
+            client = client or await temporal_connect(temporal.address, temporal.namespace)
+            service = client.workflow_service
+            info = await service.get_system_info(GetSystemInfoRequest(), timeout=SERVES_CALL)
+            probe = DescribeNamespaceRequest(namespace=temporal.namespace)
+            await service.describe_namespace(probe, timeout=SERVES_CALL)
+            if info.server_version == version:
+                return
+            seen = f"it serves, on version {info.server_version}"
+        except (RuntimeError, TemporalError) as exc:
+            seen = f"{type(exc).__name__}: {str(exc)[:300]}"
+        if time.monotonic() > deadline:
+            raise UpgradeError(f"the Temporal server at {temporal.address} did not serve "
+                               f"{temporal.namespace!r} on {version} within {timeout_s:g}s: "
+                               f"{seen}")  # fmt: skip
+        await asyncio.sleep(SERVES_POLL_S)

@@ -37,6 +37,7 @@ class SupervisedServer:
     started_at: float = field(default_factory=time.monotonic)
     hold: Path | None = None  # while this file exists the server is kept stopped
     held: bool = False
+    kept_stopped: bool = False  # stopped by a release request (an upgrade's restore): stays so
 
     @property
     def pid(self) -> int | None:
@@ -72,7 +73,11 @@ class SupervisedServer:
             self.held = False
             return self._restart()
         code = self.exited()
-        if code is None or (self.restarts.planned and not self.restarts.due(now)):
+        if (
+            self.kept_stopped
+            or code is None
+            or (self.restarts.planned and not self.restarts.due(now))
+        ):
             return False
         if not self.restarts.planned:
             delay = self.restarts.plan(now - self.started_at, now)
