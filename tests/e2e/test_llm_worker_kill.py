@@ -3,8 +3,8 @@ worker, the input is consumed once and the owner gets exactly one reply (SPEC §
 
 The six services run as processes on the session's dev server; the model is the loopback fake
 OpenAI server, told to hold the first request open so the step is surely mid-flight when the
-worker dies. Temporal notices the dead attempt by its heartbeat timeout (60 s), so the retry
-comes about a minute after the kill.
+worker dies. Temporal notices the dead attempt by its heartbeat timeout, so the retry comes
+that long after the kill: 20 s here (EVENTOS_TURN_LLM_HEARTBEAT_S; 60 s by default).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from eventos.settings import DatabaseSettings, TemporalSettings
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
 
 REPLY = "Hello from the fake."
-RETRY_S = 150.0  # heartbeat timeout (60 s) + retry + the rest of the turn, on a busy machine
+HEARTBEAT_S = 20  # the step's heartbeat timeout (settings.TurnTimeouts; the worker beats at 10 s)
+RETRY_S = 150.0  # heartbeat timeout + retry + the rest of the turn, on a busy machine
 
 SPEC = """
 apiVersion: eventos/v1
@@ -86,6 +87,7 @@ def stack(
     # The operator allows the fake (ingress checks it on apply, the LLM worker on every call).
     fake_endpoint = {"base_url": fake.base_url, "credentials": ["fake-openai"]}
     env["EVENTOS_LLM_ENDPOINTS"] = json.dumps({"fake": fake_endpoint})
+    env["EVENTOS_TURN_LLM_HEARTBEAT_S"] = str(HEARTBEAT_S)  # the relay's cursors carry it
     with Stack(env, tmp_path) as running:
         yield running
 
@@ -148,6 +150,9 @@ def assert_step_retried_once(fake: FakeOpenAI, history: list[HistoryEvent], turn
              and e.activity_task_scheduled_event_attributes.activity_type.name == "llm_step"]  # fmt: skip
     ids = [s.activity_task_scheduled_event_attributes.activity_id for s in steps]
     assert ids == [f"{turn_id}:step-0"]
+    # The operator's heartbeat timeout, from the relay's settings through the turn's input.
+    scheduled = steps[0].activity_task_scheduled_event_attributes
+    assert scheduled.heartbeat_timeout.ToSeconds() == HEARTBEAT_S
     (started,) = [
         e.activity_task_started_event_attributes
         for e in history

@@ -32,7 +32,13 @@ from eventos.local.processes import pid_alive
 from eventos.testing import wait_for_sync
 from eventos.testing.webhooks import WebhookSender
 
-pytestmark = [pytest.mark.stack, pytest.mark.timeout(E2E_TIMEOUT_S)]
+# One instance for the module, as the tests are written: on one xdist worker (split over two,
+# each worker started its own instance and installed `next` again: ~2 min more of work).
+pytestmark = [
+    pytest.mark.stack,
+    pytest.mark.timeout(E2E_TIMEOUT_S),
+    pytest.mark.xdist_group("upgrade"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

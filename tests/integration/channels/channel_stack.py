@@ -34,12 +34,15 @@ from eventos.outbox.keys import OutboxKeys
 from eventos.runtime.payload_guard import connect
 from eventos.runtime.service import Service, cancel_and_wait
 from eventos.runtime.temporal import TemporalConnection
-from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
+from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings, TurnTimeouts
 from eventos.testing import wait_for
 from eventos.workers.activities import DbActivities
 from eventos.workers.roles import egress_worker, workflow_worker
 
 STOP_S = 30.0
+# A send attempt's timeout, and so its claim's life: a send whose worker died is taken over
+# this long after its claim, not 30 s (the senders' own timeout is 5 s here).
+TIMEOUTS = TurnTimeouts(send_s=15.0)
 T = TypeVar("T")
 
 
@@ -173,7 +176,7 @@ async def channel_services(
         workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
         relay = GatedRelay(pool, TemporalConnection(temporal_settings), f"relay-{queue}",
                            task_queue=queue, entity_roll_after=ROLL_AFTER,
-                           entity_idle_s=IDLE_S)  # fmt: skip
+                           entity_idle_s=IDLE_S, turn_timeouts=TIMEOUTS)  # fmt: skip
         relay.consuming = asyncio.Event()
         relay.consuming.set()
         deliverer = Deliverer(pool, TemporalConnection(temporal_settings), workflow_queue=queue,

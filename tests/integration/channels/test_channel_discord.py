@@ -38,7 +38,7 @@ from eventos.outbox.keys import OutboxKeys
 from eventos.runtime.payload_guard import connect
 from eventos.runtime.service import Service, cancel_and_wait
 from eventos.runtime.temporal import TemporalConnection
-from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
+from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings, TurnTimeouts
 from eventos.testing import wait_for
 from eventos.workers.activities import DbActivities
 from eventos.workers.roles import egress_worker, workflow_worker
@@ -126,7 +126,8 @@ async def stack(
         workers = [workflow_worker(client, queue, db)]
         workers += [llm_worker(client, k, 4, llm, workflow_queue=queue) for k in (1, 2, 3, 4)]
         relay = Relay(pool, TemporalConnection(temporal_settings), "relay-d", task_queue=queue,
-                      entity_roll_after=ROLL_AFTER, entity_idle_s=IDLE_S)  # fmt: skip
+                      entity_roll_after=ROLL_AFTER, entity_idle_s=IDLE_S,
+                      turn_timeouts=TurnTimeouts(send_s=20.0))  # fmt: skip
         deliverer = Deliverer(pool, TemporalConnection(temporal_settings), workflow_queue=queue,
                               outbox=outbox_keys)  # fmt: skip
         base = f"http://127.0.0.1:{ingress.bound_http_port}"

@@ -489,13 +489,13 @@ async def test_a_turn_that_fails_after_its_save_never_runs_its_inputs_again(
     send = Egress.send
     failed: list[int] = []
 
-    async def first_send_fails(self: Egress, outbound_id: int) -> str:
+    async def first_send_fails(self: Egress, outbound_id: int, claim_ttl_s: float) -> str:
         q = "SELECT employee FROM outbound_messages WHERE id = %s"
         (row,) = await query(instance.pool, q, outbound_id)
         if not failed and row["employee"] == instance.name:  # not another test's late send
             failed.append(outbound_id)
             raise NotFound("the chat table went away")  # non-retryable: the turn fails
-        return await send(self, outbound_id)
+        return await send(self, outbound_id, claim_ttl_s)
 
     monkeypatch.setattr(Egress, "send", first_send_fails)
     await instance.chat("saved but never sent")

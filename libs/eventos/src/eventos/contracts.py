@@ -35,6 +35,9 @@ class StreamCursor:
     # The generation's flags (names.FLAGS), frozen with its snapshot; the relay reads them with
     # the stream, continue-as-new carries them and each turn gets them in its input.
     flags: dict[str, bool] = field(default_factory=dict)
+    # Its turns' attempt timeouts (settings.TurnTimeouts, the relay's): carried like the flags.
+    send_timeout_s: float = names.SEND_CLAIM_TTL_S
+    llm_heartbeat_s: float = names.LLM_HEARTBEAT_S
 
 
 @dataclass(frozen=True)
@@ -250,6 +253,10 @@ class TurnInput:
     # Signal `inputs_consumed` after the save: only turns of entities from before the patch
     # `consumed-from-database` (their argument lacks the field), which learn nothing otherwise.
     tell_consumed: bool = True
+    # Its sends' and model steps' attempt timeouts, from its entity's cursor (turns of entities
+    # begun before these fields existed take the defaults, as before).
+    send_timeout_s: float = names.SEND_CLAIM_TTL_S
+    llm_heartbeat_s: float = names.LLM_HEARTBEAT_S
 
 
 @dataclass(frozen=True)

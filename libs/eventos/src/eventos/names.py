@@ -180,6 +180,7 @@ TURN_MAX_BYTES: Final = 256 * 1024
 TURN_MAX_STEPS: Final = 16
 TURN_MAX_B2: Final = 2  # merge point B2 at most twice per turn, customer channels only
 TURN_CANCEL_GRACE_S: Final = 120.0  # a cancelled turn closes within this, else is terminated
+LLM_HEARTBEAT_S: Final = 60.0  # a model step unheard from this long is retried (TurnTimeouts)
 TRANSCRIPT_MAX_BYTES: Final = 393_216
 EMPLOYEE_TURN_CAP: Final = 4  # plus one slot reserved for the owner (C1)
 
@@ -387,7 +388,7 @@ ATTENTION_APPROVAL_EXPIRED: Final = "approval_expired"
 ATTENTION_SEND_HELD: Final = "send_held"  # a send its channel's rules hold (window_closed)
 HELD_WINDOW_CLOSED: Final = "window_closed"  # WhatsApp: the customer last wrote over 24 h ago
 SEND_WAIT: Final = "SendWait"  # a send's retryable error: a bucket, the high water, a claim
-SEND_CLAIM_TTL_S: Final = 30  # a send's claim lasts as long as its activity attempt
+SEND_CLAIM_TTL_S: Final = 30  # a send's attempt and claim, unless TurnTimeouts says
 # ApplicationError types of the poll activity: each attempt ends with POLL_NEXT (BENIGN, its
 # next_retry_delay the wait); POLL_ENDED (non-retryable) ends the workflow.
 POLL_NEXT: Final = "PollNext"

@@ -208,6 +208,35 @@ class WorkflowSettings:
         )
 
 
+@dataclass(frozen=True)
+class TurnTimeouts:
+    """How long Temporal gives a turn's attempts before it retries them elsewhere (a worker
+    killed mid-attempt is noticed only then). The relay puts them in each conversation's
+    cursor (continue-as-new carries them) and each turn takes them from its input, so they
+    hold for conversations started after a change. Positive seconds:
+
+    - `send_s` (`EVENTOS_TURN_SEND_TIMEOUT_S`, 30): a channel send's attempt, and so its
+      claim's life: a later attempt takes an unsettled claim over only this long after it was
+      made. Keep it above the senders' own timeout (`EVENTOS_CHANNELS_SEND_TIMEOUT_S`, 10).
+    - `llm_heartbeat_s` (`EVENTOS_TURN_LLM_HEARTBEAT_S`, 60): a model step's attempt not heard
+      from this long is retried (the worker beats at half of it at least)."""
+
+    send_s: float = float(names.SEND_CLAIM_TTL_S)
+    llm_heartbeat_s: float = names.LLM_HEARTBEAT_S
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> TurnTimeouts:
+        env = os.environ if env is None else env
+        values = []
+        for var, default in (("EVENTOS_TURN_SEND_TIMEOUT_S", cls.send_s),
+                             ("EVENTOS_TURN_LLM_HEARTBEAT_S", cls.llm_heartbeat_s)):  # fmt: skip
+            value = _float(env, var, default)
+            if value <= 0:
+                raise ConfigError(f"{var} must be a positive number of seconds, got {value:g}")
+            values.append(value)
+        return cls(*values)
+
+
 def positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     """A settings class's positive integer `name` of `env`, else `default` (ConfigError)."""
     raw = env.get(name, "").strip()

@@ -20,7 +20,7 @@ from eventos.runtime.gauges import gauge_loop, read_backlog
 from eventos.runtime.service import run_main
 from eventos.runtime.wiring import ConnectedConfig, build_connected
 from eventos.scheduling.policy import SchedConfig
-from eventos.settings import AlarmSettings, SupervisionSettings
+from eventos.settings import AlarmSettings, SupervisionSettings, TurnTimeouts
 
 
 async def main() -> None:
@@ -29,7 +29,8 @@ async def main() -> None:
     service, connected = await build_connected(cfg)
     relay_id = os.environ.get("EVENTOS_RELAY_ID") or f"{socket.gethostname()}:{os.getpid()}"
     relay = Relay(connected.pool, connected.temporal, relay_id,
-                  owner_task_queue=names.owner_queue(names.WORKFLOW_QUEUE))  # fmt: skip
+                  owner_task_queue=names.owner_queue(names.WORKFLOW_QUEUE),
+                  turn_timeouts=TurnTimeouts.from_env())  # fmt: skip
     service.loops.append(lambda: lanes_loop(relay, connected.signal, cfg.service.poll_interval_s))
     deliverer = Deliverer(connected.pool, connected.temporal, sched=SchedConfig.from_env(),
                           outbox=outbox)  # fmt: skip

@@ -56,6 +56,7 @@ from eventos.runtime.metrics import BREAKERS_OPEN, DEAD_RESET, RELAY_LAG, class_
 from eventos.runtime.payload_guard import PayloadTooLarge
 from eventos.runtime.temporal import TemporalConnection
 from eventos.runtime.wake import WakeSignal
+from eventos.settings import TurnTimeouts
 from eventos.spec.model import resolve_flags
 
 log = logging.getLogger(__name__)
@@ -277,6 +278,7 @@ class Relay:
     entity_roll_after: int = names.ENTITY_ROLL_AFTER
     entity_idle_s: float | None = None  # None: the lane's default (SPEC §7)
     entity_cancel_grace_s: float = names.TURN_CANCEL_GRACE_S
+    turn_timeouts: TurnTimeouts = field(default_factory=TurnTimeouts)  # each cursor carries them
     call_timeout_s: float = SIGNAL_WITH_START_TIMEOUT_S  # each Signal-With-Start's rpc_timeout
     breaker: Breaker = field(default_factory=Breaker)
     pauses: Pushback = field(default_factory=Pushback)
@@ -502,6 +504,8 @@ class Relay:
             applied_seq=int(stream["delivered_seq"]), reload_after=int(stream["consumed_seq"]),
             roll_after=self.entity_roll_after, idle_s=self.entity_idle_s,
             cancel_grace_s=self.entity_cancel_grace_s, flags=resolve_flags(stream["flags"]),
+            send_timeout_s=self.turn_timeouts.send_s,
+            llm_heartbeat_s=self.turn_timeouts.llm_heartbeat_s,
         )  # fmt: skip
         try:
             client: Client = await self.temporal.get()

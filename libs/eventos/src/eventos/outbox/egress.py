@@ -160,8 +160,10 @@ class Egress:
     settings: ChannelSettings = field(default_factory=ChannelSettings)
     _salt: bytes | None = None
 
-    async def send(self, outbound_id: int) -> str:
-        """Deliver one outbox row; its status after the attempt (SendWait: try later)."""
+    async def send(self, outbound_id: int, claim_ttl_s: float = names.SEND_CLAIM_TTL_S) -> str:
+        """Deliver one outbox row; its status after the attempt (SendWait: try later). A claim
+        an earlier attempt left is taken over once `claim_ttl_s` old: the attempts' timeout
+        (the send activity passes its own), so no attempt still running loses its claim."""
         async with self.pool.connection() as conn:
             row = await _get(conn, outbound_id)
             if row["kind"] == names.KIND_CHAT:
@@ -179,7 +181,7 @@ class Egress:
             except RecipientUnreadable as exc:
                 return await _fail_unreadable(conn, row, exc)
             if row["status"] == "sending":
-                token = await self._take_over(conn, row, sender)
+                token = await self._take_over(conn, row, sender, claim_ttl_s)
             else:
                 token = await self._claim(conn, row, recipient)
             if token is None:
@@ -232,11 +234,12 @@ class Egress:
         cur = await conn.execute(Q["outbound_claim"], {"id": row["id"], "token": token})
         return token if await cur.fetchone() is not None else None
 
-    async def _take_over(self, conn: Conn, row: dict[str, Any], sender: Sender) -> str | None:
+    async def _take_over(self, conn: Conn, row: dict[str, Any], sender: Sender,
+                         ttl_s: float) -> str | None:  # fmt: skip
         """An earlier attempt's claim: wait it out, take it over, or call the row `unknown`."""
         age = float(row["claim_age_s"] or 0.0)
-        if age < names.SEND_CLAIM_TTL_S:
-            raise SendWait(f"outbox row {row['id']} is being sent", names.SEND_CLAIM_TTL_S - age)
+        if age < ttl_s:
+            raise SendWait(f"outbox row {row['id']} is being sent", ttl_s - age)
         token = uuid.uuid4().hex
         if row["provider_called_at"] is None or sender.idempotent:
             cur = await conn.execute(Q["outbound_reclaim"], {

@@ -109,13 +109,35 @@ def pytest_configure(config: pytest.Config) -> None:
     config.option.basetemp = tempfile.mkdtemp(prefix=f"s{os.getpid()}-", dir=root)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """`make test` runs the suite on several pytest-xdist workers (`--dist loadgroup`), each
     with its own PostgreSQL and dev server: the tier L tests go to one worker, so one tier L
-    server starts for the run, not one per worker."""
+    server starts for the run, not one per worker; so do the tests of each `xdist_group`."""
     for item in items:
         if item.get_closest_marker("tier_l") is not None:
             item.add_marker(pytest.mark.xdist_group(TIER_L_GROUP))
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        for item in items:
+            _name_group(item)
+
+
+def _name_group(item: pytest.Item) -> None:
+    """The item's id ends with `@<its xdist_group>`, by which the scheduler sends a group's
+    tests to one worker. pytest-xdist 3.8 writes that suffix to `item._nodeid`, which pytest 9
+    no longer reads (an item's id is its `_id`): every group was spread over the workers (each
+    started its own tier L server, its own upgrade instance). Run last: the markers are all
+    there, and a suffix xdist may have set already is not added twice."""
+    groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                     for m in item.iter_markers("xdist_group")})  # fmt: skip
+    suffix = "@" + "_".join(groups)
+    if not groups or item.nodeid.endswith(suffix):
+        return
+    node_id = getattr(item, "_id", None)
+    if node_id is None:  # pytest before 9: the string is the id
+        item._nodeid = item.nodeid + suffix  # type: ignore[attr-defined]
+    else:
+        item._id = type(node_id).parse(item.nodeid + suffix)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -181,8 +181,10 @@ class DbActivities:
     async def egress_send(self, outbound_id: int) -> str:
         """One send (SPEC §11); a wait ends the attempt at once with its delay (BENIGN: no
         worker slot is held while a bucket refills or a provider's retry hint passes)."""
+        attempt = activity.info().start_to_close_timeout  # the turn's (TurnTimeouts.send_s)
+        ttl_s = attempt.total_seconds() if attempt else float(names.SEND_CLAIM_TTL_S)
         try:
-            return await self.egress.send(outbound_id)
+            return await self.egress.send(outbound_id, ttl_s)
         except SendWait as exc:
             raise ApplicationError(
                 str(exc), type=names.SEND_WAIT, category=ApplicationErrorCategory.BENIGN,

@@ -275,7 +275,8 @@ class ConversationWorkflow:
         told = not workflow.patched(PATCH_CONSUMED_FROM_DATABASE)  # the turn signals (old runs)
         turn = TurnInput(grant.turn_id, c.employee, c.generation, req.agent, c.thread,
                          c.stream_key, req.klass, dict(first.route), inputs, flags=dict(c.flags),
-                         tell_consumed=told)  # fmt: skip
+                         tell_consumed=told, send_timeout_s=c.send_timeout_s,
+                         llm_heartbeat_s=c.llm_heartbeat_s)  # fmt: skip
         self.turn = await workflow.start_child_workflow(
             names.WF_TURN, turn, id=grant.turn_id, result_type=TurnResult,
             task_queue=workflow.info().task_queue,
@@ -479,7 +480,8 @@ class ConversationWorkflow:
             StreamCursor(c.stream_key, c.employee, c.generation, c.lane, c.thread,
                          self.applied_seq, reload_after=reload_after, roll_after=c.roll_after,
                          idle_s=c.idle_s, cancel_grace_s=c.cancel_grace_s, failures=failures,
-                         flags=dict(c.flags))
+                         flags=dict(c.flags), send_timeout_s=c.send_timeout_s,
+                         llm_heartbeat_s=c.llm_heartbeat_s)
         )  # fmt: skip
 
     async def _drain(self) -> None:

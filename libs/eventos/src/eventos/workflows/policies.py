@@ -6,8 +6,6 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from eventos import names
-
 # Idempotent bookkeeping in our own database, run as local activities: retry until it works.
 DB_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
@@ -21,13 +19,13 @@ LLM_RETRY = RetryPolicy(
 LLM_ATTEMPT_TIMEOUT = timedelta(minutes=5)
 LLM_STEP_BUDGET = timedelta(minutes=15)  # cloud endpoints (SPEC §9 parking: 15 min)
 LLM_STEP_BUDGET_LOCAL = timedelta(minutes=45)  # local endpoints (45 min)
-LLM_HEARTBEAT = timedelta(seconds=60)
+# The heartbeat timeout is the turn's (TurnInput.llm_heartbeat_s, names.LLM_HEARTBEAT_S).
 
 # Sends are made at-most-once by their claim, so they may retry without limit.
 SEND_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(minutes=1)
 )
-SEND_TIMEOUT = timedelta(seconds=names.SEND_CLAIM_TTL_S)  # a claim expires with its attempt
+# The attempt's timeout is the turn's (TurnInput.send_timeout_s): a claim expires with it.
 
 # The supervisor's effects in Temporal (schedules, entity Signals and Updates) and the cron
 # tick's append: idempotent, so they retry until they work, each attempt bounded.

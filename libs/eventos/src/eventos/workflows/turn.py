@@ -327,7 +327,7 @@ class TurnWorkflow:
             schedule_to_close_timeout=(
                 policies.LLM_STEP_BUDGET_LOCAL if ctx.model.is_local() else policies.LLM_STEP_BUDGET
             ),
-            heartbeat_timeout=policies.LLM_HEARTBEAT,
+            heartbeat_timeout=timedelta(seconds=turn.llm_heartbeat_s),
             retry_policy=policies.LLM_RETRY,
             # A cancelled turn waits for the provider call to stop (it heartbeats).
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
@@ -542,7 +542,8 @@ class TurnWorkflow:
             names.ACT_SEND, saved.outbound_id, result_type=str,
             task_queue=names.queue_for(names.EGRESS_QUEUE, workflow.info().task_queue),
             activity_id=f"{turn.turn_id}:send",
-            start_to_close_timeout=policies.SEND_TIMEOUT, retry_policy=policies.SEND_RETRY,
+            start_to_close_timeout=timedelta(seconds=turn.send_timeout_s),
+            retry_policy=policies.SEND_RETRY,
             priority=Priority(priority_key=turn.klass,
                               fairness_key=saved.account or turn.employee),
         )  # fmt: skip
