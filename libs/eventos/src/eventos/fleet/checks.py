@@ -1,13 +1,16 @@
 """What both drivers of the upgrader ask an instance the same way (eventos.fleet.local_driver,
 eventos.fleet.k8s_driver): which generations hold runs that cannot replay, whether the new
-release completed a workflow task, and whether a service's `/readyz` answer names a release."""
+release completed a workflow task, whether a service's `/readyz` answer names a release, and
+whether the Temporal server serves on a version."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetSystemInfoRequest
 
 from eventos.db import connect
 from eventos.db.sql import Q
@@ -16,6 +19,7 @@ from eventos.runtime.payload_guard import connect as temporal_connect
 from eventos.settings import DatabaseSettings, TemporalSettings
 
 CHECK_RUNS_MAX = 1000  # workflows whose histories the rollback reads for a completed task
+TEMPORAL_ASK_S = 10.0  # one connection and its two questions to the Temporal frontend
 
 
 async def generations_of(database_url: str, workflow_ids: list[str]) -> list[NeedsReset]:
@@ -68,3 +72,21 @@ def readyz_says(status: int, body: Any, build: str, image_tag: str | None = None
     if image_tag is not None and release.get("image_tag") != image_tag:
         return f"ready, but on image tag {release.get('image_tag')!r}"
     return None
+
+
+async def temporal_serves(temporal: TemporalSettings, version: str) -> str | None:
+    """None when the Temporal server at `temporal` serves on `version` (its namespace answers,
+    GetSystemInfo's server_version is `version`), else what it said."""
+
+    async def ask() -> str | None:
+        client = await temporal_connect(temporal.address, temporal.namespace)
+        service = client.service_client.workflow_service
+        info = await service.get_system_info(GetSystemInfoRequest())
+        await service.describe_namespace(DescribeNamespaceRequest(namespace=temporal.namespace))
+        said = info.server_version
+        return None if said == version else f"Temporal at {temporal.address} runs {said}"
+
+    try:
+        return await asyncio.wait_for(ask(), TEMPORAL_ASK_S)
+    except Exception as exc:  # not serving yet: unreachable, the namespace not loaded, a timeout
+        return f"Temporal at {temporal.address}: {type(exc).__name__}: {str(exc)[:200]}"
