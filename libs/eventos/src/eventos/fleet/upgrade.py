@@ -8,7 +8,11 @@ last, each checked on `/readyz` (answering ready, on the target's build) within 
 that do not replay mark their generations "needs Reset" and the upgrade goes on. When a step
 fails it rolls back on its own: the previous release's services again, and the snapshot restored
 first where the target ran a migration or a workflow task (the previous code could not read
-either). `Instance` is what it drives; `eventos.fleet.local_driver` drives a `make run` instance.
+either). At tier L the instance's Temporal server moves too when the target pins another version:
+at most one minor forward per upgrade (`temporal_rule`), its schema tool first, then the server,
+both after the snapshot (which holds Temporal's databases), so a rollback restores the snapshot
+and starts the previous server again. `Instance` is what it drives; `eventos.fleet.local_driver`
+drives a `make run` instance.
 """
 
 from __future__ import annotations
@@ -47,12 +51,16 @@ class UpgradeError(EventOSError):
 @dataclass(frozen=True)
 class ReleaseRef:
     """A release an instance can run: its name, where it comes from (a checkout, an image
-    tag), the build id its workers run under and the migration level it ships."""
+    tag), the build id its workers run under, the migration level it ships and its Temporal
+    server version. `temporal` is, for the release the instance runs now, the version its own
+    Temporal server runs (tier L); for an installed target, the version that target pins; ""
+    where the upgrader does not move Temporal (tier S's dev server, a target pinning none)."""
 
     name: str
     source: str
     build: str
     migrations: int
+    temporal: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,22 @@ class Instance(Protocol):
         ...
 
     async def restore(self, snapshot: str) -> None:
-        """Restore the snapshot `snapshot` (the services are stopped)."""
+        """Restore the snapshot `snapshot` (the services are stopped). Where it replaces
+        Temporal's databases it stops the Temporal server first; after a rollback that moved
+        Temporal, `start_temporal(old)` starts it again, otherwise the driver restarts it on
+        the version it ran."""
+        ...
+
+    async def update_temporal_schema(self, release: ReleaseRef) -> None:
+        """Run `release`'s temporal-sql-tool `update-schema` from `release`'s schema files
+        (postgresql v12 `temporal/versioned`, `visibility/versioned`) on both Temporal
+        databases, while the old server still runs."""
+        ...
+
+    async def start_temporal(self, release: ReleaseRef, timeout_s: float) -> None:
+        """(Re)start the Temporal server on `release.temporal`; return once it serves (the
+        namespace answers, GetSystemInfo's server_version is `release.temporal`), else
+        UpgradeError naming what it saw within `timeout_s`."""
         ...
 
     async def migrate(self, release: ReleaseRef) -> list[str]:
@@ -190,6 +213,7 @@ class Attempt:
 
     snapshot: str = ""
     migrated: bool = False
+    temporal_moved: bool = False  # the target's Temporal schema tool ran (or may have)
     workers_since: datetime | None = None  # when the target's workers were first started
 
 
@@ -200,6 +224,7 @@ class Deadlines:
 
     ready_s: float = 90.0
     rollback_ready_s: float = 180.0
+    temporal_s: float = 180.0  # the Temporal server serving again on a version
 
 
 async def upgrade(
@@ -213,23 +238,58 @@ async def upgrade(
     except UpgradeError as exc:
         out.outcome, out.reason = ABORTED, str(exc)
         return out
+    refused = temporal_rule(out.from_.temporal, out.to.temporal)
+    if refused:
+        out.outcome, out.reason = ABORTED, refused
+        return out
     attempt = Attempt()
     try:
-        await _forward(instance, out, attempt, drill, deadlines.ready_s)
+        await _forward(instance, out, attempt, drill, deadlines)
         out.outcome = UPGRADED
     except UpgradeError as exc:
         out.reason = str(exc)
-        await _roll_back(instance, out, attempt, deadlines.rollback_ready_s)
+        await _roll_back(instance, out, attempt, deadlines)
     return out
 
 
+def _version(text: str) -> tuple[int, int, int] | None:
+    parts = text.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
+def temporal_rule(current: str, target: str) -> str:
+    """Why the Temporal server may not move from `current` to `target` in one upgrade, or ""
+    when it may: forward, in the same major, by at most one minor (Temporal's schema and
+    server upgrade one minor at a time). "" on either side means Temporal does not move."""
+    if not current or not target or current == target:
+        return ""
+    old, new = _version(current), _version(target)
+    if old is None or new is None:
+        return f"cannot compare the Temporal server versions {current!r} and {target!r}"
+    said = f"the target pins Temporal {target}, the instance runs {current}"
+    if new < old:
+        return f"{said}: Temporal is never downgraded (roll back to a release pinning {current})"
+    if new[0] != old[0]:
+        return f"{said}: Temporal moves within its major version only"
+    if new[1] > old[1] + 1:
+        through = f"{old[0]}.{old[1] + 1}.x"
+        return f"{said}: one minor at a time, upgrade to a release pinning {through} first"
+    return ""
+
+
 async def _forward(
-    instance: Instance, out: Outcome, attempt: Attempt, drill: bool, ready_s: float
+    instance: Instance, out: Outcome, attempt: Attempt, drill: bool, deadlines: Deadlines
 ) -> None:
-    assert out.to is not None
-    new = out.to
+    assert out.from_ is not None and out.to is not None
+    new, ready_s = out.to, deadlines.ready_s
     await out.step("stop", instance.stop())
     attempt.snapshot = await out.step("snapshot", instance.snapshot())
+    if new.temporal and new.temporal != out.from_.temporal:
+        attempt.temporal_moved = True  # from here the schema may be the target's
+        await out.step("temporal_schema", instance.update_temporal_schema(new))
+        await out.step("temporal_server", instance.start_temporal(new, deadlines.temporal_s))
     attempt.migrated = True  # from here a failed migration may have left part of its work
     applied = await out.step("migrate", instance.migrate(new))
     attempt.migrated = bool(applied)
@@ -246,19 +306,25 @@ async def _forward(
     await out.step("ready_ingress", instance.ready(new, INGRESS, ready_s))
 
 
-async def _roll_back(instance: Instance, out: Outcome, attempt: Attempt, ready_s: float) -> None:
+async def _roll_back(
+    instance: Instance, out: Outcome, attempt: Attempt, deadlines: Deadlines
+) -> None:
     """The previous release again, on the snapshot where the target changed what it cannot
-    read; `failed` when that does not come back ready."""
+    read (its migrations, a workflow task it completed, Temporal's schema and server: then
+    the previous Temporal server again, before the services); `failed` when that does not
+    come back ready."""
     assert out.from_ is not None
-    old = out.from_
+    old, ready_s = out.from_, deadlines.rollback_ready_s
     try:
         await out.step("rollback_stop", instance.stop())
         ran_tasks = attempt.workers_since is not None and await out.step(
             "rollback_check_tasks", instance.workflow_task_completed_since(attempt.workers_since)
         )
-        if attempt.snapshot and (attempt.migrated or ran_tasks):
+        if attempt.snapshot and (attempt.migrated or ran_tasks or attempt.temporal_moved):
             await out.step("restore", instance.restore(attempt.snapshot))
             out.restored = True
+        if attempt.temporal_moved:
+            await out.step("rollback_temporal", instance.start_temporal(old, deadlines.temporal_s))
         await out.step("rollback_start", instance.start(old, SERVICES, False))
         await out.step("rollback_ready", instance.ready(old, SERVICES, ready_s))
     except UpgradeError as exc:
