@@ -39,6 +39,10 @@ OTELCOL := $(TOOLS)/bin/otelcol-eventos-v$(OTELCOL_VERSION)
 TEMPORAL_SERVER_VERSION := 1.32.0
 TEMPORAL_SERVER_MODULE := go.temporal.io/server
 TEMPORAL_BUILD := $(TOOLS)/temporal-server/v$(TEMPORAL_SERVER_VERSION)
+# The previous minor's last patch, built beside it by the same rule: the upgrade tests start an
+# instance on it and upgrade it to TEMPORAL_SERVER_VERSION (Temporal moves one minor at a time).
+TEMPORAL_PREVIOUS_VERSION := 1.31.5
+TEMPORAL_PREVIOUS_BUILD := $(TOOLS)/temporal-server/v$(TEMPORAL_PREVIOUS_VERSION)
 TEMPORAL_SERVER := $(TOOLS)/bin/temporal-server
 TEMPORAL_SQL_TOOL := $(TOOLS)/bin/temporal-sql-tool
 # The S3-compatible server the backup tests run (issue 29): SeaweedFS (Apache-2.0), built from its
@@ -255,12 +259,13 @@ deploy-check: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## only the deplo
 # --- Images (issue 28, point 1) -------------------------------------------------------------
 # Every image the charts reference, built with buildah (no Docker engine, no registry): the six
 # services from their Dockerfiles on a Python base made here from Debian's packages, and the
-# Temporal server, its admin tools, the dev server, the collector and PostgreSQL 16 from
+# Temporal server and its admin tools (of TEMPORAL_SERVER_VERSION and TEMPORAL_PREVIOUS_VERSION, which
+# the upgrade tests start an instance on), the dev server, the collector and PostgreSQL 16 from
 # deploy/images/ with the binaries `make tools` builds. Layer-cached: a warm run rebuilds and
 # saves only what changed. Output: .eventos/images/*.tar and images.json (for ctr import).
 # Debian's buildah, podman, debootstrap and busybox-static are installed where missing
 # (`cluster-packages`, below).
-images: install cluster-packages $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## build every image the charts reference with buildah into .eventos/images (IMAGE_REPOSITORY, IMAGE_TAG)
+images: install cluster-packages $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(TEMPORAL_PREVIOUS_BUILD)/.built $(PG_CONTRIB) ## build every image the charts reference with buildah into .eventos/images (IMAGE_REPOSITORY, IMAGE_TAG)
 	$(PY) scripts/images.py --repository $(IMAGE_REPOSITORY) --tag $(IMAGE_TAG) --uv-version $(UV_VERSION)
 
 # Runs the images as the charts run them (read-only root, non-root); not part of `make test`.

@@ -70,8 +70,10 @@ REARM_WAIT_S = 1.0  # as on the local instance: the relay applies a restore's re
 READ_RELEASE_S = 180.0  # the Job that reads the target's release
 # The release an image holds (RELEASE_OF) and the Temporal version it pins (TEMPORAL_PIN_VAR, read
 # by its own settings; an image from before the pin existed pins none).
-RELEASE_AND_PIN = (f"{RELEASE_OF}; from eventos.settings import ReleaseSettings; "
-                   "print(json.dumps(getattr(ReleaseSettings.from_env(), 'temporal_pin', '')))")
+RELEASE_AND_PIN = (
+    f"{RELEASE_OF}; from eventos.settings import ReleaseSettings; "
+    "print(json.dumps(getattr(ReleaseSettings.from_env(), 'temporal_pin', '')))"
+)
 TEMPORAL_COMPONENT = "temporal"  # the chart's component label of the Temporal server
 TEMPORAL_CONTAINER = "temporal"  # its server's container (tier L; tier S runs a StatefulSet)
 SCHEMA_CONTAINER = "schema"  # its schema step, the init container (eventos.temporalSchemaContainer)
@@ -539,8 +541,9 @@ class KubernetesInstance:
 
     def _server(self) -> TemporalServer:
         if self.temporal is None:
-            raise UpgradeError(f"release {self.where.release} in {self.ns} runs no Temporal "
-                               "server Deployment (tier S: the upgrader does not move it)")  # fmt: skip
+            where = f"release {self.where.release} in {self.ns}"
+            raise UpgradeError(f"{where} runs no Temporal server Deployment (tier S: the "
+                               "upgrader does not move its dev server)")  # fmt: skip
         return self.temporal
 
     async def _temporal_deployment(self) -> dict[str, Any]:
