@@ -259,9 +259,9 @@ deploy-check: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## only the deplo
 # --- Images (issue 28, point 1) -------------------------------------------------------------
 # Every image the charts reference, built with buildah (no Docker engine, no registry): the six
 # services from their Dockerfiles on a Python base made here from Debian's packages, and the
-# Temporal server and its admin tools (of TEMPORAL_SERVER_VERSION and TEMPORAL_PREVIOUS_VERSION, which
-# the upgrade tests start an instance on), the dev server, the collector and PostgreSQL 16 from
-# deploy/images/ with the binaries `make tools` builds. Layer-cached: a warm run rebuilds and
+# Temporal server and its admin tools (of TEMPORAL_SERVER_VERSION, and of TEMPORAL_PREVIOUS_VERSION
+# that the upgrade tests start an instance on), the dev server, the collector and PostgreSQL 16
+# from deploy/images/ with the binaries `make tools` builds. Layer-cached: a warm run rebuilds and
 # saves only what changed. Output: .eventos/images/*.tar and images.json (for ctr import).
 # Debian's buildah, podman, debootstrap and busybox-static are installed where missing
 # (`cluster-packages`, below).
