@@ -58,6 +58,22 @@ def test_a_daily_backup_to_a_bucket_reads_its_keys_from_a_mounted_secret() -> No
     ]
 
 
+@pytest.mark.parametrize("tier", ["S", "L"])
+def test_the_backup_pod_reads_the_services_config_the_release_and_temporals_address(
+    tier: str,
+) -> None:
+    """The manifest keeps the release record of the code that took the backup, and a restore
+    run from this template reconciles Temporal: both come from the services' ConfigMap."""
+    docs = charts.instance(tier, *S3)
+    container = pod(named(docs, "CronJob", f"{P}-backup"))["containers"][0]
+    assert container["envFrom"] == [{"configMapRef": {"name": f"{P}-config"}}]
+    config = named(docs, "ConfigMap", f"{P}-config")["data"]
+    for var in ("EVENTOS_IMAGE_TAG", "EVENTOS_CHART_VERSION", "EVENTOS_TEMPORAL_SERVER",
+                "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE"):  # fmt: skip
+        assert config[var], var
+    assert "EVENTOS_DATABASE_URL" not in config  # the URL stays in its Secret's file
+
+
 def test_a_backup_to_a_volume_mounts_its_claim() -> None:
     spec = pod(named(charts.instance("S", *VOLUME), "CronJob", f"{P}-backup"))
     volumes = {v["name"]: v for v in spec["volumes"]}

@@ -282,6 +282,11 @@ def test_the_backup_cronjob_writes_a_backup_that_restore_restores(release: Relea
     assert code == 0, log
     report = outcome_of(log)
     assert report["backup"]["id"] == backup_id and report["databases"] == ["app"]
+    # The CronJob's pod reads the services' config: the manifest names the release that took
+    # it (the chart's values: the upgrader moved the Deployments only, docs/upgrades.md), and
+    # the restore reconciled Temporal (hello's supervisor run, orphaned, terminated).
+    assert report["backup"]["release"]["image_tag"] == tags()[0], report["backup"]
+    assert report["reconcile"]["runs_terminated"] >= 1, report["reconcile"]
     consumed_once(release, acked)  # what was acknowledged before the backup is there, once
     wait_for_sync(lambda: every_service_on(release, tags()[1]) or None, timeout=300,
                   what="every service Ready after the restore")  # fmt: skip
