@@ -39,9 +39,11 @@ OTELCOL := $(TOOLS)/bin/otelcol-eventos-v$(OTELCOL_VERSION)
 TEMPORAL_SERVER_VERSION := 1.32.0
 TEMPORAL_SERVER_MODULE := go.temporal.io/server
 TEMPORAL_BUILD := $(TOOLS)/temporal-server/v$(TEMPORAL_SERVER_VERSION)
-# The previous minor's last patch, built beside it by the same rule: the upgrade tests start an
-# instance on it and upgrade it to TEMPORAL_SERVER_VERSION (Temporal moves one minor at a time).
-TEMPORAL_PREVIOUS_VERSION := 1.31.5
+# The previous minor, built beside it by the same rule: the upgrade tests start an instance on it
+# and upgrade it to TEMPORAL_SERVER_VERSION (Temporal moves one minor at a time). 1.31.2, the last
+# 1.31 patch the module proxy serves whole: 1.31.3 to 1.31.5 need go.temporal.io/auto-scaled-workers
+# v0.0.x-1.31.2, which the proxy refuses ("This module version is not available").
+TEMPORAL_PREVIOUS_VERSION := 1.31.2
 TEMPORAL_PREVIOUS_BUILD := $(TOOLS)/temporal-server/v$(TEMPORAL_PREVIOUS_VERSION)
 TEMPORAL_SERVER := $(TOOLS)/bin/temporal-server
 TEMPORAL_SQL_TOOL := $(TOOLS)/bin/temporal-sql-tool

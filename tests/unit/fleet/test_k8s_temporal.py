@@ -1,7 +1,7 @@
 """The Kubernetes driver's Temporal step, without a cluster (tests/k8s/test_temporal_upgrade_on_cluster.py
 runs it on one): which Temporal version the instance runs and the target pins, the schema Job made
 from the chart's own schema step, the server moved by its two images and waited for on its
-version, and a restore that never replaces Temporal's databases under a running server."""
+version, and a restore that never swaps Temporal's databases under a running server."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from eventos.fleet import checks, k8s_driver
+from eventos.fleet import checks, k8s_driver, reconcile
 from eventos.fleet.k8s_driver import (
     COMPONENT_LABEL,
     JOB_COMPONENT,
@@ -24,14 +24,21 @@ from eventos.fleet.k8s_driver import (
     temporal_server,
 )
 from eventos.fleet.upgrade import SERVICES, ReleaseRef, UpgradeError
-from eventos.settings import TEMPORAL_PIN_VAR, KubernetesUpgradeSettings, UpgradeSettings
+from eventos.settings import (
+    TEMPORAL_PIN_VAR,
+    BackupSettings,
+    BackupTarget,
+    KubernetesUpgradeSettings,
+    TemporalSettings,
+    UpgradeSettings,
+)
 
 WHERE = KubernetesUpgradeSettings(namespace="ns", release="rel", kubeconfig="/k")
-OLD = ReleaseRef("a1", "e/ingress:a1", "build-a", 40, "1.31.5")
+OLD = ReleaseRef("a1", "e/ingress:a1", "build-a", 40, "1.31.2")
 NEW = ReleaseRef("b2", "e/ingress:b2", "build-b", 41, "1.32.0")
 SCRIPT = 'set -eu\ntool --database "$MAIN_DB" update-schema -d /etc/temporal/schema/x\n'
-SERVER_IMAGE = "localhost/eventos/temporal-server:1.31.5"
-TOOLS_IMAGE = "localhost/eventos/temporal-admin-tools:1.31.5"
+SERVER_IMAGE = "localhost/eventos/temporal-server:1.31.2"
+TOOLS_IMAGE = "localhost/eventos/temporal-admin-tools:1.31.2"
 
 
 def service(name: str) -> dict[str, Any]:
@@ -95,7 +102,7 @@ def test_tier_l_runs_its_deployments_version_and_the_target_pins_its_images(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     found, calls = instance(monkeypatch, "L")
-    assert asyncio.run(found.current()).temporal == "1.31.5"  # its Deployment's, not the pin
+    assert asyncio.run(found.current()).temporal == "1.31.2"  # its Deployment's, not the pin
     assert asyncio.run(found.install("b2")).temporal == "1.32.0"  # the target image's pin
     releases = [c for c in calls if c[0] == "job"]
     assert [(c[1], c[2], c[3][-1]) for c in releases] == [
@@ -165,7 +172,7 @@ def test_the_server_moves_by_both_images_and_serves_once_it_names_the_version(
     found, calls = instance(monkeypatch, "L")
     asyncio.run(found.current())
     calls.clear()
-    answers = iter(["Temporal at t:7233 runs 1.31.5", None])  # the old pod still answers first
+    answers = iter(["Temporal at t:7233 runs 1.31.2", None])  # the old pod still answers first
     asked: list[str] = []
 
     async def serves(temporal: Any, version: str) -> str | None:
@@ -192,43 +199,49 @@ def test_the_server_moves_by_both_images_and_serves_once_it_names_the_version(
     # Back: exactly the images it ran; and a server that never names the version fails.
     calls.clear()
     monkeypatch.setattr(checks, "temporal_serves", lambda t, v: asyncio.sleep(0, "runs 1.32.0"))
-    with pytest.raises(UpgradeError, match=r"not serving on 1\.31\.5 after 0\.2s: runs 1\.32\.0"):
+    with pytest.raises(UpgradeError, match=r"not serving on 1\.31\.2 after 0\.2s: runs 1\.32\.0"):
         asyncio.run(found.start_temporal(OLD, 0.2))
     back = {op["path"]: op["value"] for op in calls[0][2]}
     assert back["/spec/template/spec/containers/0/image"] == SERVER_IMAGE
     assert back["/spec/template/spec/initContainers/0/image"] == TOOLS_IMAGE
 
 
-@pytest.mark.parametrize(("running", "restarted"), [(SERVER_IMAGE, True),
-                                                    ("e/temporal-server:1.32.0", False)])  # fmt: skip
-def test_a_restore_stops_temporal_first_and_restarts_only_a_server_that_did_not_move(
-    monkeypatch: pytest.MonkeyPatch, running: str, restarted: bool
+def test_a_restore_swaps_temporals_databases_with_the_server_stopped_then_clears_it(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     found, calls = instance(monkeypatch, "L")
     asyncio.run(found.current())
     calls.clear()
+    temporal = TemporalSettings(address="t:7233", namespace="default")
+    monkeypatch.setattr(
+        found,
+        "_backups",
+        lambda: BackupSettings(
+            "file:///s", (BackupTarget("app", "postgresql:///eventos"),), temporal=temporal
+        ),
+    )
     pods = [object()]  # one Temporal pod until the stop's patch
 
     async def listed(selector: str) -> list[object]:
         return pods if not any(c[0] == "patch" for c in calls) else []
 
-    async def restore(settings: Any, snapshot: str) -> None:
-        calls.append(("restore", snapshot))
-
-    async def image() -> str:
-        return running
+    async def restore(settings: BackupSettings, snapshot: str) -> None:
+        calls.append(("restore", snapshot, settings.temporal))
 
     async def start(release: ReleaseRef, timeout_s: float) -> None:
         calls.append(("start_temporal", release.temporal))
 
+    async def clear(settings: TemporalSettings, reason: str, deadline_s: float) -> None:
+        calls.append(("clear", settings.address))
+
     monkeypatch.setattr(found, "_pods", listed)
     monkeypatch.setattr(k8s_driver, "restore_backup", restore)
-    monkeypatch.setattr(found, "_temporal_image", image)
+    monkeypatch.setattr(reconcile, "clear_temporal", clear)
     monkeypatch.setattr(found, "start_temporal", start)
     monkeypatch.setattr(k8s_driver, "POLL_S", 0.0)
     asyncio.run(found.restore("snap-1"))
     stop = {"metadata": {"annotations": {REPLICAS_ANNOTATION: "1"}}, "spec": {"replicas": 0}}
-    expected = [("patch", "rel-eventos-temporal", stop), ("restore", "snap-1")]
-    # The server that did not move starts again on its version; one that did waits for the
-    # rollback's start_temporal(old).
-    assert calls == expected + ([("start_temporal", "1.31.5")] if restarted else [])
+    # The swap runs with no server (and no Temporal to clear in it); the server starts on the
+    # version the databases were taken under, and is cleared as every restore clears it.
+    assert calls == [("patch", "rel-eventos-temporal", stop), ("restore", "snap-1", None),
+                     ("start_temporal", "1.31.2"), ("clear", "t:7233")]  # fmt: skip

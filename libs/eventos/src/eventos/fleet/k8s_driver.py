@@ -41,7 +41,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from eventos.errors import ConfigError
-from eventos.fleet import checks
+from eventos.fleet import checks, reconcile
 from eventos.fleet.backups import restore_backup, take_backup
 from eventos.fleet.local_driver import RELEASE_OF
 from eventos.fleet.upgrade import SERVICES, GateReport, NeedsReset, ReleaseRef, UpgradeError
@@ -526,16 +526,21 @@ class KubernetesInstance:
         return (await take_backup(self._backups(), reason=f"before an upgrade from {to}")).id
 
     async def restore(self, snapshot: str) -> None:
-        """Restore the snapshot; at tier L with Temporal stopped first (its databases are
-        replaced), started again after on the version it ran when the server had not moved
-        (otherwise the rollback's start_temporal starts the previous version)."""
+        """Restore the snapshot; at tier L never under a running Temporal server: it is
+        stopped, its databases swapped, started again on the version they were taken under (the
+        one it ran before the upgrade; the rollback's start_temporal finds it serving), then
+        cleared as every restore clears Temporal (docs/backups.md)."""
+        settings = self._backups()
         if self.temporal is None:
-            await restore_backup(self._backups(), snapshot)
+            await restore_backup(settings, snapshot)
             return
+        assert self.old is not None, "current() first"
         await self._stop_temporal()
-        await restore_backup(self._backups(), snapshot)
-        if self.old is not None and await self._temporal_image() == self.temporal.image:
-            await self.start_temporal(self.old, self.settings.rollback_ready_s)
+        await restore_backup(dataclasses.replace(settings, temporal=None), snapshot)
+        await self.start_temporal(self.old, self.settings.rollback_ready_s)
+        if settings.temporal is not None:
+            await reconcile.clear_temporal(settings.temporal, f"restore of backup {snapshot}",
+                                           settings.transfer_timeout_s)  # fmt: skip
 
     # -- Temporal (tier L) ---------------------------------------------------------------
 
@@ -552,12 +557,6 @@ class KubernetesInstance:
                                  .read_namespaced_deployment(name, self.ns))  # fmt: skip
         deployment: dict[str, Any] = self._plain(found)
         return deployment
-
-    async def _temporal_image(self) -> str:
-        for c in (await self._temporal_deployment())["spec"]["template"]["spec"]["containers"]:
-            if c["name"] == TEMPORAL_CONTAINER:
-                return str(c["image"])
-        return ""
 
     async def _stop_temporal(self) -> None:
         """Scale the Temporal server to 0 (its replicas kept in the annotation) and wait until
