@@ -33,6 +33,7 @@ from test_upgrade_on_cluster import (
     job_from_cronjob,
     service_pods,
     steps,
+    tag_the_next,
     tags,
     upgrade_under_load,
 )
@@ -70,12 +71,8 @@ def versions() -> tuple[str, str]:
 def release(cluster: Cluster) -> Iterator[Release]:
     """Tier L on the previous Temporal minor with the upgrade CronJob (target: the next tag),
     `hello` started; removed with its namespace at the end."""
-    current, following = tags()
-    listed: dict[str, str] = json.loads((IMAGE_VALUES.parent / "images.json").read_text())
-    for ref in listed:
-        name, _, tag = ref.rpartition(":")
-        if tag == current and name.rsplit("/", 1)[-1] in SERVICES:
-            cluster.run_cluster("tag", ref, f"{name}:{following}")
+    _, following = tags()
+    tag_the_next(cluster)
     up = Release(cluster, NAME, NAMESPACE, "L")
     try:
         out = up.install("upgrades.enabled=true", f"upgrades.targetTag={following}",
