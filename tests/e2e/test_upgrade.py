@@ -99,14 +99,17 @@ class Instance:
             return conn.execute(query, params or {}).fetchall()
 
 
-@pytest.fixture(scope="module")
-def instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instance]:
-    root = tmp_path_factory.mktemp("upgrade-instance")
+@contextlib.contextmanager
+def running_instance(
+    root: Path, *args: str, ready_s: float = READY_S, **env: str
+) -> Iterator[Instance]:
+    """`python -m eventos.local` with the examples in `root` (`args` and `env` added), ready;
+    stopped, and whatever it left running killed, afterwards."""
     output = root / "localstack.out"
-    env = {k: v for k, v in os.environ.items() if k not in AMBIENT}
+    env = {**{k: v for k, v in os.environ.items() if k not in AMBIENT}, **env}
     with output.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "eventos.local", "--examples", str(EXAMPLES)],
+            [sys.executable, "-m", "eventos.local", "--examples", str(EXAMPLES), *args],
             cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     running = Instance(root, process, output)
@@ -116,7 +119,7 @@ def instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instance]:
         return "Try:" in output.read_text()
 
     try:
-        wait_for_sync(summary, timeout=READY_S, interval=0.5, what="the local instance ready")
+        wait_for_sync(summary, timeout=ready_s, interval=0.5, what="the local instance ready")
         yield running
     finally:
         pids: set[int] = set()
@@ -130,6 +133,12 @@ def instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instance]:
         for pid in pids:
             if pid_alive(pid):
                 os.killpg(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instance]:
+    with running_instance(tmp_path_factory.mktemp("upgrade-instance")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

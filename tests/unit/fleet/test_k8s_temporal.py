@@ -166,40 +166,44 @@ def rolled_out(image: str) -> dict[str, Any]:
     return d
 
 
-def test_the_server_moves_by_both_images_and_serves_once_it_names_the_version(
+def test_the_server_moves_by_both_images_and_is_asked_its_version_once_rolled_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     found, calls = instance(monkeypatch, "L")
     asyncio.run(found.current())
     calls.clear()
-    answers = iter(["Temporal at t:7233 runs 1.31.2", None])  # the old pod still answers first
-    asked: list[str] = []
+    rollouts = iter([temporal_deployment(), rolled_out("localhost/eventos/temporal-server:1.32.0")])
+    asked: list[tuple[str, int]] = []
 
-    async def serves(temporal: Any, version: str) -> str | None:
-        asked.append(version)
-        return next(answers)
+    async def serves(temporal: Any, version: str, timeout_s: float) -> None:
+        asked.append((version, len(calls)))
 
     async def deployment() -> dict[str, Any]:
-        return rolled_out("localhost/eventos/temporal-server:1.32.0")
+        calls.append(("read", "rollout"))
+        return next(rollouts)
 
     monkeypatch.setattr(checks, "temporal_serves", serves)
     monkeypatch.setattr(found, "_temporal_deployment", deployment)
     monkeypatch.setattr(found, "_temporal_settings", lambda: None)
     monkeypatch.setattr(k8s_driver, "POLL_S", 0.0)
     asyncio.run(found.start_temporal(NEW, 30))
-    (moved, forgot) = [c[2] for c in calls]
+    (moved, forgot) = [c[2] for c in calls if c[0] == "patch"]
     assert {op["path"]: op["value"] for op in moved} == {
         "/spec/replicas": 1,
         "/spec/template/spec/containers/0/image": "localhost/eventos/temporal-server:1.32.0",
         "/spec/template/spec/initContainers/0/image": "localhost/eventos/temporal-admin-tools:1.32.0",
     }  # fmt: skip
     assert forgot == {"metadata": {"annotations": {REPLICAS_ANNOTATION: None}}}
-    assert asked == ["1.32.0", "1.32.0"]
+    assert asked == [("1.32.0", 4)]  # asked once the second read found the rollout done
 
-    # Back: exactly the images it ran; and a server that never names the version fails.
+    # Back: exactly the images it ran; and a rollout that never ends fails, naming it.
     calls.clear()
-    monkeypatch.setattr(checks, "temporal_serves", lambda t, v: asyncio.sleep(0, "runs 1.32.0"))
-    with pytest.raises(UpgradeError, match=r"not serving on 1\.31\.2 after 0\.2s: runs 1\.32\.0"):
+    monkeypatch.setattr(
+        found, "_temporal_deployment", lambda: asyncio.sleep(0, temporal_deployment())
+    )
+    with pytest.raises(
+        UpgradeError, match=r"rollout to 1\.31\.2 not done after 0\.2s: 0/1 replicas"
+    ):
         asyncio.run(found.start_temporal(OLD, 0.2))
     back = {op["path"]: op["value"] for op in calls[0][2]}
     assert back["/spec/template/spec/containers/0/image"] == SERVER_IMAGE

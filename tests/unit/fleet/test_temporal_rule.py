@@ -6,9 +6,19 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
+from eventos.fleet.releases import (
+    TEMPORAL_PIN,
+    LocalRelease,
+    ReleaseRequest,
+    TemporalPin,
+    makefile_pin,
+    read_request,
+    write_request,
+)
 from eventos.fleet.upgrade import (
     ABORTED,
     ROLLED_BACK,
@@ -43,6 +53,26 @@ def test_the_temporal_rule(current: str, target: str, refused: str) -> None:
         assert refused in said and current in said and target in said
     else:
         assert said == ""
+
+
+def test_the_makefile_pins_a_server_its_previous_minor_may_move_to() -> None:
+    root = Path(__file__).resolve().parents[3]
+    pinned, previous = (
+        makefile_pin(root, TEMPORAL_PIN),
+        makefile_pin(root, "TEMPORAL_PREVIOUS_VERSION"),
+    )
+    assert pinned and previous and pinned != previous
+    assert temporal_rule(previous, pinned) == ""
+    assert makefile_pin(root / "nowhere", TEMPORAL_PIN) == ""
+
+
+def test_a_release_request_carries_the_temporal_server_it_asks_for(tmp_path: Path) -> None:
+    pin = TemporalPin("1.32.0", "/x/.tools/temporal-server/v1.32.0", running=False)
+    asked = ReleaseRequest(3, LocalRelease("n", "/src", "/py"), {"A": "1"}, ["relay"], pin)
+    write_request(tmp_path, asked)
+    assert read_request(tmp_path) == asked
+    write_request(tmp_path, ReleaseRequest(4))
+    assert read_request(tmp_path) == ReleaseRequest(4, temporal=None)
 
 
 def ref(name: str, temporal: str) -> ReleaseRef:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from eventos.errors import ConfigError
+from eventos.fleet.temporal_sql import SqlLogin, SqlToolError
 from eventos.local.ports import LISTEN_FLOOR, ephemeral_range, free_port
-from eventos.local.temporal_server import ServerError, SqlLogin
 from eventos.settings import ServerTools
 
 
@@ -21,7 +21,7 @@ def test_the_login_comes_from_the_instance_url_and_hides_its_password() -> None:
 
 
 def test_a_socket_path_is_refused() -> None:
-    with pytest.raises(ServerError, match="over TCP"):
+    with pytest.raises(SqlToolError, match="over TCP"):
         SqlLogin.of_url("postgresql:///eventos?host=/run/postgresql")
 
 

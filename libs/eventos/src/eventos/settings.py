@@ -220,33 +220,62 @@ def positive_int(env: Mapping[str, str], name: str, default: int) -> int:
 
 TOOLS_BIN_VAR = "EVENTOS_TOOLS_BIN"
 CHART_VAR = "EVENTOS_CHART"
+TEMPORAL_SERVER_VERSION_VAR = "EVENTOS_TEMPORAL_SERVER_VERSION"
+# Where `make` builds each Temporal server version, beside the tools' bin folder (Makefile).
+TEMPORAL_BUILDS = "temporal-server"
 
 
 @dataclass(frozen=True)
 class ServerTools:
     """Where tier L's Temporal server, its schema tool and helm are (`make tools` puts them in a
-    checkout's `.tools/bin`), and the instance chart whose server config they run."""
+    checkout's `.tools/bin`), and the instance chart whose server config they run.
+
+    The Temporal server runs from one build folder, `.tools/temporal-server/v<version>` (its
+    `bin/` and the `schema/` its tool applies): `temporal_dir` when given (an upgrade's request
+    names it), else the version EVENTOS_TEMPORAL_SERVER_VERSION names beside `bin_dir` (`make`
+    builds the pinned one and the previous minor), else the one `bin_dir` links to (the pin)."""
 
     bin_dir: Path
     chart: Path
+    temporal_version: str = ""
+    temporal_dir: Path | None = None
 
     @classmethod
     def from_env(
         cls, env: Mapping[str, str] | None = None, root: Path | None = None
     ) -> ServerTools:
-        """EVENTOS_TOOLS_BIN and EVENTOS_CHART, else those of the checkout at `root` (the
-        working directory unless given)."""
+        """EVENTOS_TOOLS_BIN, EVENTOS_CHART and EVENTOS_TEMPORAL_SERVER_VERSION, else those of
+        the checkout at `root` (the working directory unless given)."""
         env = os.environ if env is None else env
         base = root or Path.cwd()
         return cls(
             bin_dir=Path(env.get(TOOLS_BIN_VAR) or base / ".tools" / "bin"),
             chart=Path(env.get(CHART_VAR) or base / "deploy" / "helm" / "eventos"),
+            temporal_version=env.get(TEMPORAL_SERVER_VERSION_VAR, "").strip(),
         )
 
     def binary(self, name: str) -> Path:
         path = self.bin_dir / name
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise ConfigError(f"{path} is missing: run `make tools` to build it ({TOOLS_BIN_VAR})")
+        return path
+
+    def temporal_build(self) -> Path:
+        """The folder of the Temporal server build to run (see the class)."""
+        if self.temporal_dir is not None:
+            return self.temporal_dir
+        if self.temporal_version:
+            return self.bin_dir.parent / TEMPORAL_BUILDS / f"v{self.temporal_version}"
+        return self.binary("temporal-server").resolve().parent.parent
+
+    def temporal_binary(self, name: str) -> Path:
+        """`temporal-server` or `temporal-sql-tool` of the build to run."""
+        path = self.temporal_build() / "bin" / name
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ConfigError(
+                f"{path} is missing: `make tools` builds the pinned Temporal server, `make test` "
+                f"the previous minor too ({TEMPORAL_SERVER_VERSION_VAR})"
+            )
         return path
 
 

@@ -18,6 +18,7 @@ import re
 import secrets
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -277,8 +278,14 @@ def _targets(settings: BackupSettings, backup: Backup) -> dict[str, str]:
     return {d.name: urls[d.name] for d in backup.databases}
 
 
-async def restore_backup(settings: BackupSettings, backup_id: str) -> RestoreReport:
-    """Restore every database of the backup, then reconcile (eventos.fleet.reconcile)."""
+async def restore_backup(
+    settings: BackupSettings,
+    backup_id: str,
+    temporal_back: Callable[[], Awaitable[None]] | None = None,
+) -> RestoreReport:
+    """Restore every database of the backup, then reconcile (eventos.fleet.reconcile).
+    `temporal_back` is awaited once the databases are swapped in, before Temporal is
+    reconciled: a caller that stopped its Temporal server on them starts it again there."""
     started = time.monotonic()
     backup = await read_backup(settings, backup_id)
     urls = _targets(settings, backup)
@@ -298,6 +305,8 @@ async def restore_backup(settings: BackupSettings, backup_id: str) -> RestoreRep
         kept = await _keep_sends(settings, urls[APP_DATABASE], conn, backup)
     for name in files:
         await _swap(settings, urls[name])
+    if temporal_back is not None:
+        await temporal_back()
     runs = schedules = 0
     if settings.temporal is not None:
         runs, schedules = await reconcile.clear_temporal(

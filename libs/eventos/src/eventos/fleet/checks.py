@@ -6,20 +6,24 @@ whether the Temporal server serves on a version."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetSystemInfoRequest
+from temporalio.client import Client
+from temporalio.exceptions import TemporalError
 
 from eventos.db import connect
 from eventos.db.sql import Q
-from eventos.fleet.upgrade import NeedsReset
+from eventos.fleet.upgrade import NeedsReset, UpgradeError
 from eventos.runtime.payload_guard import connect as temporal_connect
 from eventos.settings import DatabaseSettings, TemporalSettings
 
 CHECK_RUNS_MAX = 1000  # workflows whose histories the rollback reads for a completed task
-TEMPORAL_ASK_S = 10.0  # one connection and its two questions to the Temporal frontend
+SERVES_POLL_S = 0.5
+SERVES_CALL = timedelta(seconds=5)
 
 
 async def generations_of(database_url: str, workflow_ids: list[str]) -> list[NeedsReset]:
@@ -74,19 +78,26 @@ def readyz_says(status: int, body: Any, build: str, image_tag: str | None = None
     return None
 
 
-async def temporal_serves(temporal: TemporalSettings, version: str) -> str | None:
-    """None when the Temporal server at `temporal` serves on `version` (its namespace answers,
-    GetSystemInfo's server_version is `version`), else what it said."""
-
-    async def ask() -> str | None:
-        client = await temporal_connect(temporal.address, temporal.namespace)
-        service = client.service_client.workflow_service
-        info = await service.get_system_info(GetSystemInfoRequest())
-        await service.describe_namespace(DescribeNamespaceRequest(namespace=temporal.namespace))
-        said = info.server_version
-        return None if said == version else f"Temporal at {temporal.address} runs {said}"
-
-    try:
-        return await asyncio.wait_for(ask(), TEMPORAL_ASK_S)
-    except Exception as exc:  # not serving yet: unreachable, the namespace not loaded, a timeout
-        return f"Temporal at {temporal.address}: {type(exc).__name__}: {str(exc)[:200]}"
+async def temporal_serves(temporal: TemporalSettings, version: str, timeout_s: float) -> None:
+    """Return once the Temporal server at `temporal.address` serves `temporal.namespace` and
+    GetSystemInfo names `version`; UpgradeError with what it last saw after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    client: Client | None = None
+    seen = "no answer yet"
+    while True:
+        try:
+            client = client or await temporal_connect(temporal.address, temporal.namespace)
+            service = client.workflow_service
+            info = await service.get_system_info(GetSystemInfoRequest(), timeout=SERVES_CALL)
+            probe = DescribeNamespaceRequest(namespace=temporal.namespace)
+            await service.describe_namespace(probe, timeout=SERVES_CALL)
+            if info.server_version == version:
+                return
+            seen = f"it serves, on version {info.server_version}"
+        except (RuntimeError, TemporalError) as exc:
+            seen = f"{type(exc).__name__}: {str(exc)[:300]}"
+        if time.monotonic() > deadline:
+            raise UpgradeError(f"the Temporal server at {temporal.address} did not serve "
+                               f"{temporal.namespace!r} on {version} within {timeout_s:g}s: "
+                               f"{seen}")  # fmt: skip
+        await asyncio.sleep(SERVES_POLL_S)

@@ -584,18 +584,14 @@ class KubernetesInstance:
         await self._patch(server.deployment, server.patch(release.temporal, server.replicas))
         drop = {"metadata": {"annotations": {REPLICAS_ANNOTATION: None}}}
         await self._patch(server.deployment, drop)
-        temporal = self._temporal_settings()
         deadline = time.monotonic() + timeout_s
-        while True:
-            said = rollout_pending(await self._temporal_deployment())
-            if said is None:
-                said = await checks.temporal_serves(temporal, release.temporal)
-                if said is None:
-                    return
+        while pending := rollout_pending(await self._temporal_deployment()):
             if time.monotonic() > deadline:
-                raise UpgradeError(f"Temporal not serving on {release.temporal} after "
-                                   f"{timeout_s:g}s: {said}")  # fmt: skip
+                raise UpgradeError(f"Temporal's rollout to {release.temporal} not done after "
+                                   f"{timeout_s:g}s: {pending}")  # fmt: skip
             await asyncio.sleep(POLL_S)
+        left = max(1.0, deadline - time.monotonic())
+        await checks.temporal_serves(self._temporal_settings(), release.temporal, left)
 
     def _temporal_settings(self) -> TemporalSettings:
         return self._backups().temporal or TemporalSettings.from_env()

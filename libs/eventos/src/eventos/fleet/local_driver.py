@@ -4,7 +4,10 @@ It reads the instance's `stack.json`, installs a target checkout beside the curr
 (eventos.fleet.releases), asks the running instance to stop and start its services on a release
 through the release request (which `make run` applies and acknowledges in stack.json), runs the
 target's migrations and replay gate in the target's own environment, and reads every service's
-`/readyz` for the release that answers.
+`/readyz` for the release that answers. At tier L it moves the instance's Temporal server too:
+the target's `temporal-sql-tool` updates Temporal's databases (the upgrader runs it), and the
+release request names the server build to run (`make run` restarts the server on it); the build
+is `.tools/temporal-server/v<version>` of the target's checkout, else of the instance's own.
 """
 
 from __future__ import annotations
@@ -24,11 +27,13 @@ import httpx
 from eventos.fleet import checks, releases
 from eventos.fleet.backups import restore_backup, take_backup
 from eventos.fleet.pgtools import with_database
-from eventos.fleet.releases import LocalRelease, ReleaseRequest
+from eventos.fleet.releases import LocalRelease, ReleaseRequest, TemporalPin
+from eventos.fleet.temporal_sql import SqlLogin, SqlToolError, update_schema
 from eventos.fleet.upgrade import GateReport, NeedsReset, ReleaseRef, UpgradeError
 from eventos.settings import (
     BACKUP_STORE_VAR,
     DRILL_READINESS_FAILURE_VAR,
+    TEMPORAL_BUILDS,
     BackupSettings,
     TemporalSettings,
     UpgradeSettings,
@@ -47,6 +52,10 @@ TIER_L_DATABASES = {
     "EVENTOS_BACKUP_TEMPORAL_DATABASE_URL": "temporal",
     "EVENTOS_BACKUP_TEMPORAL_VISIBILITY_DATABASE_URL": "temporal_visibility",
 }
+TEMPORAL_SCHEMAS = {"main": "temporal", "visibility": "temporal_visibility"}  # by schema kind
+# A request that restarts the Temporal server waits for its start (TemporalServer.start's
+# deadline, 90 s), on top of the services' stop.
+TEMPORAL_START_S = 120.0
 
 
 @dataclass
@@ -58,6 +67,8 @@ class LocalInstance:
     known: dict[str, LocalRelease] = field(default_factory=dict)  # by ReleaseRef.name
     running: set[str] = field(default_factory=set)
     last: ReleaseRef | None = None  # the release the last request named
+    builds: dict[str, Path] = field(default_factory=dict)  # Temporal builds by ReleaseRef.name
+    snapshots: dict[str, TemporalPin] = field(default_factory=dict)  # the server of each
 
     @property
     def state_dir(self) -> Path:
@@ -73,6 +84,22 @@ class LocalInstance:
     @property
     def database_url(self) -> str:
         return str(self.stack()["database"]["url"])
+
+    @property
+    def tier_l(self) -> bool:
+        return bool(self.stack()["temporal"].get("tier") == "L")
+
+    def _temporal(self) -> TemporalSettings:
+        t = self.stack()["temporal"]
+        return TemporalSettings(address=str(t["address"]), namespace=str(t["namespace"]))
+
+    def _pin(self) -> TemporalPin | None:
+        """The Temporal server build the instance runs now; None unless it runs its own tier L
+        server (at tier S, or given TEMPORAL_ADDRESS, Temporal is not the upgrader's to move)."""
+        t = self.stack()["temporal"]
+        if t.get("tier") != "L" or not t.get("version"):
+            return None
+        return TemporalPin(str(t["version"]), str(t["build"]))
 
     def _env(self) -> dict[str, str]:
         t = self.stack()["temporal"]
@@ -92,22 +119,48 @@ class LocalInstance:
         own = LocalRelease("own", str(Path(python).parents[2]), python)
         local = LocalRelease.from_json(pinned) if pinned else own
         self.running = {base(n) for n, s in doc["services"].items() if not s.get("held")}
-        self.last = await self._ref(local)
+        temporal = self._pin()
+        self.last = await self._ref(local, temporal.version if temporal else "")
+        if temporal is not None:
+            self.builds[self.last.name] = Path(temporal.build)
         return self.last
 
     async def install(self, target: str) -> ReleaseRef:
         uv = releases.find_uv(self.settings.uv)
         local = await asyncio.to_thread(releases.install, Path(target), self.state_dir, uv,
                                         self.settings.install_s)  # fmt: skip
-        return await self._ref(local)
+        now, pinned = self._pin(), ""
+        if now is not None:
+            pinned = releases.makefile_pin(Path(local.checkout), releases.TEMPORAL_PIN)
+        ref = await self._ref(local, pinned)
+        if now is not None and pinned and pinned != now.version:
+            self._build(ref)  # a build to move to, before anything changes
+        return ref
 
-    async def _ref(self, local: LocalRelease) -> ReleaseRef:
+    async def _ref(self, local: LocalRelease, temporal: str) -> ReleaseRef:
         out = await self._run(local, ["-c", RELEASE_OF], "reading the release", 120.0)
         rel = json.loads(out)
         ref = ReleaseRef(name=f"{rel['version']}+{rel['build']}", source=local.checkout,
-                         build=str(rel["build"]), migrations=int(rel["migrations"]))  # fmt: skip
+                         build=str(rel["build"]), migrations=int(rel["migrations"]),
+                         temporal=temporal)  # fmt: skip
         self.known[ref.name] = local
         return ref
+
+    def _build(self, release: ReleaseRef) -> Path:
+        """The Temporal server build of `release.temporal`: the one the instance ran it from,
+        else the release checkout's `.tools`, else the instance's own checkout's."""
+        if release.name in self.builds:
+            return self.builds[release.name]
+        folder = Path(TEMPORAL_BUILDS) / f"v{release.temporal}"
+        own = Path(str(self.stack()["python"])).parents[2]
+        places = [Path(release.source) / ".tools" / folder, own / ".tools" / folder]
+        found = next((p for p in places if (p / "bin").is_dir()), None)
+        if found is None:
+            raise UpgradeError(f"no Temporal server {release.temporal} built in "
+                               f"{' or '.join(map(str, places))}: `make test` builds the "
+                               f"previous minor, `make tools` the pinned one")  # fmt: skip
+        self.builds[release.name] = found
+        return found
 
     async def _run(self, local: LocalRelease, args: list[str], what: str, timeout: float) -> str:
         argv = [local.python, *args]
@@ -119,14 +172,23 @@ class LocalInstance:
 
     # -- the services --------------------------------------------------------------------
 
-    async def _request(self, release: ReleaseRef, run: set[str], env: dict[str, str]) -> None:
-        """Write a release request and wait until the instance says it applied it."""
+    async def _request(
+        self,
+        release: ReleaseRef,
+        run: set[str],
+        env: dict[str, str],
+        temporal: TemporalPin | None = None,
+    ) -> None:
+        """Write a release request and wait until the instance says it applied it. The
+        Temporal server stays as the previous request named it unless `temporal` is given."""
         current = (self.stack().get("release") or {}).get("serial", 0)
         asked = releases.read_request(self.state_dir)
         serial = max(int(current), asked.serial if asked else 0) + 1
-        request = ReleaseRequest(serial, self.known[release.name], env, sorted(run))
+        pin = temporal or (asked.temporal if asked else None)
+        request = ReleaseRequest(serial, self.known[release.name], env, sorted(run), pin)
         releases.write_request(self.state_dir, request)
-        deadline = time.monotonic() + self.settings.stop_s * 2 + 10.0
+        waits = self.settings.stop_s * 2 + 10.0 + (TEMPORAL_START_S if temporal else 0.0)
+        deadline = time.monotonic() + waits
         while (self.stack().get("release") or {}).get("serial") != serial:
             if time.monotonic() > deadline:
                 raise UpgradeError(f"the instance did not apply release request {serial} "
@@ -167,18 +229,52 @@ class LocalInstance:
         app's; Temporal's two at tier L), its Temporal, the store `.eventos/backups` unless
         EVENTOS_BACKUP_STORE names one."""
         env = self._env()
-        doc = self.stack()
-        if doc["temporal"].get("tier") == "L":
+        if self.tier_l:
             for var, name in TIER_L_DATABASES.items():
                 env.setdefault(var, with_database(self.database_url, name))
         env.setdefault(BACKUP_STORE_VAR, (self.state_dir / "backups").absolute().as_uri())
         return dataclasses.replace(BackupSettings.from_env(env), rearm_wait_s=REARM_WAIT_S)
 
     async def snapshot(self) -> str:
-        return (await take_backup(self._backups(), reason="before an upgrade")).id
+        backup = await take_backup(self._backups(), reason="before an upgrade")
+        if (now := self._pin()) is not None:
+            self.snapshots[backup.id] = now
+        return backup.id
 
     async def restore(self, snapshot: str) -> None:
-        await restore_backup(self._backups(), snapshot)
+        """Restore the snapshot; at tier L with the Temporal server stopped while its databases
+        are replaced, then started again on the version the snapshot was taken on (the only one
+        its schema is at), before Temporal is reconciled."""
+        now = self._pin()
+        if now is None:
+            await restore_backup(self._backups(), snapshot)
+            return
+        taken_on = self.snapshots.get(snapshot, now)
+        stopped = TemporalPin(now.version, now.build, running=False)
+        await self._temporal_request(stopped)
+
+        async def back() -> None:
+            await self._temporal_request(taken_on)
+            await checks.temporal_serves(self._temporal(), taken_on.version, TEMPORAL_START_S)
+
+        await restore_backup(self._backups(), snapshot, temporal_back=back)
+
+    async def _temporal_request(self, pin: TemporalPin) -> None:
+        """Ask the instance to run its Temporal server as `pin` says (the services as they are)."""
+        asked = releases.read_request(self.state_dir)
+        await self._request(self.last or await self.current(), self.running,
+                            asked.env if asked else {}, pin)  # fmt: skip
+
+    async def update_temporal_schema(self, release: ReleaseRef) -> None:
+        build, login = self._build(release), SqlLogin.of_url(self.database_url)
+        try:
+            await asyncio.to_thread(update_schema, build, login, TEMPORAL_SCHEMAS)
+        except SqlToolError as exc:
+            raise UpgradeError(str(exc)) from None
+
+    async def start_temporal(self, release: ReleaseRef, timeout_s: float) -> None:
+        await self._temporal_request(TemporalPin(release.temporal, str(self._build(release))))
+        await checks.temporal_serves(self._temporal(), release.temporal, timeout_s)
 
     async def migrate(self, release: ReleaseRef) -> list[str]:
         local = self.known[release.name]
@@ -202,9 +298,7 @@ class LocalInstance:
         return await checks.generations_of(self.database_url, workflow_ids)
 
     async def workflow_task_completed_since(self, since: datetime) -> bool:
-        t = self.stack()["temporal"]
-        temporal = TemporalSettings(address=str(t["address"]), namespace=str(t["namespace"]))
-        return await checks.workflow_task_completed_since(temporal, since)
+        return await checks.workflow_task_completed_since(self._temporal(), since)
 
 
 def base(process: str) -> str:

@@ -7,7 +7,9 @@ upgrader (`eventosctl upgrade --to CHECKOUT`) builds that environment under
 same checkout and lock reuse it), then asks the running instance to run the services from it.
 
 The request is a file, `.eventos/release-request.json`: which release (its Python), the extra
-environment of its services (the drill switch), and which services run at all. The instance
+environment of its services (the drill switch), which services run at all, and at tier L which
+Temporal server build runs (or that none does, while a restore replaces its databases). The
+instance
 (`LocalStack.check_children`) applies a request it has not applied yet — it stops what differs
 and starts what should run — and names the applied request's serial in `stack.json`
 (`release`), which is how the upgrader knows that its request took.
@@ -33,6 +35,8 @@ RELEASES_DIR = "releases"
 STAMP = ".eventos-release"
 # What decides a release environment's content: the lock and the workspace's project files.
 LOCK_FILES = ("uv.lock", "pyproject.toml", "libs/eventos/pyproject.toml")
+MAKEFILE = "Makefile"
+TEMPORAL_PIN = "TEMPORAL_SERVER_VERSION"  # the Makefile's pin of the tier L Temporal server
 OUTPUT_TAIL = 2000  # characters of a failed command's output kept in the error
 
 
@@ -57,28 +61,50 @@ class LocalRelease:
 
 
 @dataclass(frozen=True)
+class TemporalPin:
+    """The tier L Temporal server a request asks for: its version, the build folder it runs
+    from (`.tools/temporal-server/v<version>`), and whether it runs at all."""
+
+    version: str
+    build: str
+    running: bool = True
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> TemporalPin:
+        return cls(str(doc["version"]), str(doc["build"]), bool(doc.get("running", True)))
+
+
+@dataclass(frozen=True)
 class ReleaseRequest:
     """What the services should run: `release` (None: the instance's own code), the extra
-    environment of every service, and which services run (None: all)."""
+    environment of every service, which services run (None: all) and the Temporal server
+    (None: the one the instance started with)."""
 
     serial: int
     release: LocalRelease | None = None
     env: dict[str, str] = field(default_factory=dict)
     run: list[str] | None = None
+    temporal: TemporalPin | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"serial": self.serial, "env": self.env, "run": self.run,
-                "release": self.release.as_json() if self.release else None}  # fmt: skip
+                "release": self.release.as_json() if self.release else None,
+                "temporal": self.temporal.as_json() if self.temporal else None}  # fmt: skip
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ReleaseRequest:
         rel = doc.get("release")
         run = doc.get("run")
+        temporal = doc.get("temporal")
         return cls(
             serial=int(doc["serial"]),
             release=LocalRelease.from_json(rel) if isinstance(rel, dict) else None,
             env={str(k): str(v) for k, v in dict(doc.get("env") or {}).items()},
             run=[str(n) for n in run] if isinstance(run, list) else None,
+            temporal=TemporalPin.from_json(temporal) if isinstance(temporal, dict) else None,
         )
 
     def runs(self, service: str) -> bool:
@@ -99,6 +125,16 @@ def write_request(state_dir: Path, request: ReleaseRequest) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(json.dumps(request.as_json(), indent=2) + "\n")
     tmp.replace(path)
+
+
+def makefile_pin(checkout: Path, name: str) -> str:
+    """The value the checkout's Makefile gives `name` (`NAME := value`); "" when it gives none."""
+    try:
+        lines = (checkout / MAKEFILE).read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line.split(":=", 1)[1].strip() for line in lines
+                 if line.split(":=", 1)[0].strip() == name and ":=" in line), "")  # fmt: skip
 
 
 def find_uv(configured: str = "") -> str:

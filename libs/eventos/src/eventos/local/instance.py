@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -43,7 +44,7 @@ from eventos import names
 from eventos.db import connect
 from eventos.db.migrate import Migration, migrate
 from eventos.errors import EventOSError
-from eventos.fleet.releases import LocalRelease, read_request
+from eventos.fleet.releases import LocalRelease, TemporalPin, read_request
 from eventos.local.embedded_pg import EmbeddedPostgres
 from eventos.local.examples import EXAMPLE_OPERATOR_ENV, ExampleOutcome, apply_examples
 from eventos.local.ports import RESERVED_S, free_port, renew
@@ -265,17 +266,24 @@ class LocalStack:
         self._link_log("temporal", self.temporal.log_path)
 
     def _tier_l_server(self) -> TemporalServer:
-        """The chart's tier L server on the instance's PostgreSQL (64 shards, the chart's)."""
+        """The chart's tier L server on the instance's PostgreSQL (64 shards, the chart's), on
+        the build the settings name, or the one the last release request named (an upgrade's)."""
         admin_url = self.postgres.url() if self.postgres is not None else self.database_url
+        tools = ServerTools.from_env(self.env, self.root)
+        request = read_request(self.state_dir)
+        pin = request.temporal if request is not None else None
+        if pin is not None and Path(pin.build).is_dir():
+            tools = _on_build(tools, pin)
         server = TemporalServer(
             self.state_dir / "temporal-server",
-            ServerTools.from_env(self.env, self.root),
+            tools,
             database_url=admin_url,
             namespace=self.temporal_namespace,
         )
         self.say(
             f"starting the Temporal server (tier L, {server.shards} history shards, the chart's "
-            f"config; databases {server.database} and {server.visibility_database}) …"
+            f"config; databases {server.database} and {server.visibility_database}; build "
+            f"{tools.temporal_build()}) …"
         )
         return server
 
@@ -441,6 +449,11 @@ class LocalStack:
             temporal.update(embedded=True, log=str(self.temporal.log_path))
             if (ui := self.temporal_ui()) is not None:
                 temporal["ui"] = ui
+        if isinstance(self.temporal, TemporalServer):
+            # What the upgrader reads: the version the server runs and the build it runs from.
+            temporal.update(version=self.temporal.version,
+                            build=str(self.temporal.tools.temporal_build()),
+                            running=self.temporal.running())  # fmt: skip
         pids.update({n: s.pid for n, s in self.services.items()})
         return {
             "version": 1,
@@ -520,6 +533,8 @@ class LocalStack:
         request = read_request(self.state_dir)
         if request is None or request.serial == self.release_serial:
             return
+        if request.temporal is not None:
+            self._apply_temporal(request.temporal)
         python = request.release.python if request.release else ""
         for svc in self.services.values():
             wanted = request.runs(svc.service or svc.name)
@@ -537,6 +552,36 @@ class LocalStack:
         what = request.release.name if request.release else "its own release"
         runs = "all" if request.run is None else ", ".join(request.run) or "nothing"
         self.say(f"release request {request.serial} applied: {what}, running {runs}")
+
+    def _apply_temporal(self, pin: TemporalPin) -> None:
+        """Run the tier L Temporal server as `pin` says: stopped and not started again, or on
+        its build (stopped and started on it when it runs another; its start updates the
+        schemas to the build's version, a no-op after the upgrader's schema step)."""
+        server = self.temporal
+        if not isinstance(server, TemporalServer):
+            self.say("release request: a Temporal pin without a tier L server, ignored")
+            return
+        supervised = next(s for s in self.servers if s.server is server)
+        build = Path(pin.build)
+        same = server.running() and server.tools.temporal_build() == build
+        if same and pin.running:
+            return
+        if server.running():
+            self.say(f"stopping the Temporal server {server.version} …")
+            server.stop()
+        supervised.held = not pin.running
+        if not pin.running:
+            self._write_stack()
+            return
+        server.tools = _on_build(server.tools, pin)
+        self.say(f"starting the Temporal server {pin.version} ({build}) …")
+        supervised.started_at = time.monotonic()
+        try:
+            server.start()
+        except Exception as exc:  # the supervision starts it again; the upgrader sees it
+            self.say(f"the Temporal server {pin.version} did not start: {exc}")
+            server.stop()
+        self._write_stack()
 
     def ports(self) -> list[int]:
         """Every port the instance's processes listen on."""
@@ -623,6 +668,11 @@ class LocalStack:
         if chatty:
             return f'{shown} chat {chatty[0]} "hi" --wait'
         return f"{shown} list"
+
+
+def _on_build(tools: ServerTools, pin: TemporalPin) -> ServerTools:
+    """`tools` running the Temporal server build `pin` names."""
+    return dataclasses.replace(tools, temporal_version=pin.version, temporal_dir=Path(pin.build))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,6 +30,7 @@ class SupervisedServer:
     say: Callable[[str], None]
     restarts: Restarts = field(default_factory=Restarts)
     started_at: float = field(default_factory=time.monotonic)
+    held: bool = False  # stopped on purpose (a release request): not started again
 
     @property
     def pid(self) -> int | None:
@@ -55,7 +56,7 @@ class SupervisedServer:
         """One supervision pass: plan a start when the server has exited, make it when due;
         True when the server was started again."""
         code = self.exited()
-        if code is None or (self.restarts.planned and not self.restarts.due(now)):
+        if self.held or code is None or (self.restarts.planned and not self.restarts.due(now)):
             return False
         if not self.restarts.planned:
             delay = self.restarts.plan(now - self.started_at, now)

@@ -1,8 +1,10 @@
 """The open-source Temporal server of tier L (SPEC §14), run on this machine as the chart runs it.
 
 `make tools` builds `temporal-server` and `temporal-sql-tool` from the pinned Go module into
-`.tools/bin` (docs/tier-l.md). `TemporalServer` is what `make run TIER=L` and the tier L tests
-start:
+`.tools/temporal-server/v<version>` and links them from `.tools/bin` (docs/tier-l.md); the
+settings' `ServerTools` names the build to run (EVENTOS_TEMPORAL_SERVER_VERSION: another version
+built there, which is how the upgrade tests start an instance on the previous minor).
+`TemporalServer` is what `make run TIER=L` and the tier L tests start:
 
 1. the server's configuration is the chart's: `helm template` renders the server ConfigMap with
    the tier L values file, and values overrides fill in this machine's addresses, free ports, the
@@ -43,6 +45,7 @@ from temporalio.exceptions import TemporalError
 from temporalio.service import RPCError, RPCStatusCode
 
 from eventos.errors import EventOSError
+from eventos.fleet.temporal_sql import SQL_TOOL, SqlLogin, sql_tool, update_schema
 from eventos.local import processes
 from eventos.local.ports import free_port
 from eventos.local.temporal_dev import RETENTION, retention_of, run_in_thread, set_retention
@@ -51,13 +54,9 @@ from eventos.settings import ServerTools
 log = logging.getLogger(__name__)
 
 SERVER = "temporal-server"
-SQL_TOOL = "temporal-sql-tool"
 HELM = "helm"
 CONFIGMAP = "templates/temporal-server-configmap.yaml"
 TIER_L_VALUES = "values-tier-l.yaml"
-PLUGIN = "postgres12"
-# The schema folders inside the module source, copied beside the binaries by `make tools`.
-SCHEMA_DIRS = {"main": "temporal/versioned", "visibility": "visibility/versioned"}
 # What the chart's required values need to render; none of it reaches the server's config.
 PLACEHOLDERS = {
     "instance.id": "local",
@@ -84,29 +83,6 @@ class ServerError(EventOSError):
     """The tier L Temporal server could not be prepared or started."""
 
 
-@dataclass(frozen=True)
-class SqlLogin:
-    """Host, port, user and password of the instance's PostgreSQL, from its URL."""
-
-    host: str
-    port: int
-    user: str
-    password: str = field(repr=False)
-
-    @classmethod
-    def of_url(cls, url: str) -> SqlLogin:
-        info = psycopg.conninfo.conninfo_to_dict(url)
-        host = str(info.get("host") or "127.0.0.1")
-        if host.startswith("/"):
-            raise ServerError("the Temporal server needs PostgreSQL over TCP, not a socket path")
-        return cls(
-            host=host,
-            port=int(info.get("port") or 5432),
-            user=str(info.get("user") or "postgres"),
-            password=str(info.get("password") or ""),
-        )
-
-
 @dataclass
 class TemporalServer:
     """One `temporal-server start` on the chart's configuration, as a child process."""
@@ -125,6 +101,7 @@ class TemporalServer:
     metrics_port: int = 0
     internal_ports: dict[str, int] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    version: str = ""  # the version the server was last started on
 
     def __post_init__(self) -> None:
         self.state_dir = self.state_dir.absolute()
@@ -149,14 +126,12 @@ class TemporalServer:
     def login(self) -> SqlLogin:
         return SqlLogin.of_url(self.database_url)
 
-    @property
-    def schema_root(self) -> Path:
-        """schema/postgresql/v12 of the module the server was built from, beside the binary."""
-        binary = self.tools.binary(SERVER).resolve()
-        found = binary.parent.parent / "schema" / "postgresql" / "v12"
-        if not found.is_dir():
-            raise ServerError(f"{found} is missing: run `make tools` to build the server again")
-        return found
+    def binary_version(self) -> str:
+        """The version of the server binary the settings name (its `--version`)."""
+        binary = self.tools.temporal_binary(SERVER)
+        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                              timeout=TOOL_TIMEOUT_S, stdin=subprocess.DEVNULL)  # fmt: skip
+        return done.stdout.split()[-1] if done.returncode == 0 and done.stdout.split() else ""
 
     def assign_ports(self) -> None:
         """Give every port still 0 a distinct free one."""
@@ -222,14 +197,8 @@ class TemporalServer:
 
     # -- the databases (the chart's schema Job) ------------------------------------------
 
-    def _sql_tool(self, database: str, *command: str) -> subprocess.CompletedProcess[str]:
-        login = self.login
-        args = [str(self.tools.binary(SQL_TOOL)), "--plugin", PLUGIN, "--endpoint", login.host]
-        args += ["--port", str(login.port), "--user", login.user, "--database", database]
-        env = {"SQL_PASSWORD": login.password}  # its only input outside its arguments
-        return subprocess.run(
-            [*args, *command], capture_output=True, text=True, env=env, timeout=TOOL_TIMEOUT_S
-        )
+    def _sql_tool(self, database: str, *command: str) -> None:
+        sql_tool(self.tools.temporal_binary(SQL_TOOL), self.login, database, *command)
 
     def _database_exists(self, database: str) -> bool:
         with psycopg.connect(self.database_url, autocommit=True) as conn:
@@ -238,36 +207,27 @@ class TemporalServer:
 
     def prepare_databases(self) -> None:
         """Create both databases where missing, set up and update their schemas to the
-        pinned version (a no-op on databases already there)."""
-        schemas = self.schema_root
-        for database, kind in ((self.database, "main"), (self.visibility_database, "visibility")):
+        version of the build it runs (a no-op on databases already there)."""
+        for database in (self.database, self.visibility_database):
             if not self._database_exists(database):
-                self._checked(self._sql_tool(database, "create-database"), database)
+                self._sql_tool(database, "create-database")
                 # The version table on a new database; the tool refuses a database set up before.
-                self._checked(self._sql_tool(database, "setup-schema", "-v", "0.0"), database)
-            versioned = schemas / SCHEMA_DIRS[kind]
-            self._checked(self._sql_tool(database, "update-schema", "-d", str(versioned)), database)
+                self._sql_tool(database, "setup-schema", "-v", "0.0")
+        kinds = {"main": self.database, "visibility": self.visibility_database}
+        update_schema(self.tools.temporal_build(), self.login, kinds)
 
     def drop_databases(self) -> None:
         """Drop both databases (the server must be stopped)."""
         for database in (self.database, self.visibility_database):
             if self._database_exists(database):
-                self._checked(self._sql_tool(database, "drop-database", "--force"), database)
-
-    @staticmethod
-    def _checked(done: subprocess.CompletedProcess[str], database: str) -> None:
-        if done.returncode != 0:
-            raise ServerError(
-                f"temporal-sql-tool {' '.join(done.args[-3:])} on {database} failed:\n"
-                f"{done.stdout}{done.stderr}"
-            )
+                self._sql_tool(database, "drop-database", "--force")
 
     # -- the process ---------------------------------------------------------------------
 
     def command(self) -> list[str]:
         """The chart Deployment's command, with the state directory as the config root."""
         root, config = self.config_dir.parent, self.config_dir.name
-        args = [str(self.tools.binary(SERVER)), "--root", str(root), "--config", config]
+        args = [str(self.tools.temporal_binary(SERVER)), "--root", str(root), "--config", config]
         return [*args, "--env", "server", "--allow-no-auth", "start"]
 
     def running(self) -> bool:
@@ -297,6 +257,7 @@ class TemporalServer:
         self.stop_leftover()
         self.assign_ports()
         self.write_config()
+        self.version = self.binary_version()
         self.prepare_databases()
         # What the chart's Deployment gives the container, and nothing of ours: the two
         # variables its config reads.
