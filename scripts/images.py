@@ -210,8 +210,9 @@ def untag_others(image: Image, keep: frozenset[str]) -> None:
     names = buildah(
         "images", "--format", "{{.Name}}:{{.Tag}}", "--filter", f"reference={image.name}"
     )
+    kept = {ref.rsplit(":", 1)[1] for ref in keep if ref.rsplit(":", 1)[0] == image.name}
     for ref in names.splitlines():
-        if ref.rsplit(":", 1)[1] not in (image.tag, "<none>") and ref not in keep:
+        if ref.rsplit(":", 1)[1] not in (image.tag, "<none>", *kept):
             buildah("rmi", ref)
 
 
