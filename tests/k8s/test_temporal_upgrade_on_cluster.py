@@ -57,6 +57,7 @@ PREVIOUS_VALUES = IMAGE_VALUES.parent / "values-eventos-temporal-previous.yaml"
 ONE_REPLICA = [*(f"roles.{r}.replicas=1" for r in ("ingress", "router", "relay", "workersWorkflow",
                                                    "egress")),
                "llmClasses.c1.minReplicas=1", "llmClasses.c2.minReplicas=1"]  # fmt: skip
+SERVES_S = 60.0  # the server answering on its version, through a port-forward
 DRILL_READY_S = "45"  # how long the drilled target has to answer ready (it never does)
 
 
@@ -95,11 +96,13 @@ def temporal_images(up: Release) -> tuple[str, str]:
     return server["image"].rpartition(":")[2], schema["image"].rpartition(":")[2]
 
 
-def temporal_says(up: Release, version: str) -> str | None:
-    """What the Temporal server answers (None: it serves on `version`), through a forward."""
+def serves_on(up: Release, version: str) -> bool:
+    """Whether the Temporal server, through a forward, serves the namespace on `version`
+    (UpgradeError naming what it answers otherwise)."""
     with up.forward("temporal", 7233) as port:
         settings = TemporalSettings(address=f"127.0.0.1:{port}", namespace="default")
-        return asyncio.run(temporal_serves(settings, version))
+        asyncio.run(temporal_serves(settings, version, SERVES_S))
+    return True
 
 
 def every_service_on(up: Release, tag: str) -> bool:
@@ -113,7 +116,7 @@ def test_the_drilled_upgrade_restores_temporal_on_its_previous_version(release: 
     current, following = tags()
     previous, pinned = versions()
     assert temporal_images(release) == (previous, previous)
-    assert temporal_says(release, previous) is None
+    assert serves_on(release, previous)
     drill = ("--inject-readiness-failure",)
     code, outcome, acked = upgrade_under_load(release, "upgrade-drill", lambda: job_from_cronjob(
         release, f"{PREFIX}-upgrade", "upgrade-drill", drill,
@@ -128,7 +131,7 @@ def test_the_drilled_upgrade_restores_temporal_on_its_previous_version(release: 
     assert done["ready"] is False and done["rollback_temporal"] and done["rollback_ready"]
     assert outcome["restored"] is True  # Temporal's schema moved: the snapshot is restored
     assert temporal_images(release) == (previous, previous)
-    assert temporal_says(release, previous) is None
+    assert serves_on(release, previous)
     assert every_service_on(release, current), service_pods(release)
     consumed_once(release, acked)
     print(f"{len(acked)} events acknowledged around the drill, each consumed once")
@@ -149,7 +152,7 @@ def test_the_upgrade_moves_temporal_one_minor_then_the_services(release: Release
         "temporal_server") < names.index("migrate")  # fmt: skip
     assert outcome["releases"]["to"]["temporal"] == pinned != previous
     assert temporal_images(release) == (pinned, pinned)
-    assert temporal_says(release, pinned) is None
+    assert serves_on(release, pinned)
     wait_for_sync(lambda: every_service_on(release, following) or None, timeout=120,
                   what=f"every service on {following}")  # fmt: skip
     consumed_once(release, acked)
