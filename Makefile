@@ -262,12 +262,13 @@ deploy-check: install $(HELM) $(HCLFMT) $(PROMTOOL) $(OTELCOL) ## only the deplo
 # --- Images (issue 28, point 1) -------------------------------------------------------------
 # Every image the charts reference, built with buildah (no Docker engine, no registry): the six
 # services from their Dockerfiles on a Python base made here from Debian's packages, and the
-# Temporal server, its admin tools, the dev server, the collector and PostgreSQL 16 from
-# deploy/images/ with the binaries `make tools` builds. Layer-cached: a warm run rebuilds and
+# Temporal server and its admin tools (of TEMPORAL_SERVER_VERSION, and of TEMPORAL_PREVIOUS_VERSION
+# that the upgrade tests start an instance on), the dev server, the collector and PostgreSQL 16
+# from deploy/images/ with the binaries `make tools` builds. Layer-cached: a warm run rebuilds and
 # saves only what changed. Output: .eventos/images/*.tar and images.json (for ctr import).
 # Debian's buildah, podman, debootstrap and busybox-static are installed where missing
 # (`cluster-packages`, below).
-images: install cluster-packages $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PG_CONTRIB) ## build every image the charts reference with buildah into .eventos/images (IMAGE_REPOSITORY, IMAGE_TAG)
+images: install cluster-packages $(OTELCOL) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(TEMPORAL_PREVIOUS_BUILD)/.built $(PG_CONTRIB) ## build every image the charts reference with buildah into .eventos/images (IMAGE_REPOSITORY, IMAGE_TAG)
 	$(PY) scripts/images.py --repository $(IMAGE_REPOSITORY) --tag $(IMAGE_TAG) --uv-version $(UV_VERSION)
 
 # Runs the images as the charts run them (read-only root, non-root); not part of `make test`.

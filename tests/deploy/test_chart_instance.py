@@ -181,6 +181,11 @@ def test_tier_l_schema_job_runs_temporal_sql_tool_before_install_and_upgrade() -
     assert (
         pod_spec(server)["containers"][0]["image"].split(":")[1] == container["image"].split(":")[1]
     ), "admin tools on the server's version"
+    # The same step is the server's init container: the upgrader's Temporal step runs it as a
+    # Job on the target version's image (eventos.fleet.k8s_driver), with an external PostgreSQL too.
+    (init,) = pod_spec(server)["initContainers"]
+    assert (init["name"], init["image"], init["args"]) == ("schema", container["image"],
+                                                           container["args"])  # fmt: skip
 
 
 @pytest.mark.parametrize("tier", ["S", "L"])

@@ -12,6 +12,8 @@ import subprocess
 import pytest
 from charts import ROOT
 
+from eventos.settings import TEMPORAL_PIN_VAR
+
 SERVICES = ["ingress", "router", "relay", "workers-workflow", "workers-llm", "egress"]
 
 
@@ -34,6 +36,9 @@ def test_each_service_has_a_locked_multi_stage_non_root_dockerfile(service: str)
     assert f'CMD ["python", "-m", "{module}"]' in text
     assert 'ENTRYPOINT ["/app/entrypoint.sh"]' in text
     assert (ROOT / "services" / service / "src" / module / "__main__.py").is_file()
+    # The Temporal version the release pins, which the Kubernetes upgrader reads (TEMPORAL_PIN_VAR).
+    runtime = text.rsplit("\nFROM ", 1)[1]
+    assert f"ENV {TEMPORAL_PIN_VAR}=${{TEMPORAL_SERVER_VERSION}}" in runtime
 
 
 def test_the_build_context_leaves_out_local_state() -> None:

@@ -65,6 +65,7 @@ def images() -> dict[str, str]:
     refs = json.loads(IMAGES_JSON.read_text())
     for ref, tar in refs.items():
         assert Path(tar).is_file(), f"{ref}: its archive {tar} is missing"
+    # The previous Temporal minor's two images come first: the pinned ones are kept here.
     return {ref.split("/")[-1].split(":")[0]: ref for ref in refs}
 
 

@@ -55,16 +55,21 @@ def tags() -> tuple[str, str]:
     return current, f"{current}-next"
 
 
-@pytest.fixture(scope="module")
-def release(cluster: Cluster) -> Iterator[Release]:
-    """Tier S with the upgrade CronJob (target: the next tag) and the backup CronJob (to a
-    claim), the `hello` employee started; removed with its namespace at the end."""
+def tag_the_next(cluster: Cluster) -> None:
+    """The service images `make images` built, in the cluster's runtime under the next tag too."""
     current, following = tags()
     listed: dict[str, str] = json.loads((IMAGE_VALUES.parent / "images.json").read_text())
     for ref in listed:
         name, _, tag = ref.rpartition(":")
         if tag == current and name.rsplit("/", 1)[-1] in SERVICES:
             cluster.run_cluster("tag", ref, f"{name}:{following}")
+
+
+@pytest.fixture(scope="module")
+def release(cluster: Cluster) -> Iterator[Release]:
+    """Tier S with the upgrade CronJob (target: the next tag) and the backup CronJob (to a
+    claim), the `hello` employee started; removed with its namespace at the end."""
+    tag_the_next(cluster)
     up = Release(cluster, NAME, NAMESPACE, "S")
     claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
              "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local",

@@ -470,11 +470,13 @@ helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end -}}
 
 {{/* Tier L: the container that creates (optionally) and upgrades the schemas of the temporal and
-temporal_visibility databases (temporal-sql-tool; every step may run again). The schema Job runs
-it; with the bundled PostgreSQL, which exists only once the release is installed, it is the
-Temporal server's init container instead (a pre-install Job would wait for a database that
-the install has not made yet). It mounts the volumes `password` and `tmp`, which the server's
-pod has too (eventos.temporalSchemaVolumes makes them for the Job). */}}
+temporal_visibility databases (temporal-sql-tool; every step may run again). It is the Temporal
+server's init container; with an external PostgreSQL the schema Job runs it before the install
+or upgrade too (with the bundled one, which exists only once the release is installed, a
+pre-install Job would wait for a database the install has not made yet). The upgrader's Temporal
+step runs it as a Job, on the target version's image (docs/upgrades.md). It mounts the volumes
+`password` and `tmp`, which the server's pod has too (eventos.temporalSchemaVolumes makes them for
+the Job). */}}
 {{- define "eventos.temporalSchemaContainer" -}}
 {{- $s := .Values.temporal.server -}}
 {{- $schemas := "/etc/temporal/schema/postgresql/v12" -}}

@@ -613,6 +613,10 @@ class HttpToolSettings:
 IMAGE_TAG_VAR = "EVENTOS_IMAGE_TAG"
 CHART_VERSION_VAR = "EVENTOS_CHART_VERSION"
 TEMPORAL_SERVER_VAR = "EVENTOS_TEMPORAL_SERVER"
+# The Temporal server version a service image pins (the Makefile's TEMPORAL_SERVER_VERSION, which
+# `make images` bakes into each service image's environment and label): the version the
+# Kubernetes upgrader moves an instance's Temporal to (docs/upgrades.md#temporal-on-kubernetes).
+TEMPORAL_PIN_VAR = "EVENTOS_TEMPORAL_PIN"
 RELEASE_PART_MAX = 128
 
 
@@ -626,13 +630,16 @@ DRILL_READINESS_FAILURE_VAR = "EVENTOS_DRILL_READINESS_FAILURE"
 class ReleaseSettings:
     """The deployment's parts of a release, as the chart sets them: `EVENTOS_IMAGE_TAG`,
     `EVENTOS_CHART_VERSION`, `EVENTOS_TEMPORAL_SERVER` (each empty when unset, as for a process
-    started by hand or by `make run`; bounded to 128 characters)."""
+    started by hand or by `make run`; bounded to 128 characters), and the image's own
+    `EVENTOS_TEMPORAL_PIN` (the Temporal server version it was built for; empty outside an
+    image)."""
 
     image_tag: str = ""
     chart: str = ""
     temporal_server: str = ""
     # The drill switch (DRILL_READINESS_FAILURE_VAR): this release fails its readiness check.
     drill_readiness_failure: bool = False
+    temporal_pin: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ReleaseSettings:
@@ -642,7 +649,8 @@ class ReleaseSettings:
             return env.get(var, "").strip()[:RELEASE_PART_MAX]
 
         return cls(named(IMAGE_TAG_VAR), named(CHART_VERSION_VAR), named(TEMPORAL_SERVER_VAR),
-                   _bool(env, DRILL_READINESS_FAILURE_VAR, False))  # fmt: skip
+                   _bool(env, DRILL_READINESS_FAILURE_VAR, False),
+                   named(TEMPORAL_PIN_VAR))  # fmt: skip
 
 
 @dataclass(frozen=True)

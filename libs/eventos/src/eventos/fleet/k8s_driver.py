@@ -13,6 +13,14 @@ the workflow code replayed is the target's. Readiness is the rollout (every repl
 Ready) and every pod's `/readyz`, read through the API server's pod proxy, naming the target's
 build and tag. The snapshot and its restore run in this process (eventos.fleet.backups), with
 the backup settings of the pod the chart's upgrade CronJob runs (docs/backups.md).
+
+At tier L the chart's Temporal Deployment runs the server (its container `temporal`, the image
+tagged with the server's version) after its schema step (its init container `schema`, the
+admin-tools image of the same version: eventos.temporalSchemaContainer). The version a target
+pins is its service image's EVENTOS_TEMPORAL_PIN (`make images` sets it from the Makefile's pin),
+read by the Job that reads its release. The schema step of an upgrade is a Job of that init
+container on the target version's admin-tools image; the server moves by setting both images'
+tags to the target version, and serves once its rollout is done and GetSystemInfo names it.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from eventos.errors import ConfigError
-from eventos.fleet import checks
+from eventos.fleet import checks, reconcile
 from eventos.fleet.backups import restore_backup, take_backup
 from eventos.fleet.local_driver import RELEASE_OF
 from eventos.fleet.upgrade import SERVICES, GateReport, NeedsReset, ReleaseRef, UpgradeError
@@ -60,6 +68,15 @@ STUCK = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageN
          "CreateContainerConfigError", "CreateContainerError"}  # fmt: skip
 REARM_WAIT_S = 1.0  # as on the local instance: the relay applies a restore's re-arm at its start
 READ_RELEASE_S = 180.0  # the Job that reads the target's release
+# The release an image holds (RELEASE_OF) and the Temporal version it pins (TEMPORAL_PIN_VAR, read
+# by its own settings; an image from before the pin existed pins none).
+RELEASE_AND_PIN = (
+    f"{RELEASE_OF}; from eventos.settings import ReleaseSettings; "
+    "print(json.dumps(getattr(ReleaseSettings.from_env(), 'temporal_pin', '')))"
+)
+TEMPORAL_COMPONENT = "temporal"  # the chart's component label of the Temporal server
+TEMPORAL_CONTAINER = "temporal"  # its server's container (tier L; tier S runs a StatefulSet)
+SCHEMA_CONTAINER = "schema"  # its schema step, the init container (eventos.temporalSchemaContainer)
 
 
 def image_with_tag(image: str, tag: str) -> str:
@@ -167,6 +184,70 @@ def rollout_pending(deployment: dict[str, Any]) -> str | None:
 
 
 @dataclass
+class TemporalServer:
+    """The chart's Temporal Deployment (tier L), as it was before the upgrade touched it."""
+
+    deployment: str
+    image: str  # the server's container's image, tagged with its version
+    schema_image: str  # the schema init container's (the admin-tools image of that version)
+    replicas: int
+    selector: str
+    template: dict[str, Any]  # its pod template: the schema Job is made from it
+
+    @property
+    def version(self) -> str:
+        return tag_of(self.image)
+
+    def patch(self, version: str, replicas: int) -> list[dict[str, Any]]:
+        """The JSON patch that runs the server and its schema step on `version`'s images (the
+        images it had when `version` is the one it ran), at `replicas`."""
+        spec = self.template["spec"]
+        server = image_with_tag(self.image, version) if version != self.version else self.image
+        ops = [{"op": "add", "path": "/spec/replicas", "value": replicas}]
+        for i, c in enumerate(spec["containers"]):
+            if c["name"] == TEMPORAL_CONTAINER:
+                path = f"/spec/template/spec/containers/{i}/image"
+                ops.append({"op": "add", "path": path, "value": server})
+        for i, c in enumerate(spec.get("initContainers") or []):
+            if c["name"] == SCHEMA_CONTAINER:
+                schema = self.schema_image
+                schema = image_with_tag(schema, version) if version != self.version else schema
+                path = f"/spec/template/spec/initContainers/{i}/image"
+                ops.append({"op": "add", "path": path, "value": schema})
+        return ops
+
+    def schema_template(self, version: str) -> dict[str, Any]:
+        """A pod template holding only the schema step, on `version`'s admin-tools image."""
+        spec = json.loads(json.dumps(self.template["spec"]))
+        steps = [c for c in spec.get("initContainers") or [] if c["name"] == SCHEMA_CONTAINER]
+        if not steps:
+            raise UpgradeError(f"Deployment {self.deployment} has no {SCHEMA_CONTAINER!r} init "
+                               "container (the chart's Temporal schema step)")  # fmt: skip
+        steps[0]["image"] = image_with_tag(self.schema_image, version)
+        spec["containers"], spec["initContainers"] = steps, []
+        return {"metadata": self.template.get("metadata") or {}, "spec": spec}
+
+
+def temporal_server(deployment: dict[str, Any]) -> TemporalServer | None:
+    """The Temporal server a Deployment of the chart runs (None: it runs none)."""
+    meta, spec = deployment["metadata"], deployment["spec"]
+    if (meta.get("labels") or {}).get(COMPONENT_LABEL) != TEMPORAL_COMPONENT:
+        return None
+    template = spec["template"]
+    by_name = {c["name"]: c for c in template["spec"]["containers"]}
+    inits = {c["name"]: c for c in template["spec"].get("initContainers") or []}
+    if TEMPORAL_CONTAINER not in by_name:
+        return None
+    kept = (meta.get("annotations") or {}).get(REPLICAS_ANNOTATION)
+    replicas = int(kept) if kept is not None else int(spec.get("replicas") or 0)
+    labels = spec["selector"]["matchLabels"]
+    selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    schema = inits.get(SCHEMA_CONTAINER, {}).get("image", "")
+    return TemporalServer(meta["name"], by_name[TEMPORAL_CONTAINER]["image"], schema,
+                          max(1, replicas), selector, template)  # fmt: skip
+
+
+@dataclass
 class KubernetesInstance:
     """An instance the chart installed: its release's Deployments in one namespace."""
 
@@ -174,6 +255,7 @@ class KubernetesInstance:
     settings: UpgradeSettings = field(default_factory=UpgradeSettings)
     roles: dict[str, Role] = field(default_factory=dict)  # by Deployment name
     template: dict[str, Any] = field(default_factory=dict)  # the ingress pod template
+    temporal: TemporalServer | None = None  # tier L's Temporal server
     old: ReleaseRef | None = None
     api: k8s.ApiClient | None = None
 
@@ -239,7 +321,9 @@ class KubernetesInstance:
 
     async def current(self) -> ReleaseRef:
         self.roles.clear()
+        self.temporal = None
         for d in await self._deployments():
+            self.temporal = self.temporal or temporal_server(d)
             containers = d["spec"]["template"]["spec"]["containers"]
             for i, c in enumerate(containers):
                 if c["name"] not in SERVICES:
@@ -264,7 +348,9 @@ class KubernetesInstance:
             raise UpgradeError(f"the services run different image tags ({', '.join(sorted(tags))})"
                                ": finish or undo that change first")  # fmt: skip
         ingress = next(r for r in self.roles.values() if r.service == "ingress")
-        self.old = await self._release_of(ingress.image, tags.pop())
+        ref = await self._release_of(ingress.image, tags.pop())
+        running = self.temporal.version if self.temporal else ""
+        self.old = dataclasses.replace(ref, temporal=running)
         return self.old
 
     async def install(self, target: str) -> ReleaseRef:
@@ -275,23 +361,28 @@ class KubernetesInstance:
         return await self._release_of(image_with_tag(ingress.image, target), target)
 
     async def _release_of(self, image: str, tag: str) -> ReleaseRef:
-        """The release `image` holds, as its own Python reads it (a Job)."""
-        out = await self._job("release", image, tag, ["python", "-c", RELEASE_OF], READ_RELEASE_S)
+        """The release `image` holds, as its own Python reads it (a Job), with the Temporal
+        version it pins (its TEMPORAL_PIN_VAR) where the instance runs its own server."""
+        args = ["python", "-c", RELEASE_AND_PIN]
+        out = await self._job("release", image, tag, args, READ_RELEASE_S)
         try:
-            rel = json.loads(out.strip().splitlines()[-1])
-        except (IndexError, ValueError):
+            *_, line, pin_line = out.strip().splitlines()
+            rel, pin = json.loads(line), json.loads(pin_line)
+        except ValueError:
             raise UpgradeError(f"{image} printed no release: {out[-500:]!r}") from None
         return ReleaseRef(name=tag, source=image, build=str(rel["build"]),
-                          migrations=int(rel["migrations"]))  # fmt: skip
+                          migrations=int(rel["migrations"]),
+                          temporal=str(pin) if self.temporal else "")  # fmt: skip
 
     # -- Jobs ----------------------------------------------------------------------------
 
-    async def _job(self, step: str, image: str, tag: str, args: list[str], timeout_s: float) -> str:
-        """Run `args` in `image` as a Job; its log. UpgradeError when it fails, cannot start,
-        or outlives `timeout_s`."""
+    async def _job(self, step: str, image: str, tag: str, args: list[str], timeout_s: float,
+                   template: dict[str, Any] | None = None) -> str:  # fmt: skip
+        """Run `args` in `image` as a Job made from `template` (the ingress pod template unless
+        given); its log. UpgradeError when it fails, cannot start, or outlives `timeout_s`."""
         name = f"{self.where.release}-upgrade-{step}-{secrets.token_hex(3)}"[-63:].lstrip("-")
-        body = job_manifest(self.template, name=name, image=image, args=args, tag=tag,
-                            deadline_s=timeout_s)  # fmt: skip
+        body = job_manifest(template or self.template, name=name, image=image, args=args,
+                            tag=tag, deadline_s=timeout_s)  # fmt: skip
         await self._call(f"creating Job {name}",
                          lambda: self._batch().create_namespaced_job(self.ns, body))  # type: ignore[arg-type]  # fmt: skip
         try:
@@ -435,7 +526,75 @@ class KubernetesInstance:
         return (await take_backup(self._backups(), reason=f"before an upgrade from {to}")).id
 
     async def restore(self, snapshot: str) -> None:
-        await restore_backup(self._backups(), snapshot)
+        """Restore the snapshot; at tier L never under a running Temporal server: it is
+        stopped, its databases swapped, started again on the version they were taken under (the
+        one it ran before the upgrade; the rollback's start_temporal finds it serving), then
+        cleared as every restore clears Temporal (docs/backups.md)."""
+        settings = self._backups()
+        if self.temporal is None:
+            await restore_backup(settings, snapshot)
+            return
+        assert self.old is not None, "current() first"
+        await self._stop_temporal()
+        await restore_backup(dataclasses.replace(settings, temporal=None), snapshot)
+        await self.start_temporal(self.old, self.settings.rollback_ready_s)
+        if settings.temporal is not None:
+            await reconcile.clear_temporal(settings.temporal, f"restore of backup {snapshot}",
+                                           settings.transfer_timeout_s)  # fmt: skip
+
+    # -- Temporal (tier L) ---------------------------------------------------------------
+
+    def _server(self) -> TemporalServer:
+        if self.temporal is None:
+            where = f"release {self.where.release} in {self.ns}"
+            raise UpgradeError(f"{where} runs no Temporal server Deployment (tier S: the "
+                               "upgrader does not move its dev server)")  # fmt: skip
+        return self.temporal
+
+    async def _temporal_deployment(self) -> dict[str, Any]:
+        name = self._server().deployment
+        found = await self._call(f"reading Deployment {name}", lambda: self._apps()
+                                 .read_namespaced_deployment(name, self.ns))  # fmt: skip
+        deployment: dict[str, Any] = self._plain(found)
+        return deployment
+
+    async def _stop_temporal(self) -> None:
+        """Scale the Temporal server to 0 (its replicas kept in the annotation) and wait until
+        no pod of it is left."""
+        server = self._server()
+        await self._patch(server.deployment, {
+            "metadata": {"annotations": {REPLICAS_ANNOTATION: str(server.replicas)}},
+            "spec": {"replicas": 0}})  # fmt: skip
+        deadline = time.monotonic() + self.settings.stop_s + 60.0
+        while left := await self._pods(server.selector):
+            if time.monotonic() > deadline:
+                names = ", ".join(p.metadata.name for p in left)
+                raise UpgradeError(f"Temporal pods still running after the stop: {names}")
+            await asyncio.sleep(POLL_S)
+
+    async def update_temporal_schema(self, release: ReleaseRef) -> None:
+        server = self._server()
+        template = server.schema_template(release.temporal)
+        step = template["spec"]["containers"][0]
+        await self._job("temporal-schema", step["image"], release.name, step.get("args") or [],
+                        self.settings.install_s, template)  # fmt: skip
+
+    async def start_temporal(self, release: ReleaseRef, timeout_s: float) -> None:
+        server = self._server()
+        await self._patch(server.deployment, server.patch(release.temporal, server.replicas))
+        drop = {"metadata": {"annotations": {REPLICAS_ANNOTATION: None}}}
+        await self._patch(server.deployment, drop)
+        deadline = time.monotonic() + timeout_s
+        while pending := rollout_pending(await self._temporal_deployment()):
+            if time.monotonic() > deadline:
+                raise UpgradeError(f"Temporal's rollout to {release.temporal} not done after "
+                                   f"{timeout_s:g}s: {pending}")  # fmt: skip
+            await asyncio.sleep(POLL_S)
+        left = max(1.0, deadline - time.monotonic())
+        await checks.temporal_serves(self._temporal_settings(), release.temporal, left)
+
+    def _temporal_settings(self) -> TemporalSettings:
+        return self._backups().temporal or TemporalSettings.from_env()
 
     async def migrate(self, release: ReleaseRef) -> list[str]:
         out = await self._job("migrate", self._target_image(release), release.name,
@@ -462,5 +621,4 @@ class KubernetesInstance:
         return await checks.generations_of(self.database_url, workflow_ids)
 
     async def workflow_task_completed_since(self, since: datetime) -> bool:
-        temporal = self._backups().temporal or TemporalSettings.from_env()
-        return await checks.workflow_task_completed_since(temporal, since)
+        return await checks.workflow_task_completed_since(self._temporal_settings(), since)
