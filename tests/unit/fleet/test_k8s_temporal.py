@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from eventos.fleet import checks, k8s_driver, reconcile
+from eventos.fleet.backups import TemporalServerControl
 from eventos.fleet.k8s_driver import (
     COMPONENT_LABEL,
     JOB_COMPONENT,
@@ -229,8 +230,16 @@ def test_a_restore_swaps_temporals_databases_with_the_server_stopped_then_clears
     async def listed(selector: str) -> list[object]:
         return pods if not any(c[0] == "patch" for c in calls) else []
 
-    async def restore(settings: BackupSettings, snapshot: str) -> None:
-        calls.append(("restore", snapshot, settings.temporal))
+    async def restore(
+        settings: BackupSettings, snapshot: str, *, temporal_server: TemporalServerControl | None
+    ) -> None:
+        # As restore_backup: the server stopped for the swap, started, then Temporal cleared.
+        assert temporal_server is not None
+        await temporal_server.stop()
+        calls.append(("swap", snapshot))
+        await temporal_server.start()
+        assert settings.temporal is not None
+        await reconcile.clear_temporal(settings.temporal, "restore", 1.0)
 
     async def start(release: ReleaseRef, timeout_s: float) -> None:
         calls.append(("start_temporal", release.temporal))
@@ -245,7 +254,7 @@ def test_a_restore_swaps_temporals_databases_with_the_server_stopped_then_clears
     monkeypatch.setattr(k8s_driver, "POLL_S", 0.0)
     asyncio.run(found.restore("snap-1"))
     stop = {"metadata": {"annotations": {REPLICAS_ANNOTATION: "1"}}, "spec": {"replicas": 0}}
-    # The swap runs with no server (and no Temporal to clear in it); the server starts on the
-    # version the databases were taken under, and is cleared as every restore clears it.
-    assert calls == [("patch", "rel-eventos-temporal", stop), ("restore", "snap-1", None),
+    # The swap runs with no server; the server starts on the version the databases were taken
+    # under, and is cleared as every restore clears it.
+    assert calls == [("patch", "rel-eventos-temporal", stop), ("swap", "snap-1"),
                      ("start_temporal", "1.31.2"), ("clear", "t:7233")]  # fmt: skip

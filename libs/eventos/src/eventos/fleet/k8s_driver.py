@@ -41,7 +41,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from eventos.errors import ConfigError
-from eventos.fleet import checks, reconcile
+from eventos.fleet import checks
 from eventos.fleet.backups import restore_backup, take_backup
 from eventos.fleet.local_driver import RELEASE_OF
 from eventos.fleet.upgrade import SERVICES, GateReport, NeedsReset, ReleaseRef, UpgradeError
@@ -245,6 +245,21 @@ def temporal_server(deployment: dict[str, Any]) -> TemporalServer | None:
     schema = inits.get(SCHEMA_CONTAINER, {}).get("image", "")
     return TemporalServer(meta["name"], by_name[TEMPORAL_CONTAINER]["image"], schema,
                           max(1, replicas), selector, template)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _ServerControl:
+    """The instance's Temporal server as a restore stops and starts it (a TemporalServerControl
+    of eventos.fleet.backups): scaled to 0, then back on `release`'s version."""
+
+    instance: KubernetesInstance
+    release: ReleaseRef
+
+    async def stop(self) -> None:
+        await self.instance._stop_temporal()
+
+    async def start(self) -> None:
+        await self.instance.start_temporal(self.release, self.instance.settings.rollback_ready_s)
 
 
 @dataclass
@@ -526,21 +541,15 @@ class KubernetesInstance:
         return (await take_backup(self._backups(), reason=f"before an upgrade from {to}")).id
 
     async def restore(self, snapshot: str) -> None:
-        """Restore the snapshot; at tier L never under a running Temporal server: it is
-        stopped, its databases swapped, started again on the version they were taken under (the
-        one it ran before the upgrade; the rollback's start_temporal finds it serving), then
-        cleared as every restore clears Temporal (docs/backups.md)."""
-        settings = self._backups()
-        if self.temporal is None:
-            await restore_backup(settings, snapshot)
-            return
-        assert self.old is not None, "current() first"
-        await self._stop_temporal()
-        await restore_backup(dataclasses.replace(settings, temporal=None), snapshot)
-        await self.start_temporal(self.old, self.settings.rollback_ready_s)
-        if settings.temporal is not None:
-            await reconcile.clear_temporal(settings.temporal, f"restore of backup {snapshot}",
-                                           settings.transfer_timeout_s)  # fmt: skip
+        """Restore the snapshot; at tier L never under a running Temporal server: restore_backup
+        has it stopped for the swap and started again on the version its databases were taken
+        under (the one it ran before the upgrade; the rollback's start_temporal finds it
+        serving) before it clears Temporal as every restore does (docs/backups.md)."""
+        server = None
+        if self.temporal is not None:
+            assert self.old is not None, "current() first"
+            server = _ServerControl(self, self.old)
+        await restore_backup(self._backups(), snapshot, temporal_server=server)
 
     # -- Temporal (tier L) ---------------------------------------------------------------
 
