@@ -291,6 +291,11 @@ def test_an_upgrade_replays_the_open_runs_and_runs_the_new_release(
     sender = WebhookSender(instance.hook_url, "after-upgrade").start(acked=2)
     acked = sender.stop()
     wait_consumed(instance, acked)
+    # The next window with the same target: nothing to do, nothing stopped.
+    code, again = instance.upgrade(next_release)
+    assert (code, again["outcome"]) == (0, "current"), again
+    assert [s["name"] for s in again["steps"]] == ["current", "install"], again
+    assert instance.builds() == dict.fromkeys(names.SERVICES, new)
 
 
 def test_a_run_that_cannot_replay_marks_its_generation_needs_reset(

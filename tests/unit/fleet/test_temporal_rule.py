@@ -4,7 +4,7 @@ table, and the steps and rollback of a move, against an instance that records wh
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from eventos.fleet.releases import (
 )
 from eventos.fleet.upgrade import (
     ABORTED,
+    CURRENT,
     ROLLED_BACK,
     UPGRADED,
     GateReport,
@@ -172,3 +173,27 @@ def test_a_refused_move_changes_nothing() -> None:
     assert (out.outcome, out.exit_code) == (ABORTED, 8)
     assert "1.30.1" in out.reason and "1.32.0" in out.reason and "1.31.x" in out.reason
     assert inst.calls == []
+
+
+def test_a_target_the_instance_already_runs_changes_nothing() -> None:
+    """The weekly window with an unchanged target: `current`, exit 0, nothing stopped."""
+    inst = Recorded(ref("a", "1.32.0"), ref("a", "1.32.0"))
+    out = asyncio.run(upgrade(inst, "a"))
+    assert (out.outcome, out.exit_code, inst.calls) == (CURRENT, 0, []), out.as_json()
+    assert [s.name for s in out.steps] == ["current", "install"]
+    assert "already runs a" in out.reason
+
+
+@pytest.mark.parametrize("field_", ["build", "migrations", "temporal"])
+def test_a_target_differing_in_any_part_is_upgraded(field_: str) -> None:
+    old = ref("a", "1.31.5")
+    differs = {"build": "other", "migrations": old.migrations + 1, "temporal": "1.32.0"}[field_]
+    inst = Recorded(old, replace(old, **{field_: differs}))
+    out = asyncio.run(upgrade(inst, "a"))
+    assert out.outcome == UPGRADED and inst.calls[:2] == ["stop", "snapshot"], out.as_json()
+
+
+def test_a_drill_runs_even_on_the_release_the_instance_runs() -> None:
+    inst = Recorded(ref("a", "1.32.0"), ref("a", "1.32.0"))
+    out = asyncio.run(upgrade(inst, "a", drill=True))
+    assert out.outcome != CURRENT and inst.calls[:2] == ["stop", "snapshot"], out.as_json()

@@ -13,7 +13,7 @@ from eventos.db.sql import Q
 from eventos.fleet.upgrade import FAILED, ROLLED_BACK, Outcome, needs_reset_detail
 from eventos.settings import DatabaseSettings
 
-UPGRADES = Counter("eventos_upgrades", "Upgrades of this instance by outcome (upgraded, "
+UPGRADES = Counter("eventos_upgrades", "Upgrades of this instance by outcome (upgraded, current, "
                    "rolled_back, failed, aborted)", ("outcome",), registry=None)  # fmt: skip
 DETAIL_MAX = 2000
 EVENT = "eventos.upgrade"  # the OTLP event of an outcome (telemetry.Exporter.event)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
@@ -39,10 +39,11 @@ INGRESS = ("ingress",)
 SERVICES = INNER + WORKERS + INGRESS
 
 UPGRADED, ROLLED_BACK, FAILED, ABORTED = "upgraded", "rolled_back", "failed", "aborted"
-# The exit code of each outcome: 0 upgraded, 6 rolled back by itself, 7 when a human must act
-# (the rollback itself failed), 8 when nothing was changed (the target could not be installed,
-# or its Temporal server may not move there: `temporal_rule`).
-EXIT_CODES = {UPGRADED: 0, ROLLED_BACK: 6, FAILED: 7, ABORTED: 8}
+CURRENT = "current"  # the instance already runs the target: nothing to do, nothing changed
+# The exit code of each outcome: 0 upgraded (or already current), 6 rolled back by itself, 7
+# when a human must act (the rollback itself failed), 8 when nothing was changed (the target
+# could not be installed, or its Temporal server may not move there: `temporal_rule`).
+EXIT_CODES = {UPGRADED: 0, CURRENT: 0, ROLLED_BACK: 6, FAILED: 7, ABORTED: 8}
 
 
 class UpgradeError(EventOSError):
@@ -242,6 +243,11 @@ async def upgrade(
     refused = temporal_rule(out.from_.temporal, out.to.temporal)
     if refused:
         out.outcome, out.reason = ABORTED, refused
+        return out
+    if out.from_ == replace(out.to, source=out.from_.source) and not drill:
+        # A weekly window whose target already runs: no stop, no snapshot, no restart. A drill
+        # still runs (it rehearses the rollback, whatever the target).
+        out.outcome, out.reason = CURRENT, f"the instance already runs {out.to.name}"
         return out
     attempt = Attempt()
     try:
