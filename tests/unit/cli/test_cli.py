@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 
+import psycopg
 import pytest
 from conftest import ADMIN_TOKEN
 
@@ -206,6 +208,41 @@ def test_migrate_against_nothing_names_the_address(capsys: pytest.CaptureFixture
     url = f"postgresql://postgres@127.0.0.1:{free_port()}/eventos"
     assert main(["migrate", "--database-url", url]) == 5
     assert "cannot reach the database at 127.0.0.1:" in capsys.readouterr().err
+
+
+async def test_migrate_waits_for_a_database_that_refuses_at_first(
+    db_settings: DatabaseSettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--wait`: the first connection is cut at once (a database not ready yet), the next ones
+    reach the real one; without `--wait` the same start fails with exit 5."""
+    info = psycopg.conninfo.conninfo_to_dict(db_settings.url)
+    target = (str(info.get("host", "127.0.0.1")), int(info.get("port", 5432)))
+    refused = 0
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal refused
+        if refused < 2:
+            refused += 1
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_connection(*target)
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    url = psycopg.conninfo.make_conninfo(db_settings.url, host="127.0.0.1", port=port)
+    async with server:
+        assert await ctl("migrate", "--database-url", url) == 5  # no wait: the cut is final
+        assert await ctl("migrate", "--database-url", url, "--wait", "30") == 0
+    assert refused == 2
+    assert "is up to date" in capsys.readouterr().out
 
 
 async def test_users_add_list_remove(ingress_url: str, capsys: pytest.CaptureFixture[str]) -> None:

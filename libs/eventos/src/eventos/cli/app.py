@@ -196,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     _timeline_commands(add)
     p = add("migrate", migrate.cmd_migrate, "apply the database migrations")
     p.add_argument("--database-url", help="(or EVENTOS_DATABASE_URL, else the stack's database)")
+    p.add_argument("--wait", type=float, default=0.0, metavar="S",
+                   help="keep trying to reach the database for S seconds (default 0)")  # fmt: skip
     upgrade.add_command(add)
     backups.add_commands(add)
     p = add("completion", completion.cmd_completion, "print a shell completion script")

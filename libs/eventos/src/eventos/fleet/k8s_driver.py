@@ -68,6 +68,10 @@ STUCK = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageN
          "CreateContainerConfigError", "CreateContainerError"}  # fmt: skip
 REARM_WAIT_S = 1.0  # as on the local instance: the relay applies a restore's re-arm at its start
 READ_RELEASE_S = 180.0  # the Job that reads the target's release
+# The migrate Job keeps trying to reach PostgreSQL this long: as the upgrade stops the services
+# on a loaded node the database's Service may have no ready endpoint for a moment (a drill on
+# the cluster rolled back at `migrate` with "Connection refused").
+MIGRATE_WAIT_S = 60
 # The release an image holds (RELEASE_OF) and the Temporal version it pins (TEMPORAL_PIN_VAR, read
 # by its own settings; an image from before the pin existed pins none).
 RELEASE_AND_PIN = (
@@ -607,7 +611,8 @@ class KubernetesInstance:
 
     async def migrate(self, release: ReleaseRef) -> list[str]:
         out = await self._job("migrate", self._target_image(release), release.name,
-                              ["eventosctl", "migrate"], self.settings.install_s)  # fmt: skip
+                              ["eventosctl", "migrate", "--wait", str(MIGRATE_WAIT_S)],
+                              self.settings.install_s)  # fmt: skip
         return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("applied ")]
 
     async def replay(self, release: ReleaseRef) -> GateReport:

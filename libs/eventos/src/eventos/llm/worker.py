@@ -16,7 +16,7 @@ from eventos import names
 from eventos.errors import ConfigError
 from eventos.llm.activity import HEARTBEAT_S, LlmActivities
 from eventos.runtime.build import worker_build_id
-from eventos.runtime.temporal import RetryCount, TemporalConnection
+from eventos.runtime.temporal import RetryCount, TemporalConnection, until_outage_ends
 from eventos.scheduling.policy import DEFAULT_CLASS_MAX
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,8 @@ async def run_llm_workers(
     *,
     workflow_queue: str = names.WORKFLOW_QUEUE,
 ) -> None:
-    """Poll every class queue until cancelled; reconnect while Temporal is unavailable."""
+    """Poll every class queue until cancelled; reconnect while Temporal is unavailable, and
+    make new workers when an outage ends (`until_outage_ends`)."""
     classes = tuple(classes)
     slots = llm_slots() if slots is None else slots
     while True:
@@ -85,7 +86,7 @@ async def run_llm_workers(
                 llm_worker(client, k, slots[k], activities, workflow_queue=workflow_queue)
                 for k in classes
             ]
-            await _run_together(workers)
+            await until_outage_ends(client, workers, _run_together(workers))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

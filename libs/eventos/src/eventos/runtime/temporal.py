@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -21,6 +21,7 @@ from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
     Interceptor,
+    Worker,
 )
 
 from eventos import names
@@ -31,6 +32,10 @@ from eventos.settings import TemporalSettings
 log = logging.getLogger(__name__)
 WAKE_TIMEOUT = timedelta(seconds=5)
 HEALTH_TIMEOUT = timedelta(seconds=5)  # a frontend that stopped answering is not ready
+# A running worker's watch for the end of an outage (`until_outage_ends`): a health check a
+# second; refused this many times in a row, Temporal was down (a slow answer is not an outage).
+OUTAGE_PROBE_S = 1.0
+OUTAGE_AFTER_REFUSALS = 3
 
 
 @dataclass
@@ -81,3 +86,31 @@ async def wake_entities(client: Client, workflow_ids: Iterable[str]) -> None:
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 log.warning("wake %s failed: %s", workflow_id, exc)
+
+
+async def until_outage_ends(
+    client: Client, workers: Sequence[Worker], running: Awaitable[None]
+) -> None:
+    """Await `running` (the `workers`' run) until it ends, or, once Temporal refused
+    `OUTAGE_AFTER_REFUSALS` health checks in a row and then answers again, until `workers` are
+    shut down (the caller makes new ones). After an outage each poller waits out the SDK's
+    task-poll backoff (up to 10 s, each queue on its own jitter): the owner's queue could stay
+    unpolled for seconds while the other queues' work ran first. New workers poll at once."""
+    task = asyncio.ensure_future(running)
+    refused = 0
+    try:
+        while not (await asyncio.wait({task}, timeout=OUTAGE_PROBE_S))[0]:
+            try:
+                await client.service_client.check_health(timeout=HEALTH_TIMEOUT)
+            except RPCError as exc:
+                refused = refused + 1 if exc.status == RPCStatusCode.UNAVAILABLE else refused
+                continue
+            if refused >= OUTAGE_AFTER_REFUSALS:
+                log.info("Temporal answers again after an outage: new workers poll at once")
+                await asyncio.gather(*(w.shutdown() for w in workers))
+            refused = 0
+        await task
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -15,7 +15,7 @@ from eventos.alarms.activity import AlarmActivities
 from eventos.control.supervisor import SupervisorActivities
 from eventos.polls.activities import PollActivities
 from eventos.runtime.build import worker_build_id
-from eventos.runtime.temporal import RetryCount, TemporalConnection
+from eventos.runtime.temporal import RetryCount, TemporalConnection, until_outage_ends
 from eventos.settings import AlarmSettings, SecretStore, WorkflowSettings
 from eventos.tools.activity import ToolActivities
 from eventos.workers.activities import DbActivities
@@ -71,11 +71,13 @@ def egress_worker(
 
 
 async def run_forever(temporal: TemporalConnection, build: Callable[[Client], Any]) -> None:
-    """Run the worker `build` makes until cancelled; reconnect while Temporal is unavailable."""
+    """Run the worker `build` makes until cancelled; reconnect while Temporal is unavailable,
+    and make a new one when an outage ends (`until_outage_ends`)."""
     while True:
         try:
             client = await temporal.get()
-            await build(client).run()
+            worker = build(client)
+            await until_outage_ends(client, [worker], worker.run())
         except asyncio.CancelledError:
             raise
         except Exception as exc:

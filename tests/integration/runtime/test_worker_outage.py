@@ -1,0 +1,101 @@
+"""A worker after a Temporal outage (eventos.runtime.temporal.until_outage_ends): once the
+server answers again the running workers are shut down, so the caller's new ones poll at once
+instead of waiting out the SDK's task-poll backoff (up to 10 s per queue)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from eventos.local.temporal_dev import TemporalDevServer
+from eventos.runtime import temporal as runtime_temporal
+from eventos.runtime.temporal import until_outage_ends
+from eventos.testing import wait_for
+
+pytestmark = pytest.mark.temporal
+
+
+@workflow.defn(sandboxed=False)  # the test module imports what the sandbox refuses
+class PingWorkflow:
+    @workflow.run
+    async def run(self, text: str) -> str:
+        return f"pong: {text}"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[TemporalDevServer]:
+    dev = TemporalDevServer(tmp_path / "temporal")
+    dev.start()
+    try:
+        yield dev
+    finally:
+        dev.stop()
+
+
+async def test_workers_end_when_an_outage_ends_and_a_new_one_polls_at_once(
+    server: TemporalDevServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime_temporal, "OUTAGE_PROBE_S", 0.2)
+    client = await Client.connect(server.address, namespace=server.namespace)
+    queue = f"outage-{uuid.uuid4().hex[:8]}"
+    worker = Worker(client, task_queue=queue, workflows=[PingWorkflow])
+    watched = asyncio.ensure_future(until_outage_ends(client, [worker], worker.run()))
+    with contextlib.suppress(TimeoutError):  # a running server ends nothing
+        await asyncio.wait_for(asyncio.shield(watched), 1.0)
+    assert not watched.done()
+
+    await asyncio.to_thread(server.stop)
+    # Down for as many refused checks (at the same pace) as the watch needs, and more.
+    refused = 0
+
+    async def refused_enough() -> bool:
+        nonlocal refused
+        try:
+            await client.service_client.check_health(timeout=timedelta(seconds=1))
+        except RPCError:
+            refused += 1
+        await asyncio.sleep(runtime_temporal.OUTAGE_PROBE_S)  # the watch's own pace
+        return refused > runtime_temporal.OUTAGE_AFTER_REFUSALS + 1
+
+    await wait_for(refused_enough, timeout=30, interval=0, what="Temporal refusing")
+    assert not watched.done()  # an outage alone ends nothing
+    await asyncio.to_thread(server.start)  # the same SQLite file and ports
+    await wait_for(lambda: _done(watched), timeout=30, what="the worker shut down")
+    assert watched.exception() is None
+
+    fresh = Worker(client, task_queue=queue, workflows=[PingWorkflow])
+    async with fresh:
+        said = await client.execute_workflow(
+            PingWorkflow.run, "again", id=f"ping-{uuid.uuid4().hex[:8]}", task_queue=queue
+        )
+    assert said == "pong: again"
+
+
+async def test_a_slow_or_healthy_server_never_restarts_the_worker(
+    server: TemporalDevServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runtime_temporal, "OUTAGE_PROBE_S", 0.05)
+    client = await Client.connect(server.address, namespace=server.namespace)
+    queue = f"healthy-{uuid.uuid4().hex[:8]}"
+    worker = Worker(client, task_queue=queue, workflows=[PingWorkflow])
+    watched = asyncio.ensure_future(until_outage_ends(client, [worker], worker.run()))
+    said = await client.execute_workflow(
+        PingWorkflow.run, "x", id=f"ping-{uuid.uuid4().hex[:8]}", task_queue=queue
+    )
+    assert said == "pong: x" and not watched.done()  # many probes answered: still running
+    watched.cancel()
+    await asyncio.gather(watched, return_exceptions=True)
+
+
+async def _done(task: asyncio.Future[None]) -> bool:
+    return task.done()
