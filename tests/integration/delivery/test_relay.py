@@ -13,7 +13,8 @@ import pytest
 from conftest import SPEC, apply_and_start
 from metrics_table import sample
 from psycopg_pool import AsyncConnectionPool
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionDescription
+from temporalio.service import RPCError
 from test_router import append_all, driver_event, query, route_until_done
 
 from eventos import names
@@ -578,7 +579,14 @@ async def test_the_owners_conversation_and_its_turn_run_on_the_owners_queue(
         assert queues == {names.LANE_TALK: owner_queue, names.LANE_WORKER: task_queue}
         turns = "SELECT id FROM turns WHERE thread = 'main' AND class = 1"
         (turn,) = await wait_for(lambda: query(pool, turns), timeout=20, what="the owner's turn")
-        described = await client.get_workflow_handle(turn["id"]).describe()
+
+        async def turn_started() -> WorkflowExecutionDescription | None:
+            # Admission writes the turn's row before the entity starts its child workflow.
+            with contextlib.suppress(RPCError):
+                return await client.get_workflow_handle(turn["id"]).describe()
+            return None
+
+        described = await wait_for(turn_started, timeout=20, what="the owner's turn workflow")
         assert described.task_queue == owner_queue
 
 
