@@ -55,7 +55,6 @@ async def test_workers_end_when_an_outage_ends_and_a_new_one_polls_at_once(
     assert not watched.done()
 
     await asyncio.to_thread(server.stop)
-    # Down for as many refused checks (at the same pace) as the watch needs, and more.
     refused = 0
 
     async def refused_enough() -> bool:
@@ -64,10 +63,11 @@ async def test_workers_end_when_an_outage_ends_and_a_new_one_polls_at_once(
             await client.service_client.check_health(timeout=timedelta(seconds=1))
         except RPCError:
             refused += 1
-        await asyncio.sleep(runtime_temporal.OUTAGE_PROBE_S)  # the watch's own pace
         return refused > runtime_temporal.OUTAGE_AFTER_REFUSALS + 1
 
-    await wait_for(refused_enough, timeout=30, interval=0, what="Temporal refusing")
+    # Checked at the watch's own pace: as many refusals in a row as it needs, and more.
+    await wait_for(refused_enough, timeout=30, interval=runtime_temporal.OUTAGE_PROBE_S,
+                   what="Temporal refusing")  # fmt: skip
     assert not watched.done()  # an outage alone ends nothing
     await asyncio.to_thread(server.start)  # the same SQLite file and ports
     await wait_for(lambda: _done(watched), timeout=30, what="the worker shut down")

@@ -199,9 +199,11 @@ def test_the_server_moves_by_both_images_and_is_asked_its_version_once_rolled_ou
 
     # Back: exactly the images it ran; and a rollout that never ends fails, naming it.
     calls.clear()
-    monkeypatch.setattr(
-        found, "_temporal_deployment", lambda: asyncio.sleep(0, temporal_deployment())
-    )
+
+    async def deployment_read() -> dict[str, Any]:
+        return temporal_deployment()
+
+    monkeypatch.setattr(found, "_temporal_deployment", deployment_read)
     with pytest.raises(
         UpgradeError, match=r"rollout to 1\.31\.2 not done after 0\.2s: 0/1 replicas"
     ):
