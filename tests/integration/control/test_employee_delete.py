@@ -113,6 +113,13 @@ async def test_delete_refuses_a_running_employee_then_frees_its_name_and_path_an
     clash = await instance.api.post("/v1/employees", content=hooked(path)(other))
     assert problem(clash, 409)["detail"].startswith(f"webhook path {path!r} is already used")
 
+    # The first hook's turn has run (the history kept below counts it): only then the stop.
+    async def hook_turn_done() -> bool:
+        q = "SELECT count(*) AS n FROM turns WHERE employee = %s AND status = %s"
+        return (await query(instance.pool, q, name, names.TURN_DONE))[0]["n"] >= 2
+
+    await wait_for(hook_turn_done, timeout=60, what="the chat's and the first hook's turns done")
+
     # Stop, then delete: the paused generation retires through a Reset intent.
     await applied(instance, name, "stop")
     history = await timeline_ids(instance, name)
