@@ -25,7 +25,7 @@ from eventos.db.sql import Q
 from eventos.local.ports import free_port
 from eventos.runtime.service import Service
 from eventos.settings import DatabaseSettings, ServiceSettings
-from eventos.testing import wait_for
+from eventos.testing import ConditionTimeout, wait_for
 
 
 @dataclass
@@ -79,7 +79,12 @@ class Watching:
             found = self.objects()
             return found if check(found) else None
 
-        return await wait_for(holds, timeout=60, what=what)
+        try:
+            return await wait_for(holds, timeout=60, what=what)
+        except ConditionTimeout as exc:  # say what the command printed meanwhile
+            raise ConditionTimeout(
+                f"{exc}; out {self.lines[-10:]}, err {self.errors[-10:]}"
+            ) from None
 
 
 Runner = Callable[[list[str]], Watching]
