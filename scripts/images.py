@@ -9,9 +9,13 @@ version the release pins); then the Temporal server, its admin tools (on the pin
 the previous minor's, TEMPORAL_PREVIOUS_VERSION, that an instance is upgraded from), the Temporal
 dev server, the collector and PostgreSQL 16 from deploy/images/<name>/Containerfile, from the
 binaries `make tools` put into .tools and .venv. Every build uses buildah's layer cache,
-so an unchanged image is not rebuilt; each chart image is saved as a docker-archive tar in
-.eventos/images/ only when its image id changed. Writes .eventos/images/images.json
-(`"name:tag"` → absolute tar path, what `ctr -n k8s.io images import` loads), and values files
+so an unchanged image is not rebuilt, and the six service images, whose Dockerfiles share every
+step but their own settings, share their layers. The chart images are saved as docker-archive
+tars in .eventos/images/ (the six services in one, their layers once), each written again only
+when an image id in it changed; then what earlier builds left in buildah's storage (layer-cache
+images no step of this run used) is removed, so the disk holds one build. Writes
+.eventos/images/images.json (`"name:tag"` → absolute tar path, what `ctr -n k8s.io images
+import` loads), and values files
 that point both charts at these names (values-eventos-temporal-previous.yaml: the instance chart's
 Temporal on the previous minor). Prints every image's size at the end.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +68,12 @@ SLIMMED = ["var/lib/apt/lists/*", "var/cache/apt/*", "var/cache/debconf/*-old", 
            "usr/share/man/*", "usr/share/info/*", "usr/share/lintian/*"]  # fmt: skip
 
 
+# A build step's image in buildah's output: `--> Using cache <id>` or `--> <short id>`.
+STEP_IMAGE = re.compile(r"^--> (?:Using cache )?([0-9a-f]{11,64})$", re.MULTILINE)
+# Images are saved with podman (one archive may hold several; buildah's shares its storage).
+PODMAN = os.environ.get("PODMAN", "podman")
+
+
 class BuildError(Exception):
     """An image could not be built."""
 
@@ -83,10 +94,10 @@ class Image:
         return f"{self.name}:{self.tag}"
 
 
-def run(cmd: list[str], *, quiet: bool = False) -> str:
-    """Run a command (niced: the machine is shared), failing with its output."""
+def run(cmd: list[str], *, quiet: bool = False, check: bool = True) -> str:
+    """Run a command (niced: the machine is shared), failing with its output unless not `check`."""
     done = subprocess.run(["nice", *cmd], capture_output=quiet, text=True, check=False)
-    if done.returncode != 0:
+    if done.returncode != 0 and check:
         detail = (done.stderr or "").strip()[-2000:] if quiet else ""
         raise BuildError(f"{' '.join(cmd[:4])} … failed ({done.returncode}) {detail}")
     return done.stdout or ""
@@ -168,9 +179,9 @@ def context(name: str, files: dict[str, Path], folder: str = "") -> Path:
     return ctx
 
 
-def build(image: Image, keep: frozenset[str] = frozenset()) -> str:
-    """Build (or find in the layer cache) one image; its id. Other tags of its name are dropped
-    but those in `keep`."""
+def build(image: Image, used: set[str], keep: frozenset[str] = frozenset()) -> str:
+    """Build (or find in the layer cache) one image; its id. Adds the layer-cache images its steps
+    made or used to `used`. Other tags of its name are dropped but those in `keep`."""
     # runc: crun refuses this machine's hybrid cgroups ("cgroups in hybrid mode not supported").
     args = ["bud", "--layers", "--network", "host", "--runtime", RUNTIME,
             "-f", str(image.containerfile), "-t", image.ref]  # fmt: skip
@@ -188,6 +199,7 @@ def build(image: Image, keep: frozenset[str] = frozenset()) -> str:
         raise BuildError(f"building {image.ref} failed")
     remove_leaked_containers(before)
     untag_others(image, keep)
+    used.update(STEP_IMAGE.findall(done.stdout))
     steps = done.stdout.count("STEP ")
     cached = done.stdout.count("Using cache")
     print(f"   {steps} steps, {cached} from cache, {time.monotonic() - started:.1f}s", flush=True)
@@ -216,17 +228,80 @@ def untag_others(image: Image, keep: frozenset[str]) -> None:
             buildah("rmi", ref)
 
 
-def save(image: Image, ident: str) -> Path:
-    """The image as a docker-archive tar, written again only when its id changed."""
-    tar = OUT / f"{image.name.replace('/', '_')}_{image.tag}.tar"
+def save(images: list[Image], ids: dict[str, str], tar: Path) -> Path:
+    """The images as one docker-archive tar, the layers they share written once; written again
+    only when one of their ids changed. The archive names them as containerd and the kubelet
+    name `eventos/x:tag` (docker.io/eventos/x:tag), where podman would write localhost/."""
     stamp = tar.with_suffix(".id")
+    ident = " ".join(ids[image.ref] for image in images)
     if tar.exists() and stamp.exists() and stamp.read_text() == ident:
         return tar
     tar.unlink(missing_ok=True)
-    buildah("push", "--quiet", image.ref, f"docker-archive:{tar}:{image.ref}")
+    names = [qualified(image.ref) for image in images]
+    for image, name in zip(images, names, strict=True):
+        buildah("tag", image.ref, name)
+    partial = tar.with_suffix(".part")
+    try:
+        run([PODMAN, "save", "--quiet", "--format", "docker-archive", "--multi-image-archive",
+             "--output", str(partial), *names], quiet=True)  # fmt: skip
+    finally:
+        for name in names:  # the image keeps its own name: this only untags
+            run([os.environ.get("BUILDAH", "buildah"), "rmi", name], quiet=True, check=False)
+    partial.rename(tar)
     stamp.write_text(ident)
     print(f"   saved {tar.relative_to(ROOT)}", flush=True)
     return tar
+
+
+def qualified(ref: str) -> str:
+    """A reference as a registry client resolves it: docker.io/ when it names no registry."""
+    first = ref.split("/", 1)[0]
+    if "/" in ref and ("." in first or ":" in first or first == "localhost"):
+        return ref
+    return "docker.io/" + (ref if "/" in ref else "library/" + ref)
+
+
+def prune_layer_cache(used: set[str]) -> None:
+    """Remove the unnamed images earlier builds of ours left in buildah's storage: those built on
+    an image named eventos/… now or once (our bases) that no step of this run made or used. Each
+    build of a new commit leaves its steps' images as the next build's layer cache; without
+    this, every commit kept about a gigabyte (the disk filled up in CI). Children go before
+    their parents; an image still holding a named one (another tag kept) stays."""
+    listing = json.loads(run([PODMAN, "images", "--all", "--format", "json"], quiet=True))
+    parents = {image["Id"]: image.get("ParentId") or "" for image in listing}
+    named = {image["Id"] for image in listing if image.get("Names")}
+    # Named ours now or once (podman keeps the names an image had as its History).
+    bases = {
+        image["Id"]
+        for image in listing
+        if any(
+            name.startswith("localhost/eventos/")
+            for name in [*(image.get("Names") or []), *(image.get("History") or [])]
+        )
+    }
+
+    def ancestry(ident: str) -> list[str]:
+        chain = []
+        while ident in parents and ident not in chain:
+            chain.append(ident)
+            ident = parents[ident]
+        return chain
+
+    def was_used(ident: str) -> bool:
+        return any(ident.startswith(step) for step in used)
+
+    stale = [
+        ident
+        for ident in parents
+        if ident not in named and not was_used(ident) and bases & set(ancestry(ident))
+    ]
+    if not stale:
+        return
+    stale.sort(key=lambda ident: len(ancestry(ident)), reverse=True)
+    run([os.environ.get("BUILDAH", "buildah"), "rmi", *stale], quiet=True, check=False)
+    left = set(buildah("images", "--all", "--quiet", "--no-trunc").split())
+    gone = sum(1 for ident in stale if ident not in left and f"sha256:{ident}" not in left)
+    print(f"   removed {gone} of {len(stale)} unused layer-cache images of earlier builds")
 
 
 def prune(keep: set[Path]) -> None:
@@ -390,14 +465,22 @@ def main() -> int:
         print("make images: buildah does not run (apt-get install buildah)", file=sys.stderr)
         return 1
     try:
+        used: set[str] = set()
         for image in bases(opts.uv_version):
-            build(image)
+            build(image, used)
         versions = versions_of_parts()
-        chart_images = services(opts.repository, opts.tag, opts.uv_version,
-                                versions["temporal-server"])  # fmt: skip
-        chart_images += third_party(versions)
-        keep = frozenset(image.ref for image in chart_images)  # both Temporal versions' tags
-        saved = {image.ref: save(image, build(image, keep)) for image in chart_images}
+        service_images = services(opts.repository, opts.tag, opts.uv_version,
+                                  versions["temporal-server"])  # fmt: skip
+        others = third_party(versions)
+        keep = frozenset(image.ref for image in others)  # both Temporal versions' tags
+        ids = {image.ref: build(image, used, keep) for image in [*service_images, *others]}
+        services_tar = OUT / f"{opts.repository.replace('/', '_')}_services_{opts.tag}.tar"
+        services_saved = save(service_images, ids, services_tar)
+        saved = {image.ref: services_saved for image in service_images}
+        for image in others:
+            tar = OUT / f"{image.name.replace('/', '_')}_{image.tag}.tar"
+            saved[image.ref] = save([image], ids, tar)
+        prune_layer_cache(used)
     except BuildError as exc:
         print(f"make images: {exc}", file=sys.stderr)
         return 1

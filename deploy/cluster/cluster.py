@@ -112,17 +112,24 @@ def start_and_wait(
 
 
 def load_images(layout: Layout) -> None:
-    """Import the cluster's own images, then every archive listed in images.json."""
+    """Import the cluster's own images, then every archive listed in images.json (an archive
+    holding several images once); then drop those images' other tags that earlier loads left."""
     for name, archive in images.cluster_images(layout).items():
         images.import_archive(layout, archive, name)
     listed = images.project_images()
     if not listed:
         say(f"no {images.IMAGES_JSON}: no project images loaded")
+    by_archive: dict[Path, list[str]] = {}
     for name, archive in listed.items():
         if not archive.exists():
             raise ClusterError(f"images.json lists {name} at {archive}, which does not exist")
-        images.import_archive(layout, archive, name)
-        say(f"loaded {name} from {archive}")
+        by_archive.setdefault(archive, []).append(name)
+    for archive, names in by_archive.items():
+        images.import_archive(layout, archive, *names)
+        say(f"loaded {', '.join(names)} from {archive}")
+    stale = images.remove_stale(layout, list(listed))
+    if stale:
+        say(f"removed {len(stale)} images of earlier loads: {', '.join(stale)}")
 
 
 def prepare_network(layout: Layout) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -66,16 +67,45 @@ def full_name(name: str) -> str:
     return "docker.io/" + (name if "/" in name else "library/" + name)
 
 
-def import_archive(layout: Layout, archive: Path, name: str) -> None:
-    """`ctr images import` an archive and check the image is there under its name afterwards."""
+def import_archive(layout: Layout, archive: Path, *names: str) -> None:
+    """`ctr images import` an archive and check its images are there under their names
+    afterwards. A full disk is said as such, with the space left and what takes it."""
     result = subprocess.run([*layout.ctr(), "images", "import", str(archive)],
                             capture_output=True, text=True)  # fmt: skip
     if result.returncode != 0:
-        raise RuntimeError(f"ctr images import {archive} failed: {result.stderr.strip()}")
-    listed = subprocess.run([*layout.ctr(), "images", "ls", "-q"], capture_output=True,
-                            text=True, check=True).stdout.split()  # fmt: skip
-    if full_name(name) not in listed:
-        raise RuntimeError(f"{archive} imported, but holds no image named {name}: {listed}")
+        error = result.stderr.strip()
+        if "no space left on device" in error:
+            free = shutil.disk_usage(layout.state).free / 1e9
+            raise RuntimeError(
+                f"ctr images import {archive}: the disk holding {layout.state} is full ({free:.1f}"
+                " GB free; an image takes about twice its archive's size there, stored and"
+                " unpacked): free space and run again (`df -h`; earlier clones' .eventos/k8s,"
+                f" /var/lib/containers). {error[-600:]}"
+            )
+        raise RuntimeError(f"ctr images import {archive} failed: {error}")
+    listed = loaded(layout)
+    for name in names:
+        if full_name(name) not in listed:
+            raise RuntimeError(f"{archive} imported, but holds no image named {name}: {listed}")
+
+
+def loaded(layout: Layout) -> list[str]:
+    """The names of the images in the cluster's runtime."""
+    return subprocess.run([*layout.ctr(), "images", "ls", "-q"], capture_output=True, text=True,
+                          check=True).stdout.split()  # fmt: skip
+
+
+def remove_stale(layout: Layout, listed: list[str]) -> list[str]:
+    """Remove the runtime's images of the listed images' names under other tags (loaded from
+    earlier `make images`), so their layers go; the names removed."""
+    current = {full_name(name) for name in listed}
+    repositories = {name.rpartition(":")[0] for name in current}
+    stale = [name for name in loaded(layout)
+             if name not in current and name.rpartition(":")[0] in repositories]  # fmt: skip
+    if stale:
+        subprocess.run([*layout.ctr(), "images", "rm", "--sync", *stale], capture_output=True,
+                       text=True, check=True)  # fmt: skip
+    return stale
 
 
 def tag(layout: Layout, source: str, name: str) -> None:

@@ -8,11 +8,15 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 from charts import ROOT
 
 from eventos.settings import TEMPORAL_PIN_VAR
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import images as images_script  # scripts/images.py, put on the path above
 
 SERVICES = ["ingress", "router", "relay", "workers-workflow", "workers-llm", "egress"]
 
@@ -28,8 +32,12 @@ def test_each_service_has_a_locked_multi_stage_non_root_dockerfile(service: str)
     assert "ARG PYTHON=/usr/local/bin/python3.11" in text and "UV_PYTHON=${PYTHON}" in text
     assert "ARG UV_IMAGE=ghcr.io/astral-sh/uv:" in text and "COPY --from=uv /uv " in text
     syncs = re.findall(r"^RUN uv sync (.*)$", text, re.M)
-    assert syncs and all("--frozen" in s and f"--package {package}" in s for s in syncs)
+    assert syncs and all("--frozen" in s and "--all-packages" in s for s in syncs)
     assert all("--no-dev" in s for s in syncs)
+    assert (
+        f"COPY services/{service}/src " in text
+        and package in (ROOT / "services" / service / "pyproject.toml").read_text()
+    )
     (user,) = re.findall(r"^USER (\S+)", text, re.M)
     uid = user.split(":")[0]
     assert uid.isdigit() and int(uid) != 0, "a numeric non-root user (runAsNonRoot can check it)"
@@ -39,6 +47,52 @@ def test_each_service_has_a_locked_multi_stage_non_root_dockerfile(service: str)
     # The Temporal version the release pins, which the Kubernetes upgrader reads (TEMPORAL_PIN_VAR).
     runtime = text.rsplit("\nFROM ", 1)[1]
     assert f"ENV {TEMPORAL_PIN_VAR}=${{TEMPORAL_SERVER_VERSION}}" in runtime
+
+
+def shared_part(service: str) -> str:
+    """A service Dockerfile from its first instruction up to where its own settings begin."""
+    text = (ROOT / "services" / service / "Dockerfile").read_text()
+    start = text.index("\nARG PYTHON_IMAGE=")
+    return text[start : text.index("\nENV PATH=", start)]
+
+
+def test_the_six_dockerfiles_share_every_step_before_their_own_settings() -> None:
+    # What lets buildah build the environment once and the six images share their layers.
+    first = shared_part(SERVICES[0])
+    assert "COPY --from=build /app/.venv /app/.venv" in first
+    for service in SERVICES[1:]:
+        assert shared_part(service) == first, f"services/{service}/Dockerfile differs"
+
+
+def test_the_build_steps_images_are_read_from_buildahs_output() -> None:
+    # buildah 1.28's lines for a cached step and a new one (ids shortened to 11 characters).
+    out = (
+        "[2/3] STEP 24/24: RUN find /app/.venv -type f -name '*.so*'\n"
+        "--> Using cache 1ef17ab1906a723dbd6dfe544ec6d8861a38b4266db269c6080def089a72bf9a\n"
+        "--> 1ef17ab1906\n"
+        "[3/3] STEP 2/12: RUN groupadd --system --gid 10001 eventos\n"
+        "--> dfb21cf36e5\n"
+        "[3/3] COMMIT eventos/ingress:probe\n"
+        "--> Pulling image eventos/python:3.11-bookworm\n"
+    )
+    assert images_script.STEP_IMAGE.findall(out) == [
+        "1ef17ab1906a723dbd6dfe544ec6d8861a38b4266db269c6080def089a72bf9a",
+        "1ef17ab1906",
+        "dfb21cf36e5",
+    ]
+
+
+def test_archives_name_images_as_the_kubelet_resolves_them() -> None:
+    assert images_script.qualified("eventos/relay:abc") == "docker.io/eventos/relay:abc"
+    assert images_script.qualified("postgres:16") == "docker.io/library/postgres:16"
+    assert (
+        images_script.qualified("registry.example.com/eventos/relay:1")
+        == "registry.example.com/eventos/relay:1"
+    )
+    assert (
+        images_script.qualified("localhost:5000/eventos/relay:1")
+        == "localhost:5000/eventos/relay:1"
+    )
 
 
 def test_the_build_context_leaves_out_local_state() -> None:
