@@ -66,25 +66,45 @@ async def restartable(db_settings: DatabaseSettings, tmp_path: Path) -> AsyncIte
 class Watching:
     """A `--watch` command running in a thread; its stdout lines as they come."""
 
+    capsys: pytest.CaptureFixture[str]
     lines: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     done: asyncio.Future[int] | None = None
 
+    def read(self) -> None:
+        """Take what the command printed since the last read."""
+        printed = self.capsys.readouterr()
+        self.lines.extend(printed.out.splitlines())
+        self.errors.extend(printed.err.splitlines())
+
     def objects(self) -> list[Any]:
         return [json.loads(line) for line in self.lines]
 
     async def until(self, what: str, check: Callable[[list[Any]], bool]) -> list[Any]:
+        """Wait until `check` holds for what the command printed; fails at once, saying why,
+        when the command ended before."""
+
         async def holds() -> list[Any] | None:
             found = self.objects()
-            return found if check(found) else None
+            if check(found):
+                return found
+            if self.done is not None and self.done.done():
+                self.read()
+                raise AssertionError(f"the watch ended before {what}: {self.said()}")
+            return None
 
         try:
             return await wait_for(holds, timeout=60, what=what)
         except ConditionTimeout as exc:  # say what the command printed meanwhile
-            raise ConditionTimeout(
-                f"{exc}; out {self.lines[-10:]}, err {self.errors[-10:]}"
-            ) from None
+            raise ConditionTimeout(f"{exc}; {self.said()}") from None
+
+    def said(self) -> str:
+        """The command's end (if it ended) and its last lines, for a failure's message."""
+        end = ""
+        if self.done is not None and self.done.done():
+            end = f"exit {self.done.exception() or self.done.result()}; "
+        return f"{end}out {self.lines[-10:]}, err {self.errors[-10:]}"
 
 
 Runner = Callable[[list[str]], Watching]
@@ -98,12 +118,10 @@ async def run_watch(capsys: pytest.CaptureFixture[str],
     started: list[Watching] = []
 
     def run(argv: list[str]) -> Watching:
-        watching = Watching()
+        watching = Watching(capsys)
 
         def on_block() -> None:
-            printed = capsys.readouterr()
-            watching.lines.extend(printed.out.splitlines())
-            watching.errors.extend(printed.err.splitlines())
+            watching.read()
             if watching.stop.is_set():
                 raise KeyboardInterrupt
 
