@@ -151,9 +151,10 @@ async def all_placed(pool: AsyncConnectionPool[Conn]) -> None:
 
     async def none_unplaced() -> bool:
         async with pool.connection() as conn:
-            cur = await conn.execute("SELECT count(*) FROM operator_events WHERE pos IS NULL")
+            cur = await conn.execute("SELECT NOT EXISTS (SELECT FROM operator_events "
+                                     "WHERE pos IS NULL) AS placed")  # fmt: skip
             row = await cur.fetchone()
-        return row is not None and row[0] == 0
+        return row is not None and bool(row["placed"])
 
     await wait_for(none_unplaced, timeout=60, what="every event placed")
 
