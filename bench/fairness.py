@@ -36,10 +36,12 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+from eventos_router.app import route_loop
 from harness import (
     NAN,
     Targets,
@@ -59,8 +61,7 @@ from eventos import names
 from eventos.bus.inbox import IngressRecord, append
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
-from eventos.delivery.relay import Relay, lanes
-from eventos.delivery.routing import route_pass
+from eventos.delivery.relay import Relay, lanes, relay_loop
 from eventos.employees import lifecycle
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
@@ -69,9 +70,10 @@ from eventos.outbox.keys import OutboxKeys, new_key_entry
 from eventos.owner import chat
 from eventos.runtime.payload_guard import connect as temporal_connect
 from eventos.runtime.temporal import TemporalConnection
+from eventos.runtime.wake import WakeSignal
 from eventos.scheduling.policy import DEFAULT_CLASS_MAX, SchedConfig
 from eventos.secret_purposes import SecretPurposes
-from eventos.settings import DatabaseSettings, SecretStore, TemporalSettings
+from eventos.settings import DatabaseSettings, SecretStore, ServiceSettings, TemporalSettings
 from eventos.spec.model import load_specs
 from eventos.workers.activities import DbActivities
 from eventos.workers.roles import egress_worker, workflow_worker
@@ -137,20 +139,25 @@ async def measure(
         relay_type = TracingRelay if args.trace else Relay
         relay = relay_type(pool, TemporalConnection(ts), "fairness-relay",
                            owner_task_queue=names.owner_queue(names.WORKFLOW_QUEUE))  # fmt: skip
-        # As the services run them: the router's two lanes and the relay's, each on its own loop.
-        loops = [asyncio.create_task(forever(lambda owner=owner: route(pool, owner)))
+        # As the services run them: the router's two lanes and the relay's, each on its own loop,
+        # waking on kicks (a commit kicks the router, as the ingress does after each; a router
+        # pass that delivered kicks the relay) or after the services' poll interval.
+        router_wake, relay_wake = WakeSignal(), WakeSignal()
+        poll_s = ServiceSettings("bench").poll_interval_s
+        loops = [asyncio.create_task(route_loop(pool, router_wake.fork(), LocalKick(relay_wake),
+                                                poll_s, owner))
                  for owner in (True, False)]  # fmt: skip
         for lane in lanes(relay):
             if isinstance(lane, TracingRelay) and isinstance(relay, TracingRelay):
                 lane.calls = relay.calls
-            loops.append(asyncio.create_task(forever(lambda lane=lane: pump(lane))))
-        loops.append(asyncio.create_task(forever(lambda: owners_chat(pool, delay))))
+            loops.append(asyncio.create_task(relay_loop(lane, relay_wake.fork(), poll_s)))
+        loops.append(asyncio.create_task(forever(lambda: owners_chat(pool, delay, router_wake))))
         try:
             t0 = datetime.now(UTC)
             progress(f"baseline: only the owners chat for {args.baseline_s:g} s")
             await asyncio.sleep(args.baseline_s)
             baseline = await owner_waits(pool, t0)
-            loops.append(asyncio.create_task(forever(lambda: feed(pool, delay))))
+            loops.append(asyncio.create_task(forever(lambda: feed(pool, delay, router_wake))))
             t1 = datetime.now(UTC)
             progress(f"load: every class backlogged for {seconds:.0f} s (capacity {capacity})")
             waiting = await watch(pool, seconds)
@@ -176,37 +183,40 @@ async def forever(step: Callable[[], Awaitable[float]]) -> None:
         await asyncio.sleep(pause)
 
 
-async def route(pool: AsyncConnectionPool[Conn], owner: bool) -> float:
-    async with pool.connection() as conn:
-        await route_pass(conn, owner=owner)
-    return 0.05
+@dataclass
+class LocalKick:
+    """The router's kick of the relay, in this process (the services send it over gRPC)."""
+
+    wake: WakeSignal
+
+    def kick(self) -> None:
+        self.wake.set()
 
 
-async def pump(relay: Relay) -> float:
-    await relay.pass_once()
-    return 0.05
-
-
-async def owners_chat(pool: AsyncConnectionPool[Conn], delay: float) -> float:
-    """Each owner sends a message every 5 s once the last one was answered."""
-    async with pool.connection() as conn:
+async def owners_chat(pool: AsyncConnectionPool[Conn], delay: float, router: WakeSignal) -> float:
+    """Each owner sends a message every 5 s once the last one was answered; the commit kicks
+    the router, as the ingress does (after it: a kick before the commit finds nothing)."""
+    async with pool.connection() as conn:  # one transaction, committed as the block ends
         for name in EMPLOYEES:
             cur = await conn.execute(
                 "SELECT count(*) AS n FROM chat_messages WHERE employee = %s"
                 " AND status IN ('queued', 'delivered')", (name,))  # fmt: skip
             if int((await cur.fetchone() or {})["n"]) == 0:
                 await chat.send(conn, name, uuid.uuid4().hex, f"hello\nsleep: {delay}")
+    router.set()
     return OWNER_EVERY_S
 
 
-async def feed(pool: AsyncConnectionPool[Conn], delay: float) -> float:
+async def feed(pool: AsyncConnectionPool[Conn], delay: float, router: WakeSignal) -> float:
     """Keep every conversation holding input: one more message to each, every 2 s (a turn
-    takes all of its conversation's pending input, so the backlog stays bounded)."""
+    takes all of its conversation's pending input, so the backlog stays bounded); the commit
+    kicks the router."""
     records = [event(e, k, f"c{k}-s{i}", delay) for e in EMPLOYEES
                for k, n in CONVERSATIONS.items() for i in range(n)]  # fmt: skip
-    async with pool.connection() as conn:
+    async with pool.connection() as conn:  # one transaction, committed as the block ends
         for start in range(0, len(records), 200):
             await append(conn, records[start : start + 200])
+    router.set()
     return FEED_EVERY_S
 
 
