@@ -6,8 +6,9 @@ Starts an embedded PostgreSQL and the Temporal dev server (tier S flags), or tak
 database on EVENTOS_DATABASE_URL's server and TEMPORAL_ADDRESS, and runs the router,
 the relay and the workers (workflows, LLM steps, egress) in this process, with admission capacity
 `--capacity`, as the services run them: the router's two lanes (the owner's and the others')
-and the relay's two on loops of their own, the owner's conversations on a workflow queue of
-their own.
+and the relay's two on loops of their own, waking on kicks (each commit kicks the router, as
+the ingress does; a pass that delivered kicks the relay) or the services' 1 s poll, the owner's
+conversations on a workflow queue of their own.
 Two employees on the local provider, whose steps each take `--delay` seconds.
 
 1. Baseline (`--baseline-s`, 20): only the owners chat (a message every 5 s each), nothing else
