@@ -62,7 +62,7 @@ from eventos import names
 from eventos.bus.inbox import IngressRecord, append
 from eventos.db import Conn, connect, open_pool
 from eventos.db.migrate import migrate
-from eventos.delivery.relay import Relay, lanes, relay_loop
+from eventos.delivery.relay import Relay, lanes_loop
 from eventos.employees import lifecycle
 from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import LlmEndpoints
@@ -148,10 +148,7 @@ async def measure(
         loops = [asyncio.create_task(route_loop(pool, router_wake.fork(), LocalKick(relay_wake),
                                                 poll_s, owner))
                  for owner in (True, False)]  # fmt: skip
-        for lane in lanes(relay):
-            if isinstance(lane, TracingRelay) and isinstance(relay, TracingRelay):
-                lane.calls = relay.calls
-            loops.append(asyncio.create_task(relay_loop(lane, relay_wake.fork(), poll_s)))
+        loops.append(asyncio.create_task(lanes_loop(relay, relay_wake, poll_s)))
         loops.append(asyncio.create_task(forever(lambda: owners_chat(pool, delay, router_wake))))
         try:
             t0 = datetime.now(UTC)

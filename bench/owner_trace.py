@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,14 +63,12 @@ TOTALS = (("message → turn start", "sent", "admitted"),
           ("message → reply (less --delay)", "sent", "replied"))  # fmt: skip
 
 
+@dataclass
 class TracingRelay(Relay):
-    """The relay, noting when each Signal-With-Start left and came back, by (stream, seq)."""
+    """The relay, noting when each Signal-With-Start left and came back, by (stream, seq); its
+    lanes (`lanes`: dataclasses.replace) note into the same `calls`."""
 
-    calls: dict[tuple[str, int], tuple[float, float]]
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.calls = {}
+    calls: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
 
     async def _send(self, stream: dict[str, Any], batch: list[DeliveryItem]) -> bool:
         left = time.time()

@@ -70,7 +70,9 @@ SLIMMED = ["var/lib/apt/lists/*", "var/cache/apt/*", "var/cache/debconf/*-old", 
 
 # A build step's image in buildah's output: `--> Using cache <id>` or `--> <short id>`.
 STEP_IMAGE = re.compile(r"^--> (?:Using cache )?([0-9a-f]{11,64})$", re.MULTILINE)
-# Images are saved with podman (one archive may hold several; buildah's shares its storage).
+# The builder, and podman to save archives (one may hold several images; it shares buildah's
+# storage).
+BUILDAH = os.environ.get("BUILDAH", "buildah")
 PODMAN = os.environ.get("PODMAN", "podman")
 
 
@@ -105,7 +107,7 @@ def run(cmd: list[str], *, quiet: bool = False, check: bool = True) -> str:
 
 def buildah(*args: str) -> str:
     """A buildah command's output (the binary named by $BUILDAH, else `buildah`)."""
-    return run([os.environ.get("BUILDAH", "buildah"), *args], quiet=True).strip()
+    return run([BUILDAH, *args], quiet=True).strip()
 
 
 def image_id(ref: str) -> str:
@@ -192,7 +194,7 @@ def build(image: Image, used: set[str], keep: frozenset[str] = frozenset()) -> s
     started = time.monotonic()
     print(f"== {image.ref}", flush=True)
     before = set(buildah("containers", "--quiet", "--notruncate").split())
-    done = subprocess.run(["nice", os.environ.get("BUILDAH", "buildah"), *args, str(image.context)],
+    done = subprocess.run(["nice", BUILDAH, *args, str(image.context)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode != 0:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
@@ -246,7 +248,7 @@ def save(images: list[Image], ids: dict[str, str], tar: Path) -> Path:
              "--output", str(partial), *names], quiet=True)  # fmt: skip
     finally:
         for name in names:  # the image keeps its own name: this only untags
-            run([os.environ.get("BUILDAH", "buildah"), "rmi", name], quiet=True, check=False)
+            run([BUILDAH, "rmi", name], quiet=True, check=False)
     partial.rename(tar)
     stamp.write_text(ident)
     print(f"   saved {tar.relative_to(ROOT)}", flush=True)
@@ -290,17 +292,18 @@ def prune_layer_cache(used: set[str]) -> None:
     def was_used(ident: str) -> bool:
         return any(ident.startswith(step) for step in used)
 
+    chains = {ident: ancestry(ident) for ident in parents}
     stale = [
         ident
-        for ident in parents
-        if ident not in named and not was_used(ident) and bases & set(ancestry(ident))
+        for ident, chain in chains.items()
+        if ident not in named and not was_used(ident) and bases.intersection(chain)
     ]
     if not stale:
         return
-    stale.sort(key=lambda ident: len(ancestry(ident)), reverse=True)
-    run([os.environ.get("BUILDAH", "buildah"), "rmi", *stale], quiet=True, check=False)
-    left = set(buildah("images", "--all", "--quiet", "--no-trunc").split())
-    gone = sum(1 for ident in stale if ident not in left and f"sha256:{ident}" not in left)
+    stale.sort(key=lambda ident: len(chains[ident]), reverse=True)
+    run([BUILDAH, "rmi", *stale], quiet=True, check=False)
+    left = {i.removeprefix("sha256:") for i in buildah("images", "-aq", "--no-trunc").split()}
+    gone = len(set(stale) - left)
     print(f"   removed {gone} of {len(stale)} unused layer-cache images of earlier builds")
 
 

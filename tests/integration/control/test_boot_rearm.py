@@ -13,6 +13,7 @@ import uuid
 import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tcp_relay import relay
 
 from eventos import names
 from eventos.control.intent_deliverer import ask_rearm
@@ -21,15 +22,6 @@ from eventos.db.migrate import migrate
 from eventos.settings import DatabaseSettings
 from eventos.testing import wait_for
 from eventos.testing.plugin import PostgresForTests
-
-
-async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    finally:
-        writer.close()
 
 
 async def rearms(settings: DatabaseSettings) -> int:
@@ -45,9 +37,8 @@ async def test_the_boot_rearm_waits_for_a_database_that_answers_late(
 ) -> None:
     real = conninfo_to_dict(db_settings.url)
 
-    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(real["host"], int(real["port"]))
-        await asyncio.gather(forward(reader, up_writer), forward(up_reader, writer))
+    async def to_real(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await relay(reader, writer, real["host"], int(real["port"]))
 
     # Bound but not listening: every connection is refused until the "database" starts.
     late = socket.socket()
@@ -66,7 +57,7 @@ async def test_the_boot_rearm_waits_for_a_database_that_answers_late(
     try:
         await wait_for(waiting_said, timeout=60, what="a logged wait for the database")
         assert not task.done()  # still trying, not failed
-        server = await asyncio.start_server(relay, sock=late)
+        server = await asyncio.start_server(to_real, sock=late)
         await asyncio.wait_for(task, 90)
         assert await rearms(db_settings) == 1
     finally:

@@ -5,7 +5,6 @@ instead of waiting out the SDK's task-poll backoff (up to 10 s per queue)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -42,18 +41,22 @@ def server(tmp_path: Path) -> Iterator[TemporalDevServer]:
         dev.stop()
 
 
+async def watched_worker(
+    server: TemporalDevServer, prefix: str
+) -> tuple[Client, str, asyncio.Future[None]]:
+    """A client, a queue of the test's own, and a worker polling it under the watch."""
+    client = await Client.connect(server.address, namespace=server.namespace)
+    queue = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    worker = Worker(client, task_queue=queue, workflows=[PingWorkflow])
+    return client, queue, asyncio.ensure_future(until_outage_ends(client, [worker], worker.run()))
+
+
 async def test_workers_end_when_an_outage_ends_and_a_new_one_polls_at_once(
     server: TemporalDevServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runtime_temporal, "OUTAGE_PROBE_S", 0.2)
-    client = await Client.connect(server.address, namespace=server.namespace)
-    queue = f"outage-{uuid.uuid4().hex[:8]}"
-    worker = Worker(client, task_queue=queue, workflows=[PingWorkflow])
-    watched = asyncio.ensure_future(until_outage_ends(client, [worker], worker.run()))
-    with contextlib.suppress(TimeoutError):  # a running server ends nothing
-        await asyncio.wait_for(asyncio.shield(watched), 1.0)
-    assert not watched.done()
-
+    client, queue, watched = await watched_worker(server, "outage")
+    assert await ping(client, queue, "before") == "pong: before"  # the worker runs
     await asyncio.to_thread(server.stop)
     refused = 0
 
@@ -75,26 +78,25 @@ async def test_workers_end_when_an_outage_ends_and_a_new_one_polls_at_once(
 
     fresh = Worker(client, task_queue=queue, workflows=[PingWorkflow])
     async with fresh:
-        said = await client.execute_workflow(
-            PingWorkflow.run, "again", id=f"ping-{uuid.uuid4().hex[:8]}", task_queue=queue
-        )
-    assert said == "pong: again"
+        assert await ping(client, queue, "again") == "pong: again"
 
 
 async def test_a_slow_or_healthy_server_never_restarts_the_worker(
     server: TemporalDevServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runtime_temporal, "OUTAGE_PROBE_S", 0.05)
-    client = await Client.connect(server.address, namespace=server.namespace)
-    queue = f"healthy-{uuid.uuid4().hex[:8]}"
-    worker = Worker(client, task_queue=queue, workflows=[PingWorkflow])
-    watched = asyncio.ensure_future(until_outage_ends(client, [worker], worker.run()))
-    said = await client.execute_workflow(
-        PingWorkflow.run, "x", id=f"ping-{uuid.uuid4().hex[:8]}", task_queue=queue
-    )
+    client, queue, watched = await watched_worker(server, "healthy")
+    said = await ping(client, queue, "x")
     assert said == "pong: x" and not watched.done()  # many probes answered: still running
     watched.cancel()
     await asyncio.gather(watched, return_exceptions=True)
+
+
+async def ping(client: Client, queue: str, text: str) -> str:
+    """Run PingWorkflow on `queue` to its end: its answer."""
+    return await client.execute_workflow(
+        PingWorkflow.run, text, id=f"ping-{uuid.uuid4().hex[:8]}", task_queue=queue
+    )
 
 
 async def _done(task: asyncio.Future[None]) -> bool:

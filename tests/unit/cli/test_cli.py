@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from pathlib import Path
 
 import psycopg
 import pytest
 from conftest import ADMIN_TOKEN
+from tcp_relay import relay
 
 from eventos.cli import build_parser, main
 from eventos.local.ports import free_port
@@ -219,21 +219,13 @@ async def test_migrate_waits_for_a_database_that_refuses_at_first(
     target = (str(info.get("host", "127.0.0.1")), int(info.get("port", 5432)))
     refused = 0
 
-    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError):
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        writer.close()
-
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal refused
         if refused < 2:
             refused += 1
             writer.close()
             return
-        up_reader, up_writer = await asyncio.open_connection(*target)
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await relay(reader, writer, *target)
 
     server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
