@@ -140,6 +140,16 @@ async def test_hostile_json_is_400_naming_the_field(started: str, api: httpx.Asy
     assert bad_fields(r) == ["(body)"]
 
 
+async def test_page_cursors_past_a_bigint_are_400_naming_the_parameter(
+    started: str, api: httpx.AsyncClient
+) -> None:
+    # 24 digits whose first 19 are in range (the fuzz test's find); 2**63; and 0.
+    for before in ["475736754653546869161984", str(2**63), "0"]:
+        r = await api.get("/v1/outbox", params={"before": before})
+        assert bad_fields(r) == ["before"], before
+    assert (await api.get("/v1/outbox", params={"before": str(2**63 - 1)})).status_code == 200
+
+
 async def test_database_down_is_503_with_retry_after_on_every_operation(
     started: str, api: httpx.AsyncClient, postgres_server: PostgresForTests, db_name: str
 ) -> None:
