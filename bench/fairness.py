@@ -2,14 +2,12 @@
 
     .venv/bin/python bench/fairness.py [--seconds 300] [--delay 1.0] [--capacity 8] [--quick]
 
-Starts an embedded PostgreSQL and the Temporal dev server (tier S flags), or takes a fresh
-database on EVENTOS_DATABASE_URL's server and TEMPORAL_ADDRESS, and runs the router,
-the relay and the workers (workflows, LLM steps, egress) in this process, with admission capacity
-`--capacity`, as the services run them: the router's two lanes (the owner's and the others')
-and the relay's two on loops of their own, waking on kicks (each commit kicks the router, as
-the ingress does; a pass that delivered kicks the relay) or the services' 1 s poll, the owner's
-conversations on a workflow queue of their own.
-Two employees on the local provider, whose steps each take `--delay` seconds.
+Starts a local instance at tier S (embedded PostgreSQL with fsync on, the Temporal dev server,
+the six services as processes, as `eventos-local` runs them; or EVENTOS_DATABASE_URL and
+TEMPORAL_ADDRESS) with admission capacity `--capacity` (each class's ceiling too, and as many
+LLM slots per class) and two employees on the local provider, whose steps each take `--delay`
+seconds. The owners chat through the ingress's API; the background load is appended to the
+inbox here, each batch's commit kicking the router as the ingress does.
 
 1. Baseline (`--baseline-s`, 20): only the owners chat (a message every 5 s each), nothing else
    waits; the owner's admission wait.
@@ -31,53 +29,38 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
+import os
 import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
-from eventos_router.app import route_loop
 from harness import (
     NAN,
     Targets,
     add_no_fail,
     exit_on_signals,
-    fresh_database,
     local_employee,
     parse_with_quick,
     progress,
     run_in_temp_folder,
-    temporal_server,
 )
-from owner_trace import TracingRelay, trace
+from owner_trace import trace
 from psycopg_pool import AsyncConnectionPool
 
 from eventos import names
 from eventos.bus.inbox import IngressRecord, append
-from eventos.db import Conn, connect, open_pool
-from eventos.db.migrate import migrate
-from eventos.delivery.relay import Relay, lanes_loop
-from eventos.employees import lifecycle
-from eventos.llm.activity import LlmActivities
-from eventos.llm.endpoints import LlmEndpoints
-from eventos.llm.worker import llm_worker
-from eventos.outbox.keys import OutboxKeys, new_key_entry
-from eventos.owner import chat
+from eventos.db import Conn, open_pool
+from eventos.local.instance import LocalStack
 from eventos.runtime.payload_guard import connect as temporal_connect
-from eventos.runtime.temporal import TemporalConnection
-from eventos.runtime.wake import WakeSignal
-from eventos.scheduling.policy import DEFAULT_CLASS_MAX, SchedConfig
-from eventos.secret_purposes import SecretPurposes
-from eventos.settings import DatabaseSettings, SecretStore, ServiceSettings, TemporalSettings
-from eventos.spec.model import load_specs
-from eventos.workers.activities import DbActivities
-from eventos.workers.roles import egress_worker, workflow_worker
+from eventos.runtime.wake import Kicker
+from eventos.scheduling.policy import DEFAULT_CLASS_MAX
+from eventos.settings import DatabaseSettings
+from eventos.testing import wait_for
 
 EMPLOYEES = ("alpha", "beta")
 # Conversations per employee and class kept holding input (C1 also has the owner's chat).
@@ -86,6 +69,7 @@ CONVERSATIONS = {names.C1_OWNER: 6, names.C2_CUSTOMER: 12, names.C3_INTERNAL: 12
 FEED_EVERY_S = 2.0
 OWNER_EVERY_S = 5.0  # each owner chats this often (their turns are C1 too, on reserved slots)
 LOOP_STOP_S = 10.0  # how long the driver's loops may take to stop
+READY_TIMEOUT_S = 300.0
 TARGET_SHARE_POINTS = 5.0  # each class's share of admitted turns within ±5 points of its floor
 TARGET_ADMISSION_P99_S = 1.0  # the owner's admission wait, while 100 background turns wait
 TARGET_BACKGROUND_WAITING = 100
@@ -109,69 +93,78 @@ def event(employee: str, klass: int, subject: str, delay: float) -> IngressRecor
                          len(json.dumps(envelope)))  # fmt: skip
 
 
+def instance_env(capacity: int) -> dict[str, str]:
+    """Admission's capacity and every class's ceiling at `capacity`; LLM slots for each class
+    enough that no granted step waits for one (the owners' reserved slots on top); the gRPC
+    drivers' secrets (the feeder appends to the inbox itself, so none is used)."""
+    slots = max(capacity + len(EMPLOYEES), max(DEFAULT_CLASS_MAX.values()))
+    env = {"EVENTOS_SCHED_CAPACITY": str(capacity)}
+    for k in names.CLASSES:
+        env[f"EVENTOS_SCHED_CLASS_MAX_C{k}"] = str(capacity)
+        env[f"EVENTOS_LLM_SLOTS_C{k}"] = str(slots)
+        for e in EMPLOYEES:
+            env[f"EVENTOS_SECRET_DRIVER_{e.upper()}_C{k}"] = uuid.uuid4().hex
+    return env
+
+
 async def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
-    with fresh_database(folder, "eventos_fairness") as url, temporal_server(folder) as ts:
-        db = DatabaseSettings(url=url, pool_max=30)
-        async with await connect(db) as conn:
-            await migrate(conn)
-            for spec_doc in load_specs("---".join(spec(e) for e in EMPLOYEES)):
-                await lifecycle.apply(conn, spec_doc, LlmEndpoints(), SecretPurposes())
-                await lifecycle.start(conn, spec_doc.name)
-                await lifecycle.activate(conn, spec_doc.name)
-        await measure(db, ts, args, targets)
+    examples = folder / "examples"
+    examples.mkdir()
+    (examples / "fairness.yaml").write_text("---".join(spec(e) for e in EMPLOYEES))
+    stack = LocalStack(folder / "instance", examples_dir=examples, say=lambda line: None,
+                       ready_timeout_s=READY_TIMEOUT_S,
+                       env={**os.environ, **instance_env(args.capacity)})  # fmt: skip
+    try:
+        progress(f"starting the local instance (tier S) with {len(EMPLOYEES)} employees")
+        await asyncio.to_thread(stack.start)
+        for outcome in stack.employees:
+            progress(outcome.describe())
+        await measure(stack, args, targets)
+    finally:
+        await asyncio.to_thread(stack.stop)
 
 
-async def measure(
-    db: DatabaseSettings, ts: TemporalSettings, args: argparse.Namespace, targets: Targets
-) -> None:
-    seconds, delay, capacity = args.seconds, args.delay, args.capacity
-    pool = await open_pool(db)
-    client = await temporal_connect(ts.address, ts.namespace)
-    cfg = SchedConfig(capacity=capacity, class_max={k: capacity for k in names.CLASSES})
-    acts = DbActivities(pool, cfg, outbox=OutboxKeys.parse(new_key_entry("bench")))
-    async with httpx.AsyncClient() as http, contextlib.AsyncExitStack() as stack:
-        llm = LlmActivities(http, SecretStore(env={}), pool, endpoints=LlmEndpoints())
-        workers = [workflow_worker(client, db=acts), workflow_worker(client, db=acts, owner=True),
-                   egress_worker(client, acts)]  # fmt: skip
-        slots = max(capacity + len(EMPLOYEES), max(DEFAULT_CLASS_MAX.values()))
-        workers += [llm_worker(client, k, slots, llm) for k in names.CLASSES]
-        for w in workers:
-            await stack.enter_async_context(w)
-        relay_type = TracingRelay if args.trace else Relay
-        relay = relay_type(pool, TemporalConnection(ts), "fairness-relay",
-                           owner_task_queue=names.owner_queue(names.WORKFLOW_QUEUE))  # fmt: skip
-        # As the services run them: the router's two lanes and the relay's, each on its own loop,
-        # waking on kicks (a commit kicks the router, as the ingress does after each; a router
-        # pass that delivered kicks the relay) or after the services' poll interval.
-        router_wake, relay_wake = WakeSignal(), WakeSignal()
-        poll_s = ServiceSettings("bench").poll_interval_s
-        loops = [asyncio.create_task(route_loop(pool, router_wake.fork(), LocalKick(relay_wake),
-                                                poll_s, owner))
-                 for owner in (True, False)]  # fmt: skip
-        loops.append(asyncio.create_task(lanes_loop(relay, relay_wake, poll_s)))
-        loops.append(asyncio.create_task(forever(lambda: owners_chat(pool, delay, router_wake))))
+async def measure(stack: LocalStack, args: argparse.Namespace, targets: Targets) -> None:
+    seconds, delay = args.seconds, args.delay
+    headers = {"Authorization": f"Bearer {stack.admin_token}"}
+    pool = await open_pool(DatabaseSettings(url=stack.database_url, pool_max=4))
+    router = Kicker((str(stack.services["router"].grpc_address),), "bench")
+    router.start()
+    loops: list[asyncio.Task[None]] = []
+    async with httpx.AsyncClient(base_url=stack.ingress_url, headers=headers, timeout=30) as api:
+        await wait_for(lambda: all_running(api), timeout=READY_TIMEOUT_S,
+                       what=f"{len(EMPLOYEES)} employees running")  # fmt: skip
+        loops.append(asyncio.create_task(forever(lambda: owners_chat(pool, api, delay))))
         try:
             t0 = datetime.now(UTC)
             progress(f"baseline: only the owners chat for {args.baseline_s:g} s")
             await asyncio.sleep(args.baseline_s)
             baseline = await owner_waits(pool, t0)
-            loops.append(asyncio.create_task(forever(lambda: feed(pool, delay, router_wake))))
+            loops.append(asyncio.create_task(forever(lambda: feed(pool, delay, router))))
             t1 = datetime.now(UTC)
-            progress(f"load: every class backlogged for {seconds:.0f} s (capacity {capacity})")
+            progress(f"load: every class backlogged for {seconds:.0f} s "
+                     f"(capacity {args.capacity})")  # fmt: skip
             waiting = await watch(pool, seconds)
             await report(pool, t1, baseline, waiting, args.delay, targets)
-            if isinstance(relay, TracingRelay):
-                await trace(pool, client, t1, args.delay, relay.calls)
+            if args.trace:
+                client = await temporal_connect(stack.temporal_address, stack.temporal_namespace)
+                await trace(pool, client, t1, args.delay)
         finally:
             for task in loops:
                 task.cancel()
             # Bounded: a loop that swallowed its cancel must not hang the driver (seen once in
             # CI in 100+ runs: the report printed, then the wait never ended); it is named.
-            _, stuck = await asyncio.wait(loops, timeout=LOOP_STOP_S)
-            for task in stuck:
-                print(f"a loop did not stop within {LOOP_STOP_S:g} s:", file=sys.stderr)
-                task.print_stack(file=sys.stderr)
+            if loops:
+                _, stuck = await asyncio.wait(loops, timeout=LOOP_STOP_S)
+                for task in stuck:
+                    print(f"a loop did not stop within {LOOP_STOP_S:g} s:", file=sys.stderr)
+                    task.print_stack(file=sys.stderr)
     await pool.close()
+
+
+async def all_running(api: httpx.AsyncClient) -> bool:
+    r = await api.get("/v1/employees")
+    return [e["state"] for e in r.json()["employees"]].count("running") >= len(EMPLOYEES)
 
 
 async def forever(step: Callable[[], Awaitable[float]]) -> None:
@@ -181,40 +174,33 @@ async def forever(step: Callable[[], Awaitable[float]]) -> None:
         await asyncio.sleep(pause)
 
 
-@dataclass
-class LocalKick:
-    """The router's kick of the relay, in this process (the services send it over gRPC)."""
-
-    wake: WakeSignal
-
-    def kick(self) -> None:
-        self.wake.set()
-
-
-async def owners_chat(pool: AsyncConnectionPool[Conn], delay: float, router: WakeSignal) -> float:
-    """Each owner sends a message every 5 s once the last one was answered; the commit kicks
-    the router, as the ingress does (after it: a kick before the commit finds nothing)."""
-    async with pool.connection() as conn:  # one transaction, committed as the block ends
-        for name in EMPLOYEES:
+async def owners_chat(pool: AsyncConnectionPool[Conn], api: httpx.AsyncClient,
+                      delay: float) -> float:  # fmt: skip
+    """Each owner sends a message through the ingress's API every 5 s once the last one was
+    answered."""
+    for name in EMPLOYEES:
+        async with pool.connection() as conn:
             cur = await conn.execute(
                 "SELECT count(*) AS n FROM chat_messages WHERE employee = %s"
                 " AND status IN ('queued', 'delivered')", (name,))  # fmt: skip
-            if int((await cur.fetchone() or {})["n"]) == 0:
-                await chat.send(conn, name, uuid.uuid4().hex, f"hello\nsleep: {delay}")
-    router.set()
+            waiting = int((await cur.fetchone() or {})["n"])
+        if waiting == 0:
+            body = {"client_message_id": uuid.uuid4().hex, "text": f"hello\nsleep: {delay}"}
+            r = await api.post(f"/v1/employees/{name}/chat", json=body)
+            r.raise_for_status()
     return OWNER_EVERY_S
 
 
-async def feed(pool: AsyncConnectionPool[Conn], delay: float, router: WakeSignal) -> float:
+async def feed(pool: AsyncConnectionPool[Conn], delay: float, router: Kicker) -> float:
     """Keep every conversation holding input: one more message to each, every 2 s (a turn
     takes all of its conversation's pending input, so the backlog stays bounded); the commit
-    kicks the router."""
+    kicks the router, as the ingress does (after it: a kick before the commit finds nothing)."""
     records = [event(e, k, f"c{k}-s{i}", delay) for e in EMPLOYEES
                for k, n in CONVERSATIONS.items() for i in range(n)]  # fmt: skip
     async with pool.connection() as conn:  # one transaction, committed as the block ends
         for start in range(0, len(records), 200):
             await append(conn, records[start : start + 200])
-    router.set()
+    router.kick()
     return FEED_EVERY_S
 
 

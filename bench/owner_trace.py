@@ -4,9 +4,9 @@
 
 Runs `bench/fairness.py` (every class backlogged, the owners chatting) and then, for each owner
 message of the load window, puts the database's times (the message's commit, its delivery's
-routing, the turn's admission, the reply's commit) beside the relay's (its Signal-With-Start
-sent and answered) and Temporal's event times from the entity's and the turn's histories
-(the deliver Signal, the workflow tasks, the child's start, the activities). Printed: each
+routing, the turn's admission, the reply's commit) beside Temporal's event times from the
+entity's and the turn's histories (the deliver Signal, the workflow tasks, the child's start,
+the activities). Printed: each
 stage's p50 and p99 over the sample, and the slowest messages stage by stage.
 `bench/fairness.py --trace` prints the same after its own report.
 """
@@ -14,10 +14,7 @@ stage's p50 and p99 over the sample, and the slowest messages stage by stage.
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 from temporalio.api.enums.v1 import EventType
@@ -25,9 +22,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from eventos import names
-from eventos.contracts import DeliveryItem
 from eventos.db import Conn
-from eventos.delivery.relay import Relay
 
 # The owner messages of the load window with their database times.
 MESSAGES = """
@@ -46,8 +41,7 @@ ORDER BY m.created_at
 # Stages in order: (name, from point, to point). A point missing leaves its stages out.
 STAGES = (
     ("route (router pass)", "sent", "routed"),
-    ("relay: wait for its pass", "routed", "call"),
-    ("relay: Signal-With-Start", "call", "signaled"),
+    ("relay (its pass, Signal-With-Start)", "routed", "signaled"),
     ("entity: task scheduled", "signaled", "entity_scheduled"),
     ("entity: task queued", "entity_scheduled", "entity_started"),
     ("entity: admission", "entity_started", "admitted"),
@@ -61,22 +55,6 @@ STAGES = (
 )
 TOTALS = (("message → turn start", "sent", "admitted"),
           ("message → reply (less --delay)", "sent", "replied"))  # fmt: skip
-
-
-@dataclass
-class TracingRelay(Relay):
-    """The relay, noting when each Signal-With-Start left and came back, by (stream, seq); its
-    lanes (`lanes`: dataclasses.replace) note into the same `calls`."""
-
-    calls: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
-
-    async def _send(self, stream: dict[str, Any], batch: list[DeliveryItem]) -> bool:
-        left = time.time()
-        accepted = await super()._send(stream, batch)
-        back = time.time()
-        for item in batch:
-            self.calls[(str(stream["stream_key"]), item.seq)] = (left, back)
-        return accepted
 
 
 def at(event: HistoryEvent) -> float:
@@ -150,8 +128,8 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
-async def trace(pool: AsyncConnectionPool[Conn], client: Client, since: datetime, delay: float,
-                calls: dict[tuple[str, int], tuple[float, float]]) -> None:  # fmt: skip
+async def trace(pool: AsyncConnectionPool[Conn], client: Client, since: datetime,
+                delay: float) -> None:  # fmt: skip
     """Print the per-stage table of the owner messages whose turns started since `since`."""
     async with pool.connection() as conn:
         rows = await (await conn.execute(MESSAGES, (since,))).fetchall()
@@ -159,9 +137,6 @@ async def trace(pool: AsyncConnectionPool[Conn], client: Client, since: datetime
     samples: list[dict[str, float]] = []
     for r in rows:
         points = {k: r[k].timestamp() for k in ("sent", "routed", "admitted", "replied") if r[k]}
-        call = calls.get((str(r["stream_key"]), int(r["seq"])))
-        if call:
-            points["call"] = call[0]
         entity = str(r["entity_id"])
         if entity not in cache:
             cache[entity] = await histories(client, entity)
@@ -172,12 +147,12 @@ async def trace(pool: AsyncConnectionPool[Conn], client: Client, since: datetime
                 points[key] -= delay
         samples.append(points)
     print(f"owner messages traced: {len(samples)} (times in ms; the step's {delay:g} s left out)")
-    print(f"{'stage':<34} {'n':>4} {'p50':>7} {'p99':>7} {'max':>7}")
+    print(f"{'stage':<36} {'n':>4} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}")
     for name, a, b in STAGES + TOTALS:
         spans = [(s[b] - s[a]) * 1000 for s in samples if a in s and b in s]
         if spans:
-            print(f"{name:<34} {len(spans):>4} {pct(spans, 0.5):>7.0f} {pct(spans, 0.99):>7.0f} "
-                  f"{max(spans):>7.0f}")  # fmt: skip
+            print(f"{name:<36} {len(spans):>4} {pct(spans, 0.5):>7.0f} {pct(spans, 0.9):>7.0f} "
+                  f"{pct(spans, 0.99):>7.0f} {max(spans):>7.0f}")  # fmt: skip
     slowest = sorted(samples, key=lambda s: s.get("admitted", 0) - s["sent"], reverse=True)[:3]
     for s in slowest:
         parts = [f"{n.split(' (')[0]} {(s[b] - s[a]) * 1000:.0f}"
