@@ -159,6 +159,7 @@ async def measure(stack: LocalStack, args: argparse.Namespace, targets: Targets)
                 for task in stuck:
                     print(f"a loop did not stop within {LOOP_STOP_S:g} s:", file=sys.stderr)
                     task.print_stack(file=sys.stderr)
+            await router.stop()
     await pool.close()
 
 

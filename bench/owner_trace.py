@@ -6,8 +6,8 @@ Runs `bench/fairness.py` (every class backlogged, the owners chatting) and then,
 message of the load window, puts the database's times (the message's commit, its delivery's
 routing, the turn's admission, the reply's commit) beside Temporal's event times from the
 entity's and the turn's histories (the deliver Signal, the workflow tasks, the child's start,
-the activities). Printed: each
-stage's p50 and p99 over the sample, and the slowest messages stage by stage.
+the activities). Printed: each stage's p50, p90 and p99 over the sample, and the slowest
+messages stage by stage.
 `bench/fairness.py --trace` prints the same after its own report.
 """
 
