@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dns.asyncresolver
+import dns.exception
 import dns.message
 import dns.rdatatype
 import dns.resolver
@@ -28,6 +29,7 @@ class DnsServer:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.lock = threading.Lock()
+        self.stopped = threading.Event()
 
     def answer(self, name: str, *answers: list[str]) -> None:
         with self.lock:
@@ -47,7 +49,12 @@ class DnsServer:
                 wire, peer = self.sock.recvfrom(4096)
             except OSError:
                 return  # closed
-            query = dns.message.from_wire(wire)
+            if self.stopped.is_set():
+                return
+            try:
+                query = dns.message.from_wire(wire)
+            except dns.exception.DNSException:
+                continue  # not a DNS message: no answer, as a server would
             question = query.question[0]
             reply = dns.message.make_response(query)
             family = socket.AF_INET6 if question.rdtype == dns.rdatatype.AAAA else socket.AF_INET
@@ -91,5 +98,10 @@ def dns_server() -> Iterator[DnsServer]:
     try:
         yield server
     finally:
-        server.sock.close()
+        # Closing the socket does not wake a thread blocked in recvfrom (it waited out the
+        # join's 5 s at every test's end): a datagram to itself does, once it is told to stop.
+        server.stopped.set()
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as waker:
+            waker.sendto(b"", ("127.0.0.1", server.port))
         thread.join(timeout=5)
+        server.sock.close()
