@@ -45,10 +45,17 @@ from pathlib import Path
 import httpx
 import psycopg
 from chat_latency import Replies, one, percentile
-from harness import Targets, add_no_fail, exit_on_signals, parse_with_quick, progress, table
+from harness import (
+    Targets,
+    add_no_fail,
+    exit_on_signals,
+    parse_with_quick,
+    progress,
+    table,
+    wait_running,
+)
 
 from eventos.local.instance import LocalStack
-from eventos.testing import wait_for_sync
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_DRAIN_PER_S = 10.0  # issue 27: inputs/s (about 4 before it; tier S's peak is ~5 events/s)
@@ -233,8 +240,7 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
     try:
         progress(f"starting the local instance (tier S) with {args.employees} employees")
         stack.start()
-        wait_for_sync(lambda: all_running(stack, args.employees), timeout=READY_TIMEOUT_S,
-                      interval=1, what=f"{args.employees} employees running")  # fmt: skip
+        wait_running(stack, args.employees, READY_TIMEOUT_S)
         headers = {"Authorization": f"Bearer {stack.admin_token}"}
         replies = Replies(stack.ingress_url, headers, employee=name(0))
         with httpx.Client(base_url=stack.ingress_url, headers=headers, timeout=10) as api:
@@ -260,12 +266,6 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
             spy.summary()
     finally:
         stack.stop()
-
-
-def all_running(stack: LocalStack, count: int) -> bool:
-    headers = {"Authorization": f"Bearer {stack.admin_token}"}
-    r = httpx.get(f"{stack.ingress_url}/v1/employees", headers=headers, timeout=10)
-    return [e["state"] for e in r.json()["employees"]].count("running") >= count
 
 
 def report(url: str, args: argparse.Namespace, targets: Targets, since: float, started: float,

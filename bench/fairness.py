@@ -48,6 +48,7 @@ from harness import (
     parse_with_quick,
     progress,
     run_in_temp_folder,
+    wait_running,
 )
 from owner_trace import trace
 from psycopg_pool import AsyncConnectionPool
@@ -60,7 +61,6 @@ from eventos.runtime.payload_guard import connect as temporal_connect
 from eventos.runtime.wake import Kicker
 from eventos.scheduling.policy import DEFAULT_CLASS_MAX
 from eventos.settings import DatabaseSettings
-from eventos.testing import wait_for
 
 EMPLOYEES = ("alpha", "beta")
 # Conversations per employee and class kept holding input (C1 also has the owner's chat).
@@ -119,6 +119,7 @@ async def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
         await asyncio.to_thread(stack.start)
         for outcome in stack.employees:
             progress(outcome.describe())
+        await asyncio.to_thread(wait_running, stack, len(EMPLOYEES), READY_TIMEOUT_S)
         await measure(stack, args, targets)
     finally:
         await asyncio.to_thread(stack.stop)
@@ -132,8 +133,6 @@ async def measure(stack: LocalStack, args: argparse.Namespace, targets: Targets)
     router.start()
     loops: list[asyncio.Task[None]] = []
     async with httpx.AsyncClient(base_url=stack.ingress_url, headers=headers, timeout=30) as api:
-        await wait_for(lambda: all_running(api), timeout=READY_TIMEOUT_S,
-                       what=f"{len(EMPLOYEES)} employees running")  # fmt: skip
         loops.append(asyncio.create_task(forever(lambda: owners_chat(pool, api, delay))))
         try:
             t0 = datetime.now(UTC)
@@ -161,11 +160,6 @@ async def measure(stack: LocalStack, args: argparse.Namespace, targets: Targets)
                     task.print_stack(file=sys.stderr)
             await router.stop()
     await pool.close()
-
-
-async def all_running(api: httpx.AsyncClient) -> bool:
-    r = await api.get("/v1/employees")
-    return [e["state"] for e in r.json()["employees"]].count("running") >= len(EMPLOYEES)
 
 
 async def forever(step: Callable[[], Awaitable[float]]) -> None:

@@ -59,12 +59,12 @@ from harness import (
     exit_on_signals,
     parse_with_quick,
     table,
+    wait_running,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
 from eventos.local.instance import LocalStack
 from eventos.settings import CHART_VAR, TOOLS_BIN_VAR, ServerTools
-from eventos.testing import wait_for_sync
 
 ROOT = Path(__file__).resolve().parent.parent
 # Issue 27: the owner's reply under load, p99 (tier S: 100 employees at twice its estimated
@@ -163,13 +163,6 @@ def owner_latencies(stack: LocalStack, replies: Replies, count: int, label: str)
         out = [one(api, replies, f"{label} {i}") * 1000 for i in range(count)]
     print(f"  {label}: {count} owner messages answered", flush=True)
     return out
-
-
-def all_running(stack: LocalStack, count: int) -> bool:
-    headers = {"Authorization": f"Bearer {stack.admin_token}"}
-    r = httpx.get(f"{stack.ingress_url}/v1/employees", headers=headers, timeout=10)
-    states = [e["state"] for e in r.json()["employees"]]
-    return states.count("running") >= count
 
 
 def memory_mib(pid: int, tree: bool) -> float:
@@ -318,8 +311,7 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
         print(f"starting the local instance (tier {args.tier}) with {args.employees} employees …",
               flush=True)  # fmt: skip
         stack.start()
-        wait_for_sync(lambda: all_running(stack, args.employees), timeout=READY_TIMEOUT_S,
-                      interval=1, what=f"{args.employees} employees running")  # fmt: skip
+        wait_running(stack, args.employees, READY_TIMEOUT_S)
         server = ServerCounters(metrics_url(stack, args.temporal_metrics), stack.temporal_namespace)
         headers = {"Authorization": f"Bearer {stack.admin_token}"}
         replies = Replies(stack.ingress_url, headers, employee=name(0))

@@ -32,8 +32,10 @@ from psycopg import sql
 from eventos.db import connect
 from eventos.db.migrate import migrate
 from eventos.local.embedded_pg import EmbeddedPostgres
+from eventos.local.instance import LocalStack
 from eventos.local.ports import free_port
 from eventos.settings import DatabaseSettings, TemporalSettings
+from eventos.testing import wait_for_sync
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -302,6 +304,18 @@ def apply_employee(base_url: str, spec_yaml: str, name: str) -> None:
         r = client.post(f"/v1/employees/{name}:start")
         if r.status_code != 202:  # committed; the relay's deliverer applies the intent
             raise BenchError(f"starting {name} failed: {r.status_code} {r.text[:500]}")
+
+
+def wait_running(stack: LocalStack, count: int, timeout_s: float) -> None:
+    """Until `count` of the local instance's employees are running (a start applied after
+    `stack.start` stopped waiting for it shows `starting` for a while)."""
+
+    def running() -> bool:
+        headers = {"Authorization": f"Bearer {stack.admin_token}"}
+        r = httpx.get(f"{stack.ingress_url}/v1/employees", headers=headers, timeout=10)
+        return [e["state"] for e in r.json()["employees"]].count("running") >= count
+
+    wait_for_sync(running, timeout=timeout_s, interval=1, what=f"{count} employees running")
 
 
 def local_employee(name: str, triggers: str) -> str:

@@ -26,7 +26,7 @@ from eventos.db import Conn
 
 # The owner messages of the load window with their database times.
 MESSAGES = """
-SELECT m.created_at AS sent, d.created_at AS routed, d.seq, d.stream_key, s.entity_id,
+SELECT m.created_at AS sent, d.created_at AS routed, d.seq, s.entity_id,
        t.id AS turn_id, t.started_at AS admitted,
        (SELECT min(e.created_at) FROM chat_events e
         WHERE e.kind = 'reply' AND e.turn_id = t.id) AS replied
