@@ -20,7 +20,7 @@ first message after the burst (message to turn start, and to the reply on the ev
 and the backlog every few seconds. Each target prints PASS or MISS; the driver exits 3 when one
 is missed (`--no-fail`: 0; a `--quick` smoke run exits 0 whatever its figures say).
 
-`--py-spy DIR` records the relay and workers-workflow with `py-spy record` (raw collapsed
+`--py-spy DIR` records the six services with `py-spy record` (bench/profiles.py: raw collapsed
 stacks, `DIR/<process>.txt`) from the first webhook to the end of the drain, and prints each
 one's ten hottest frames.
 """
@@ -31,9 +31,7 @@ import argparse
 import collections
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -43,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import profiles
 import psycopg
 from chat_latency import Replies, one, percentile
 from harness import (
@@ -51,7 +50,6 @@ from harness import (
     exit_on_signals,
     parse_with_quick,
     progress,
-    table,
     wait_running,
 )
 
@@ -66,8 +64,6 @@ SENDERS = 8  # webhooks in flight at once
 SEND_ATTEMPTS = 20  # per webhook, through 429s and transport errors
 OWNER_TIMEOUT_S = 300.0  # the owner's message after the burst may wait behind it
 SAMPLE_EVERY_S = 5.0
-PY_SPY_STOP_S = 60.0  # py-spy writes its file after SIGINT; a large profile takes a while
-PROFILED = ("relay", "workers-workflow")
 
 
 def fleet_yaml(employees: int) -> str:
@@ -178,58 +174,6 @@ class Drain:
             self.done.wait(0.5)
 
 
-class PySpy:
-    """`py-spy record` on named processes, raw collapsed stacks, stopped with SIGINT."""
-
-    def __init__(self, folder: Path, pids: dict[str, int]) -> None:
-        self.folder, self.procs = folder, {}
-        folder.mkdir(parents=True, exist_ok=True)
-        exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-        for proc_name, pid in pids.items():
-            out = folder / f"{proc_name}.txt"
-            self.procs[proc_name] = subprocess.Popen(
-                [exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "100",
-                 "--nonblocking", "--output", str(out)],
-                stdout=subprocess.DEVNULL, stderr=(folder / f"{proc_name}.log").open("wb"),
-            )  # fmt: skip
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            proc.send_signal(signal.SIGINT)
-        for proc in self.procs.values():
-            try:
-                proc.wait(PY_SPY_STOP_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    def summary(self) -> None:
-        for proc_name in self.procs:
-            print(f"\npy-spy, {proc_name}: the ten hottest frames (own and inclusive samples)")
-            print(hottest(self.folder / f"{proc_name}.txt"))
-
-
-def hottest(path: Path, top: int = 10) -> str:
-    """The frames with the most samples of their own, with their inclusive count too."""
-    own: collections.Counter[str] = collections.Counter()
-    inclusive: collections.Counter[str] = collections.Counter()
-    total = 0
-    if not path.exists():
-        return f"  (no profile written at {path})"
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        frames, n = stack.split(";"), int(count)
-        total += n
-        own[frames[-1]] += n
-        for frame in set(frames):
-            inclusive[frame] += n
-    rows = [[f"{n / total:.1%}", f"{inclusive[f] / total:.1%}", f[:110]]
-            for f, n in own.most_common(top)]  # fmt: skip
-    return f"  {total} samples\n" + table(["own", "incl", "frame"], rows)
-
-
 def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
     examples = folder / "examples"
     examples.mkdir()
@@ -245,8 +189,7 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
         replies = Replies(stack.ingress_url, headers, employee=name(0))
         with httpx.Client(base_url=stack.ingress_url, headers=headers, timeout=10) as api:
             one(api, replies, "warm-up")
-            pids = stack.stack()["pids"]
-            spy = PySpy(args.py_spy, {n: pids[n] for n in PROFILED}) if args.py_spy else None
+            spy = profiles.start(args.py_spy, profiles.service_pids(stack.stack()["pids"]))
             drain = Drain(stack.database_url, args.inputs)
             started = time.monotonic()
             since = time.time()
@@ -314,9 +257,7 @@ def main() -> int:
     parser.add_argument("--conversations", type=int, default=75, help="per employee")
     parser.add_argument("--inputs", type=int, default=1500, help="webhooks in the burst")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="most seconds to drain")
-    parser.add_argument(
-        "--py-spy", type=Path, metavar="DIR", help="py-spy the relay and workers-workflow"
-    )
+    profiles.add_argument(parser)
     add_no_fail(parser)
     tiny = {"employees": 2, "conversations": 3, "inputs": 12, "timeout_s": 120.0}
     args = parse_with_quick(parser, tiny)

@@ -1,6 +1,6 @@
 """Owner message to reply, through the whole local instance (all six services as processes).
 
-    .venv/bin/python bench/chat_latency.py [--messages N] [--warmup N] [--quick]
+    .venv/bin/python bench/chat_latency.py [--messages N] [--warmup N] [--py-spy DIR] [--quick]
 
 Starts a LocalStack in a temporary folder (embedded PostgreSQL with fsync on and the Temporal dev
 server, or the database EVENTOS_DATABASE_URL names and TEMPORAL_ADDRESS; the six services, the
@@ -10,6 +10,7 @@ event stream (one stream open for the run). Each message goes 0.5 s after the la
 owner types no faster; SPEC §8's 4 Signals per entity per second would otherwise be measured).
 Prints p50/p90/p99/max; targets p50 ≤ 100 ms and p99 ≤ 250 ms (issue 12), then p50 and p90 of
 each stage, from the database's timestamps. Stops everything it started, also on Ctrl-C.
+`--py-spy DIR` records the six services over the measured messages (bench/profiles.py).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import profiles
 import psycopg
 from harness import exit_on_signals, parse_with_quick
 
@@ -149,6 +151,7 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="keep the state folder (logs)")
+    profiles.add_argument(parser)
     args = parse_with_quick(parser, {"messages": 3, "warmup": 1})
     folder = Path(tempfile.mkdtemp(prefix="eventos-chat-bench-"))
     stack = LocalStack(folder, examples_dir=ROOT / "examples", say=lambda line: None)
@@ -161,10 +164,13 @@ def main() -> int:
             for i in range(args.warmup):
                 one(api, replies, f"warm-up {i}")
             latencies: list[float] = []
+            spy = profiles.start(args.py_spy, profiles.service_pids(stack.stack()["pids"]))
             for i in range(args.messages):
                 latencies.append(one(api, replies, f"message {i}"))
                 if (i + 1) % 25 == 0:
                     print(f"  {i + 1}/{args.messages} answered", flush=True)
+            if spy is not None:
+                spy.stop()
         ms = [x * 1000 for x in latencies]
         p50, p99 = statistics.median(ms), percentile(ms, 0.99)
         print(f"\nowner chat, message → reply, {len(ms)} messages one at a time (local provider),"
@@ -176,6 +182,8 @@ def main() -> int:
         print("\nper stage (database timestamps):      p50        p90")
         for stage, (p50_ms, p90_ms) in stages(stack.database_url).items():
             print(f"  {stage:24} {p50_ms:10.1f} ms {p90_ms:7.1f} ms")
+        if spy is not None:
+            spy.summary()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
     finally:

@@ -1,6 +1,7 @@
 """Scheduler fairness (SPEC §9): every class backlogged, capacity for 8 concurrent turns.
 
-    .venv/bin/python bench/fairness.py [--seconds 300] [--delay 1.0] [--capacity 8] [--quick]
+    .venv/bin/python bench/fairness.py [--seconds 300] [--delay 1.0] [--capacity 8] [--trace]
+                                       [--py-spy DIR] [--quick] [--no-fail]
 
 Starts a local instance at tier S (embedded PostgreSQL with fsync on, the Temporal dev server,
 the six services as processes, as `eventos-local` runs them; or EVENTOS_DATABASE_URL and
@@ -20,6 +21,7 @@ inbox here, each batch's commit kicking the router as the ingress does.
    start (issue 27's target: p99 ≤ 300 ms) and to its reply, less the step's `--delay` (target:
    p99 ≤ 600 ms).
 3. With `--trace`: each owner message of the load window stage by stage (`bench/owner_trace.py`).
+   With `--py-spy DIR`: the six services recorded over the load window (bench/profiles.py).
 
 Each target prints PASS or MISS; the driver exits 3 when one is missed (`--no-fail`: 0; a
 `--quick` smoke run exits 0 whatever its figures say).
@@ -39,6 +41,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import profiles
 from harness import (
     NAN,
     Targets,
@@ -143,11 +146,16 @@ async def measure(stack: LocalStack, args: argparse.Namespace, targets: Targets)
             t1 = datetime.now(UTC)
             progress(f"load: every class backlogged for {seconds:.0f} s "
                      f"(capacity {args.capacity})")  # fmt: skip
+            spy = profiles.start(args.py_spy, profiles.service_pids(stack.stack()["pids"]))
             waiting = await watch(pool, seconds)
+            if spy is not None:
+                await asyncio.to_thread(spy.stop)
             await report(pool, t1, baseline, waiting, args.delay, targets)
             if args.trace:
                 client = await temporal_connect(stack.temporal_address, stack.temporal_namespace)
                 await trace(pool, client, t1, args.delay)
+            if spy is not None:
+                spy.summary()
         finally:
             for task in loops:
                 task.cancel()
@@ -296,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="then trace each owner message stage by stage (bench/owner_trace.py)",
     )
+    profiles.add_argument(parser)
     add_no_fail(parser)
     tiny = {"seconds": 2.0, "delay": 0.1, "capacity": 2, "baseline_s": 2.0}
     args = parse_with_quick(parser, tiny, argv)

@@ -1,7 +1,7 @@
 """A fleet under load (EG14): N employees, background webhooks at a set rate, what it costs.
 
     .venv/bin/python bench/fleet.py [--tier S|L] [--employees N] [--rate 10] [--seconds 60]
-                                    [--messages 40] [--quick]
+                                    [--messages 40] [--py-spy DIR] [--quick] [--no-fail]
 
 Starts a LocalStack with `--employees` employees (100 at tier S, 1,000 at tier L by default) on
 the deterministic local provider, each with an owner chat and a webhook. Tier S is embedded
@@ -24,7 +24,8 @@ waiting at the end by class and whether that backlog grew over the load; and eac
 (% of one core) at rest (`--rest-s` with nothing sent: supervisors, timers, the server's shards)
 and under load, what the load added per accepted event and per Temporal action it added (ms of
 one core), and its resident memory. docs/scaling.md turns these figures into cores. Stops
-everything it started, also on Ctrl-C.
+everything it started, also on Ctrl-C. `--py-spy DIR` records the six services over the load
+(bench/profiles.py).
 
 Targets (issue 27), each printed PASS or MISS: the owner's reply under load p99 ≤ 500 ms at
 tier S, ≤ 600 ms at tier L; at tier L, ≤ 200 ms of CPU per event (all processes, what the load
@@ -47,6 +48,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import profiles
 import psycopg
 import yaml
 from chat_latency import Replies, one, percentile
@@ -332,6 +334,7 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
         backlog = Backlog(stack.database_url, every=max(1.0, min(5.0, args.seconds / 12)))
         since = time.time()
         counted = server.read()
+        spy = profiles.start(args.py_spy, profiles.service_pids(stack.stack()["pids"]))
         meter.start()
         hooks.start()
         backlog.start()
@@ -343,6 +346,8 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
         wall = hooks.stop()
         usage = meter.stop()
         backlog.stop()
+        if spy is not None:
+            spy.stop()
         counts = {k: v - counted.get(k, 0.0) for k, v in server.read().items()}
         until = time.time()
         p50i, p99i = statistics.median(idle), percentile(idle, 0.99)
@@ -395,6 +400,8 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
             ms = added_pct / 100 * wall / hooks.accepted * 1000 if hooks.accepted else NAN
             line += f"; target ≤ {most:.0f} ms: {targets.check('CPU per event', ms <= most)}"
         print(line)
+        if spy is not None:
+            spy.summary()
     finally:
         stack.stop()
 
@@ -414,6 +421,7 @@ def main() -> int:
         metavar="URL",
         help="the server's Prometheus endpoint, when TEMPORAL_ADDRESS is given",
     )
+    profiles.add_argument(parser)
     add_no_fail(parser)
     tiny = {"employees": 3, "rate": 2.0, "seconds": 2.0, "messages": 2, "rest_s": 1.0,
             "warmup": 1}  # fmt: skip

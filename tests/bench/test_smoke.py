@@ -28,6 +28,7 @@ from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from eventos import names
 from eventos.settings import TemporalSettings
 from eventos.testing import wait_for
 from eventos.testing.plugin import PostgresForTests
@@ -45,6 +46,7 @@ HELPERS = {
     "faults_ledger.py",
     "faults_load.py",
     "faults_schedule.py",
+    "profiles.py",
 }
 # Drivers whose code another test runs end to end (their own instance, minutes long).
 RUN_ELSEWHERE = {"faults.py": "tests/e2e/test_faults.py"}
@@ -198,6 +200,32 @@ def test_driver_runs_and_prints_its_figures(
     )
     missing = [figure for figure in FIGURES[script] if figure not in done.stdout]
     assert not missing, f"{script} --quick did not print {missing}; it printed:\n{done.stdout}"
+
+
+@pytest.mark.temporal
+def test_a_driver_records_each_service_with_py_spy(
+    tmp_path: Path,
+    postgres_server: PostgresForTests,
+    db_name: str,
+    bench_temporal: TemporalSettings,
+    bytecode_cache: dict[str, str],
+) -> None:
+    """`--py-spy DIR` (bench/profiles.py): a raw profile per service, its hottest frames shown."""
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        **bytecode_cache,
+        "EVENTOS_DATABASE_URL": postgres_server.url(db_name),
+        "TEMPORAL_ADDRESS": bench_temporal.address,
+        "TEMPORAL_NAMESPACE": namespace("chat_latency.py"),
+    }
+    done = run_driver("chat_latency.py", env, "--py-spy", str(tmp_path))
+    assert done.returncode == 0, f"chat_latency.py exited {done.returncode}:\n{done.stderr[-3000:]}"
+    for service in names.SERVICES:
+        logged = (tmp_path / f"{service}.log").read_text()
+        assert (tmp_path / f"{service}.txt").exists(), f"no profile of {service}: {logged}"
+        assert f"py-spy, {service}: the ten hottest frames" in done.stdout, done.stdout
+    sampled = [int(n) for n in re.findall(r"^  (\d+) samples$", done.stdout, re.MULTILINE)]
+    assert sampled and max(sampled) > 0, done.stdout  # the busiest service was seen at work
 
 
 def test_every_driver_has_a_smoke_run() -> None:
