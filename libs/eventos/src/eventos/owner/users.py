@@ -39,6 +39,7 @@ THREAD_SALT = b"eventos.user-id:"
 LEGACY_THREAD_SALT = b"eventos.user:"  # threads of users made before records had ids (0027)
 CLASSES = {"c1": names.C1_OWNER, "c2": names.C2_CUSTOMER}  # what the admin may grant
 DAILY_USD_MAX = Decimal(100_000)
+DAILY_USD_STEP = Decimal("0.0001")  # the column's scale: numeric(12, 4)
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,12 @@ def daily_usd_of(value: object) -> Decimal | None:
         usd = Decimal(str(value))
     except InvalidOperation:
         raise InputInvalid("daily_usd", "must be a positive number") from None
-    if not usd.is_finite() or usd <= 0 or usd > DAILY_USD_MAX:
+    if not usd.is_finite() or usd > DAILY_USD_MAX:
         raise InputInvalid("daily_usd", f"must be above 0 and at most {DAILY_USD_MAX}")
-    return usd.quantize(Decimal("0.0001"))
+    usd = usd.quantize(DAILY_USD_STEP)  # as stored: numeric(12, 4)
+    if usd <= 0:  # 0.00001 rounds to nothing, which the table refuses (CHECK daily_usd > 0)
+        raise InputInvalid("daily_usd", f"must be at least {DAILY_USD_STEP}")
+    return usd
 
 
 async def create(conn: Conn, name: str, klass: int = names.C2_CUSTOMER,
