@@ -364,33 +364,42 @@ def owner_behind(conn: psycopg.Connection[Any], d: Done) -> list[str]:
     lower-class turns may start beside it), not queued behind the lower-class backlog. An
     owner turn under way when Temporal went is finished first (a conversation runs one turn at
     a time, and a step lost with the server waits for its timeout): the wave is then counted
-    from that turn's end; and an owner message that arrived after Temporal was back is counted
-    from its arrival. (The owner's backlog may still end later.)"""
+    from that turn's end; and the first owner turn's oldest input, when it arrived after that
+    (the turn under way took the backlog, or the message was sent after Temporal was back),
+    counts from its arrival. (Counted from the turn's end only, a fault run on a saturated
+    machine failed here while the owner was granted at once: the turn under way had taken the
+    whole backlog, and the next owner turn was for a message that arrived 5 s later.)"""
     busy = {r["employee"]: r["ended"] for r in rows(
         conn, "SELECT employee, extract(epoch FROM max(coalesce(ended_at, now())))::float8 "
               "AS ended FROM turns WHERE class = 1 AND started_at < to_timestamp(%(down)s) "
               "AND (ended_at IS NULL OR ended_at > to_timestamp(%(down)s)) GROUP BY employee",
         {"down": d.down})}  # fmt: skip
-    after = rows(conn, "SELECT employee, class, extract(epoch FROM started_at)::float8 AS t "
-                       "FROM turns WHERE started_at > to_timestamp(%(up)s) AND employee IN "
+    after = rows(conn, "SELECT employee, class, stream_key, started_at, "
+                       "extract(epoch FROM started_at)::float8 AS t FROM turns "
+                       "WHERE started_at > to_timestamp(%(up)s) AND employee IN "
                        "(SELECT employee FROM turns WHERE class = 1) ORDER BY started_at",
                  {"up": d.up})  # fmt: skip
-    # When the owner's first input after the wave arrived: a message sent after Temporal was back
-    # may fairly find other turns started; those count only from its arrival.
-    waiting = {r["employee"]: r["t"] for r in rows(
-        conn, "SELECT s.employee, extract(epoch FROM min(d.created_at))::float8 AS t "
-              "FROM bus_deliveries d JOIN bus_subscriptions s ON s.id = d.subscription_id "
-              "WHERE d.class = 1 AND d.updated_at > to_timestamp(%(up)s) GROUP BY s.employee",
-        {"up": d.up})}  # fmt: skip
     wrong = []
     for employee in sorted({r["employee"] for r in after}):
-        since = max(d.up, busy.get(employee, 0.0), waiting.get(employee, 0.0))
-        order = [r["class"] for r in after if r["employee"] == employee and r["t"] > since]
+        since = max(d.up, busy.get(employee, 0.0))
+        mine = [r for r in after if r["employee"] == employee and r["t"] > since]
+        owner = next((r for r in mine if r["class"] == 1), None)
+        if owner is None:
+            continue
+        # Its oldest input: the first delivery of its stream settled from its start on (FIFO;
+        # those the turn under way took were settled before).
+        params = {"stream": owner["stream_key"], "started": owner["started_at"]}
+        (first,) = rows(conn, "SELECT extract(epoch FROM min(created_at))::float8 AS t "
+                              "FROM bus_deliveries WHERE stream_key = %(stream)s "
+                              "AND updated_at >= %(started)s", params)  # fmt: skip
+        since = max(since, first["t"] or 0.0)
+        order = [r["class"] for r in mine if r["t"] > since]
         if 1 in order and order.index(1) > names.EMPLOYEE_TURN_CAP:
             wrong.append(f"Temporal back at {_clock(d.up)}: {employee}'s first owner turn "
                          f"came after {order.index(1)} others"
-                         + (f" (counted from {_clock(since)}: its owner turn's end or "
-                            "message)" if since > d.up else "") + f": {order[:12]}")  # fmt: skip
+                         + (f" (counted from {_clock(since)}: the end of its owner turn under "
+                            "way or its first input's arrival)" if since > d.up else "")
+                         + f": {order[:12]}")  # fmt: skip
     return wrong
 
 

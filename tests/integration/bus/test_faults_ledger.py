@@ -97,31 +97,43 @@ async def test_an_owner_turn_behind_the_lower_classes_after_temporal_is_named(
     """fx-ops's first owner turn after Temporal came back started behind six lower-class ones;
     fx-front's owner conversation was still finishing the turn Temporal's loss caught (its
     lost step waits for a timeout), so its wave counts from that turn's end; fx-late's owner
-    wrote only after the lower-class wave had started, so its wave counts from the message."""
+    wrote only after the lower-class wave had started, so its wave counts from the message;
+    fx-took's turn under way took the whole backlog, and its owner's next message came after
+    the lower-class wave had started: counted from that message too (the fault run's ledger
+    flagged it once, counting from the turn's end)."""
     t = time.time() - 600
     tp = Done(Fault(0, LOSE, TEMPORAL, 10), began=t + 9, down=t + 10, up=t + 20, back=t + 21)
-    turns = [("fx-front", 1, t + 5, t + 60)]  # in flight when Temporal went
-    owners = (("fx-front", t + 61), ("fx-ops", t + 40), ("fx-late", t + 40))
-    for employee, owner_at in owners:
-        turns += [(employee, 2, t + 21 + k, t + 30 + k) for k in range(6)]
+    # In flight when Temporal went: fx-front's ends after the wave, fx-took's before it.
+    turns = [("fx-front", 1, t + 5, t + 60), ("fx-took", 1, t + 5, t + 22)]
+    owners = {"fx-front": t + 61, "fx-ops": t + 40, "fx-late": t + 40, "fx-took": t + 40}
+    messages = {  # each owner's messages: (made, settled): waiting, late, or taken and late
+        "fx-front": [(t + 15, t + 45)], "fx-ops": [(t + 15, t + 45)],
+        "fx-late": [(t + 38, t + 68)], "fx-took": [(t + 8, t + 22), (t + 38, t + 41)],
+    }  # fmt: skip
+    for employee, owner_at in owners.items():
+        turns += [(employee, 2, t + 23 + k, t + 30 + k) for k in range(6)]
         turns.append((employee, 1, owner_at, owner_at + 1))
     async with conn.transaction():
-        for employee, _ in owners:  # each owner's message: waiting, or (fx-late) late
-            await owner_message(conn, employee, t + (38 if employee == "fx-late" else 15))
+        for employee, made in messages.items():
+            await owner_messages(conn, employee, made)
         for n, (employee, klass, started, ended) in enumerate(turns):
             await conn.execute(
                 "INSERT INTO turns (id, employee, generation, agent, thread, n, class, stream_key,"
-                " status, started_at, ended_at) VALUES (%s, %s, 1, 'main', %s, %s, %s, 'k', 'done',"
+                " status, started_at, ended_at) VALUES (%s, %s, 1, 'main', %s, %s, %s, %s, 'done',"
                 " to_timestamp(%s), to_timestamp(%s))",
-                (f"turn-{n}", employee, f"t{n}", n, klass, started, ended),
+                (f"turn-{n}", employee, f"t{n}", n, klass, owner_stream(employee), started, ended),
             )
     with psycopg.connect(db_settings.url, row_factory=dict_row) as sync:
         (late,) = owner_behind(sync, tp)
     assert "fx-ops's first owner turn came after 6 others: [2, 2, 2, 2, 2, 2, 1]" in late
 
 
-async def owner_message(conn: Conn, employee: str, at: float) -> None:
-    """An owner chat delivery of `employee` made at `at` and done after it (a C1 input)."""
+def owner_stream(employee: str) -> str:
+    return f"{employee}/talk/main"
+
+
+async def owner_messages(conn: Conn, employee: str, made: list[tuple[float, float]]) -> None:
+    """Owner chat deliveries of `employee` (C1 inputs), each made and done at its times."""
     spec = "{}"
     await conn.execute("INSERT INTO employees (name, spec, spec_sha256) VALUES (%s, %s, 'x')",
                        (employee, spec))  # fmt: skip
@@ -136,12 +148,14 @@ async def owner_message(conn: Conn, employee: str, at: float) -> None:
     row = await sub.fetchone()
     assert row is not None
     sub_id = row["id"]
-    key = f"{employee}/talk/main"
+    key = owner_stream(employee)
     await conn.execute(
         "INSERT INTO bus_streams (stream_key, employee, generation, lane, thread, entity_id) "
         "VALUES (%s, %s, 1, 'talk', 'main', %s)", (key, employee, key))  # fmt: skip
-    await conn.execute(
-        "INSERT INTO bus_deliveries (stream_key, seq, ingress_id, ingress_received_at, "
-        "subscription_id, route, class, thread, type, size, chain_id, hop, status, created_at, "
-        "updated_at) VALUES (%s, 1, 1, to_timestamp(%s), %s, '{}', 1, 'main', 'chat', 2, 'c', 0, "
-        "'done', to_timestamp(%s), to_timestamp(%s))", (key, at, sub_id, at, at + 30))  # fmt: skip
+    for seq, (at, settled) in enumerate(made, start=1):
+        await conn.execute(
+            "INSERT INTO bus_deliveries (stream_key, seq, ingress_id, ingress_received_at, "
+            "subscription_id, route, class, thread, type, size, chain_id, hop, status, "
+            "created_at, updated_at) VALUES (%s, %s, %s, to_timestamp(%s), %s, '{}', 1, 'main', "
+            "'chat', 2, 'c', 0, 'done', to_timestamp(%s), to_timestamp(%s))",
+            (key, seq, seq, at, sub_id, at, settled))  # fmt: skip
