@@ -47,6 +47,7 @@ from chat_latency import Replies, one, percentile
 from harness import (
     Targets,
     add_no_fail,
+    calibration_line,
     exit_on_signals,
     parse_with_quick,
     progress,
@@ -182,6 +183,7 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
     stack = LocalStack(folder / "instance", examples_dir=examples, say=lambda line: None,
                        ready_timeout_s=READY_TIMEOUT_S, env=env)  # fmt: skip
     try:
+        print(calibration_line(), flush=True)
         progress(f"starting the local instance (tier S) with {args.employees} employees")
         stack.start()
         wait_running(stack, args.employees, READY_TIMEOUT_S)

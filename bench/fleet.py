@@ -57,6 +57,7 @@ from harness import (
     CpuMeter,
     Targets,
     add_no_fail,
+    calibration_line,
     children,
     exit_on_signals,
     parse_with_quick,
@@ -310,6 +311,7 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
     stack = LocalStack(folder / "instance", examples_dir=examples, say=lambda line: None,
                        tier=args.tier, ready_timeout_s=READY_TIMEOUT_S, env=env)  # fmt: skip
     try:
+        print(calibration_line(), flush=True)
         print(f"starting the local instance (tier {args.tier}) with {args.employees} employees …",
               flush=True)  # fmt: skip
         stack.start()

@@ -2,9 +2,11 @@
 raw collapsed stacks in `DIR/<process>.txt` (flamegraph.pl or speedscope read them), and each
 one's ten hottest frames printed after the run.
 
-py-spy samples from outside the process (100 Hz, non-blocking), so the profiled figures move a
-little: each py-spy takes a few percent of a core. A bench states its figures from a run
-without `--py-spy` and records the profile in a run of its own.
+py-spy samples from outside the process (non-blocking), and six of them cost a 2-core machine
+enough to move every figure: at 100 Hz the tier L fleet's owner p99 went from 134 to 862 ms and
+its CPU per event from 110 to 209 ms (2026-12-06). They sample at 25 Hz (a minute of load still
+gives each busy process thousands of samples), and a bench states its figures from a run without
+`--py-spy`, recording the profile in a run of its own.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from harness import table
 from eventos import names
 
 STOP_S = 60.0  # py-spy writes its file after SIGINT; a large profile takes a while
-RATE_HZ = 100
+RATE_HZ = 25
 
 
 def add_argument(parser: argparse.ArgumentParser, what: str = "the six services") -> None:

@@ -55,7 +55,7 @@ FIGURES = {
     "admission.py": ["queued ask ms", "ask cpu ms", "handoff ms", "handoff cpu ms",
                      "queued ask: cpu at", "handoff: cpu at", "targets:"],
     "alarms.py": ["fire lateness: p50", "p99", "supervisor", "signals", "history events"],
-    "burst.py": ["webhooks sent in", "backlog every", "drain:", "inputs/s", "turns once admitted:",
+    "burst.py": ["calibration:", "webhooks sent in", "backlog every", "drain:", "inputs/s", "turns once admitted:",
                  "p99", "the owner's first message after the burst: turn start", "targets:"],
     "conversation_burst.py": ["EG7 burst of", "inputs/s", "signals", "history MB", "all runs:",
                               "inputs per Signal", "Signals by name:", "turns:",
@@ -68,7 +68,7 @@ FIGURES = {
                    "turns?limit=20", "largest JavaScript payload"],
     "content_rules.py": ["rules, ", "validation (apply)", "compile_rules", "holds() per message",
                          "p50 ms", "/baseline", "ReDoS"],
-    "fleet.py": ["employees; webhooks at", "turns finished in the load window", "under load p99",
+    "fleet.py": ["calibration:", "employees; webhooks at", "turns finished in the load window", "under load p99",
                  "inputs still waiting", "RSS MiB", "ms/event", "ms/action", "Temporal actions:", "at rest",
                  "all processes:", "target: not growing", "targets:"],
     "fairness.py": ["turns admitted in the load window", "share", "floor",
@@ -147,6 +147,19 @@ def bytecode_cache(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {"PYTHONPYCACHEPREFIX": str(tmp_path_factory.mktemp("pycache"))}
 
 
+def driver_env(
+    database_url: str, temporal: TemporalSettings, run: str, bytecode_cache: dict[str, str]
+) -> dict[str, str]:
+    """A driver's environment: the session's PostgreSQL and Temporal, the run's namespace."""
+    return {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        **bytecode_cache,
+        "EVENTOS_DATABASE_URL": database_url,
+        "TEMPORAL_ADDRESS": temporal.address,
+        "TEMPORAL_NAMESPACE": namespace(run),
+    }
+
+
 def run_driver(
     script: str, env: dict[str, str], *args: str, timeout_s: float = RUN_TIMEOUT_S
 ) -> subprocess.CompletedProcess[str]:
@@ -189,13 +202,7 @@ def test_driver_runs_and_prints_its_figures(
     bench_temporal: TemporalSettings,
     bytecode_cache: dict[str, str],
 ) -> None:
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
-        **bytecode_cache,
-        "EVENTOS_DATABASE_URL": postgres_server.url(db_name),
-        "TEMPORAL_ADDRESS": bench_temporal.address,
-        "TEMPORAL_NAMESPACE": namespace(script),
-    }
+    env = driver_env(postgres_server.url(db_name), bench_temporal, script, bytecode_cache)
     done = run_driver(script, env)
     assert done.returncode == 0, (
         f"{script} --quick exited {done.returncode}:\n{done.stderr[-3000:]}"
@@ -213,15 +220,9 @@ def test_a_driver_records_each_service_with_py_spy(
     bytecode_cache: dict[str, str],
 ) -> None:
     """`--py-spy DIR` (bench/profiles.py): a raw profile per service, its hottest frames shown."""
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
-        **bytecode_cache,
-        "EVENTOS_DATABASE_URL": postgres_server.url(db_name),
-        "TEMPORAL_ADDRESS": bench_temporal.address,
-        # Not chat_latency.py's smoke namespace: that run's entities (the same ids) would take
-        # this run's Signals and drop its inputs as repeats of theirs.
-        "TEMPORAL_NAMESPACE": namespace(PY_SPY_RUN),
-    }
+    # Not chat_latency.py's smoke namespace: that run's entities (the same ids) would take this
+    # run's Signals and drop its inputs as repeats of theirs.
+    env = driver_env(postgres_server.url(db_name), bench_temporal, PY_SPY_RUN, bytecode_cache)
     done = run_driver("chat_latency.py", env, "--py-spy", str(tmp_path))
     assert done.returncode == 0, f"chat_latency.py exited {done.returncode}:\n{done.stderr[-3000:]}"
     for service in names.SERVICES:
