@@ -15,9 +15,9 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from eventos import names
+    import eventos.names as names
+    import eventos.workflows.policies as policies
     from eventos.contracts import ApprovalView
-    from eventos.workflows import policies
 
 MIN_WAIT_S = 1.0  # no sub-second timers (SPEC §7)
 MAX_WAIT_S = 6 * 3600.0  # re-read at least this often (a changed deadline is seen)

@@ -40,7 +40,9 @@ from temporalio.workflow import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from eventos import failures, names
+    import eventos.failures as failures
+    import eventos.names as names
+    import eventos.workflows.policies as policies
     from eventos.contracts import (
         Admission,
         AdmitRequest,
@@ -60,7 +62,6 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnResult,
     )
-    from eventos.workflows import policies
 
 # Passivation after idle (SPEC §7): owner 24 h, customer 30 min, others 10 min.
 IDLE_BY_LANE = {

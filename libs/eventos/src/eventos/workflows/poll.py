@@ -8,9 +8,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from eventos import names
+    import eventos.names as names
+    import eventos.workflows.policies as policies
     from eventos.contracts import PollTrigger
-    from eventos.workflows import policies
 
 
 @workflow.defn(name=names.WF_POLL)

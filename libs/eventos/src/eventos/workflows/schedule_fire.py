@@ -10,9 +10,9 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 
 with workflow.unsafe.imports_passed_through():
-    from eventos import names
+    import eventos.names as names
+    import eventos.workflows.policies as policies
     from eventos.contracts import ScheduleFire
-    from eventos.workflows import policies
 
 SCHEDULED_START = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
 

@@ -28,7 +28,8 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from eventos import names
+    import eventos.names as names
+    import eventos.workflows.policies as policies
     from eventos.contracts import (
         AlarmsDue,
         ApplyControl,
@@ -41,7 +42,6 @@ with workflow.unsafe.imports_passed_through():
         SupervisorInput,
         SupervisorStatus,
     )
-    from eventos.workflows import policies
 
 ROLL_EVERY = timedelta(days=1)
 ALARMS_RECHECK = timedelta(hours=1)  # the alarms are read again at least this often (I1)

@@ -39,7 +39,10 @@ from temporalio.workflow import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from eventos import failures, names
+    import eventos.failures as failures
+    import eventos.names as names
+    import eventos.tools.registry as tool_registry
+    import eventos.workflows.policies as policies
     from eventos.alarms.timing import humanize
     from eventos.contracts import (
         Admission,
@@ -65,8 +68,6 @@ with workflow.unsafe.imports_passed_through():
         UpgradeLease,
         bounded_transcript,
     )
-    from eventos.tools import registry as tool_registry
-    from eventos.workflows import policies
 
 
 BUDGET_REFUSALS = ("BudgetExceeded", "BudgetHeld")
