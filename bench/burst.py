@@ -191,7 +191,7 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
         replies = Replies(stack.ingress_url, headers, employee=name(0))
         with httpx.Client(base_url=stack.ingress_url, headers=headers, timeout=10) as api:
             one(api, replies, "warm-up")
-            spy = profiles.start(args.py_spy, profiles.service_pids(stack.stack()["pids"]))
+            spy = profiles.start(args.py_spy, stack.stack()["pids"])
             drain = Drain(stack.database_url, args.inputs)
             started = time.monotonic()
             since = time.time()
@@ -203,12 +203,10 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
             finished = drain.done.wait(max(0.0, args.timeout_s - (time.monotonic() - started)))
             drain.done.set()
             drain.thread.join(30)
-            if spy is not None:
-                spy.stop()
+            profiles.stop(spy)
         report(stack.database_url, args, targets, since, started, drain, finished, answers,
                sent_s, owner_reply)  # fmt: skip
-        if spy is not None:
-            spy.summary()
+        profiles.summary(spy)
     finally:
         stack.stop()
 

@@ -164,13 +164,12 @@ def main() -> int:
             for i in range(args.warmup):
                 one(api, replies, f"warm-up {i}")
             latencies: list[float] = []
-            spy = profiles.start(args.py_spy, profiles.service_pids(stack.stack()["pids"]))
+            spy = profiles.start(args.py_spy, stack.stack()["pids"])
             for i in range(args.messages):
                 latencies.append(one(api, replies, f"message {i}"))
                 if (i + 1) % 25 == 0:
                     print(f"  {i + 1}/{args.messages} answered", flush=True)
-            if spy is not None:
-                spy.stop()
+            profiles.stop(spy)
         ms = [x * 1000 for x in latencies]
         p50, p99 = statistics.median(ms), percentile(ms, 0.99)
         print(f"\nowner chat, message → reply, {len(ms)} messages one at a time (local provider),"
@@ -182,8 +181,7 @@ def main() -> int:
         print("\nper stage (database timestamps):      p50        p90")
         for stage, (p50_ms, p90_ms) in stages(stack.database_url).items():
             print(f"  {stage:24} {p50_ms:10.1f} ms {p90_ms:7.1f} ms")
-        if spy is not None:
-            spy.summary()
+        profiles.summary(spy)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
     finally:

@@ -146,16 +146,14 @@ async def measure(stack: LocalStack, args: argparse.Namespace, targets: Targets)
             t1 = datetime.now(UTC)
             progress(f"load: every class backlogged for {seconds:.0f} s "
                      f"(capacity {args.capacity})")  # fmt: skip
-            spy = profiles.start(args.py_spy, profiles.service_pids(stack.stack()["pids"]))
+            spy = profiles.start(args.py_spy, stack.stack()["pids"])
             waiting = await watch(pool, seconds)
-            if spy is not None:
-                await asyncio.to_thread(spy.stop)
+            await asyncio.to_thread(profiles.stop, spy)
             await report(pool, t1, baseline, waiting, args.delay, targets)
             if args.trace:
                 client = await temporal_connect(stack.temporal_address, stack.temporal_namespace)
                 await trace(pool, client, t1, args.delay)
-            if spy is not None:
-                spy.summary()
+            profiles.summary(spy)
         finally:
             for task in loops:
                 task.cancel()

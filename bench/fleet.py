@@ -336,7 +336,7 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
         backlog = Backlog(stack.database_url, every=max(1.0, min(5.0, args.seconds / 12)))
         since = time.time()
         counted = server.read()
-        spy = profiles.start(args.py_spy, profiles.service_pids(stack.stack()["pids"]))
+        spy = profiles.start(args.py_spy, stack.stack()["pids"])
         meter.start()
         hooks.start()
         backlog.start()
@@ -348,8 +348,7 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
         wall = hooks.stop()
         usage = meter.stop()
         backlog.stop()
-        if spy is not None:
-            spy.stop()
+        profiles.stop(spy)
         counts = {k: v - counted.get(k, 0.0) for k, v in server.read().items()}
         until = time.time()
         p50i, p99i = statistics.median(idle), percentile(idle, 0.99)
@@ -402,8 +401,7 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
             ms = added_pct / 100 * wall / hooks.accepted * 1000 if hooks.accepted else NAN
             line += f"; target ≤ {most:.0f} ms: {targets.check('CPU per event', ms <= most)}"
         print(line)
-        if spy is not None:
-            spy.summary()
+        profiles.summary(spy)
     finally:
         stack.stop()
 

@@ -69,9 +69,20 @@ class PySpy:
             print(hottest(self.folder / f"{proc_name}.txt"))
 
 
-def start(folder: Path | None, pids: dict[str, int]) -> PySpy | None:
-    """A recording of `pids` into `folder`, or None when no folder was asked for."""
-    return PySpy(folder, pids) if folder is not None else None
+def start(folder: Path | None, pids: dict[str, int | None]) -> PySpy | None:
+    """A recording of the services among a local instance's processes (`stack.stack()["pids"]`)
+    into `folder`, or None when no folder was asked for."""
+    return PySpy(folder, service_pids(pids)) if folder is not None else None
+
+
+def stop(spy: PySpy | None) -> None:
+    if spy is not None:
+        spy.stop()
+
+
+def summary(spy: PySpy | None) -> None:
+    if spy is not None:
+        spy.summary()
 
 
 def hottest(path: Path, top: int = 10) -> str:
