@@ -6,6 +6,7 @@ into one another across a space are not."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from channel_stack import egress_running, now, telegram_stack
@@ -34,7 +35,13 @@ async def test_look_alike_letters_and_separators_are_held_by_a_keyword_rule(
         s.fake.customer_message(s.token, 2104, "we are fun day people")  # no word `refund`
         await wait_for(now(lambda: s.fake.sent(s.token, 2104) or None), timeout=60,
                        what="the reply no rule holds")  # fmt: skip
-        rows = await s.outbox()
+
+        # Telegram has the reply before the egress records it sent: wait for that too.
+        async def settled() -> list[dict[str, Any]] | None:
+            rows = await s.outbox()
+            return None if any(r["status"] in ("queued", "sending") for r in rows) else rows
+
+        rows = await wait_for(settled, timeout=60, interval=0.1, what="every outbox row settled")
     assert sorted((r["status"], r["held_reason"]) for r in rows) == [
         ("held", "no-refunds"), ("held", "no-refunds"), ("held", "no-refunds"), ("sent", None)
     ]  # fmt: skip
