@@ -358,17 +358,30 @@ def outage_lines(conn: psycopg.Connection[Any], attempts: list[Attempt],
     ]  # fmt: skip
 
 
+OLDEST_INPUT = """
+SELECT extract(epoch FROM d.created_at)::float8 AS arrived,
+       (SELECT extract(epoch FROM max(e.at))::float8 FROM employee_timeline e
+        WHERE e.employee = %(employee)s AND e.kind = 'input.delivered' AND e.ref = d.id::text
+          AND e.at <= %(started)s) AS delivered
+FROM bus_deliveries d WHERE d.stream_key = %(stream)s AND d.updated_at >= %(started)s
+ORDER BY d.seq LIMIT 1"""
+
+
 def owner_behind(conn: psycopg.Connection[Any], d: Done) -> list[str]:
     """Once Temporal is back every waiting entity asks for a slot at once: the owner's
     first turn must be in the first wave of its employee's turns (the employee's cap of
     lower-class turns may start beside it), not queued behind the lower-class backlog. An
     owner turn under way when Temporal went is finished first (a conversation runs one turn at
     a time, and a step lost with the server waits for its timeout): the wave is then counted
-    from that turn's end; and the first owner turn's oldest input, when it arrived after that
-    (the turn under way took the backlog, or the message was sent after Temporal was back),
-    counts from its arrival. (Counted from the turn's end only, a fault run on a saturated
-    machine failed here while the owner was granted at once: the turn under way had taken the
-    whole backlog, and the next owner turn was for a message that arrived 5 s later.)"""
+    from that turn's end; and the first owner turn's oldest input, when it reached its entity
+    after that, counts from then: from its arrival (the turn under way took the backlog, or the
+    message was sent after Temporal was back) or its delivery (written while Temporal was gone,
+    it waits for the relay's breaker, which probes every 5 s, while the lower classes' inputs
+    delivered before the loss start their turns). (Fault runs on a saturated machine failed
+    here while the owner was granted at once: counted from the turn's end, the turn under way
+    had taken the whole backlog and the next owner turn was for a message 5 s later; counted
+    from Temporal's return, five customer turns delivered before the loss started in the 2.7 s
+    before the relay's probe, which then delivered the owner's two messages first of all.)"""
     busy = {r["employee"]: r["ended"] for r in rows(
         conn, "SELECT employee, extract(epoch FROM max(coalesce(ended_at, now())))::float8 "
               "AS ended FROM turns WHERE class = 1 AND started_at < to_timestamp(%(down)s) "
@@ -387,18 +400,19 @@ def owner_behind(conn: psycopg.Connection[Any], d: Done) -> list[str]:
         if owner is None:
             continue
         # Its oldest input: the first delivery of its stream settled from its start on (FIFO;
-        # those the turn under way took were settled before).
-        params = {"stream": owner["stream_key"], "started": owner["started_at"]}
-        (first,) = rows(conn, "SELECT extract(epoch FROM min(created_at))::float8 AS t "
-                              "FROM bus_deliveries WHERE stream_key = %(stream)s "
-                              "AND updated_at >= %(started)s", params)  # fmt: skip
-        since = max(since, first["t"] or 0.0)
+        # those the turn under way took were settled before), and when the relay last
+        # delivered it before the turn started.
+        params = {"stream": owner["stream_key"], "started": owner["started_at"],
+                  "employee": employee}  # fmt: skip
+        for first in rows(conn, OLDEST_INPUT, params):
+            since = max(since, first["arrived"], first["delivered"] or 0.0)
         order = [r["class"] for r in mine if r["t"] > since]
         if 1 in order and order.index(1) > names.EMPLOYEE_TURN_CAP:
             wrong.append(f"Temporal back at {_clock(d.up)}: {employee}'s first owner turn "
                          f"came after {order.index(1)} others"
                          + (f" (counted from {_clock(since)}: the end of its owner turn under "
-                            "way or its first input's arrival)" if since > d.up else "")
+                            "way or its first input's arrival or delivery)"
+                            if since > d.up else "")
                          + f": {order[:12]}")  # fmt: skip
     return wrong
 

@@ -100,15 +100,21 @@ async def test_an_owner_turn_behind_the_lower_classes_after_temporal_is_named(
     wrote only after the lower-class wave had started, so its wave counts from the message;
     fx-took's turn under way took the whole backlog, and its owner's next message came after
     the lower-class wave had started: counted from that message too (the fault run's ledger
-    flagged it once, counting from the turn's end)."""
+    flagged it once, counting from the turn's end); fx-probe's owner wrote while Temporal was
+    gone and the relay delivered it at its next probe, after the lower classes' turns already
+    in Temporal had started: counted from that delivery (flagged once, counting from
+    Temporal's return), while fx-ops's message, delivered before that wave, stays behind it."""
     t = time.time() - 600
     tp = Done(Fault(0, LOSE, TEMPORAL, 10), began=t + 9, down=t + 10, up=t + 20, back=t + 21)
     # In flight when Temporal went: fx-front's ends after the wave, fx-took's before it.
     turns = [("fx-front", 1, t + 5, t + 60), ("fx-took", 1, t + 5, t + 22)]
-    owners = {"fx-front": t + 61, "fx-ops": t + 40, "fx-late": t + 40, "fx-took": t + 40}
-    messages = {  # each owner's messages: (made, settled): waiting, late, or taken and late
-        "fx-front": [(t + 15, t + 45)], "fx-ops": [(t + 15, t + 45)],
-        "fx-late": [(t + 38, t + 68)], "fx-took": [(t + 8, t + 22), (t + 38, t + 41)],
+    owners = {"fx-front": t + 61, "fx-ops": t + 40, "fx-late": t + 40, "fx-took": t + 40,
+              "fx-probe": t + 30}  # fmt: skip
+    messages = {  # each owner's messages (made, settled, delivered after Temporal's return)
+        "fx-front": [(t + 15, t + 45, None)], "fx-ops": [(t + 15, t + 45, t + 21)],
+        "fx-late": [(t + 38, t + 68, None)],
+        "fx-took": [(t + 8, t + 22, None), (t + 38, t + 41, None)],
+        "fx-probe": [(t + 15, t + 31, t + 29)],
     }  # fmt: skip
     for employee, owner_at in owners.items():
         turns += [(employee, 2, t + 23 + k, t + 30 + k) for k in range(6)]
@@ -125,15 +131,19 @@ async def test_an_owner_turn_behind_the_lower_classes_after_temporal_is_named(
             )
     with psycopg.connect(db_settings.url, row_factory=dict_row) as sync:
         (late,) = owner_behind(sync, tp)
-    assert "fx-ops's first owner turn came after 6 others: [2, 2, 2, 2, 2, 2, 1]" in late
+    assert "fx-ops's first owner turn came after 6 others (counted from " in late
+    assert late.endswith(": [2, 2, 2, 2, 2, 2, 1]")
 
 
 def owner_stream(employee: str) -> str:
     return f"{employee}/talk/main"
 
 
-async def owner_messages(conn: Conn, employee: str, made: list[tuple[float, float]]) -> None:
-    """Owner chat deliveries of `employee` (C1 inputs), each made and done at its times."""
+async def owner_messages(
+    conn: Conn, employee: str, made: list[tuple[float, float, float | None]]
+) -> None:
+    """Owner chat deliveries of `employee` (C1 inputs), each made and done at its times, and
+    delivered by the relay (its timeline entry) at the third when given."""
     spec = "{}"
     await conn.execute("INSERT INTO employees (name, spec, spec_sha256) VALUES (%s, %s, 'x')",
                        (employee, spec))  # fmt: skip
@@ -152,10 +162,16 @@ async def owner_messages(conn: Conn, employee: str, made: list[tuple[float, floa
     await conn.execute(
         "INSERT INTO bus_streams (stream_key, employee, generation, lane, thread, entity_id) "
         "VALUES (%s, %s, 1, 'talk', 'main', %s)", (key, employee, key))  # fmt: skip
-    for seq, (at, settled) in enumerate(made, start=1):
-        await conn.execute(
+    for seq, (at, settled, delivered) in enumerate(made, start=1):
+        cur = await conn.execute(
             "INSERT INTO bus_deliveries (stream_key, seq, ingress_id, ingress_received_at, "
             "subscription_id, route, class, thread, type, size, chain_id, hop, status, "
             "created_at, updated_at) VALUES (%s, %s, %s, to_timestamp(%s), %s, '{}', 1, 'main', "
-            "'chat', 2, 'c', 0, 'done', to_timestamp(%s), to_timestamp(%s))",
+            "'chat', 2, 'c', 0, 'done', to_timestamp(%s), to_timestamp(%s)) RETURNING id",
             (key, seq, seq, at, sub_id, at, settled))  # fmt: skip
+        added = await cur.fetchone()
+        if delivered is not None and added is not None:
+            await conn.execute(
+                "INSERT INTO employee_timeline (employee, at, kind, thread, ref) "
+                "VALUES (%s, to_timestamp(%s), 'input.delivered', 'main', %s)",
+                (employee, delivered, str(added["id"])))  # fmt: skip
