@@ -49,7 +49,10 @@ HELPERS = {
     "profiles.py",
 }
 # Drivers whose code another test runs end to end (their own instance, minutes long).
-RUN_ELSEWHERE = {"faults.py": "tests/e2e/test_faults.py"}
+# suite_cpu.py turns the kernel's process accounting on and off, for the whole machine: a
+# smoke run in `make test` would switch off accounting a machine keeps for itself.
+RUN_ELSEWHERE = {"faults.py": "tests/e2e/test_faults.py",
+                 "suite_cpu.py": "tests/bench/test_suite_cpu.py (its records)"}  # fmt: skip
 # What each driver's run must print: the names of its figures and its table headers.
 FIGURES = {
     "admission.py": ["queued ask ms", "ask cpu ms", "handoff ms", "handoff cpu ms",
