@@ -31,7 +31,7 @@ from pathlib import Path
 from harness import table
 
 # struct acct_v3 (linux/acct.h): flag, version, tty, exitcode, uid, gid, pid, ppid, btime,
-# etime (float, in AHZ ticks), then utime, stime, mem, io, rw, minflt, majflt, swaps (comp_t),
+# etime (float), then utime, stime, mem, io, rw, minflt, majflt, swaps (comp_t, in AHZ ticks),
 # then the command's name.
 RECORD = struct.Struct("=BBHIIIIIIf8H16s")
 ACCT_VERSION = 3
@@ -47,7 +47,6 @@ class Ended:
     pid: int
     ppid: int
     cpu_s: float
-    lived_s: float
 
 
 def comp_t(value: int) -> int:
@@ -62,19 +61,20 @@ def records(data: bytes) -> list[Ended]:
         if f[1] != ACCT_VERSION:
             raise ValueError(f"accounting record version {f[1]} at byte {offset}, expected 3")
         name = f[18].split(b"\0", 1)[0].decode(errors="replace")
-        out.append(Ended(name, f[6], f[7], (comp_t(f[10]) + comp_t(f[11])) / AHZ, f[9] / AHZ))
+        out.append(Ended(name, f[6], f[7], (comp_t(f[10]) + comp_t(f[11])) / AHZ))
     return out
 
 
 def by_name(ended: list[Ended]) -> dict[str, tuple[float, int]]:
     """CPU seconds and processes per name; pytest's workers (children of `pytest`) apart."""
     pytest = {e.pid for e in ended if e.name == "pytest"}
-    sums: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
+    cpu: collections.Counter[str] = collections.Counter()
+    count: collections.Counter[str] = collections.Counter()
     for e in ended:
         name = WORKERS if e.ppid in pytest else e.name
-        sums[name][0] += e.cpu_s
-        sums[name][1] += 1
-    return {name: (cpu, int(n)) for name, (cpu, n) in sums.items()}
+        cpu[name] += e.cpu_s
+        count[name] += 1
+    return {name: (cpu[name], count[name]) for name in count}
 
 
 def accounting(path: str | None) -> None:

@@ -16,6 +16,7 @@ from test_approvals import RULES, held
 from eventos.db import Conn
 from eventos.llm.endpoints import LlmEndpoints
 from eventos.outbox.keys import OutboxKeys
+from eventos.runtime.gauges import EGRESS_STATUSES
 from eventos.settings import DatabaseSettings, TemporalSettings
 from eventos.testing import wait_for
 
@@ -36,10 +37,11 @@ async def test_look_alike_letters_and_separators_are_held_by_a_keyword_rule(
         await wait_for(now(lambda: s.fake.sent(s.token, 2104) or None), timeout=60,
                        what="the reply no rule holds")  # fmt: skip
 
-        # Telegram has the reply before the egress records it sent: wait for that too.
+        # Telegram has the reply before the egress records it sent: wait until no row is
+        # still with the egress.
         async def settled() -> list[dict[str, Any]] | None:
             rows = await s.outbox()
-            return None if any(r["status"] in ("queued", "sending") for r in rows) else rows
+            return None if any(r["status"] in EGRESS_STATUSES for r in rows) else rows
 
         rows = await wait_for(settled, timeout=60, interval=0.1, what="every outbox row settled")
     assert sorted((r["status"], r["held_reason"]) for r in rows) == [
