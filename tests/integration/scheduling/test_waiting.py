@@ -11,6 +11,7 @@ import asyncio
 import json
 import uuid
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import httpx
@@ -19,6 +20,8 @@ from conftest import ADMIN_TOKEN
 from fake_openai import FakeOpenAI
 from messaging_helpers import team
 from psycopg_pool import AsyncConnectionPool
+from temporalio.api.enums.v1 import EventType as E
+from temporalio.api.history.v1 import HistoryEvent
 from test_admission import ask
 from test_admission import employees as admission_employees
 from test_budget import budgeted, chat, set_spent
@@ -31,11 +34,12 @@ from test_turns import Instance, instance, local_spec  # noqa: F401 (`instance` 
 
 from eventos import names
 from eventos.cli import main
+from eventos.contracts import EntityStatus
 from eventos.db import Conn
 from eventos.delivery.relay import Relay
 from eventos.local.ports import free_port
-from eventos.runtime.temporal import TemporalConnection
-from eventos.scheduling import ledger
+from eventos.runtime.temporal import TemporalConnection, wake_entities
+from eventos.scheduling import admission, ledger
 from eventos.scheduling.policy import SchedConfig
 from eventos.settings import SupervisionSettings, TemporalSettings
 from eventos.testing import wait_for
@@ -261,6 +265,52 @@ async def test_a_conversation_waits_for_a_slot_of_its_class(instance: Instance) 
     text = w["gate"]["text"]
     assert "every C4 slot is taken (4)" in text and "position 1 of 1 waiting in C4" in text
     assert held[0] in text  # what runs
+
+
+async def test_a_waiting_conversation_asks_again_on_wake_not_on_each_input(
+    instance: Instance,
+) -> None:
+    """Admission keeps a refused entity's place: the inputs that reach it meanwhile join its
+    pending list without an ask each (an ask takes the instance-wide lock); the `wake` of the
+    slot's release makes the one ask that starts its turn, over all of them."""
+    held = await fill(instance.pool, names.C4_BACKGROUND, 1)
+    name = await new_employee(instance, two_drivers)
+    await applied(instance, name, "start")
+    source = f"grpc:bg-{name}"
+    await append_all(instance.pool, [driver_event("x", 1, source)])
+    await gate_of(instance.api, name, "class_slot", status="delivered")
+    (row,) = await query(instance.pool, "SELECT entity_id FROM bus_streams WHERE employee = %s",
+                         name)  # fmt: skip
+    entity = instance.client.get_workflow_handle(row["entity_id"])
+
+    async def status() -> EntityStatus:
+        return await entity.query(names.QUERY_STATUS, result_type=EntityStatus)  # type: ignore[no-any-return]
+
+    async def received(n: int) -> bool:
+        return (await status()).received >= n
+
+    for n in range(2, 6):  # one input at a time: a Signal each
+        await append_all(instance.pool, [driver_event("x", n, source)])
+        await wait_for(partial(received, n), timeout=60, what=f"input {n} delivered")
+    assert (await status()).signals == 5
+    async with instance.pool.connection() as conn:
+        _, wake = await admission.release(conn, SchedConfig(), held[0], names.TURN_DONE)
+    assert wake == [row["entity_id"]]
+    await wake_entities(instance.client, wake)
+
+    async def turn_started() -> list[HistoryEvent] | None:
+        events = list((await entity.fetch_history()).events)
+        started = [e.event_type == E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+                   for e in events]  # fmt: skip
+        return events[: started.index(True) + 1] if any(started) else None
+
+    events = await wait_for(turn_started, timeout=60, what="the turn's start")
+    asks = [e for e in events if e.event_type == E.EVENT_TYPE_MARKER_RECORDED
+            and e.marker_recorded_event_attributes.marker_name != "core_patch"]  # fmt: skip
+    assert len(asks) == 2  # the first input's, and the wake's (before: one per input too)
+    child = events[-1].start_child_workflow_execution_initiated_event_attributes
+    inputs = json.loads(child.input.payloads[0].data)["inputs"]
+    assert [i["payload"]["data"]["n"] for i in inputs] == [1, 2, 3, 4, 5]
 
 
 async def test_a_class_above_its_floor_waits_while_one_below_goes_first(

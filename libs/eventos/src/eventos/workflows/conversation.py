@@ -2,7 +2,8 @@
 
 It takes `deliver` batches from the relay and drops every input it already applied
 (`seq <= applied_seq`, seeded from the stream cursor on every start). With input pending and
-no turn running it asks admission for a slot, then runs a TurnWorkflow child over the top
+no turn running it asks admission for a slot (refused, it asks again on `wake`, on an input of
+a higher class or on its timer, not on every Signal), then runs a TurnWorkflow child over the top
 class's oldest input and the inputs after it on the same reply route (lower classes wait;
 ≤ 50 inputs or 256 KB). Inputs that arrive during the turn on its route are offered to it
 (merge points B1/B2). What a turn consumed leaves the pending list by the turn's result; a turn
@@ -86,6 +87,10 @@ PATCH_CONSUMED_FROM_DATABASE = "consumed-from-database"
 # Following a running turn sets no timer (it carried nothing: the turn's end or a Signal wakes
 # the entity): one timer command and its cancel less a turn.
 PATCH_FOLLOW_WITHOUT_TIMER = "follow-turn-without-timer"
+# An entity admission refused asks again on `wake`, on an input of a class above the one it
+# asked for, or on its timer; not on every `deliver` (admission keeps its place, and each ask
+# takes the instance-wide lock: under a full backlog most Signals reach a waiting entity).
+PATCH_ASK_ON_WAKE = "ask-again-on-wake"
 RUN_ROLLED, RUN_CLOSED = "rolled", "closed"
 FAILURE_MAX = 500  # characters of a failed turn's cause (turns.error, the dead letter)
 
@@ -156,6 +161,7 @@ class ConversationWorkflow:
         self.turn_count = 0
         self.offered_through = 0
         self.asks = 0  # admission asks of this run: each ask's key repeats on a replay
+        self.asked_class = names.C4_BACKGROUND  # the class of the last ask
         self.interrupted: str | None = None  # the turn an Update is stopping
         self.retired = False  # admission said the generation is retired: close now
         self.slot_of: str | None = None  # the turn whose admission slot we hold until released
@@ -253,6 +259,25 @@ class ConversationWorkflow:
                 timeout=None if timeout is None else max(timeout, timedelta(seconds=1)),
             )
 
+    async def _wait_refused(self, timeout: timedelta) -> None:
+        """After admission refused: until `wake`, an input of a class above the one asked for,
+        a due roll, or the deadline. Other inputs only join the pending list (runs from
+        before the patch `ask-again-on-wake` end the wait on every Signal)."""
+        if not workflow.patched(PATCH_ASK_ON_WAKE):
+            await self._wait(timeout)
+            return
+        wakes = self.wakes
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: (
+                    self.wakes != wakes
+                    or min((i.klass for i in self.pending), default=self.asked_class)
+                    < self.asked_class
+                    or self._should_roll()
+                ),
+                timeout=max(timeout, timedelta(seconds=1)),
+            )
+
     async def _start_turn(self) -> str:
         """Admit and start the next turn: "" when it started, else why not (a gate, or
         "queued": admission wakes us when a slot is ours)."""
@@ -265,6 +290,7 @@ class ConversationWorkflow:
                            c.stream_key, min(i.klass for i in inputs),
                            workflow_id=info.workflow_id,
                            ask=f"{info.run_id}:{self.asks}")  # fmt: skip
+        self.asked_class = req.klass
         grant = await workflow.execute_local_activity(
             names.ACT_ADMIT, req, result_type=Admission,
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
@@ -547,11 +573,12 @@ class ConversationWorkflow:
                 ):
                     # Resume, the budget's release, a thread's release or an employee's
                     # recovery wakes us.
-                    await self._wait(PAUSED_RECHECK)
+                    await self._wait_refused(PAUSED_RECHECK)
                 elif refused == names.GATE_BACKOFF:
-                    await self._wait(self.backoff_left)  # the thread's failing turns back it off
+                    # The thread's failing turns back it off.
+                    await self._wait_refused(self.backoff_left)
                 elif refused:
-                    await self._wait(ADMISSION_ASK_AGAIN)
+                    await self._wait_refused(ADMISSION_ASK_AGAIN)
                 continue
             left = self._idle_left()
             if left >= timedelta(seconds=1) and not self.retired:
