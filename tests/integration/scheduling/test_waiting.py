@@ -3,7 +3,8 @@ pass, a quarantine and a timed backoff (holds another part sets), a relay whose 
 stopped, and on the whole stack (relay, dev server, admission) a debounce, Stop, the budget, a
 full window behind a stuck turn, a class's slots filled, another class below its floor, a turn
 parked by a missing key, and a storm's open breaker; a backoff reached by turns that really
-fail. Each answer's code and until."""
+fail. Each answer's code and until. And when a waiting conversation asks admission again: on
+the wake of a freed slot or an input of a higher class, not on each input."""
 
 from __future__ import annotations
 
@@ -311,6 +312,25 @@ async def test_a_waiting_conversation_asks_again_on_wake_not_on_each_input(
     child = events[-1].start_child_workflow_execution_initiated_event_attributes
     inputs = json.loads(child.input.payloads[0].data)["inputs"]
     assert [i["payload"]["data"]["n"] for i in inputs] == [1, 2, 3, 4, 5]
+
+
+async def test_a_higher_class_input_makes_a_waiting_conversation_ask_at_once(
+    instance: Instance,
+) -> None:
+    """A C3 input on the thread of a C4 input waiting for a slot: the entity asks again at once
+    for C3 (not at its 30 s timer), and the C3 turn runs while C4's slots stay full."""
+    await fill(instance.pool, names.C4_BACKGROUND, 1)
+    name = await new_employee(instance, two_drivers)
+    await applied(instance, name, "start")
+    await append_all(instance.pool, [driver_event("x", 1, f"grpc:bg-{name}")])
+    await gate_of(instance.api, name, "class_slot", status="delivered")
+    await append_all(instance.pool, [driver_event("x", 2, f"grpc:ops-{name}")])
+
+    async def c3_turn() -> list[dict[str, Any]]:
+        q = "SELECT id FROM turns WHERE employee = %s AND class = 3"
+        return await query(instance.pool, q, name)
+
+    await wait_for(c3_turn, timeout=names.ADMISSION_ASK_AGAIN_S / 2, what="the C3 turn")
 
 
 async def test_a_class_above_its_floor_waits_while_one_below_goes_first(
