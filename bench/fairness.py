@@ -19,7 +19,8 @@ inbox here, each batch's commit kicking the router as the ingress does.
    conversations waited, and the owner's admission wait p50/p99 (target: p99 under 1 s while
    100 background turns wait) with its ratio to the baseline; the owner's message to its turn's
    start (issue 27's target: p99 ≤ 300 ms) and to its reply, less the step's `--delay` (target:
-   p99 ≤ 600 ms).
+   p99 ≤ 600 ms); the machine's CPU over the window (its busy share, and CPU seconds per
+   admitted turn: what a backlogged turn costs; a calibration line first, as fleet.py's).
 3. With `--trace`: each owner message of the load window stage by stage (`bench/owner_trace.py`).
    With `--py-spy DIR`: the six services recorded over the load window (bench/profiles.py).
 
@@ -46,8 +47,10 @@ from harness import (
     NAN,
     Targets,
     add_no_fail,
+    calibration_line,
     exit_on_signals,
     local_employee,
+    machine_busy_seconds,
     parse_with_quick,
     progress,
     run_in_temp_folder,
@@ -73,6 +76,7 @@ FEED_EVERY_S = 2.0
 OWNER_EVERY_S = 5.0  # each owner chats this often (their turns are C1 too, on reserved slots)
 LOOP_STOP_S = 10.0  # how long the driver's loops may take to stop
 READY_TIMEOUT_S = 300.0
+CORES = os.cpu_count() or 1
 TARGET_SHARE_POINTS = 5.0  # each class's share of admitted turns within ±5 points of its floor
 TARGET_ADMISSION_P99_S = 1.0  # the owner's admission wait, while 100 background turns wait
 TARGET_BACKGROUND_WAITING = 100
@@ -147,9 +151,14 @@ async def measure(stack: LocalStack, args: argparse.Namespace, targets: Targets)
             progress(f"load: every class backlogged for {seconds:.0f} s "
                      f"(capacity {args.capacity})")  # fmt: skip
             spy = profiles.start(args.py_spy, stack.stack()["pids"])
+            busy, began = machine_busy_seconds(), time.monotonic()
             waiting = await watch(pool, seconds)
+            busy, window = machine_busy_seconds() - busy, time.monotonic() - began
             await asyncio.to_thread(profiles.stop, spy)
-            await report(pool, t1, baseline, waiting, args.delay, targets)
+            turns = await report(pool, t1, baseline, waiting, args.delay, targets)
+            per_turn = f"{busy / turns:.2f} s per admitted turn" if turns else "no turn admitted"
+            print(f"the machine's CPU over the load window: {busy / window / CORES:.0%} of "
+                  f"{CORES} cores busy, {per_turn}")  # fmt: skip
             if args.trace:
                 client = await temporal_connect(stack.temporal_address, stack.temporal_namespace)
                 await trace(pool, client, t1, args.delay)
@@ -249,14 +258,15 @@ def pct(values: list[float], q: float) -> float:
 
 async def report(pool: AsyncConnectionPool[Conn], since: datetime,
                  baseline: dict[str, list[float]], waiting: int, delay: float,
-                 targets: Targets) -> None:  # fmt: skip
+                 targets: Targets) -> int:  # fmt: skip
+    """Print the class shares and the owner's waits; the turns admitted since `since`."""
     async with pool.connection() as conn:
         cur = await conn.execute(
             "SELECT class, count(*) AS n FROM turns WHERE started_at >= %s GROUP BY class",
             (since,))  # fmt: skip
         admitted = {int(r["class"]): int(r["n"]) for r in await cur.fetchall()}
-    total = sum(admitted.values()) or 1
-    print(f"turns admitted in the load window: {total}")
+    total = sum(admitted.values()) or 1  # shares of nothing: 0 each
+    print(f"turns admitted in the load window: {sum(admitted.values())}")
     print(f"{'class':<6} {'turns':>6} {'share':>7} {'floor':>6} {'off':>6}  target ±5 points")
     for k in names.CLASSES:
         share = admitted.get(k, 0) / total
@@ -288,6 +298,7 @@ async def report(pool: AsyncConnectionPool[Conn], since: datetime,
           f"{pct(base_reply, 0.99) * 1000:.0f} ms, under load p50 {pct(reply, 0.5) * 1000:.0f} ms, "
           f"p99 {reply99 * 1000:.0f} ms ({len(reply)} replies); "
           f"target p99 ≤ {TARGET_REPLY_P99_S * 1000:.0f} ms: {verdict}")  # fmt: skip
+    return sum(admitted.values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     tiny = {"seconds": 2.0, "delay": 0.1, "capacity": 2, "baseline_s": 2.0}
     args = parse_with_quick(parser, tiny, argv)
     targets = Targets()
+    print(calibration_line(), flush=True)
     run_in_temp_folder("eventos-fairness-", lambda f: run(f, args, targets))
     return targets.exit_code(args)
 
