@@ -45,12 +45,12 @@ import httpx
 import profiles
 from harness import (
     NAN,
+    CpuMeter,
     Targets,
     add_no_fail,
     calibration_line,
     exit_on_signals,
     local_employee,
-    machine_busy_seconds,
     parse_with_quick,
     progress,
     run_in_temp_folder,
@@ -151,14 +151,15 @@ async def measure(stack: LocalStack, args: argparse.Namespace, targets: Targets)
             progress(f"load: every class backlogged for {seconds:.0f} s "
                      f"(capacity {args.capacity})")  # fmt: skip
             spy = profiles.start(args.py_spy, stack.stack()["pids"])
-            busy, began = machine_busy_seconds(), time.monotonic()
+            meter = CpuMeter({})  # the machine's alone
+            meter.start()
             waiting = await watch(pool, seconds)
-            busy, window = machine_busy_seconds() - busy, time.monotonic() - began
+            busy = meter.stop()["machine"] / 100  # cores busy on average
             await asyncio.to_thread(profiles.stop, spy)
             turns = await report(pool, t1, baseline, waiting, args.delay, targets)
-            per_turn = f"{busy / turns:.2f} s per admitted turn" if turns else "no turn admitted"
-            print(f"the machine's CPU over the load window: {busy / window / CORES:.0%} of "
-                  f"{CORES} cores busy, {per_turn}")  # fmt: skip
+            per_turn = f"{busy * seconds / turns:.2f} s per admitted turn" if turns else "no turn"
+            print(f"the machine's CPU over the load window: {busy / CORES:.0%} of {CORES} cores "
+                  f"busy, {per_turn}")  # fmt: skip
             if args.trace:
                 client = await temporal_connect(stack.temporal_address, stack.temporal_namespace)
                 await trace(pool, client, t1, args.delay)
@@ -265,11 +266,11 @@ async def report(pool: AsyncConnectionPool[Conn], since: datetime,
             "SELECT class, count(*) AS n FROM turns WHERE started_at >= %s GROUP BY class",
             (since,))  # fmt: skip
         admitted = {int(r["class"]): int(r["n"]) for r in await cur.fetchall()}
-    total = sum(admitted.values()) or 1  # shares of nothing: 0 each
-    print(f"turns admitted in the load window: {sum(admitted.values())}")
+    total = sum(admitted.values())
+    print(f"turns admitted in the load window: {total}")
     print(f"{'class':<6} {'turns':>6} {'share':>7} {'floor':>6} {'off':>6}  target ±5 points")
     for k in names.CLASSES:
-        share = admitted.get(k, 0) / total
+        share = admitted.get(k, 0) / (total or 1)
         floor = names.CLASS_FLOORS[k]
         off = (share - floor) * 100
         verdict = targets.check(f"C{k} share", abs(off) <= TARGET_SHARE_POINTS)
@@ -298,7 +299,7 @@ async def report(pool: AsyncConnectionPool[Conn], since: datetime,
           f"{pct(base_reply, 0.99) * 1000:.0f} ms, under load p50 {pct(reply, 0.5) * 1000:.0f} ms, "
           f"p99 {reply99 * 1000:.0f} ms ({len(reply)} replies); "
           f"target p99 ≤ {TARGET_REPLY_P99_S * 1000:.0f} ms: {verdict}")  # fmt: skip
-    return sum(admitted.values())
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from messaging_helpers import team
 from psycopg_pool import AsyncConnectionPool
 from temporalio.api.enums.v1 import EventType as E
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import WorkflowHandle
 from test_admission import ask
 from test_admission import employees as admission_employees
 from test_budget import budgeted, chat, set_spent
@@ -268,6 +269,37 @@ async def test_a_conversation_waits_for_a_slot_of_its_class(instance: Instance) 
     assert held[0] in text  # what runs
 
 
+async def waiting_entity(instance: Instance, source: str) -> tuple[WorkflowHandle[Any, Any], str]:
+    """A new employee whose first input, from `source`'s driver (`bg` or `ops`), waits for a
+    slot: its entity's handle and the employee's name."""
+    name = await new_employee(instance, two_drivers)
+    await applied(instance, name, "start")
+    await append_all(instance.pool, [driver_event("x", 1, f"grpc:{source}-{name}")])
+    await gate_of(instance.api, name, "class_slot", status="delivered")
+    (row,) = await query(instance.pool, "SELECT entity_id FROM bus_streams WHERE employee = %s",
+                         name)  # fmt: skip
+    return instance.client.get_workflow_handle(row["entity_id"]), name
+
+
+async def until_turn_start(entity: WorkflowHandle[Any, Any]) -> list[HistoryEvent]:
+    """The entity's history up to its first turn's start, once it started one."""
+
+    async def started() -> list[HistoryEvent] | None:
+        events = list((await entity.fetch_history()).events)
+        kinds = [e.event_type for e in events]
+        child = E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+        return events[: kinds.index(child) + 1] if child in kinds else None
+
+    return await wait_for(started, timeout=60, what="the entity's first turn")
+
+
+def asks(events: list[HistoryEvent]) -> int:
+    """Admission asks: the local activities of an entity that has not run a turn yet."""
+    return sum(e.event_type == E.EVENT_TYPE_MARKER_RECORDED
+               and e.marker_recorded_event_attributes.marker_name != "core_patch"
+               for e in events)  # fmt: skip
+
+
 async def test_a_waiting_conversation_asks_again_on_wake_not_on_each_input(
     instance: Instance,
 ) -> None:
@@ -275,14 +307,7 @@ async def test_a_waiting_conversation_asks_again_on_wake_not_on_each_input(
     pending list without an ask each (an ask takes the instance-wide lock); the `wake` of the
     slot's release makes the one ask that starts its turn, over all of them."""
     held = await fill(instance.pool, names.C4_BACKGROUND, 1)
-    name = await new_employee(instance, two_drivers)
-    await applied(instance, name, "start")
-    source = f"grpc:bg-{name}"
-    await append_all(instance.pool, [driver_event("x", 1, source)])
-    await gate_of(instance.api, name, "class_slot", status="delivered")
-    (row,) = await query(instance.pool, "SELECT entity_id FROM bus_streams WHERE employee = %s",
-                         name)  # fmt: skip
-    entity = instance.client.get_workflow_handle(row["entity_id"])
+    entity, name = await waiting_entity(instance, "bg")
 
     async def status() -> EntityStatus:
         return await entity.query(names.QUERY_STATUS, result_type=EntityStatus)  # type: ignore[no-any-return]
@@ -291,24 +316,15 @@ async def test_a_waiting_conversation_asks_again_on_wake_not_on_each_input(
         return (await status()).received >= n
 
     for n in range(2, 6):  # one input at a time: a Signal each
-        await append_all(instance.pool, [driver_event("x", n, source)])
+        await append_all(instance.pool, [driver_event("x", n, f"grpc:bg-{name}")])
         await wait_for(partial(received, n), timeout=60, what=f"input {n} delivered")
     assert (await status()).signals == 5
     async with instance.pool.connection() as conn:
         _, wake = await admission.release(conn, SchedConfig(), held[0], names.TURN_DONE)
-    assert wake == [row["entity_id"]]
+    assert wake == [entity.id]
     await wake_entities(instance.client, wake)
-
-    async def turn_started() -> list[HistoryEvent] | None:
-        events = list((await entity.fetch_history()).events)
-        started = [e.event_type == E.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
-                   for e in events]  # fmt: skip
-        return events[: started.index(True) + 1] if any(started) else None
-
-    events = await wait_for(turn_started, timeout=60, what="the turn's start")
-    asks = [e for e in events if e.event_type == E.EVENT_TYPE_MARKER_RECORDED
-            and e.marker_recorded_event_attributes.marker_name != "core_patch"]  # fmt: skip
-    assert len(asks) == 2  # the first input's, and the wake's (before: one per input too)
+    events = await until_turn_start(entity)
+    assert asks(events) == 2  # the first input's, and the wake's (before: one per input too)
     child = events[-1].start_child_workflow_execution_initiated_event_attributes
     inputs = json.loads(child.input.payloads[0].data)["inputs"]
     assert [i["payload"]["data"]["n"] for i in inputs] == [1, 2, 3, 4, 5]
@@ -317,20 +333,17 @@ async def test_a_waiting_conversation_asks_again_on_wake_not_on_each_input(
 async def test_a_higher_class_input_makes_a_waiting_conversation_ask_at_once(
     instance: Instance,
 ) -> None:
-    """A C3 input on the thread of a C4 input waiting for a slot: the entity asks again at once
-    for C3 (not at its 30 s timer), and the C3 turn runs while C4's slots stay full."""
+    """A C3 input on the thread of a C4 input waiting for a slot: the entity asks again for C3
+    when the input arrives, not when its ask timer fires, and the C3 turn runs while C4's
+    slots stay full."""
     await fill(instance.pool, names.C4_BACKGROUND, 1)
-    name = await new_employee(instance, two_drivers)
-    await applied(instance, name, "start")
-    await append_all(instance.pool, [driver_event("x", 1, f"grpc:bg-{name}")])
-    await gate_of(instance.api, name, "class_slot", status="delivered")
+    entity, name = await waiting_entity(instance, "bg")
     await append_all(instance.pool, [driver_event("x", 2, f"grpc:ops-{name}")])
-
-    async def c3_turn() -> list[dict[str, Any]]:
-        q = "SELECT id FROM turns WHERE employee = %s AND class = 3"
-        return await query(instance.pool, q, name)
-
-    await wait_for(c3_turn, timeout=names.ADMISSION_ASK_AGAIN_S / 2, what="the C3 turn")
+    events = await until_turn_start(entity)
+    assert asks(events) == 2
+    assert not [e for e in events if e.event_type == E.EVENT_TYPE_TIMER_FIRED]
+    child = events[-1].start_child_workflow_execution_initiated_event_attributes
+    assert json.loads(child.input.payloads[0].data)["klass"] == names.C3_INTERNAL
 
 
 async def test_a_class_above_its_floor_waits_while_one_below_goes_first(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -246,18 +247,23 @@ class ConversationWorkflow:
         return run_after(self.pending, self.turn_inputs[0], self.offered_through,
                          self.turn_bytes, self.turn_count)  # fmt: skip
 
-    async def _wait(self, timeout: timedelta | None, *, turn_done: bool = False) -> None:
-        """Until a Signal (or the turn ends), or the deadline (None: no deadline); one timer,
-        never sub-second."""
-        seen = (self.signals, self.wakes)
+    async def _until(self, done: Callable[[], bool], timeout: timedelta | None) -> None:
+        """Until `done()` or the deadline (None: no deadline); one timer, never sub-second."""
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
-                lambda: (
-                    (self.signals, self.wakes) != seen
-                    or (turn_done and self.turn is not None and self.turn.done())
-                ),
-                timeout=None if timeout is None else max(timeout, timedelta(seconds=1)),
+                done, timeout=None if timeout is None else max(timeout, timedelta(seconds=1))
             )
+
+    async def _wait(self, timeout: timedelta | None, *, turn_done: bool = False) -> None:
+        """Until a Signal (or the turn ends), or the deadline."""
+        seen = (self.signals, self.wakes)
+        await self._until(
+            lambda: (
+                (self.signals, self.wakes) != seen
+                or (turn_done and self.turn is not None and self.turn.done())
+            ),
+            timeout,
+        )
 
     async def _wait_refused(self, timeout: timedelta) -> None:
         """After admission refused: until `wake`, an input of a class above the one asked for,
@@ -267,16 +273,14 @@ class ConversationWorkflow:
             await self._wait(timeout)
             return
         wakes = self.wakes
-        with contextlib.suppress(TimeoutError):
-            await workflow.wait_condition(
-                lambda: (
-                    self.wakes != wakes
-                    or min((i.klass for i in self.pending), default=self.asked_class)
-                    < self.asked_class
-                    or self._should_roll()
-                ),
-                timeout=max(timeout, timedelta(seconds=1)),
-            )
+        await self._until(
+            lambda: (
+                self.wakes != wakes
+                or min((i.klass for i in self.pending), default=self.asked_class) < self.asked_class
+                or self._should_roll()
+            ),
+            timeout,
+        )
 
     async def _start_turn(self) -> str:
         """Admit and start the next turn: "" when it started, else why not (a gate, or
