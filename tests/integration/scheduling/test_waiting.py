@@ -3,8 +3,9 @@ pass, a quarantine and a timed backoff (holds another part sets), a relay whose 
 stopped, and on the whole stack (relay, dev server, admission) a debounce, Stop, the budget, a
 full window behind a stuck turn, a class's slots filled, another class below its floor, a turn
 parked by a missing key, and a storm's open breaker; a backoff reached by turns that really
-fail. Each answer's code and until. And when a waiting conversation asks admission again: on
-the wake of a freed slot or an input of a higher class, not on each input."""
+fail. Each answer's code and until. And what a conversation waiting for a slot is sent: no input
+of its class until its grant hands them over, and an input of a higher class at once, which
+makes it ask again."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import asyncio
 import json
 import uuid
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
 
 import httpx
@@ -36,8 +36,8 @@ from test_turns import Instance, instance, local_spec  # noqa: F401 (`instance` 
 
 from eventos import names
 from eventos.cli import main
-from eventos.contracts import EntityStatus
 from eventos.db import Conn
+from eventos.delivery import held
 from eventos.delivery.relay import Relay
 from eventos.local.ports import free_port
 from eventos.runtime.temporal import TemporalConnection, wake_entities
@@ -300,34 +300,69 @@ def asks(events: list[HistoryEvent]) -> int:
                for e in events)  # fmt: skip
 
 
-async def test_a_waiting_conversation_asks_again_on_wake_not_on_each_input(
+async def stream_inputs(pool: AsyncConnectionPool[Conn], name: str) -> dict[int, str]:
+    """The statuses of the employee's inputs by seq (it has one stream here)."""
+    rows = await query(pool, "SELECT d.seq, d.status FROM bus_deliveries d JOIN bus_streams s "
+                       "USING (stream_key) WHERE s.employee = %s ORDER BY d.seq", name)  # fmt: skip
+    return {int(r["seq"]): str(r["status"]) for r in rows}
+
+
+def signals(events: list[HistoryEvent]) -> int:
+    return sum(e.event_type == E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED for e in events)
+
+
+async def test_a_waiting_conversation_is_sent_nothing_until_its_grant_hands_the_inputs_over(
     instance: Instance,
 ) -> None:
-    """Admission keeps a refused entity's place: the inputs that reach it meanwhile join its
-    pending list without an ask each (an ask takes the instance-wide lock); the `wake` of the
-    slot's release makes the one ask that starts its turn, over all of them."""
+    """Inputs of its class that come while a conversation waits for a slot cost it no Signal
+    (nor an ask: each would take the instance-wide lock): the relay leaves them pending, the
+    waiting list says they wait for the slot, and the `wake` of the slot's release makes the
+    one ask whose grant carries them, so its turn covers all of them."""
     held = await fill(instance.pool, names.C4_BACKGROUND, 1)
     entity, name = await waiting_entity(instance, "bg")
-
-    async def status() -> EntityStatus:
-        return await entity.query(names.QUERY_STATUS, result_type=EntityStatus)  # type: ignore[no-any-return]
-
-    async def received(n: int) -> bool:
-        return (await status()).received >= n
-
-    for n in range(2, 6):  # one input at a time: a Signal each
-        await append_all(instance.pool, [driver_event("x", n, f"grpc:bg-{name}")])
-        await wait_for(partial(received, n), timeout=60, what=f"input {n} delivered")
-    assert (await status()).signals == 5
+    await append_all(instance.pool, [driver_event("x", n, f"grpc:bg-{name}") for n in range(2, 6)])
+    await route_until_done(instance.pool)
+    # A relay pass of our own, beside the instance's: it leaves them to the grant as well.
+    relay = Relay(instance.pool, instance.relay.temporal, "relay-look",
+                  task_queue=instance.relay.task_queue)  # fmt: skip
+    await relay.pass_once()
+    assert await stream_inputs(instance.pool, name) == {
+        1: "delivered", 2: "pending", 3: "pending", 4: "pending", 5: "pending"}  # fmt: skip
+    w = await gate_of(instance.api, name, "class_slot", status="pending")
+    assert "every C4 slot is taken (4)" in w["gate"]["text"]
     async with instance.pool.connection() as conn:
         _, wake = await admission.release(conn, SchedConfig(), held[0], names.TURN_DONE)
     assert wake == [entity.id]
     await wake_entities(instance.client, wake)
     events = await until_turn_start(entity)
-    assert asks(events) == 2  # the first input's, and the wake's (before: one per input too)
+    assert asks(events) == 2  # the first input's, and the wake's
+    assert signals(events) == 2  # the first input's `deliver` and the `wake`: none of 2-5
     child = events[-1].start_child_workflow_execution_initiated_event_attributes
     inputs = json.loads(child.input.payloads[0].data)["inputs"]
     assert [i["payload"]["data"]["n"] for i in inputs] == [1, 2, 3, 4, 5]
+    assert set((await stream_inputs(instance.pool, name)).values()) <= {"delivered", "consumed"}
+
+
+async def test_a_grant_asked_again_hands_over_the_same_inputs(instance: Instance) -> None:
+    """A grant's answer lost and asked again reads the inputs it took the first time (they
+    are above the entity's applied seq still), and takes no more than the window's room."""
+    await fill(instance.pool, names.C4_BACKGROUND, 1)
+    _, name = await waiting_entity(instance, "bg")
+    await append_all(instance.pool, [driver_event("x", n, f"grpc:bg-{name}") for n in range(2, 40)])
+    await route_until_done(instance.pool)
+    (row,) = await query(instance.pool, "SELECT stream_key FROM bus_streams WHERE employee = %s",
+                         name)  # fmt: skip
+    async with instance.pool.connection() as conn:
+        first = await held.take(conn, row["stream_key"], 1)
+        again = await held.take(conn, row["stream_key"], 1)
+        after = await held.take(conn, row["stream_key"], first[-1].seq)
+    assert [i.seq for i in first] == [i.seq for i in again] == list(range(2, 18))  # one batch
+    assert [i.seq for i in after] == list(range(18, 33))  # the window's 32 with seq 1
+    statuses = await stream_inputs(instance.pool, name)
+    assert [s for s, v in statuses.items() if v == "delivered"] == list(range(1, 33))
+    (stream,) = await query(instance.pool, "SELECT delivered_seq, top_pending_class FROM "
+                            "bus_streams WHERE employee = %s", name)  # fmt: skip
+    assert stream == {"delivered_seq": 32, "top_pending_class": names.C4_BACKGROUND}
 
 
 async def test_a_higher_class_input_makes_a_waiting_conversation_ask_at_once(

@@ -221,6 +221,12 @@ class AdmitRequest:
     # The entity's key of this ask (its run id and the ask's number): an ask repeated because
     # its answer was lost is given the turn already granted, not a second one.
     ask: str = ""
+    # The entity takes what the relay held for it while it waits (patch `take-held-on-grant`):
+    # queued, it is sent no input of this class or below (`sched_waiters.takes_held`).
+    holds: bool = False
+    # Asking again after it was queued with `holds`: its last applied seq, and a grant carries
+    # the inputs after it that the relay held (eventos.delivery.held). None: nothing to take.
+    take_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +240,9 @@ class Admission:
     gate: str = ""  # "paused" / "budget" (wait for `wake`) or "retired" (close)
     reserved: bool = False  # the employee's reserved owner slot
     retry_after_s: float = 0.0  # gate "backoff": ask again after this
+    # Granted to an ask with `take_after`: the stream's inputs after it that the relay held
+    # (within one batch's bounds, 16 inputs or 256 KB, and the window's room), in seq order.
+    inputs: list[DeliveryItem] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

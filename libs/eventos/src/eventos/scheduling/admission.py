@@ -87,7 +87,7 @@ async def acquire(conn: Conn, req: AdmitRequest, cfg: SchedConfig) -> Answer:
             "stream_key": req.stream_key, "employee": req.employee, "generation": req.generation,
             "agent": req.agent, "thread": req.thread, "class": req.klass,
             "workflow_id": req.workflow_id, "turn_id": req.turn_id or None,
-            "offer_ttl_s": OFFER_TTL_S,
+            "takes_held": req.holds, "offer_ttl_s": OFFER_TTL_S,
         })  # fmt: skip
         offered, wake = await _serve(conn, cfg, asker=req.stream_key)
         kept = bool((await upserted.fetchone() or {}).get("offered"))  # offered before this ask

@@ -64,6 +64,7 @@ class Waiter:
     requested_at: datetime
     served_at: datetime | None = None  # when its employee last got a slot of this class
     offered: bool = False  # a slot is kept for it until it asks again
+    takes_held: bool = False  # the relay holds its inputs until its grant (eventos.delivery.held)
 
 
 @dataclass

@@ -173,6 +173,9 @@ def pending_gate(f: Facts, s: StreamFacts, klass: int) -> Gate:
         return Gate(RETIRED, "the generation no longer runs: the input becomes dead(reset)")
     if f.budget_state != names.BUDGET_NORMAL and klass in BACKGROUND:
         return Gate(BUDGET_HOLD, _budget_text(f), f.period_end)
+    waiter = _waiter(f, s)
+    if waiter is not None and waiter.takes_held and waiter.klass <= klass:
+        return slot_gate(f, waiter)  # the relay holds it for the grant (eventos.delivery.held)
     full = (s.window_inputs >= names.WINDOW_MAX_INPUTS
             or s.window_bytes >= names.WINDOW_MAX_BYTES)  # fmt: skip
     if full:
@@ -312,10 +315,15 @@ def delivered_gate(f: Facts, s: StreamFacts, klass: int, chain: str | None = Non
             or _turn_hold(f, s, klass))  # fmt: skip
     if gate is not None:
         return gate
-    waiter = next((w for w in f.waiters if w.stream_key == s.row["stream_key"]), None)
+    waiter = _waiter(f, s)
     if waiter is not None:
         return slot_gate(f, waiter)
     return Gate(DELIVERED, "in its conversation's hands: its next turn takes it")
+
+
+def _waiter(f: Facts, s: StreamFacts) -> Waiter | None:
+    """The stream's entity in the admission queue, if it waits there."""
+    return next((w for w in f.waiters if w.stream_key == s.row["stream_key"]), None)
 
 
 def _turn_order(w: Waiter) -> tuple[datetime, datetime, str]:

@@ -80,7 +80,8 @@ async def _scheduler(conn: Conn, f: Facts) -> None:
     """The admission queue and what holds slots (as admission reads them)."""
     waiters = await _rows(conn, "waiters_list", {"limit": WAITERS_READ})
     f.waiters = [Waiter(r["stream_key"], r["employee"], int(r["class"]), r["requested_at"],
-                        r["served_at"], r["offered_at"] is not None) for r in waiters]  # fmt: skip
+                        r["served_at"], r["offered_at"] is not None, r["takes_held"])
+                 for r in waiters]  # fmt: skip
     by_class: dict[int, int] = defaultdict(int)
     by_employee: dict[str, int] = defaultdict(int)
     for r in await _rows(conn, "sched_load", {}):

@@ -9,6 +9,7 @@ retrying a save without limit.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -43,6 +44,7 @@ from eventos.contracts import (
 )
 from eventos.conversations import turns
 from eventos.db import Conn, translate
+from eventos.delivery import held
 from eventos.errors import Conflict, NotFound, RecordInvalid
 from eventos.health import intensity
 from eventos.outbox import approvals
@@ -101,10 +103,16 @@ class DbActivities:
 
     @activity.defn(name=names.ACT_ADMIT)
     async def admit_turn(self, req: AdmitRequest) -> Admission:
-        """A slot, or a place in the queue; entities offered a slot meanwhile are woken."""
+        """A slot, or a place in the queue; entities offered a slot meanwhile are woken. A
+        grant to an ask with `take_after` carries what the relay held for the entity."""
         answer = await self._run(lambda conn: admission.acquire(conn, req, self.sched))
         await wake_entities(activity.client(), answer.wake)
-        return answer.admission
+        granted = answer.admission
+        if not granted.granted or req.take_after is None:
+            return granted
+        after = req.take_after
+        inputs = await self._run(lambda conn: held.take(conn, req.stream_key, after))
+        return dataclasses.replace(granted, inputs=inputs)
 
     @activity.defn(name=names.ACT_RELEASE)
     async def release_turn(self, req: ReleaseTurn) -> str | None:

@@ -92,6 +92,10 @@ PATCH_FOLLOW_WITHOUT_TIMER = "follow-turn-without-timer"
 # asked for, or on its timer; not on every `deliver` (admission keeps its place, and each ask
 # takes the instance-wide lock: under a full backlog most Signals reach a waiting entity).
 PATCH_ASK_ON_WAKE = "ask-again-on-wake"
+# An entity's asks say it takes what the relay held for it while it waited (`take_after`): the
+# relay sends it no input of its class or below meanwhile (each a Signal and a workflow task),
+# and the grant hands them over (eventos.delivery.held).
+PATCH_TAKE_HELD = "take-held-on-grant"
 RUN_ROLLED, RUN_CLOSED = "rolled", "closed"
 FAILURE_MAX = 500  # characters of a failed turn's cause (turns.error, the dead letter)
 
@@ -163,6 +167,7 @@ class ConversationWorkflow:
         self.offered_through = 0
         self.asks = 0  # admission asks of this run: each ask's key repeats on a replay
         self.asked_class = names.C4_BACKGROUND  # the class of the last ask
+        self.queued = False  # the last ask (with `holds`) was queued: the relay holds our inputs
         self.interrupted: str | None = None  # the turn an Update is stopping
         self.retired = False  # admission said the generation is retired: close now
         self.slot_of: str | None = None  # the turn whose admission slot we hold until released
@@ -172,11 +177,15 @@ class ConversationWorkflow:
     def deliver(self, batch: DeliverBatch) -> None:
         """Buffer only (a Signal is a hint, the database is the truth)."""
         self.signals += 1
+        self._buffer(batch.items)
+
+    def _buffer(self, items: list[DeliveryItem]) -> None:
+        """Inputs from a `deliver` Signal or an admission grant, each applied once."""
         self.last_activity = workflow.now()
         if not self.pending:
             self.first_pending_at = self.last_activity
             self.after_turn = False
-        for item in batch.items:
+        for item in items:
             if item.seq <= self.applied_seq:
                 self.dropped += 1  # a repeat after a relay crash between accept and commit
                 continue
@@ -290,18 +299,24 @@ class ConversationWorkflow:
         c = self.cursor
         self.asks += 1
         info = workflow.info()
+        holds = workflow.patched(PATCH_TAKE_HELD)  # the relay holds our inputs while we wait
         req = AdmitRequest(c.employee, c.generation, str(first.route.get("agent")), c.thread,
                            c.stream_key, min(i.klass for i in inputs),
-                           workflow_id=info.workflow_id,
-                           ask=f"{info.run_id}:{self.asks}")  # fmt: skip
+                           workflow_id=info.workflow_id, ask=f"{info.run_id}:{self.asks}",
+                           holds=holds,
+                           take_after=self.applied_seq if self.queued else None)  # fmt: skip
         self.asked_class = req.klass
         grant = await workflow.execute_local_activity(
             names.ACT_ADMIT, req, result_type=Admission,
             start_to_close_timeout=policies.DB_TIMEOUT, retry_policy=policies.DB_RETRY,
         )  # fmt: skip
+        self.queued = holds and not grant.granted and not grant.gate
         if not grant.granted:
             self.backoff_left = timedelta(seconds=grant.retry_after_s)
             return grant.gate or "queued"
+        if grant.inputs:  # held for us while we waited: those on the turn's route join it
+            self._buffer(grant.inputs)
+            inputs = run_after(self.pending, first, first.seq - 1)
         self.slot_of = grant.turn_id
         told = not workflow.patched(PATCH_CONSUMED_FROM_DATABASE)  # the turn signals (old runs)
         turn = TurnInput(grant.turn_id, c.employee, c.generation, req.agent, c.thread,

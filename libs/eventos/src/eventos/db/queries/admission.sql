@@ -22,15 +22,15 @@ SELECT EXISTS (SELECT 1 FROM sched_leases
 
 -- name: waiter_upsert
 -- The entity waits for a slot (or asks again: it keeps its place in the queue); whether a slot
--- is kept for it (an offer not lapsed).
+-- is kept for it (an offer not lapsed). `takes_held`: the relay holds its inputs meanwhile.
 INSERT INTO sched_waiters (stream_key, employee, generation, agent, thread, class, workflow_id,
-    turn_id)
+    turn_id, takes_held)
 VALUES (%(stream_key)s, %(employee)s, %(generation)s, %(agent)s, %(thread)s, %(class)s,
-    %(workflow_id)s, %(turn_id)s)
+    %(workflow_id)s, %(turn_id)s, %(takes_held)s)
 ON CONFLICT (stream_key) DO UPDATE
     SET generation = EXCLUDED.generation, agent = EXCLUDED.agent, thread = EXCLUDED.thread,
         class = EXCLUDED.class, workflow_id = EXCLUDED.workflow_id, turn_id = EXCLUDED.turn_id,
-        asked_at = now()
+        takes_held = EXCLUDED.takes_held, asked_at = now()
 RETURNING offered_at >= now() - make_interval(secs => %(offer_ttl_s)s) AS offered;
 
 -- name: waiter_delete
@@ -67,7 +67,7 @@ GROUP BY class;
 -- The waiting entities with when their employee was last served in their class (the console's
 -- reading of the queue; admission reads `waiters_next`).
 SELECT w.stream_key, w.employee, w.class, w.requested_at, w.offered_at, w.workflow_id,
-       r.served_at
+       w.takes_held, r.served_at
 FROM sched_waiters w
 LEFT JOIN sched_rounds r ON r.class = w.class AND r.employee = w.employee
 ORDER BY w.requested_at

@@ -1,13 +1,18 @@
 -- name: stream_claim
 -- Lease up to `limit` streams with pending input, top class first, then oldest pending.
 -- The stream rows are locked (SKIP LOCKED) only while claiming; the lease is what lasts,
--- and each new holder's fencing token is one higher than the last.
+-- and each new holder's fencing token is one higher than the last. A stream whose entity
+-- waits for a slot of its top pending class or a higher one, and takes what was held for it
+-- when granted (`takes_held`), is left for that grant (stream_held).
 WITH candidates AS (
     SELECT s.stream_key, s.top_pending_class
     FROM bus_streams s
     LEFT JOIN bus_leases l ON l.name = 'relay:' || s.stream_key
     WHERE s.top_pending_class = ANY(%(classes)s) AND s.hold_reason IS NULL
       AND (l.name IS NULL OR l.until < now())
+      AND NOT EXISTS (SELECT 1 FROM sched_waiters w
+                      WHERE w.stream_key = s.stream_key AND w.takes_held
+                        AND w.class <= s.top_pending_class)
     ORDER BY s.top_pending_class, s.oldest_pending_at
     LIMIT %(limit)s
     FOR UPDATE OF s SKIP LOCKED
@@ -121,6 +126,64 @@ SET delivered_seq = greatest(s.delivered_seq, f.through),
 FROM facts f
 WHERE s.stream_key = f.stream_key
 RETURNING s.stream_key, s.delivered_seq, s.top_pending_class;
+
+-- name: stream_held
+-- What an entity granted a slot takes (eventos.delivery.held): the stream's hold and its
+-- window use below `after` (the entity's last applied seq), then its inputs above `after` in
+-- seq order, up to `limit`: those delivered already (in a Signal not applied yet, or by an
+-- earlier try of the same grant) and those pending after `delivered_seq`.
+SELECT s.hold_reason, w.inputs AS window_inputs, w.bytes AS window_bytes,
+       d.seq, d.ingress_id, d.class, d.type, d.route, d.chain_id, d.hop, d.causation_id, d.size,
+       d.payload, d.body_ref, d.status,
+       extract(epoch FROM clock_timestamp() - d.created_at)::float8 AS age_s
+FROM bus_streams s
+CROSS JOIN LATERAL (
+    SELECT count(*) AS inputs, coalesce(sum(size), 0) AS bytes
+    FROM bus_deliveries x
+    WHERE x.stream_key = s.stream_key AND x.status = 'delivered' AND x.seq <= %(after)s
+) w
+LEFT JOIN LATERAL (
+    SELECT * FROM bus_deliveries d
+    WHERE d.stream_key = s.stream_key AND d.seq > %(after)s
+      AND (d.status = 'delivered' OR (d.status = 'pending' AND d.seq > s.delivered_seq))
+    ORDER BY d.seq LIMIT %(limit)s
+) d ON true
+WHERE s.stream_key = %(stream_key)s
+ORDER BY d.seq;
+
+-- name: stream_take_delivered
+-- The pending inputs of a stream in (`after`, `through`] become `delivered` (taken by its
+-- entity at its grant), `delivered_seq` advances and the relay's ordering columns are
+-- recomputed from what is still pending, as stream_commit_delivered does (without a lease:
+-- a relay that sends some of them too is dropped by the entity, seq <= applied). The same
+-- lock order: the deliveries first, then the stream row.
+WITH marked AS (
+    UPDATE bus_deliveries SET status = 'delivered', attempts = attempts + 1, updated_at = now()
+    WHERE stream_key = %(stream_key)s AND status = 'pending'
+      AND seq > %(after)s AND seq <= %(through)s
+    RETURNING seq
+), locked AS (
+    SELECT s.stream_key FROM bus_streams s
+    WHERE s.stream_key = %(stream_key)s AND (SELECT count(*) FROM marked) >= 0
+    FOR UPDATE OF s
+), facts AS (
+    SELECT seen.last_seq, rest.top_class, rest.oldest
+    FROM (SELECT coalesce(max(seq), 0) AS last_seq FROM bus_deliveries
+          WHERE stream_key = %(stream_key)s) seen
+    CROSS JOIN (SELECT min(class) AS top_class, min(created_at) AS oldest FROM bus_deliveries
+                WHERE stream_key = %(stream_key)s AND status = 'pending'
+                  AND seq > %(through)s) rest
+    WHERE (SELECT count(*) FROM locked) >= 0
+)
+UPDATE bus_streams s
+SET delivered_seq = greatest(s.delivered_seq, %(through)s),
+    top_pending_class = CASE WHEN s.next_seq - 1 > f.last_seq
+                             THEN s.top_pending_class ELSE f.top_class END,
+    oldest_pending_at = CASE WHEN s.next_seq - 1 > f.last_seq
+                             THEN s.oldest_pending_at ELSE f.oldest END,
+    updated_at = now()
+FROM facts f
+WHERE s.stream_key = %(stream_key)s;
 
 -- name: stream_refresh_pending
 -- Recompute the relay's ordering columns from what is still pending.
