@@ -46,11 +46,13 @@ import profiles
 from harness import (
     NAN,
     CpuMeter,
+    ServerCounters,
     Targets,
     add_no_fail,
     calibration_line,
     exit_on_signals,
     local_employee,
+    metrics_url,
     parse_with_quick,
     progress,
     run_in_temp_folder,
@@ -132,6 +134,10 @@ async def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
         await asyncio.to_thread(stack.stop)
 
 
+def per_turn(total: float, turns: int, unit: str = "", digits: int = 1) -> str:
+    return f"{total / turns:.{digits}f}{unit} per admitted turn" if turns else "no turn"
+
+
 async def measure(stack: LocalStack, args: argparse.Namespace, targets: Targets) -> None:
     seconds, delay = args.seconds, args.delay
     headers = {"Authorization": f"Bearer {stack.admin_token}"}
@@ -151,15 +157,19 @@ async def measure(stack: LocalStack, args: argparse.Namespace, targets: Targets)
             progress(f"load: every class backlogged for {seconds:.0f} s "
                      f"(capacity {args.capacity})")  # fmt: skip
             spy = profiles.start(args.py_spy, stack.stack()["pids"])
-            meter = CpuMeter({})  # the machine's alone
+            server = ServerCounters(metrics_url(stack, None), stack.temporal_namespace)
+            meter, counted = CpuMeter({}), await asyncio.to_thread(server.read)  # the machine's
             meter.start()
             waiting = await watch(pool, seconds)
             busy = meter.stop()["machine"] / 100  # cores busy on average
+            counts = await asyncio.to_thread(server.read)
             await asyncio.to_thread(profiles.stop, spy)
             turns = await report(pool, t1, baseline, waiting, args.delay, targets)
-            per_turn = f"{busy * seconds / turns:.2f} s per admitted turn" if turns else "no turn"
             print(f"the machine's CPU over the load window: {busy / CORES:.0%} of {CORES} cores "
-                  f"busy, {per_turn}")  # fmt: skip
+                  f"busy, {per_turn(busy * seconds, turns, 's', 2)}")  # fmt: skip
+            for what in ("signals", "workflow tasks", "actions"):
+                n = counts.get(what, NAN) - counted.get(what, NAN)
+                print(f"Temporal {what} over the load window: {n:.0f}, {per_turn(n, turns)}")
             if args.trace:
                 client = await temporal_connect(stack.temporal_address, stack.temporal_namespace)
                 await trace(pool, client, t1, args.delay)

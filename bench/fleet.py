@@ -55,16 +55,17 @@ from chat_latency import Replies, one, percentile
 from harness import (
     NAN,
     CpuMeter,
+    ServerCounters,
     Targets,
     add_no_fail,
     calibration_line,
     children,
     exit_on_signals,
+    metrics_url,
     parse_with_quick,
     table,
     wait_running,
 )
-from prometheus_client.parser import text_string_to_metric_families
 
 from eventos.local.instance import LocalStack
 from eventos.settings import CHART_VAR, TOOLS_BIN_VAR, ServerTools
@@ -238,43 +239,6 @@ class Backlog:
         if growing is None:
             return "too short to tell"
         return f"{'growing' if growing else 'bounded'} (slope {self.slope():+.2f} inputs/s)"
-
-
-class ServerCounters:
-    """The Temporal server's own counters for one namespace, from its Prometheus endpoint:
-    actions (`action`, what Temporal Cloud would bill) and workflow tasks completed."""
-
-    def __init__(self, url: str | None, namespace: str) -> None:
-        self.url = url
-        self.namespace = namespace.replace("-", "_")  # the server's label values use _
-
-    def read(self) -> dict[str, float]:
-        if self.url is None:
-            return {}
-        text = httpx.get(self.url, timeout=10).text
-        counts = {"actions": 0.0, "workflow tasks": 0.0}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = sample.labels
-                if labels.get("namespace") != self.namespace:
-                    continue
-                name = sample.name.removesuffix("_total")
-                if name == "action":
-                    counts["actions"] += sample.value
-                elif (
-                    name == "service_requests"
-                    and labels.get("operation") == "RespondWorkflowTaskCompleted"
-                    and labels.get("service_name") == "frontend"
-                ):
-                    counts["workflow tasks"] += sample.value
-        return counts
-
-
-def metrics_url(stack: LocalStack, given: str | None) -> str | None:
-    if given:
-        return given
-    server = stack.temporal
-    return f"http://127.0.0.1:{server.metrics_port}/metrics" if server is not None else None
 
 
 def report_database(url: str, since: float, until: float) -> None:

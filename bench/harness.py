@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 import psycopg
+from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
 from eventos.db import connect
@@ -612,3 +613,41 @@ def run_in_temp_folder(prefix: str, main: Callable[[Path], Coroutine[Any, Any, N
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return 0
+
+
+class ServerCounters:
+    """The Temporal server's own counters for one namespace, from its Prometheus endpoint:
+    actions (`action`, what Temporal Cloud would bill), workflow tasks completed and Signals
+    (with or without start) its frontend was sent."""
+
+    def __init__(self, url: str | None, namespace: str) -> None:
+        self.url = url
+        self.namespace = namespace.replace("-", "_")  # the server's label values use _
+
+    def read(self) -> dict[str, float]:
+        if self.url is None:
+            return {}
+        text = httpx.get(self.url, timeout=10).text
+        counts = {"actions": 0.0, "workflow tasks": 0.0, "signals": 0.0}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = sample.labels
+                if labels.get("namespace") != self.namespace:
+                    continue
+                name = sample.name.removesuffix("_total")
+                if name == "action":
+                    counts["actions"] += sample.value
+                elif name == "service_requests" and labels.get("service_name") == "frontend":
+                    op = labels.get("operation")
+                    if op == "RespondWorkflowTaskCompleted":
+                        counts["workflow tasks"] += sample.value
+                    elif op in ("SignalWorkflowExecution", "SignalWithStartWorkflowExecution"):
+                        counts["signals"] += sample.value
+        return counts
+
+
+def metrics_url(stack: LocalStack, given: str | None) -> str | None:
+    if given:
+        return given
+    server = stack.temporal
+    return f"http://127.0.0.1:{server.metrics_port}/metrics" if server is not None else None
