@@ -1,7 +1,8 @@
 # ruff: noqa: F811  (shares test_turns' `instance` fixture by importing it)
 """Cron ticks under SPEC §10 and §15 on the real dev server and PostgreSQL: one pending tick
-per schedule while a hold keeps them (the newest wins; one older than an interval expires), and
-the `on_busy` rules `queue` and `merge` for a tick arriving while its trigger's turn runs."""
+per schedule while a hold keeps them, or while the relay holds them for a conversation waiting
+for a slot (the newest wins; one older than an interval expires), and the `on_busy` rules
+`queue` and `merge` for a tick arriving while its trigger's turn runs."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from test_budget import chat, set_spent
 from test_router import query
 from test_supervision import applied, described, new_employee
 from test_turns import Instance, instance, local_spec  # noqa: F401 (`instance` is a fixture)
+from test_waiting import fill, gate_of
 
 from eventos import names
-from eventos.scheduling import ledger
+from eventos.runtime.temporal import wake_entities
+from eventos.scheduling import admission, ledger
+from eventos.scheduling.policy import SchedConfig
 from eventos.testing import wait_for
 
 HOUR = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
@@ -115,6 +119,51 @@ async def test_ticks_held_by_the_budget_keep_the_newest_and_expire_one_older_tha
     kinds = await query(instance.pool, "SELECT detail ->> 'reason' AS reason FROM employee_timeline "
                         "WHERE employee = %s AND kind = 'input.expired'", name)  # fmt: skip
     assert sorted(k["reason"] for k in kinds) == ["stale", "superseded", "superseded"]
+
+
+async def test_ticks_held_for_a_waiting_conversation_expire_when_its_slot_comes(
+    instance: Instance,
+) -> None:
+    """A conversation queued for a C4 slot is sent no tick meanwhile (the relay holds them for
+    its grant): a newer tick supersedes a held one, and the grant expires one pending longer
+    than an interval instead of handing it over, as the relay would before sending it."""
+    held = await fill(instance.pool, names.C4_BACKGROUND, 1)
+    name = await new_employee(instance, hourly(text="hourly chore"))
+    await applied(instance, name, "start")
+    schedule = await schedule_of(instance, name)
+    await fire(schedule, HOUR - timedelta(hours=3))
+    await gate_of(instance.api, name, "class_slot", status="delivered")  # queued for a slot
+    for hours in (2, 1):
+
+        async def routed(n: int = 4 - hours) -> list[dict[str, Any]] | None:
+            rows = await ticks(instance, name)
+            return rows if len(rows) == n else None
+
+        await fire(schedule, HOUR - timedelta(hours=hours))
+        await wait_for(routed, timeout=20, what=f"tick {4 - hours} routed")
+    superseded = "superseded: a newer tick of its schedule came"
+    rows = await ticks(instance, name)
+    assert [(r["status"], r["reason"]) for r in rows] == [
+        ("delivered", None), ("expired", superseded), ("pending", None),
+    ]  # fmt: skip
+    await query(instance.pool, "UPDATE bus_deliveries SET ingress_received_at = "
+                "ingress_received_at - interval '61 minutes' WHERE stream_key IN (SELECT "
+                "stream_key FROM bus_streams WHERE employee = %s) AND seq = %s RETURNING 1",
+                name, rows[-1]["seq"])  # fmt: skip
+    async with instance.pool.connection() as conn:
+        _, wake = await admission.release(conn, SchedConfig(), held[0], names.TURN_DONE)
+    await wake_entities(instance.client, wake)
+
+    async def ran() -> list[dict[str, Any]] | None:
+        turns = await cron_turns(instance, name)
+        return turns if turns and turns[-1]["status"] == names.TURN_DONE else None
+
+    (turn,) = await wait_for(ran, timeout=30, what="the first tick's turn done")
+    assert turn["consumed_seq"] == rows[0]["seq"]  # the first tick alone
+    assert [(r["status"], r["reason"]) for r in await ticks(instance, name)] == [
+        ("done", None), ("expired", superseded),
+        ("expired", "stale: pending longer than one interval of its schedule (3600 s)"),
+    ]  # fmt: skip
 
 
 async def _two_ticks_while_the_first_runs(

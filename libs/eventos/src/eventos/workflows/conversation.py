@@ -92,9 +92,9 @@ PATCH_FOLLOW_WITHOUT_TIMER = "follow-turn-without-timer"
 # asked for, or on its timer; not on every `deliver` (admission keeps its place, and each ask
 # takes the instance-wide lock: under a full backlog most Signals reach a waiting entity).
 PATCH_ASK_ON_WAKE = "ask-again-on-wake"
-# An entity's asks say it takes what the relay held for it while it waited (`take_after`): the
-# relay sends it no input of its class or below meanwhile (each a Signal and a workflow task),
-# and the grant hands them over (eventos.delivery.held).
+# An entity's asks say it takes what the relay held for it while it waited (`holds`): the relay
+# sends it no input of its class or below meanwhile (each a Signal and a workflow task), and the
+# grant of its next ask (`take_after`) hands them over (eventos.delivery.held).
 PATCH_TAKE_HELD = "take-held-on-grant"
 RUN_ROLLED, RUN_CLOSED = "rolled", "closed"
 FAILURE_MAX = 500  # characters of a failed turn's cause (turns.error, the dead letter)
@@ -187,7 +187,9 @@ class ConversationWorkflow:
             self.after_turn = False
         for item in items:
             if item.seq <= self.applied_seq:
-                self.dropped += 1  # a repeat after a relay crash between accept and commit
+                # A repeat after a relay crash between accept and commit, or a Signal's input
+                # a grant handed over first.
+                self.dropped += 1
                 continue
             self.pending.append(item)
             self.applied_seq = item.seq
