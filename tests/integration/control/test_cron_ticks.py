@@ -24,6 +24,8 @@ from eventos.testing import wait_for
 
 HOUR = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
 SLOW = "hourly chore\\nsleep: 3\\ncall: lookup {}"
+SUPERSEDED = "superseded: a newer tick of its schedule came"
+STALE = "stale: pending longer than one interval of its schedule (3600 s)"
 
 
 def hourly(on_busy: str = "skip", text: str = SLOW, extra: str = "") -> Any:
@@ -48,11 +50,30 @@ async def fire(schedule: ScheduleHandle, at: datetime) -> None:
     await schedule.backfill(window)
 
 
+async def fire_routed(instance: Instance, name: str, schedule: ScheduleHandle, hours: int) -> None:
+    """Tick `hours` before this hour, once routed: the test's tick number 4 - `hours`."""
+    await fire(schedule, HOUR - timedelta(hours=hours))
+
+    async def routed() -> list[dict[str, Any]] | None:
+        rows = await ticks(instance, name)
+        return rows if len(rows) == 4 - hours else None
+
+    await wait_for(routed, timeout=20, what=f"tick {4 - hours} routed")
+
+
 async def ticks(instance: Instance, name: str) -> list[dict[str, Any]]:
     q = """SELECT d.seq, d.status, d.reason, d.payload -> 'data' ->> 'every_s' AS every_s
            FROM bus_deliveries d JOIN bus_streams s USING (stream_key)
            WHERE s.employee = %s AND d.type = %s ORDER BY d.seq"""
     return await query(instance.pool, q, name, names.TYPE_TRIGGER_CRON)
+
+
+async def older_than_an_hour(instance: Instance, name: str, seq: int) -> None:
+    """Back-date a tick by 61 minutes (no test waits an hour)."""
+    await query(instance.pool, "UPDATE bus_deliveries SET ingress_received_at = "
+                "ingress_received_at - interval '61 minutes' WHERE stream_key IN (SELECT "
+                "stream_key FROM bus_streams WHERE employee = %s) AND seq = %s RETURNING 1",
+                name, seq)  # fmt: skip
 
 
 async def cron_turns(instance: Instance, name: str) -> list[dict[str, Any]]:
@@ -74,25 +95,14 @@ async def test_ticks_held_by_the_budget_keep_the_newest_and_expire_one_older_tha
     await instance.reply(await chat(instance, name, "first"), name=name)  # past 80%: `high`
 
     for hours in (3, 2, 1):  # three ticks while background work is held
-        await fire(schedule, HOUR - timedelta(hours=hours))
-
-        async def routed(n: int = 4 - hours) -> list[dict[str, Any]] | None:
-            rows = await ticks(instance, name)
-            return rows if len(rows) == n else None
-
-        await wait_for(routed, timeout=20, what=f"tick {4 - hours} routed")
-
-    superseded = "superseded: a newer tick of its schedule came"
+        await fire_routed(instance, name, schedule, hours)
     rows = await ticks(instance, name)
     assert [(r["status"], r["reason"]) for r in rows] == [
-        ("expired", superseded), ("expired", superseded), ("pending", None),
+        ("expired", SUPERSEDED), ("expired", SUPERSEDED), ("pending", None),
     ]  # fmt: skip
     assert {float(r["every_s"]) for r in rows} == {3600.0}
-    # The newest waited longer than one interval (back-dated: no test waits an hour) …
-    await query(instance.pool, "UPDATE bus_deliveries SET ingress_received_at = "
-                "ingress_received_at - interval '61 minutes' WHERE stream_key IN (SELECT "
-                "stream_key FROM bus_streams WHERE employee = %s) AND seq = %s RETURNING 1",
-                name, rows[-1]["seq"])  # fmt: skip
+    # The newest waited longer than one interval …
+    await older_than_an_hour(instance, name, rows[-1]["seq"])
     # … when the budget's period ends and the hold lifts: it expires instead of running.
     await query(instance.pool, "UPDATE employee_budgets SET period_end = now() + interval '1 s' "
                 "WHERE employee = %s RETURNING 1", name)  # fmt: skip
@@ -104,9 +114,7 @@ async def test_ticks_held_by_the_budget_keep_the_newest_and_expire_one_older_tha
         return last if last["status"] != "pending" else None
 
     last = await wait_for(stale, timeout=30, what="the stale tick settled")
-    assert (last["status"], last["reason"]) == (
-        "expired", "stale: pending longer than one interval of its schedule (3600 s)",
-    )  # fmt: skip
+    assert (last["status"], last["reason"]) == ("expired", STALE)
     # A fresh tick after the hold runs as before.
     await fire(schedule, HOUR)
 
@@ -134,22 +142,12 @@ async def test_ticks_held_for_a_waiting_conversation_expire_when_its_slot_comes(
     await fire(schedule, HOUR - timedelta(hours=3))
     await gate_of(instance.api, name, "class_slot", status="delivered")  # queued for a slot
     for hours in (2, 1):
-
-        async def routed(n: int = 4 - hours) -> list[dict[str, Any]] | None:
-            rows = await ticks(instance, name)
-            return rows if len(rows) == n else None
-
-        await fire(schedule, HOUR - timedelta(hours=hours))
-        await wait_for(routed, timeout=20, what=f"tick {4 - hours} routed")
-    superseded = "superseded: a newer tick of its schedule came"
+        await fire_routed(instance, name, schedule, hours)
     rows = await ticks(instance, name)
     assert [(r["status"], r["reason"]) for r in rows] == [
-        ("delivered", None), ("expired", superseded), ("pending", None),
+        ("delivered", None), ("expired", SUPERSEDED), ("pending", None),
     ]  # fmt: skip
-    await query(instance.pool, "UPDATE bus_deliveries SET ingress_received_at = "
-                "ingress_received_at - interval '61 minutes' WHERE stream_key IN (SELECT "
-                "stream_key FROM bus_streams WHERE employee = %s) AND seq = %s RETURNING 1",
-                name, rows[-1]["seq"])  # fmt: skip
+    await older_than_an_hour(instance, name, rows[-1]["seq"])
     async with instance.pool.connection() as conn:
         _, wake = await admission.release(conn, SchedConfig(), held[0], names.TURN_DONE)
     await wake_entities(instance.client, wake)
@@ -161,8 +159,7 @@ async def test_ticks_held_for_a_waiting_conversation_expire_when_its_slot_comes(
     (turn,) = await wait_for(ran, timeout=30, what="the first tick's turn done")
     assert turn["consumed_seq"] == rows[0]["seq"]  # the first tick alone
     assert [(r["status"], r["reason"]) for r in await ticks(instance, name)] == [
-        ("done", None), ("expired", superseded),
-        ("expired", "stale: pending longer than one interval of its schedule (3600 s)"),
+        ("done", None), ("expired", SUPERSEDED), ("expired", STALE),
     ]  # fmt: skip
 
 

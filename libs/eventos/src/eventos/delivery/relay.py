@@ -9,6 +9,9 @@ entity by known id, one call in flight per stream, at most 4 per entity per seco
 `delivered_seq` is committed only after Temporal accepted, and only while our lease's
 fencing token is still current.
 A repeat after a crash between accept and commit is dropped by the entity (seq ≤ applied).
+A stream whose entity waits for a turn slot of its top pending class or a higher one, and takes
+what was held for it when granted, is not claimed: its grant hands the inputs over
+(eventos.delivery.held).
 
 A pass claims up to 256 streams and serves 64 of them at once, the next starting as one is done.
 Their statements are grouped: the reads (and the commits, and the lease releases) asked for while
