@@ -1,7 +1,8 @@
 """A reply wave: a webhook burst spread over many conversations drains (issue 27's first target).
 
     .venv/bin/python bench/burst.py [--employees 10] [--conversations 75] [--inputs 1500]
-                                    [--timeout-s 900] [--py-spy DIR] [--quick] [--no-fail]
+                                    [--timeout-s 900] [--trace N] [--py-spy DIR] [--quick]
+                                    [--no-fail]
 
 Starts a local instance at tier S (embedded PostgreSQL with fsync on, the Temporal dev server,
 the six services as processes; or EVENTOS_DATABASE_URL and TEMPORAL_ADDRESS) with `--employees`
@@ -20,6 +21,8 @@ first message after the burst (message to turn start, and to the reply on the ev
 and the backlog every few seconds. Each target prints PASS or MISS; the driver exits 3 when one
 is missed (`--no-fail`: 0; a `--quick` smoke run exits 0 whatever its figures say).
 
+`--trace N` prints where the N slowest turns' time went, step by step between the events of
+their histories (summed over them), from their admission to their consuming save.
 `--py-spy DIR` records the six services with `py-spy record` (bench/profiles.py: raw collapsed
 stacks, `DIR/<process>.txt`) from the first webhook to the end of the drain, and prints each
 one's ten hottest frames.
@@ -28,6 +31,7 @@ one's ten hottest frames.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import os
 import shutil
@@ -53,8 +57,10 @@ from harness import (
     progress,
     wait_running,
 )
+from owner_trace import slow_turns
 
 from eventos.local.instance import LocalStack
+from eventos.runtime.payload_guard import connect as temporal_connect
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_DRAIN_PER_S = 10.0  # issue 27: inputs/s (about 4 before it; tier S's peak is ~5 events/s)
@@ -137,6 +143,11 @@ TURNS_SQL = """
 SELECT extract(epoch FROM ended_at - started_at) AS took, status
 FROM turns WHERE class = 4 AND started_at >= to_timestamp(%s) AND ended_at IS NOT NULL
 """
+SLOWEST_SQL = """
+SELECT id, extract(epoch FROM started_at), extract(epoch FROM ended_at)
+FROM turns WHERE class = 4 AND started_at >= to_timestamp(%s) AND ended_at IS NOT NULL
+ORDER BY ended_at - started_at DESC LIMIT %s
+"""
 OWNER_START_SQL = """
 SELECT extract(epoch FROM t.started_at - m.created_at) AS start
 FROM chat_messages m JOIN turns t ON t.id = m.turn_id WHERE m.text LIKE %s
@@ -206,9 +217,19 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
             profiles.stop(spy)
         report(stack.database_url, args, targets, since, started, drain, finished, answers,
                sent_s, owner_reply)  # fmt: skip
+        if args.trace:
+            with psycopg.connect(stack.database_url) as conn:
+                rows = conn.execute(SLOWEST_SQL.encode(), (since, args.trace)).fetchall()
+            turns = [(str(r[0]), float(r[1]), float(r[2])) for r in rows]
+            asyncio.run(trace_turns(stack, turns))
         profiles.summary(spy)
     finally:
         stack.stop()
+
+
+async def trace_turns(stack: LocalStack, turns: list[tuple[str, float, float]]) -> None:
+    client = await temporal_connect(stack.temporal_address, stack.temporal_namespace)
+    await slow_turns(client, turns)
 
 
 def report(url: str, args: argparse.Namespace, targets: Targets, since: float, started: float,
@@ -257,6 +278,8 @@ def main() -> int:
     parser.add_argument("--conversations", type=int, default=75, help="per employee")
     parser.add_argument("--inputs", type=int, default=1500, help="webhooks in the burst")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="most seconds to drain")
+    parser.add_argument("--trace", type=int, default=0, metavar="N",
+                        help="where the N slowest turns' time went (their histories)")  # fmt: skip
     profiles.add_argument(parser)
     add_no_fail(parser)
     tiny = {"employees": 2, "conversations": 3, "inputs": 12, "timeout_s": 120.0}

@@ -13,6 +13,7 @@ messages stage by stage.
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime
 
@@ -121,6 +122,37 @@ def turn_points(events: list[HistoryEvent]) -> dict[str, float]:
         ):
             points.setdefault("llm_completed", at(e))
     return points
+
+
+def event_name(event: HistoryEvent) -> str:
+    return EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()
+
+
+async def slow_turns(client: Client, turns: list[tuple[str, float, float]]) -> None:
+    """Where the given turns' time went, summed over them: (turn id, admitted, saved) with the
+    database's times, from its admission to the child's start, each step between two events of
+    the turn's history, and from the last event before its save to the save."""
+    took: dict[str, list[float]] = {}
+    total = 0.0
+    for turn_id, admitted, saved in turns:
+        events = await histories(client, turn_id)
+        if not events:
+            continue
+        total += saved - admitted
+        steps = [("admitted → " + event_name(events[0]), at(events[0]) - admitted)]
+        steps += [(f"{event_name(a)} → {event_name(b)}", at(b) - at(a))
+                  for a, b in itertools.pairwise(events) if at(b) <= saved]  # fmt: skip
+        last = max((e for e in events if at(e) <= saved), key=at)
+        steps.append((f"{event_name(last)} → saved", saved - at(last)))
+        for step, s in steps:
+            took.setdefault(step, []).append(s)
+    print(f"the {len(turns)} slowest turns: {total:.1f} s from admission to save in all; "
+          "by step between their events (ms)")  # fmt: skip
+    print(f"{'step':<64} {'n':>4} {'share':>6} {'p50':>7} {'max':>7}")
+    for step, spans in sorted(took.items(), key=lambda kv: -sum(kv[1]))[:12]:
+        ms = [x * 1000 for x in spans]
+        print(f"{step:<64} {len(ms):>4} {sum(spans) / total:>6.0%} {pct(ms, 0.5):>7.0f} "
+              f"{max(ms):>7.0f}")  # fmt: skip
 
 
 def pct(values: list[float], q: float) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -588,6 +589,42 @@ async def test_the_owners_conversation_and_its_turn_run_on_the_owners_queue(
 
         described = await wait_for(turn_started, timeout=20, what="the owner's turn workflow")
         assert described.task_queue == owner_queue
+
+
+async def test_the_other_conversations_turns_run_on_the_turns_queue(
+    employee: str, pool: AsyncConnectionPool[Conn], client: Client, task_queue: str,
+    temporal_settings: TemporalSettings, outbox_keys: OutboxKeys,
+) -> None:  # fmt: skip
+    """With `turn_task_queue`, a background conversation's entity starts on the instance's
+    queue and its turn on the turns' queue (served by a worker of its own), whose LLM step
+    goes to the home queue's class queue; the entity's cursor names the turns' queue."""
+    turns_queue = names.turn_queue(task_queue)
+    await append_all(pool, [driver_event("bg", 0)])
+    await route_until_done(pool)
+    relay = relay_for(pool, temporal_settings, task_queue, turn_task_queue=turns_queue)
+    db = DbActivities(pool, outbox=outbox_keys)
+    async with workflow_worker(client, task_queue, db, turns=True):  # the fixture's runs too
+        assert await drain(relay) == 1
+        (row,) = await query(pool, "SELECT entity_id FROM bus_streams")
+        entity = client.get_workflow_handle(row["entity_id"])
+        assert (await entity.describe()).task_queue == task_queue
+        (turn,) = await wait_for(lambda: query(pool, "SELECT id, class FROM turns"), timeout=20,
+                                 what="the turn admitted")  # fmt: skip
+        llm = names.queue_for(names.LLM_QUEUES[turn["class"]], task_queue)
+
+        async def step_scheduled() -> str | None:
+            with contextlib.suppress(RPCError):
+                async for e in client.get_workflow_handle(turn["id"]).fetch_history_events():
+                    if e.HasField("activity_task_scheduled_event_attributes"):
+                        return e.activity_task_scheduled_event_attributes.task_queue.name
+            return None
+
+        assert await wait_for(step_scheduled, timeout=20, what="the turn's LLM step") == llm
+        described = await client.get_workflow_handle(turn["id"]).describe()
+        assert described.task_queue == turns_queue
+        first = (await entity.fetch_history()).events[0]
+        cursor = first.workflow_execution_started_event_attributes.input.payloads[0].data
+        assert json.loads(cursor)["turn_queue"] == turns_queue
 
 
 async def test_a_grouped_commit_takes_stream_rows_in_key_order_and_never_deadlocks_the_router(

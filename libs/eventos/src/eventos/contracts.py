@@ -38,6 +38,9 @@ class StreamCursor:
     # Its turns' attempt timeouts (settings.TurnTimeouts, the relay's): carried like the flags.
     send_timeout_s: float = names.SEND_CLAIM_TTL_S
     llm_heartbeat_s: float = names.LLM_HEARTBEAT_S
+    # The workflow queue its turns run on (names.turn_queue, the relay's; carried like the
+    # flags); None: the entity's own.
+    turn_queue: str | None = None
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,10 @@ EGRESS_QUEUE: Final = "egress"
 # workflow queue, polled by the same workers-workflow processes with workflow task slots of its
 # own: no background workflow task stands between the owner's message and its reply (issue 27).
 OWNER_QUEUE_SUFFIX: Final = ".owner"
+# The other conversations' turns run on one of their own beside each workflow queue, with
+# slots of its own too: admission bounds the turns, not the conversations, so a turn once
+# admitted never waits behind a burst's many conversations starting (issue 27).
+TURN_QUEUE_SUFFIX: Final = ".turns"
 # Reserved floors of the classes (SPEC §9): shares of admitted turns and, while Temporal
 # pushes back, of the relay's Signal rate.
 CLASS_FLOORS: Final = {C1_OWNER: 0.30, C2_CUSTOMER: 0.40, C3_INTERNAL: 0.15, C4_BACKGROUND: 0.15}
@@ -208,14 +212,19 @@ LLM_ENDPOINT_NOT_ALLOWED: Final = "LlmEndpointNotAllowed"
 def queue_for(base: str, workflow_queue: str) -> str:
     """An activity queue next to a workflow queue: the plain name on the instance's own
     queue, else namespaced by it (so tests sharing one Temporal server never cross); the owner's
-    workflow queue shares its home queue's activity queues."""
-    home = workflow_queue.removesuffix(OWNER_QUEUE_SUFFIX)
+    workflow queue and the turns' share their home queue's activity queues."""
+    home = workflow_queue.removesuffix(OWNER_QUEUE_SUFFIX).removesuffix(TURN_QUEUE_SUFFIX)
     return base if home == WORKFLOW_QUEUE else f"{home}.{base}"
 
 
 def owner_queue(workflow_queue: str) -> str:
     """The workflow queue of the owner's conversations beside `workflow_queue`."""
     return workflow_queue + OWNER_QUEUE_SUFFIX
+
+
+def turn_queue(workflow_queue: str) -> str:
+    """The workflow queue of the other conversations' turns beside `workflow_queue`."""
+    return workflow_queue + TURN_QUEUE_SUFFIX
 
 
 def owners_conversation(stream_key: str, thread: str) -> bool:

@@ -188,6 +188,9 @@ WORKFLOW_TASK_SLOTS = 4
 # Of the owner's workflow queue (EVENTOS_OWNER_WORKFLOW_TASK_SLOTS), on top of those: an owner's
 # conversation or turn never waits for a slot held by background work.
 OWNER_WORKFLOW_TASK_SLOTS = 2
+# Of the turns' workflow queue (EVENTOS_TURN_WORKFLOW_TASK_SLOTS), on top of those: an admitted
+# turn never waits for a slot held by the conversations' tasks (a burst starts hundreds).
+TURN_WORKFLOW_TASK_SLOTS = 2
 
 
 @dataclass(frozen=True)
@@ -196,15 +199,18 @@ class WorkflowSettings:
 
     task_slots: int = WORKFLOW_TASK_SLOTS
     owner_task_slots: int = OWNER_WORKFLOW_TASK_SLOTS
+    turn_task_slots: int = TURN_WORKFLOW_TASK_SLOTS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkflowSettings:
-        """`EVENTOS_WORKFLOW_TASK_SLOTS` and `EVENTOS_OWNER_WORKFLOW_TASK_SLOTS` (positive
-        integers), else WORKFLOW_TASK_SLOTS and OWNER_WORKFLOW_TASK_SLOTS."""
+        """`EVENTOS_WORKFLOW_TASK_SLOTS`, `EVENTOS_OWNER_WORKFLOW_TASK_SLOTS` and
+        `EVENTOS_TURN_WORKFLOW_TASK_SLOTS` (positive integers), else WORKFLOW_TASK_SLOTS,
+        OWNER_WORKFLOW_TASK_SLOTS and TURN_WORKFLOW_TASK_SLOTS."""
         env = os.environ if env is None else env
         return cls(
             positive_int(env, "EVENTOS_WORKFLOW_TASK_SLOTS", WORKFLOW_TASK_SLOTS),
             positive_int(env, "EVENTOS_OWNER_WORKFLOW_TASK_SLOTS", OWNER_WORKFLOW_TASK_SLOTS),
+            positive_int(env, "EVENTOS_TURN_WORKFLOW_TASK_SLOTS", TURN_WORKFLOW_TASK_SLOTS),
         )
 
 

@@ -30,6 +30,7 @@ async def main() -> None:
     relay_id = os.environ.get("EVENTOS_RELAY_ID") or f"{socket.gethostname()}:{os.getpid()}"
     relay = Relay(connected.pool, connected.temporal, relay_id,
                   owner_task_queue=names.owner_queue(names.WORKFLOW_QUEUE),
+                  turn_task_queue=names.turn_queue(names.WORKFLOW_QUEUE),
                   turn_timeouts=TurnTimeouts.from_env())  # fmt: skip
     service.loops.append(lambda: lanes_loop(relay, connected.signal, cfg.service.poll_interval_s))
     deliverer = Deliverer(connected.pool, connected.temporal, sched=SchedConfig.from_env(),

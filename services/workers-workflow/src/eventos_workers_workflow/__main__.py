@@ -1,5 +1,5 @@
 """`python -m eventos_workers_workflow`: every workflow type and the database activities, on the
-instance's workflow queue and on the owner's beside it."""
+instance's workflow queue and on the owner's and the turns' beside it."""
 
 from __future__ import annotations
 
@@ -27,11 +27,13 @@ async def main() -> None:
                       supervision=SupervisionSettings.from_env())  # fmt: skip
     polls = PollActivities(connected.pool, SecretStore.from_env())  # poll auth: secret references
 
-    def worker(owner: bool) -> Callable[[Client], Worker]:
-        return lambda c: workflow_worker(c, db=db, polls=polls, owner=owner)
+    def worker(owner: bool = False, turns: bool = False) -> Callable[[Client], Worker]:
+        return lambda c: workflow_worker(c, db=db, polls=polls, owner=owner, turns=turns)
 
-    # The instance's workflow queue, and the owner's beside it (slots of its own).
-    service.loops += [partial(run_forever, connected.temporal, worker(o)) for o in (False, True)]
+    # The instance's workflow queue, and the owner's and the turns' beside it (slots of their
+    # own each).
+    builds = [worker(), worker(owner=True), worker(turns=True)]
+    service.loops += [partial(run_forever, connected.temporal, build) for build in builds]
     await service.run()
 
 

@@ -276,6 +276,10 @@ class Relay:
     # Where the owner's conversations start (names.owner_queue(task_queue) in the relay service,
     # whose workers-workflow poll it); None: on `task_queue` like the rest.
     owner_task_queue: str | None = None
+    # Where the other conversations' turns run (names.turn_queue(task_queue) in the relay
+    # service, whose workers-workflow poll it), put in each new run's cursor; None: on the
+    # entity's queue. The owner's turns follow its conversation on the owner's queue.
+    turn_task_queue: str | None = None
     classes: tuple[int, ...] = names.CLASSES  # the top pending classes this relay claims
     lease_ttl_s: float = LEASE_TTL_S
     entity_roll_after: int = names.ENTITY_ROLL_AFTER
@@ -509,6 +513,7 @@ class Relay:
             cancel_grace_s=self.entity_cancel_grace_s, flags=resolve_flags(stream["flags"]),
             send_timeout_s=self.turn_timeouts.send_s,
             llm_heartbeat_s=self.turn_timeouts.llm_heartbeat_s,
+            turn_queue=self._turn_queue_of(stream),
         )  # fmt: skip
         try:
             client: Client = await self.temporal.get()
@@ -542,6 +547,13 @@ class Relay:
         """The workflow queue a run of the stream's entity starts on (a running one keeps its)."""
         owners = names.owners_conversation(stream["stream_key"], stream["thread"])
         return self.owner_task_queue if owners and self.owner_task_queue else self.task_queue
+
+    def _turn_queue_of(self, stream: dict[str, Any]) -> str | None:
+        """The workflow queue the turns of a new run of the stream's entity run on."""
+        if self.owner_task_queue and names.owners_conversation(stream["stream_key"],
+                                                               stream["thread"]):  # fmt: skip
+            return None  # beside their conversation, on the owner's queue
+        return self.turn_task_queue
 
     async def _refused(self, stream_key: str, batch: list[DeliveryItem], exc: RPCError) -> bool:
         if exc.status in UNAVAILABLE:

@@ -40,12 +40,14 @@ def workflow_worker(
     polls: PollActivities | None = None,
     *,
     owner: bool = False,
+    turns: bool = False,
 ) -> Worker:
     """Every workflow type, the database activities, the supervisor's effects, the tool calls
     and the poll activity (SPEC §4 workers-workflow); tools and polls resolve their secrets
     from the environment unless given. With `owner`, the worker of the owner's workflow queue
-    beside `task_queue` (the owner's conversations and their turns, with slots of its own):
-    a workers-workflow process runs both."""
+    beside `task_queue` (the owner's conversations and their turns), with `turns` that of the
+    other conversations' turns, each with slots of its own: a workers-workflow process runs
+    the three."""
     activities = []
     if db is not None:
         tools = tools or ToolActivities.from_env(db.pool)
@@ -54,8 +56,11 @@ def workflow_worker(
         activities += tools.activities() + polls.activities()
         activities += AlarmActivities(db.pool, AlarmSettings.from_env()).activities()
     settings = WorkflowSettings.from_env()
-    queue = names.owner_queue(task_queue) if owner else task_queue
-    slots = settings.owner_task_slots if owner else settings.task_slots
+    queue, slots = task_queue, settings.task_slots
+    if owner:
+        queue, slots = names.owner_queue(task_queue), settings.owner_task_slots
+    elif turns:
+        queue, slots = names.turn_queue(task_queue), settings.turn_task_slots
     return Worker(client, task_queue=queue, workflows=WORKFLOWS, activities=activities,
                   build_id=worker_build_id(), interceptors=[RetryCount()],
                   max_concurrent_workflow_tasks=slots)  # fmt: skip

@@ -327,7 +327,7 @@ class ConversationWorkflow:
                          llm_heartbeat_s=c.llm_heartbeat_s)  # fmt: skip
         self.turn = await workflow.start_child_workflow(
             names.WF_TURN, turn, id=grant.turn_id, result_type=TurnResult,
-            task_queue=workflow.info().task_queue,
+            task_queue=c.turn_queue or workflow.info().task_queue,
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
             cancellation_type=ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -529,7 +529,7 @@ class ConversationWorkflow:
                          self.applied_seq, reload_after=reload_after, roll_after=c.roll_after,
                          idle_s=c.idle_s, cancel_grace_s=c.cancel_grace_s, failures=failures,
                          flags=dict(c.flags), send_timeout_s=c.send_timeout_s,
-                         llm_heartbeat_s=c.llm_heartbeat_s)
+                         llm_heartbeat_s=c.llm_heartbeat_s, turn_queue=c.turn_queue)
         )  # fmt: skip
 
     async def _drain(self) -> None:
