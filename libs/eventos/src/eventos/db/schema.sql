@@ -353,7 +353,10 @@ CREATE TABLE sched_waiters (
     turn_id       text,           -- a suspended turn asking for its slot again
     requested_at  timestamptz NOT NULL DEFAULT now(),
     asked_at      timestamptz NOT NULL DEFAULT now(),
-    offered_at    timestamptz
+    offered_at    timestamptz,
+    -- it takes what the relay held for it when granted (eventos.delivery.held): the relay
+    -- sends it no input of its class or below while it waits
+    takes_held    boolean NOT NULL DEFAULT false
 );
 
 -- Round-robin between employees within a class: who was served last (NULL: never), and the
