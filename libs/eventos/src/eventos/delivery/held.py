@@ -20,6 +20,7 @@ from eventos import names
 from eventos.contracts import DeliveryItem
 from eventos.db import Conn
 from eventos.db.sql import Q
+from eventos.delivery.relay import take_batch
 
 
 async def take(conn: Conn, stream_key: str, after: int) -> list[DeliveryItem]:
@@ -34,27 +35,25 @@ async def take(conn: Conn, stream_key: str, after: int) -> list[DeliveryItem]:
                 rows = await _read(conn, stream_key, after)
         if not rows:
             return []
-        head = rows[0]
-        held = head["hold_reason"] is not None
-        window, window_bytes = int(head["window_inputs"]), int(head["window_bytes"])
-        taken: list[DeliveryItem] = []
-        size = 0
-        through = None  # the last pending input taken
-        for row in rows:
-            item = DeliveryItem.from_row(row)
-            pending = row["status"] == "pending"
-            no_room = (window + len(taken) >= names.WINDOW_MAX_INPUTS
-                       or window_bytes + size + item.size > names.WINDOW_MAX_BYTES)  # fmt: skip
-            if size + item.size > names.BATCH_MAX_BYTES or (pending and (held or no_room)):
-                break
-            taken.append(item)
-            size += item.size
-            if pending:
-                through = item.seq
-        if through is not None:
-            taken_through = {"stream_key": stream_key, "after": after, "through": through}
-            await conn.execute(Q["stream_take_delivered"], taken_through)
-        return taken
+        # Those delivered already (one batch at most: `_read`'s limit), then the pending ones as
+        # the relay batches them, within what is left of the batch and of the window.
+        sent = [DeliveryItem.from_row(r) for r in rows if r["status"] == "delivered"]
+        pending = [r for r in rows if r["status"] == "pending"]
+        size = sum(i.size for i in sent)
+        room_inputs = min(
+            names.BATCH_MAX_ITEMS - len(sent),
+            names.WINDOW_MAX_INPUTS - int(rows[0]["window_inputs"]) - len(sent),
+        )
+        room_bytes = min(names.BATCH_MAX_BYTES - size,
+                         names.WINDOW_MAX_BYTES - int(rows[0]["window_bytes"]) - size)  # fmt: skip
+        held = rows[0]["hold_reason"] is not None
+        if held or not pending or room_inputs <= 0 or room_bytes < pending[0]["size"]:
+            return sent
+        taken = take_batch(pending, room_inputs, room_bytes)
+        through = taken[-1].seq
+        taken_through = {"stream_key": stream_key, "after": after, "through": through}
+        await conn.execute(Q["stream_take_delivered"], taken_through)
+        return sent + taken
 
 
 async def _read(conn: Conn, stream_key: str, after: int) -> list[dict[str, Any]]:
