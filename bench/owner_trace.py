@@ -35,7 +35,7 @@ FROM chat_messages m
 JOIN turns t ON t.id = m.turn_id
 JOIN bus_deliveries d ON d.ingress_id = m.ingress_id AND d.stream_key = t.stream_key
 JOIN bus_streams s ON s.stream_key = d.stream_key
-WHERE t.thread = 'main' AND t.class = 1 AND t.started_at >= %s
+WHERE t.thread = 'main' AND t.class = 1 AND m.created_at >= %s
 ORDER BY m.created_at
 """
 
@@ -162,7 +162,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def trace(pool: AsyncConnectionPool[Conn], client: Client, since: datetime,
                 delay: float) -> None:  # fmt: skip
-    """Print the per-stage table of the owner messages whose turns started since `since`."""
+    """Print the per-stage table of the owner messages sent since `since`."""
     async with pool.connection() as conn:
         rows = await (await conn.execute(MESSAGES, (since,))).fetchall()
     cache: dict[str, list[HistoryEvent]] = {}
@@ -185,14 +185,14 @@ async def trace(pool: AsyncConnectionPool[Conn], client: Client, since: datetime
         if spans:
             print(f"{name:<36} {len(spans):>4} {pct(spans, 0.5):>7.0f} {pct(spans, 0.9):>7.0f} "
                   f"{pct(spans, 0.99):>7.0f} {max(spans):>7.0f}")  # fmt: skip
-    slowest = sorted(samples, key=lambda s: s.get("admitted", 0) - s["sent"], reverse=True)[:3]
-    for s in slowest:
-        parts = [f"{n.split(' (')[0]} {(s[b] - s[a]) * 1000:.0f}"
-                 for n, a, b in STAGES if a in s and b in s]  # fmt: skip
-        print(
-            f"slow start {(s.get('admitted', s['sent']) - s['sent']) * 1000:.0f} ms: "
-            + ", ".join(parts)
-        )
+    for what, end in (("start", "admitted"), ("reply", "replied")):
+        slowest = sorted(samples, key=lambda s: s.get(end, 0) - s["sent"], reverse=True)[:3]
+        for s in slowest:
+            parts = [f"{n.split(' (')[0]} {(s[b] - s[a]) * 1000:.0f}"
+                     for n, a, b in STAGES if a in s and b in s]  # fmt: skip
+            sent = datetime.fromtimestamp(s["sent"], UTC).strftime("%H:%M:%S.%f")[:-3]
+            print(f"slow {what} {(s.get(end, s['sent']) - s['sent']) * 1000:.0f} ms (sent "
+                  f"{sent}): " + ", ".join(parts))  # fmt: skip
 
 
 def main() -> int:
