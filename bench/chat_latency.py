@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 import profiles
 import psycopg
-from harness import exit_on_signals, parse_with_quick
+from harness import calibration_line, exit_on_signals, parse_with_quick
 
 from eventos.local.instance import LocalStack
 
@@ -156,6 +156,7 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="eventos-chat-bench-"))
     stack = LocalStack(folder, examples_dir=ROOT / "examples", say=lambda line: None)
     try:
+        print(calibration_line(), flush=True)
         print("starting the local instance …", flush=True)
         stack.start()
         headers = {"Authorization": f"Bearer {stack.admin_token}"}
