@@ -267,8 +267,8 @@ async def all_backlogged(pool: AsyncConnectionPool[Conn], until: float) -> datet
     return None
 
 
-# The owners' turns since a time: admission's wait, the time from the message's commit to its
-# turn's start (routing, relay, entity and admission together), and to its reply's commit.
+# The owners' messages sent in a window: admission's wait, the time from the message's commit
+# to its turn's start (routing, relay, entity and admission together), and to its reply's commit.
 OWNER_TURNS = """
 SELECT t.admission_wait_s AS admission, extract(epoch FROM t.started_at - m.created_at) AS start,
        extract(epoch FROM (SELECT min(e.created_at) FROM chat_events e
