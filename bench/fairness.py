@@ -54,6 +54,7 @@ from harness import (
     calibration_line,
     cpu_summary,
     exit_on_signals,
+    instance_processes,
     local_employee,
     metrics_url,
     parse_with_quick,
@@ -160,11 +161,11 @@ async def measure(stack: LocalStack, args: argparse.Namespace, targets: Targets)
             t1 = datetime.now(UTC)
             progress(f"load: every class backlogged for {seconds:.0f} s "
                      f"(capacity {args.capacity})")  # fmt: skip
-            spy = profiles.start(args.py_spy, stack.stack()["pids"])
+            pids = stack.stack()["pids"]
+            spy = profiles.start(args.py_spy, pids)
             server = ServerCounters(metrics_url(stack, None), stack.temporal_namespace)
-            pids = {n: (pid, n == "postgres") for n, pid in stack.stack()["pids"].items()
-                    if pid is not None and n != "localstack"}  # fmt: skip
-            meter, counted = CpuMeter(pids), await asyncio.to_thread(server.read)
+            meter = CpuMeter(instance_processes(pids))
+            counted = await asyncio.to_thread(server.read)
             meter.start()
             backlogged = asyncio.create_task(all_backlogged(pool, time.monotonic() + seconds))
             waiting = await watch(pool, seconds)

@@ -61,6 +61,7 @@ from harness import (
     calibration_line,
     children,
     exit_on_signals,
+    instance_processes,
     metrics_url,
     parse_with_quick,
     table,
@@ -284,8 +285,7 @@ def run(folder: Path, args: argparse.Namespace, targets: Targets) -> None:
         headers = {"Authorization": f"Bearer {stack.admin_token}"}
         replies = Replies(stack.ingress_url, headers, employee=name(0))
         owner_latencies(stack, replies, args.warmup, "warm-up")
-        pids = {n: (pid, n == "postgres") for n, pid in stack.stack()["pids"].items()
-                if pid is not None and n != "localstack"}  # fmt: skip
+        pids = instance_processes(stack.stack()["pids"])
         # At rest: the employees' supervisors, timers and the server's shards, nothing sent.
         meter, before_rest = CpuMeter(pids), server.read()
         meter.start()

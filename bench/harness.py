@@ -443,6 +443,13 @@ class CpuMeter:
         return {n: 100.0 * (now[n] - self._start[n]) / wall for n in now}
 
 
+def instance_processes(pids: dict[str, int | None]) -> dict[str, tuple[int, bool]]:
+    """What a CpuMeter reads of a local instance (`stack.stack()["pids"]`): each process but
+    the launcher itself (the bench's own), PostgreSQL with its backends."""
+    return {n: (pid, n == "postgres") for n, pid in pids.items()
+            if pid is not None and n != "localstack"}  # fmt: skip
+
+
 def cpu_summary(usage: dict[str, float]) -> str:
     return ", ".join(f"{name} {pct:.0f}%" for name, pct in usage.items())
 
