@@ -35,7 +35,7 @@ from harness import (
 )
 
 from eventos import names
-from eventos.alarms import signal_changed
+from eventos.alarms.activity import signal_changed
 from eventos.contracts import SupervisorStatus, ToolCallInput
 from eventos.control.intent_deliverer import ensure_supervisor
 from eventos.db import Conn, connect, open_pool

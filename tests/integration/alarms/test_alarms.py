@@ -20,8 +20,10 @@ from test_router import append_all, driver_event, query, route_until_done
 from test_supervision import applied, supervisor_status
 from test_turns import Instance, instance, transcript, transcripts  # noqa: F401 (the in-process stack fixture)
 
-from eventos import alarms, names
+from eventos import names
+from eventos.alarms import activity as alarm_activity
 from eventos.alarms import store
+from eventos.alarms import store as alarms
 from eventos.contracts import Control, SetLimits, SupervisorInput, ToolCallInput
 from eventos.db import Conn
 from eventos.employees import lifecycle
@@ -564,7 +566,7 @@ async def test_late_alarms_fire_with_a_note_and_one_past_skip_after_is_missed(
     await past_alarm(instance.pool, name, "send the invoice", 3 * 3600)
     missed = await past_alarm(instance.pool, name, "join the call", 3600,
                               if_late="skip_after:PT10M", skip_after_s=600.0)  # fmt: skip
-    await alarms.signal_changed(instance.client, name, 1)  # as the tools do after commit
+    await alarm_activity.signal_changed(instance.client, name, 1)  # as the tools do after commit
     text = await consumed(instance, name, "send the invoice")
     assert "[late: due at " in text and "fired 3 h 0 min late]" in text
 

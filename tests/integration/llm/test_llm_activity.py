@@ -29,10 +29,11 @@ from test_router import query
 from eventos import names
 from eventos.contracts import ChatMessage, LlmStepInput, LlmStepOutput, ModelRef
 from eventos.db import Conn
-from eventos.llm import LlmActivities, llm_worker, run_llm_workers
+from eventos.llm.activity import LlmActivities
 from eventos.llm.endpoints import Endpoint, LlmEndpoints
 from eventos.llm.local import local_call_id
 from eventos.llm.prices import PriceTable
+from eventos.llm.worker import llm_worker, run_llm_workers
 from eventos.runtime import metrics
 from eventos.runtime.temporal import TemporalConnection
 from eventos.settings import SecretStore, TemporalSettings

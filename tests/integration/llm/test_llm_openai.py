@@ -18,8 +18,9 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from eventos import failures
 from eventos.contracts import ChatMessage, LlmStepInput, ModelRef, ToolCall, ToolSpec
-from eventos.llm import OpenAIChatProvider, provider_for
 from eventos.llm.endpoints import Endpoint, LlmEndpoints
+from eventos.llm.openai import OpenAIChatProvider
+from eventos.llm.providers import provider_for
 from eventos.settings import SecretStore
 
 PROMPT = "my parcel 7731-zebra never arrived"

@@ -41,8 +41,8 @@ from eventos.channels.readers import ChannelReaders
 from eventos.channels.telegram import TelegramApi, TelegramReader
 from eventos.contracts import ModelRef
 from eventos.db import Conn
-from eventos.llm import provider_for
 from eventos.llm.endpoints import Endpoint, LlmEndpoints
+from eventos.llm.providers import provider_for
 from eventos.polls.cycle import Poller
 from eventos.polls.fetch import http_client
 from eventos.runtime.service import Service, cancel_and_wait

@@ -13,8 +13,10 @@ from conftest import PURPOSES, PURPOSES_VAR
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from eventos.contracts import ChatMessage, LlmStepInput, ModelRef, ToolCall
-from eventos.llm import LocalProvider, OpenAIChatProvider, provider_for, status_error
 from eventos.llm.endpoints import OPENAI_BASE_URL, Endpoint, LlmEndpoints
+from eventos.llm.local import LocalProvider
+from eventos.llm.openai import OpenAIChatProvider, status_error
+from eventos.llm.providers import provider_for
 from eventos.settings import SecretStore
 
 LOCAL = ModelRef(provider="local", name="scripted")

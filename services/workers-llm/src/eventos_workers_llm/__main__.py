@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 
 from eventos import names
-from eventos.llm import LlmActivities, llm_slots, provider_http_client, run_llm_workers
+from eventos.llm.activity import LlmActivities
 from eventos.llm.buckets import RateLimits
 from eventos.llm.endpoints import LlmEndpoints
+from eventos.llm.openai import provider_http_client
 from eventos.llm.prices import PriceTable
+from eventos.llm.worker import llm_slots, run_llm_workers
 from eventos.runtime.service import run_main
 from eventos.runtime.wiring import ConnectedConfig, build_connected
 from eventos.settings import SecretStore, llm_classes

@@ -1,7 +1,4 @@
 """Alarms and follow-ups (SPEC §10): rows in `alarms`, set by the alarm tools or, as deadlines,
-by other subsystems (`create_deadline`, `cancel_by_ref`), fired by the supervisor's one timer."""
-
-from eventos.alarms.activity import signal_changed
-from eventos.alarms.store import cancel_by_ref, create_deadline
-
-__all__ = ["cancel_by_ref", "create_deadline", "signal_changed"]
+by other subsystems (`store.create_deadline`, `store.cancel_by_ref`), fired by the supervisor's
+one timer. Import the module you need: this package imports nothing, so a service that only
+writes alarms (the router's follow-up cancels) does not load the Temporal client with them."""

@@ -25,7 +25,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from eventos import failures, names
-from eventos.alarms import signal_changed
+from eventos.alarms.activity import signal_changed
 from eventos.contracts import ToolCallInput, ToolResult
 from eventos.db import Conn, is_record_error
 from eventos.errors import NotFound

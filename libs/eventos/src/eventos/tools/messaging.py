@@ -21,7 +21,8 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from eventos import alarms, names
+from eventos import names
+from eventos.alarms import store as alarms
 from eventos.bus.inbox import append
 from eventos.db.sql import Q
 from eventos.messaging import ipc
