@@ -97,6 +97,8 @@ FIGURES = {
     "turn_commands.py": ["per input", "wf tasks", "commands", "local acts", "timers",
                          "signals in", "signals out", "actions", "chat", "tool", "webhook",
                          "customer"],
+    "turn_replay.py": ["calibration:", "replay CPU per workflow instance", "SDK walks",
+                       "walks skipped", "ratio", "TurnWorkflow", "all"],
     "storm.py": ["simulated 1 min", "instant turns", "tool calls:", "ipc ingress rows by outcome",
                  "per minute"],
 }  # fmt: skip

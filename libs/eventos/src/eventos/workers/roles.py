@@ -14,6 +14,7 @@ from eventos import names
 from eventos.alarms.activity import AlarmActivities
 from eventos.control.supervisor import SupervisorActivities
 from eventos.polls.activities import PollActivities
+from eventos.runtime import payload_visits
 from eventos.runtime.build import worker_build_id
 from eventos.runtime.temporal import RetryCount, TemporalConnection, until_outage_ends
 from eventos.settings import AlarmSettings, SecretStore, WorkflowSettings
@@ -61,6 +62,7 @@ def workflow_worker(
         queue, slots = names.owner_queue(task_queue), settings.owner_task_slots
     elif turns:
         queue, slots = names.turn_queue(task_queue), settings.turn_task_slots
+    payload_visits.install()  # no codec, no external storage: no walks over every payload
     return Worker(client, task_queue=queue, workflows=WORKFLOWS, activities=activities,
                   build_id=worker_build_id(), interceptors=[RetryCount()],
                   max_concurrent_workflow_tasks=slots)  # fmt: skip
