@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -73,7 +73,7 @@ class GreetWorkflow:
 
 
 @pytest.fixture
-def skipping() -> AsyncIterator[None]:
+def skipping() -> Iterator[None]:
     """The walks as the workers run them, and as the SDK gives them back after."""
     assert payload_visits.install(), "the SDK's walks changed: payload_visits left them"
     yield
