@@ -8,8 +8,9 @@ runs code in the sandbox. With neither a payload codec nor external storage on t
 converter each walk hands back the payloads it was given, yet the walks were about a third of
 the CPU of replaying a turn's history (`bench/turn_replay.py`). The SDK keeps the test for
 exactly this case (`DataConverter._decode_payload_has_effect`, "temporary shortcircuit
-detection while the _decode_* methods may no-op") but no longer calls it; `install` puts it in
-front of both walks. A converter with a codec or external storage walks as before.
+detection while the _decode_* methods may no-op") but no longer calls it; `install` puts that
+test, the SDK's own (so it follows what the SDK counts as an effect), in front of both walks. A
+converter with a codec or external storage walks as before.
 
 Given up without the walks: the SDK's refusal of an externally stored payload when no external
 storage is configured (TMPRL1105). Nothing of ours writes one; such a payload would fail the
@@ -37,11 +38,7 @@ PARAMETERS = {
                           "storage_concurrency_limit"],
 }  # fmt: skip
 SKIPS = "_eventos_skips_no_op_walks"
-
-
-def walks_have_effect(converter: DataConverter) -> bool:
-    """Whether a walk can change a payload: a codec or external storage is configured."""
-    return converter.payload_codec is not None or converter.external_storage is not None
+HAS_EFFECT = "_decode_payload_has_effect"  # the SDK's test: a codec or external storage
 
 
 Walk = Callable[..., Awaitable[StorageOperationMetrics]]
@@ -50,7 +47,7 @@ Walk = Callable[..., Awaitable[StorageOperationMetrics]]
 def _skipping(walk: Walk) -> Walk:
     async def skip_when_no_op(message: Any, data_converter: DataConverter, *args: Any,
                               **kwargs: Any) -> StorageOperationMetrics:  # fmt: skip
-        if walks_have_effect(data_converter):
+        if getattr(data_converter, HAS_EFFECT):
             return await walk(message, data_converter, *args, **kwargs)
         return StorageOperationMetrics()
 
@@ -63,10 +60,15 @@ def installed() -> bool:
 
 
 def install() -> bool:
-    """Put the no-op test in front of both walks, once per process; False (and a warning, the
-    walks left as they are) when the SDK's walks are not the ones this was written for."""
+    """Put the SDK's no-op test in front of both walks, once per process; False (and a warning,
+    the walks left as they are) when the SDK's walks or its test are not the ones this was
+    written for."""
     if installed():
         return True
+    if not isinstance(getattr(DataConverter, HAS_EFFECT, None), property):
+        log.warning("temporalio's DataConverter.%s is gone: payload walks left as they are",
+                    HAS_EFFECT)  # fmt: skip
+        return False
     for name in WALKS:
         walk = getattr(bridge_worker, name, None)
         if walk is None or list(inspect.signature(walk).parameters) != PARAMETERS[name]:
