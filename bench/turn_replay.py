@@ -29,36 +29,25 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from eventos.runtime import payload_visits
-from eventos.runtime.build import release
 from eventos.runtime.payload_guard import GUARDED_DATA_CONVERTER
 from eventos.workers.roles import WORKFLOWS
 
-HISTORIES = Path(__file__).resolve().parents[1] / "tests" / "histories"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration" / "runtime"))
+from release_histories import Recorded, recorded, this_release_folder
+
 BASELINE, SKIPPED = "SDK walks", "walks skipped"
 
 
-def histories() -> list[WorkflowHistory]:
-    folder = HISTORIES / release()
-    found = [WorkflowHistory.from_json(f"{folder.name}/{p.stem}", p.read_text())
-             for p in sorted(folder.glob("*.json"))]  # fmt: skip
-    if not found:
-        raise BenchError(f"no recorded histories in {folder}")
-    return found
-
-
-def kind(history: WorkflowHistory) -> str:
-    return history.events[0].workflow_execution_started_event_attributes.workflow_type.name
-
-
-async def replay(recorded: list[WorkflowHistory], repeat: int) -> dict[str, float]:
+async def replay(histories: list[Recorded], repeat: int) -> dict[str, float]:
     """CPU seconds of this process by workflow type, each history replayed `repeat` times."""
     used: dict[str, float] = collections.defaultdict(float)
     replayer = Replayer(workflows=WORKFLOWS, data_converter=GUARDED_DATA_CONVERTER)
+    kinds = {f"{r.label}-{n}": r.workflow_type for r in histories for n in range(repeat)}
 
     async def each() -> AsyncIterator[WorkflowHistory]:
         for n in range(repeat):
-            for h in recorded:
-                yield WorkflowHistory(f"{h.workflow_id}-{n}", h.events)
+            for r in histories:
+                yield WorkflowHistory(f"{r.label}-{n}", r.history.events)
 
     async with replayer.workflow_replay_iterator(each()) as results:
         clock = time.process_time()
@@ -66,17 +55,16 @@ async def replay(recorded: list[WorkflowHistory], repeat: int) -> dict[str, floa
             if result.replay_failure is not None:
                 raise BenchError(f"replay failed: {result.replay_failure}")
             now = time.process_time()
-            used[kind(result.history)] += now - clock
+            used[kinds[result.history.workflow_id]] += now - clock
             clock = now
     return used
 
 
-async def measure(recorded: list[WorkflowHistory], repeat: int, rounds: int
-                  ) -> dict[str, dict[str, float]]:  # fmt: skip
-    """The best round of each mode: CPU ms per instance by workflow type."""
-    count = collections.Counter(kind(h) for h in recorded)
+async def measure(histories: list[Recorded], count: collections.Counter[str], repeat: int,
+                  rounds: int) -> dict[str, dict[str, float]]:  # fmt: skip
+    """The best round of each mode: CPU ms per instance by workflow type (`count` of each)."""
     best: dict[str, dict[str, float]] = {BASELINE: {}, SKIPPED: {}}
-    await replay(recorded, 1)  # the first instances import what the workflows pass through
+    await replay(histories, 1)  # the first instances import what the workflows pass through
     for n in range(rounds):
         order = (BASELINE, SKIPPED) if n % 2 == 0 else (SKIPPED, BASELINE)
         for mode in order:
@@ -84,9 +72,9 @@ async def measure(recorded: list[WorkflowHistory], repeat: int, rounds: int
                 payload_visits.install()
             else:
                 payload_visits.uninstall()
-            used = await replay(recorded, repeat)
+            used = await replay(histories, repeat)
             per = {k: 1000 * s / (count[k] * repeat) for k, s in used.items()}
-            per["all"] = 1000 * sum(used.values()) / (len(recorded) * repeat)
+            per["all"] = 1000 * sum(used.values()) / (len(histories) * repeat)
             for k, ms in per.items():
                 best[mode][k] = min(best[mode].get(k, ms), ms)
     payload_visits.uninstall()
@@ -100,11 +88,14 @@ def main() -> int:
     args = parse_with_quick(parser, {"repeat": 2, "rounds": 1})
     with interrupt_guard():
         print(calibration_line())
-        recorded = histories()
-        best = asyncio.run(measure(recorded, args.repeat, args.rounds))
-        types = sorted(k for k in best[BASELINE] if k != "all")
-        count = collections.Counter(kind(h) for h in recorded)
-        rows = [[k, count.get(k, len(recorded)), fmt(best[BASELINE][k], 2),
+        folder = this_release_folder()
+        histories = recorded(folder)
+        if not histories:
+            raise BenchError(f"no recorded histories in {folder}")
+        count = collections.Counter(r.workflow_type for r in histories)
+        best = asyncio.run(measure(histories, count, args.repeat, args.rounds))
+        types = sorted(count)
+        rows = [[k, count.get(k, len(histories)), fmt(best[BASELINE][k], 2),
                  fmt(best[SKIPPED][k], 2), fmt(best[SKIPPED][k] / best[BASELINE][k], 2)]
                 for k in [*types, "all"]]  # fmt: skip
         print(f"\nreplay CPU per workflow instance, ms (best of {args.rounds} rounds, "
