@@ -79,7 +79,8 @@ EMPLOYEES = ("alpha", "beta")
 CONVERSATIONS = {names.C1_OWNER: 6, names.C2_CUSTOMER: 12, names.C3_INTERNAL: 12,
                  names.C4_BACKGROUND: 60}  # fmt: skip
 FEED_EVERY_S = 2.0
-BACKLOG_POLL_S = 0.5
+BACKLOG_POLL_S = 0.5  # until every class is backlogged
+PROGRESS_EVERY_S = 15.0
 OWNER_EVERY_S = 5.0  # each owner chats this often (their turns are C1 too, on reserved slots)
 LOOP_STOP_S = 10.0  # how long the driver's loops may take to stop
 READY_TIMEOUT_S = 300.0
@@ -167,9 +168,7 @@ async def measure(stack: LocalStack, args: argparse.Namespace, targets: Targets)
             meter = CpuMeter(instance_processes(pids))
             counted = await asyncio.to_thread(server.read)
             meter.start()
-            backlogged = asyncio.create_task(all_backlogged(pool, time.monotonic() + seconds))
-            waiting = await watch(pool, seconds)
-            t2 = await backlogged
+            waiting, t2 = await watch(pool, seconds)
             usage = meter.stop()
             busy = usage["machine"] / 100  # cores busy on average
             counts = await asyncio.to_thread(server.read)
@@ -236,36 +235,34 @@ async def feed(pool: AsyncConnectionPool[Conn], delay: float, router: Kicker) ->
     return FEED_EVERY_S
 
 
-async def watch(pool: AsyncConnectionPool[Conn], seconds: float) -> int:
-    """Wait out the load window; the most background conversations seen waiting at once."""
-    most, until = 0, time.monotonic() + seconds
-    while time.monotonic() < until:
+async def watch(pool: AsyncConnectionPool[Conn], seconds: float) -> tuple[int, datetime | None]:
+    """Wait out the load window: the most background conversations seen waiting at once, and
+    when every class first had a conversation waiting for a slot (None if not within the
+    window). The owner's figures count from then: the feeder's first batch starts ~240
+    conversations at once, a burst the steady backlog never sees again (bench/burst.py
+    measures bursts). Polled every BACKLOG_POLL_S until then, every PROGRESS_EVERY_S after."""
+    most, backlogged = 0, None
+    now = time.monotonic()
+    until, say_at = now + seconds, now
+    while now < until:
         async with pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT count(*) FILTER (WHERE class = 4) AS bg, count(*) AS n FROM sched_waiters"
+                "SELECT count(*) FILTER (WHERE class = 4) AS bg, count(*) AS n, "
+                "count(DISTINCT class) AS classes FROM sched_waiters"
             )
             row = await cur.fetchone() or {}
-            cur = await conn.execute("SELECT class, count(*) AS n FROM turns GROUP BY class")
-            turns = {int(r["class"]): int(r["n"]) for r in await cur.fetchall()}
+            if now >= say_at:
+                cur = await conn.execute("SELECT class, count(*) AS n FROM turns GROUP BY class")
+                turns = {int(r["class"]): int(r["n"]) for r in await cur.fetchall()}
+                progress(f"waiting {row['n']} ({row['bg']} background); turns by class {turns}")
+                say_at = now + PROGRESS_EVERY_S
         most = max(most, int(row["bg"]))
-        progress(f"waiting {row['n']} ({row['bg']} background); turns by class {turns}")
-        await asyncio.sleep(min(15.0, max(until - time.monotonic(), 0.1)))
-    return most
-
-
-async def all_backlogged(pool: AsyncConnectionPool[Conn], until: float) -> datetime | None:
-    """When every class first has a conversation waiting for a slot, or None if none did
-    before `until` (time.monotonic()): the owner's figures count from then (the feeder's
-    first batch starts ~240 conversations at once, a burst the steady backlog never sees
-    again; bench/burst.py measures bursts)."""
-    while time.monotonic() < until:
-        async with pool.connection() as conn:
-            cur = await conn.execute("SELECT count(DISTINCT class) AS n FROM sched_waiters")
-            classes = int((await cur.fetchone() or {})["n"])
-        if classes == len(names.CLASSES):
-            return datetime.now(UTC)
-        await asyncio.sleep(BACKLOG_POLL_S)
-    return None
+        if backlogged is None and int(row["classes"]) == len(names.CLASSES):
+            backlogged = datetime.now(UTC)
+        wait = BACKLOG_POLL_S if backlogged is None else say_at - now
+        await asyncio.sleep(max(min(wait, until - now), 0.1))
+        now = time.monotonic()
+    return most, backlogged
 
 
 # The owners' messages sent in a window: admission's wait, the time from the message's commit
